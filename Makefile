@@ -1,0 +1,52 @@
+# attngen: the two commands a new user needs are `make generate` and `make test`.
+# Both create .venv and install what they use on first run (see pyproject.toml).
+
+ARCH ?= all
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+GEN_STAMP := $(VENV)/.stamp-generate
+TEST_STAMP := $(VENV)/.stamp-test
+# Where the CPU torch wheel is looked for first (this build machine keeps one on disk).
+PIP_FIND := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+
+.PHONY: generate check test test-gpu evidence-compile bench clean-venv
+
+$(GEN_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(PIP_FIND) -e .
+	@touch $@
+
+$(TEST_STAMP): $(GEN_STAMP) pyproject.toml
+	$(PY) -m pip install -q $(PIP_FIND) -e '.[test]'
+	@touch $@
+
+## generate: lower every spec into generated/ (ARCH=sm80|sm90|sm100|all)
+generate: $(GEN_STAMP)
+	$(PY) -m attngen generate --arch $(ARCH)
+
+## check: fail if generated/ differs from what the generator produces (drift)
+check: $(GEN_STAMP)
+	$(PY) -m attngen generate --arch $(ARCH) --check
+
+## test: the CPU test suite (what CI runs): specs, drift, interpreter numerics, AOT compile
+test: $(TEST_STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+
+## test-gpu: GPU numerics + CUDA-graph tests (on a CUDA machine; records evidence when
+## ATTNGEN_EVIDENCE_OUT is set). Uses the machine's python (torch + triton installed there).
+test-gpu:
+	ATTNGEN_GPU=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests/gpu
+
+## evidence-compile: AOT-compile every generated kernel and record registers/smem/spills
+evidence-compile: $(TEST_STAMP)
+	for a in sm80 sm90 sm100; do env -u TRITON_INTERPRET $(PY) -m attngen.aot --arch $$a --out evidence/compile/$$a.json || exit 1; done
+	$(PY) -m attngen generate --arch all
+
+## bench: time generated kernels against peers on the GPU (writes bench/results/*.json)
+bench:
+	$(PYTHON) bench/run.py --out bench/results
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,5 @@
+import sys
+
+from attngen.cli import main
+
+sys.exit(main())

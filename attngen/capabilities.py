@@ -1,0 +1,104 @@
+"""THE capability model: ``supports(variant, backend, arch)``.
+
+Validation, the lowering, the emitters, the docs and the tests all ask this one function,
+so the support matrix cannot disagree with what is generated. A verdict is one of:
+
+- SUPPORTED: attngen lowers this variant for this backend and arch;
+- NOT_LOWERED: possible on that hardware and backend, but no lowering exists yet;
+- UNSUPPORTED: the backend or hardware cannot do it (the reason says why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase
+from attngen.spec.variant import MhaShape, Variant
+
+
+class Status(str, Enum):
+    SUPPORTED = "supported"
+    NOT_LOWERED = "not_lowered"
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.SUPPORTED
+
+
+SUPPORTED = Verdict(Status.SUPPORTED)
+
+# What the Triton MHA lowering covers today (issue 2); the rest of MHA is issue 3.
+TRITON_MHA_PHASES = frozenset({Phase.EXTEND, Phase.DECODE})
+TRITON_MHA_HEAD_DIMS = frozenset({64, 128, 256})
+TRITON_MHA_DTYPES = frozenset({DType.BF16, DType.FP16})
+TRITON_MHA_MAX_GQA_GROUP = 64  # query-head rows per decode program stay <= 64
+
+
+def supports(variant: Variant, backend: Backend, arch: Arch) -> Verdict:
+    """Can ``backend`` on ``arch`` run ``variant``? See the module docstring."""
+    hardware = _hardware_limits(variant, backend, arch)
+    if hardware is not None:
+        return Verdict(Status.UNSUPPORTED, hardware)
+    if backend is Backend.CUTE_DSL:
+        return Verdict(Status.NOT_LOWERED, "no CuTe DSL lowering exists yet")
+    if variant.family is not Family.MHA:
+        return Verdict(Status.NOT_LOWERED, f"no Triton lowering for {variant.family.value} yet")
+    return _triton_mha(variant)
+
+
+def alternatives(variant: Variant) -> list[tuple[Backend, Arch]]:
+    """Every (backend, arch) that is not UNSUPPORTED for ``variant``, in enum order."""
+    return [
+        (b, a)
+        for b in Backend
+        for a in Arch
+        if supports(variant, b, a).status is not Status.UNSUPPORTED
+    ]
+
+
+def _hardware_limits(variant: Variant, backend: Backend, arch: Arch) -> str | None:
+    """Reasons no lowering could ever fix."""
+    if backend is Backend.CUTE_DSL and arch is Arch.SM80:
+        return "attngen's CuTe DSL kernels are built on wgmma (sm90) and tcgen05 (sm100); sm80 has neither"
+    if arch is Arch.SM80 and variant.kv_dtype is DType.FP8_E4M3:
+        return "fp8 e4m3 conversion needs sm89+; sm80 has no e4m3 hardware type"
+    if arch is Arch.SM80 and variant.family is Family.DSA:
+        return "DSA's lightning indexer scores keys in fp8 e4m3, which sm80 lacks"
+    return None
+
+
+def _triton_mha(variant: Variant) -> Verdict:
+    shape = variant.shape
+    assert isinstance(shape, MhaShape)
+    extra_phases = set(variant.phases) - TRITON_MHA_PHASES
+    checks = [
+        (not extra_phases, f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered yet"),
+        (variant.dtype in TRITON_MHA_DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+        (variant.kv_dtype is variant.dtype, f"{_kv_name(variant)} KV cache is not lowered yet"),
+        (variant.mask.kind is MaskKind.CAUSAL, f"mask {variant.mask.kind.value} is not lowered yet"),
+        (variant.mask.logit_softcap is None, "logit softcap is not lowered yet"),
+        (not variant.mask.sinks, "attention sinks are not lowered yet"),
+        (variant.spec_topk is None, "speculative decoding is not lowered yet"),
+        (shape.head_dim in TRITON_MHA_HEAD_DIMS, f"head_dim {shape.head_dim} is not lowered yet"),
+        (shape.v_head_dim == shape.head_dim, "v_head_dim != head_dim is not lowered yet"),
+        (
+            shape.gqa_group <= TRITON_MHA_MAX_GQA_GROUP,
+            f"gqa_group {shape.gqa_group} > {TRITON_MHA_MAX_GQA_GROUP} is not lowered",
+        ),
+    ]
+    for ok, reason in checks:
+        if not ok:
+            return Verdict(Status.NOT_LOWERED, reason)
+    return SUPPORTED
+
+
+def _kv_name(variant: Variant) -> str:
+    return variant.kv_dtype.value if variant.kv_dtype is not None else "no"

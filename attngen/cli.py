@@ -1,0 +1,68 @@
+"""Command line: ``python -m attngen validate PATH...`` and ``python -m attngen generate``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attngen.emit.header import regenerate_command
+from attngen.generate import ALL_ARCHS, generate, log
+from attngen.lower.verify import PlanError
+from attngen.spec.errors import SpecError
+from attngen.spec.loader import load_spec
+from attngen.validate import validate
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    paths: list[Path] = []
+    for raw in args.paths:
+        p = Path(raw)
+        paths += sorted(p.rglob("*.yaml")) if p.is_dir() else [p]
+    failed = 0
+    for path in paths:
+        try:
+            variants = validate(load_spec(path, Path.cwd()))
+        except SpecError as err:
+            print(err, file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{path}: ok ({len(variants)} variants)")
+    return 1 if failed else 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    archs = ALL_ARCHS if args.arch == "all" else (args.arch,)
+    try:
+        drift = generate(REPO_ROOT, Path(args.specs), Path(args.out), archs, check=args.check)
+    except (SpecError, PlanError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if args.check and not drift.clean:
+        print(drift.report(regenerate_command(args.arch)), file=sys.stderr)
+        return 1
+    if args.check:
+        log(f"generated/ is up to date for {', '.join(archs)}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attngen", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("validate", help="check spec files; print file:line errors")
+    v.add_argument("paths", nargs="+", help="spec files or directories")
+    v.set_defaults(func=cmd_validate)
+    g = sub.add_parser("generate", help="lower specs into generated/")
+    g.add_argument("--arch", choices=[*ALL_ARCHS, "all"], default="all")
+    g.add_argument("--specs", default=str(REPO_ROOT / "specs"), help="spec directory (default: specs/)")
+    g.add_argument("--out", default=str(REPO_ROOT / "generated"), help="output directory (default: generated/)")
+    g.add_argument("--check", action="store_true", help="write nothing; fail if the tree differs")
+    g.set_defaults(func=cmd_generate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,29 @@
+"""The one Jinja environment every emitter renders through (strict, deterministic)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """StrictUndefined so a missing name fails the build; no autoescape (code, not HTML)."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR), encoding="utf-8"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+        newline_sequence="\n",
+    )
+
+
+def render(template: str, **context: object) -> str:
+    """Render ``templates/<template>`` with ``context``; raises on any undefined name."""
+    return environment().get_template(template).render(**context)

@@ -1,0 +1,121 @@
+"""The pipeline: specs/ -> validate -> lower -> emit -> generated/ (or a drift report)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from attngen.emit.docs import Evidence, Lowered, docs_context
+from attngen.emit.env import render
+from attngen.emit.header import Provenance, regenerate_command
+from attngen.emit.modules import module_files, namespace_files, sha256_text
+from attngen.emit.schema import render_schema
+from attngen.emit.writer import Drift, check_tree, write_tree
+from attngen.evidence import load_compile, load_gpu
+from attngen.lower import lower_module
+from attngen.lower.ir import MhaModulePlan
+from attngen.spec.enums import Arch
+from attngen.spec.errors import SpecError
+from attngen.spec.loader import load_spec
+from attngen.spec.model import Spec
+from attngen.validate import validate
+
+ALL_ARCHS = tuple(a.value for a in Arch)
+
+
+@dataclass(frozen=True)
+class Build:
+    specs: tuple[Spec, ...]
+    plans: tuple[MhaModulePlan, ...]
+    files: dict[str, str]  # path relative to generated/ -> text
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def find_specs(specs_dir: Path) -> list[Path]:
+    return sorted(specs_dir.rglob("*.yaml")) + sorted(specs_dir.rglob("*.yml"))
+
+
+def load_all(specs_dir: Path, root: Path) -> list[Spec]:
+    specs = [load_spec(p, root) for p in find_specs(specs_dir)]
+    seen: dict[str, Spec] = {}
+    for spec in specs:
+        if spec.name in seen:
+            raise SpecError(spec.location, "name", f"{spec.name!r} is already used by {seen[spec.name].path}")
+        seen[spec.name] = spec
+    return specs
+
+
+def lower_all(specs: list[Spec], verbose: bool) -> list[MhaModulePlan]:
+    plans = []
+    for i, spec in enumerate(specs, 1):
+        variants = validate(spec)
+        made = []
+        for target in spec.targets:
+            for arch in target.archs:
+                plan = lower_module(spec, variants, target.backend, arch)
+                if plan is not None:
+                    plans.append(plan)
+                    made.append(f"{target.backend.value}/{arch.value}")
+        if verbose:
+            what = ", ".join(made) if made else "nothing lowered yet (documented as such)"
+            log(f"[{i}/{len(specs)}] {spec.path}: {len(variants)} variants -> {what}")
+    return plans
+
+
+def build(root: Path, specs_dir: Path, verbose: bool = True) -> Build:
+    specs = load_all(specs_dir, root)
+    plans = lower_all(specs, verbose)
+    digest = hashlib.sha256("".join(s.sha256 for s in specs).encode()).hexdigest()
+    files: dict[str, str] = {}
+    for n, plan in enumerate(plans, 1):
+        if verbose:
+            log(f"  emit [{n}/{len(plans)}] {plan.package} ({len(plan.kernels)} variants)")
+        files.update(module_files(plan))
+    files.update(namespace_files(plans, ALL_ARCHS, digest))
+    files["schema/attngen-spec.schema.json"] = render_schema()
+    files.update(docs_files(root, plans, files, digest))
+    files["MANIFEST.json"] = manifest(files, digest)
+    return Build(tuple(specs), tuple(plans), files)
+
+
+def docs_files(root: Path, plans: list[MhaModulePlan], files: dict[str, str], digest: str) -> dict[str, str]:
+    lowered = []
+    for plan in plans:
+        module = f"{plan.package}/kernels.py"
+        sha = sha256_text(files[module.removeprefix("generated/")])
+        lowered += [Lowered(module, sha, k, plan.arch, plan.backend) for k in plan.kernels]
+    ev = Evidence(
+        gpu={a: e for a in Arch if (e := load_gpu(root, a.value)) is not None},
+        compiled={a: e for a in Arch if (e := load_compile(root, a.value)) is not None},
+    )
+    out = {}
+    for ext in ("md", "mdx"):
+        template = f"docs/support_matrix.{ext}.jinja"
+        prov = Provenance(("specs/", "evidence/"), f"templates/{template}", digest, regenerate_command("all"))
+        ctx = docs_context(plans, lowered, ev, prov)
+        out[f"docs/support_matrix.{ext}"] = render(template, ctx=ctx)
+    return out
+
+
+def manifest(files: dict[str, str], digest: str) -> str:
+    body = {
+        "_generated": Provenance(("specs/",), "attngen/generate.py", digest, regenerate_command("all")).lines(),
+        "files": {f"generated/{rel}": sha256_text(text) for rel, text in sorted(files.items())},
+    }
+    return json.dumps(body, indent=1, sort_keys=True) + "\n"
+
+
+def generate(root: Path, specs_dir: Path, out: Path, archs: tuple[str, ...], check: bool) -> Drift:
+    result = build(root, specs_dir)
+    if check:
+        return check_tree(out, result.files, archs)
+    drift = write_tree(out, result.files, archs)
+    changed = len(drift.missing) + len(drift.changed)
+    log(f"generated/: {changed} files written, {len(drift.stale)} stale removed, {len(result.files)} in total")
+    return drift

@@ -1,0 +1,52 @@
+"""Per-variant launch configurations that generated kernel modules carry.
+
+A generated ``kernels.py`` holds ``CONFIGS: dict[str, MhaTritonConfig]``: one entry per
+variant (keyed by the variant's uri), filled in by the lowering's tile heuristics for one
+arch. The runtime and the kernel launchers read tiles and shapes from here; nothing about a
+variant is re-derived at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class MhaTritonConfig:
+    """Shapes and tiles of one MHA variant's Triton kernels on one arch."""
+
+    uri: str
+    head_dim: int  # qk head dim
+    v_head_dim: int  # v / output head dim
+    gqa_group: int  # query heads per kv head
+    page_size: int  # tokens per KV-cache page (1 = token-granular)
+    dtype: str  # torch dtype name of q, o and the KV cache: "bfloat16" | "float16"
+    # -- decode (split-KV, then combine) ----
+    decode_block_n: int  # KV tokens per inner iteration
+    decode_block_h: int  # query-head rows per program (gqa_group padded to >= 16)
+    decode_num_warps: int
+    decode_num_stages: int
+    max_splits: int  # upper bound of KV splits per request (grid dim)
+    combine_num_warps: int
+    # -- extend (ragged queries over the paged prefix and the new tokens) ----
+    extend_block_m: int
+    extend_block_n: int
+    extend_num_warps: int
+    extend_num_stages: int
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """Everything ``triton.compile`` needs to build one kernel ahead of time (no GPU).
+
+    ``signature`` maps every non-constexpr argument name to its Triton type string
+    ("*bf16", "*fp32", "i32", ...); ``constexprs`` maps the constexpr names to values.
+    """
+
+    name: str  # e.g. "decode_split", "decode_combine", "extend"
+    fn: Any  # the @triton.jit function
+    signature: dict[str, str] = field(default_factory=dict)
+    constexprs: dict[str, Any] = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 2

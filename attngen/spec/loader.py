@@ -1,0 +1,221 @@
+"""YAML spec files -> typed :class:`Spec` objects, with file:line on every error."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import yaml
+
+from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
+from attngen.spec.errors import Location, SpecError
+from attngen.spec.fields import Int, OneOf, convert_scalar, node_location
+from attngen.spec.model import (
+    DsaIndexer,
+    GdnDims,
+    KvCache,
+    Mask,
+    MhaHeads,
+    MlaDims,
+    Spec,
+    Speculative,
+    Target,
+    Tuning,
+)
+from attngen.spec.reader import MapReader, read_section
+
+# Which shape sections each family takes: required ones, and the rest are forbidden.
+FAMILY_SECTIONS = {
+    Family.MHA: ("heads",),
+    Family.MLA: ("mla",),
+    Family.GDN: ("gdn",),
+    Family.DSA: ("dsa", "mla"),
+}
+SECTION_TYPES = {"heads": MhaHeads, "mla": MlaDims, "gdn": GdnDims, "dsa": DsaIndexer}
+QUANTIZED_KV = {
+    DType.FP8_E4M3: (ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD),
+    DType.FP8_E5M2: (ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD),
+    DType.NVFP4: (ScaleGranularity.PER_BLOCK,),
+    DType.MXFP4: (ScaleGranularity.PER_BLOCK,),
+}
+# Tile keys a spec's `tuning` may override (fields of attngen.runtime.configs.MhaTritonConfig).
+TUNING_KEYS = (
+    "decode_block_n",
+    "decode_num_warps",
+    "decode_num_stages",
+    "max_splits",
+    "combine_num_warps",
+    "extend_block_m",
+    "extend_block_n",
+    "extend_num_warps",
+    "extend_num_stages",
+)
+
+
+def load_spec(path: Path, root: Path | None = None) -> Spec:
+    """Parse one spec file; ``root`` makes the recorded path repo-relative."""
+    raw = path.read_bytes()
+    rel = _relative(path, root)
+    try:
+        node = yaml.compose(raw.decode("utf-8"), Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as err:
+        line = err.problem_mark.line + 1 if err.problem_mark else 1
+        raise SpecError(Location(rel, line), "", f"not valid YAML: {err.problem}") from None
+    if node is None:
+        raise SpecError(Location(rel, 1), "", "empty spec file")
+    return _read_spec(node, rel, hashlib.sha256(raw).hexdigest())
+
+
+def _relative(path: Path, root: Path | None) -> str:
+    if root is not None:
+        try:
+            return path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            pass
+    return path.as_posix()
+
+
+def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
+    reader = MapReader(node, path, "")
+    top = {f.key: reader.pop(f) for f in Spec.FIELDS}
+    family: Family = top["family"]
+    shapes = _read_shape_sections(reader, family)
+    kv_node = reader.pop_node("kv_cache")
+    mask_node = reader.pop_node("mask")
+    spec_node = reader.pop_node("speculative")
+    targets_node = reader.pop_node("targets")
+    tuning_node = reader.pop_node("tuning")
+    try:
+        reader.finish()
+    except SpecError as err:
+        allowed = "name, family, description, phases, dtype, heads, mla, gdn, dsa, kv_cache, mask, speculative, targets, tuning"
+        raise SpecError(err.location, err.field, f"unknown key (allowed: {allowed})") from None
+    if targets_node is None:
+        raise SpecError(reader.location, "targets", "required field is missing")
+    spec = Spec(
+        location=reader.location,
+        path=path,
+        sha256=sha,
+        kv_cache=_read_kv_cache(kv_node, family, path, reader.location),
+        mask=_read_mask(mask_node, family, path, reader.location),
+        speculative=read_section(Speculative, spec_node, path, "speculative") if spec_node else None,
+        targets=_read_targets(targets_node, path),
+        tuning=_read_tuning(tuning_node, path),
+        **top,
+        **shapes,
+    )
+    _check_spec(spec)
+    return spec
+
+
+def _read_shape_sections(reader: MapReader, family: Family) -> dict[str, object]:
+    wanted = FAMILY_SECTIONS[family]
+    shapes: dict[str, object] = {}
+    for key, cls in SECTION_TYPES.items():
+        node = reader.pop_node(key)
+        if node is None and key in wanted:
+            raise SpecError(reader.location, key, f"required for family {family.value}")
+        if node is not None and key not in wanted:
+            raise SpecError(
+                node_location(reader.path, node),
+                key,
+                f"not used by family {family.value} (it takes: {', '.join(wanted)})",
+            )
+        shapes[key] = read_section(cls, node, reader.path, key) if node is not None else None
+    return shapes
+
+
+def _read_kv_cache(node: yaml.Node | None, family: Family, path: str, loc: Location) -> KvCache | None:
+    if family is Family.GDN:
+        if node is not None:
+            raise SpecError(node_location(path, node), "kv_cache", "gdn keeps a recurrent state, not a KV cache")
+        return None
+    if node is None:
+        return KvCache(location=loc, page_size=(1,), dtype=(DType.AUTO,), scale=None)
+    kv = read_section(KvCache, node, path, "kv_cache")
+    quantized = [d for d in kv.dtype if d in QUANTIZED_KV]
+    if quantized and kv.scale is None:
+        raise SpecError(kv.location, "kv_cache.scale", f"required when kv_cache.dtype includes {quantized[0].value}")
+    if not quantized and kv.scale is not None:
+        raise SpecError(kv.location, "kv_cache.scale", "only applies to fp8/fp4 KV cache dtypes")
+    for dtype in quantized:
+        if kv.scale not in QUANTIZED_KV[dtype]:
+            allowed = " or ".join(s.value for s in QUANTIZED_KV[dtype])
+            raise SpecError(kv.location, "kv_cache.scale", f"{dtype.value} takes {allowed} scales, not {kv.scale.value}")
+    return kv
+
+
+def _read_mask(node: yaml.Node | None, family: Family, path: str, loc: Location) -> Mask:
+    if node is None:
+        return Mask(location=loc, kind=MaskKind.CAUSAL, window_left=None, logit_softcap=None, sinks=False)
+    mask = read_section(Mask, node, path, "mask")
+    if (mask.kind is MaskKind.SLIDING_WINDOW) != (mask.window_left is not None):
+        raise SpecError(mask.location, "mask.window_left", "required when mask.kind is sliding_window, and only then")
+    if family is Family.GDN and (mask.kind is not MaskKind.CAUSAL or mask.logit_softcap or mask.sinks):
+        raise SpecError(mask.location, "mask", "gdn is causal linear attention: no other mask kind, softcap or sinks")
+    return mask
+
+
+def _read_targets(node: yaml.Node, path: str) -> tuple[Target, ...]:
+    reader = MapReader(node, path, "targets")
+    backend_kind = OneOf(Backend, tuple(Backend))
+    arch_kind = OneOf(Arch, tuple(Arch))
+    targets = []
+    for key_node, value_node in node.value:
+        name = f"targets.{key_node.value}"
+        backend = convert_scalar(backend_kind, key_node, path, "targets")
+        items = value_node.value if value_node.__class__ is yaml.SequenceNode else [value_node]
+        if not items:
+            raise SpecError(node_location(path, value_node), name, "an empty list selects nothing")
+        archs = tuple(convert_scalar(arch_kind, item, path, name) for item in items)
+        if len(set(archs)) != len(archs):
+            raise SpecError(node_location(path, value_node), name, "an arch is listed twice")
+        targets.append(Target(location=node_location(path, key_node), backend=backend, archs=archs))
+    if not targets:
+        raise SpecError(reader.location, "targets", "at least one backend is needed")
+    return tuple(targets)
+
+
+def _read_tuning(node: yaml.Node | None, path: str) -> tuple[Tuning, ...]:
+    if node is None:
+        return ()
+    MapReader(node, path, "tuning")  # shape and duplicate-key checks
+    arch_kind = OneOf(Arch, tuple(Arch))
+    value_kind = Int(1, 1024, power_of_two=True)
+    out = []
+    for key_node, value_node in node.value:
+        arch = convert_scalar(arch_kind, key_node, path, "tuning")
+        reader = MapReader(value_node, path, f"tuning.{arch.value}")
+        values = []
+        for key in list(reader.entries):
+            if key not in TUNING_KEYS:
+                key_node2 = reader.entries[key][0]
+                raise SpecError(
+                    node_location(path, key_node2),
+                    f"tuning.{arch.value}.{key}",
+                    f"unknown tile key (allowed: {', '.join(TUNING_KEYS)})",
+                )
+            value_node2 = reader.pop_node(key)
+            values.append((key, convert_scalar(value_kind, value_node2, path, f"tuning.{arch.value}.{key}")))
+        out.append(Tuning(location=node_location(path, key_node), arch=arch, values=tuple(sorted(values))))
+    return tuple(out)
+
+
+def _check_spec(spec: Spec) -> None:
+    """Cross-field rules that no single section can check."""
+    spec_phases = {Phase.VERIFY, Phase.DRAFT_EXTEND}
+    wants_spec = bool(spec_phases & set(spec.phases))
+    if wants_spec and spec.speculative is None:
+        raise SpecError(spec.location, "speculative", "required when phases include verify or draft_extend")
+    if spec.speculative is not None and not wants_spec:
+        raise SpecError(spec.speculative.location, "speculative", "needs phase verify or draft_extend")
+    if spec.speculative is not None:
+        spec_sec = spec.speculative
+        if spec_sec.num_draft_tokens < max(spec_sec.topk):
+            raise SpecError(spec_sec.location, "speculative.num_draft_tokens", "must be >= topk")
+    if spec.mask.kind is MaskKind.CUSTOM and (spec.speculative is None or max(spec.speculative.topk) == 1):
+        raise SpecError(spec.mask.location, "mask.kind", "custom masks come from speculative trees (topk > 1)")
+    target_archs = {a for t in spec.targets for a in t.archs}
+    for tuning in spec.tuning:
+        if tuning.arch not in target_archs:
+            raise SpecError(tuning.location, f"tuning.{tuning.arch.value}", "arch is not among the targets")

@@ -1,0 +1,92 @@
+"""Pop fields out of YAML mapping nodes; whatever is left over is an error."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import yaml
+
+from attngen.spec.errors import SpecError
+from attngen.spec.fields import Field, convert_scalar, node_location
+
+T = TypeVar("T")
+
+
+class MapReader:
+    """A YAML mapping being consumed key by key. ``prefix`` names it in errors."""
+
+    def __init__(self, node: yaml.Node, path: str, prefix: str) -> None:
+        if not isinstance(node, yaml.MappingNode):
+            raise SpecError(node_location(path, node), prefix or "spec", "expected a mapping")
+        self.node = node
+        self.path = path
+        self.prefix = prefix
+        self.entries: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key in self.entries:
+                raise SpecError(node_location(path, key_node), self.name(key), "duplicate key")
+            self.entries[key] = (key_node, value_node)
+
+    def name(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    @property
+    def location(self):
+        return node_location(self.path, self.node)
+
+    def pop_node(self, key: str) -> yaml.Node | None:
+        entry = self.entries.pop(key, None)
+        if entry is None or _is_null(entry[1]):
+            return None
+        return entry[1]
+
+    def pop(self, field: Field) -> Any:
+        node = self.pop_node(field.key)
+        name = self.name(field.key)
+        if node is None:
+            if field.required:
+                raise SpecError(self.location, name, "required field is missing")
+            return field.default
+        if field.axis or field.many:
+            return self._pop_list(field, node, name)
+        return convert_scalar(field.kind, node, self.path, name)
+
+    def _pop_list(self, field: Field, node: yaml.Node, name: str) -> tuple[Any, ...]:
+        items = node.value if isinstance(node, yaml.SequenceNode) else None
+        if items is None:
+            if field.many:
+                raise SpecError(node_location(self.path, node), name, "expected a list")
+            return (convert_scalar(field.kind, node, self.path, name),)
+        if not items:
+            raise SpecError(node_location(self.path, node), name, "an empty list selects nothing")
+        values: list[Any] = []
+        for item in items:
+            value = convert_scalar(field.kind, item, self.path, name)
+            if value in values:
+                raise SpecError(node_location(self.path, item), name, f"{item.value} is listed twice")
+            values.append(value)
+        return tuple(values)
+
+    def finish(self) -> None:
+        """Reject keys nobody asked for, naming the allowed ones."""
+        if not self.entries:
+            return
+        key, (key_node, _) = sorted(self.entries.items(), key=lambda kv: kv[1][0].start_mark.line)[0]
+        raise SpecError(node_location(self.path, key_node), self.name(key), "unknown key")
+
+
+def read_section(cls: type[T], node: yaml.Node, path: str, prefix: str) -> T:
+    """Build the frozen dataclass ``cls`` from its ``FIELDS`` table."""
+    reader = MapReader(node, path, prefix)
+    values = {f.key: reader.pop(f) for f in cls.FIELDS}  # type: ignore[attr-defined]
+    allowed = ", ".join(f.key for f in cls.FIELDS)  # type: ignore[attr-defined]
+    try:
+        reader.finish()
+    except SpecError as err:
+        raise SpecError(err.location, err.field, f"unknown key (allowed: {allowed})") from None
+    return cls(location=reader.location, **values)  # type: ignore[call-arg]
+
+
+def _is_null(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"

@@ -1,0 +1,116 @@
+"""One concrete point of a spec's axes: what a kernel is generated for.
+
+A variant's ``uri`` is derived from its fields in declared order and is its identity
+everywhere: registry keys, config names, doc rows and evidence records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attngen.spec.enums import DType, Family, MaskKind, Phase, ScaleGranularity
+from attngen.spec.model import Mask, Spec
+
+
+@dataclass(frozen=True)
+class MhaShape:
+    head_dim: int
+    v_head_dim: int
+    gqa_group: int
+
+    @property
+    def uri(self) -> str:
+        dv = "" if self.v_head_dim == self.head_dim else f"v{self.v_head_dim}"
+        return f"d{self.head_dim}{dv}_g{self.gqa_group}"
+
+
+@dataclass(frozen=True)
+class MlaShape:
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    num_heads: int
+
+    @property
+    def uri(self) -> str:
+        return f"r{self.kv_lora_rank}_rope{self.qk_rope_head_dim}_h{self.num_heads}"
+
+
+@dataclass(frozen=True)
+class GdnShape:
+    key_dim: int
+    value_dim: int
+    v_heads_per_k_head: int
+    state_dtype: DType
+    chunk_size: int
+
+    @property
+    def uri(self) -> str:
+        return f"k{self.key_dim}_v{self.value_dim}_gv{self.v_heads_per_k_head}_s{self.state_dtype.value}"
+
+
+@dataclass(frozen=True)
+class DsaShape:
+    mla: MlaShape
+    index_heads: int
+    index_head_dim: int
+    index_topk: int
+
+    @property
+    def uri(self) -> str:
+        return f"{self.mla.uri}_ix{self.index_heads}x{self.index_head_dim}_top{self.index_topk}"
+
+
+Shape = MhaShape | MlaShape | GdnShape | DsaShape
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A spec with every axis fixed."""
+
+    spec: Spec
+    shape: Shape
+    dtype: DType  # activations (q, o)
+    page_size: int | None  # None for families without a KV cache (gdn)
+    kv_dtype: DType | None  # resolved: never AUTO
+    kv_scale: ScaleGranularity | None
+    spec_topk: int | None  # speculative draft branches (None: no speculative decoding)
+
+    @property
+    def family(self) -> Family:
+        return self.spec.family
+
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        return self.spec.phases
+
+    @property
+    def mask(self) -> Mask:
+        return self.spec.mask
+
+    @property
+    def uri(self) -> str:
+        parts = [self.shape.uri]
+        if self.page_size is not None:
+            parts.append(f"ps{self.page_size}")
+        parts.append(self.dtype.value)
+        if self.kv_dtype is not None and self.kv_dtype is not self.dtype:
+            parts.append(f"kv{self.kv_dtype.value}")
+        parts.append(_mask_uri(self.mask))
+        if self.spec_topk is not None:
+            parts.append(f"topk{self.spec_topk}")
+        return "_".join(parts)
+
+    @property
+    def qualified_uri(self) -> str:
+        return f"{self.spec.name}/{self.uri}"
+
+
+def _mask_uri(mask: Mask) -> str:
+    parts = [mask.kind.value if mask.kind is not MaskKind.SLIDING_WINDOW else f"swa{mask.window_left}"]
+    if mask.logit_softcap is not None:
+        parts.append(f"cap{mask.logit_softcap:g}")
+    if mask.sinks:
+        parts.append("sinks")
+    return "_".join(parts)

@@ -1,0 +1,27 @@
+"""Test-suite setup shared by every test.
+
+CPU runs (the default, and CI) execute Triton kernels in the interpreter, which must be
+switched on before the first ``import triton`` in the process. GPU runs set
+``ATTNGEN_GPU=1`` (``make test-gpu``) and run only tests marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+GPU_RUN = os.environ.get("ATTNGEN_GPU") == "1"
+if not GPU_RUN:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_gpu = pytest.mark.skip(reason="GPU test: run with `make test-gpu` on a CUDA machine")
+    skip_cpu = pytest.mark.skip(reason="CPU-only test (interpreter or AOT); skipped in GPU runs")
+    for item in items:
+        is_gpu = "gpu" in item.keywords
+        if is_gpu and not GPU_RUN:
+            item.add_marker(skip_gpu)
+        elif GPU_RUN and not is_gpu:
+            item.add_marker(skip_cpu)
