@@ -80,10 +80,19 @@ def _triton_mha(variant: Variant) -> Verdict:
     assert isinstance(shape, MhaShape)
     extra_phases = set(variant.phases) - TRITON_MHA_PHASES
     checks = [
-        (not extra_phases, f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered yet"),
-        (variant.dtype in TRITON_MHA_DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+        (
+            not extra_phases,
+            f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered yet",
+        ),
+        (
+            variant.dtype in TRITON_MHA_DTYPES,
+            f"activation dtype {variant.dtype.value} is not lowered",
+        ),
         (variant.kv_dtype is variant.dtype, f"{_kv_name(variant)} KV cache is not lowered yet"),
-        (variant.mask.kind is MaskKind.CAUSAL, f"mask {variant.mask.kind.value} is not lowered yet"),
+        (
+            variant.mask.kind is MaskKind.CAUSAL,
+            f"mask {variant.mask.kind.value} is not lowered yet",
+        ),
         (variant.mask.logit_softcap is None, "logit softcap is not lowered yet"),
         (not variant.mask.sinks, "attention sinks are not lowered yet"),
         (variant.spec_topk is None, "speculative decoding is not lowered yet"),

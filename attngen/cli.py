@@ -56,8 +56,12 @@ def parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_validate)
     g = sub.add_parser("generate", help="lower specs into generated/")
     g.add_argument("--arch", choices=[*ALL_ARCHS, "all"], default="all")
-    g.add_argument("--specs", default=str(REPO_ROOT / "specs"), help="spec directory (default: specs/)")
-    g.add_argument("--out", default=str(REPO_ROOT / "generated"), help="output directory (default: generated/)")
+    g.add_argument(
+        "--specs", default=str(REPO_ROOT / "specs"), help="spec directory (default: specs/)"
+    )
+    g.add_argument(
+        "--out", default=str(REPO_ROOT / "generated"), help="output directory (default: generated/)"
+    )
     g.add_argument("--check", action="store_true", help="write nothing; fail if the tree differs")
     g.set_defaults(func=cmd_generate)
     return p

@@ -60,7 +60,9 @@ def load_gpu(root: Path, arch: str) -> GpuEvidence | None:
         return None
     data = json.loads((root / rel).read_text(encoding="utf-8"))
     passed = frozenset(
-        (r["module"], r["sha256"], r["variant"], r["check"]) for r in data["results"] if r.get("passed") is True
+        (r["module"], r["sha256"], r["variant"], r["check"])
+        for r in data["results"]
+        if r.get("passed") is True
     )
     return GpuEvidence(rel, data["device"], data["commit"], data["date"], passed)
 

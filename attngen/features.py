@@ -37,10 +37,25 @@ def phase_checks(v: Variant) -> frozenset[str]:
 
 def _spec(family: Family, **kw: object) -> Spec:
     base = dict(
-        location=PROBE, path="<probe>", name="probe", family=family, description="",
-        phases=(Phase.EXTEND, Phase.DECODE), dtype=(DType.BF16,), heads=None, mla=None,
-        gdn=None, dsa=None, kv_cache=None, speculative=None, targets=(), tuning=(), sha256="",
-        mask=Mask(location=PROBE, kind=MaskKind.CAUSAL, window_left=None, logit_softcap=None, sinks=False),
+        location=PROBE,
+        path="<probe>",
+        name="probe",
+        family=family,
+        description="",
+        phases=(Phase.EXTEND, Phase.DECODE),
+        dtype=(DType.BF16,),
+        heads=None,
+        mla=None,
+        gdn=None,
+        dsa=None,
+        kv_cache=None,
+        speculative=None,
+        targets=(),
+        tuning=(),
+        sha256="",
+        mask=Mask(
+            location=PROBE, kind=MaskKind.CAUSAL, window_left=None, logit_softcap=None, sinks=False
+        ),
     )
     base.update(kw)
     return Spec(**base)  # type: ignore[arg-type]
@@ -71,7 +86,9 @@ def _mask(v: Variant, **kw: object) -> Variant:
 def _speculative(v: Variant, topk: int) -> Variant:
     spec = Speculative(location=PROBE, topk=(topk,), num_draft_tokens=max(4, topk))
     kind = MaskKind.CUSTOM if topk > 1 else v.mask.kind
-    out = _with(v, phases=(Phase.VERIFY,), speculative=spec, mask=dataclasses.replace(v.mask, kind=kind))
+    out = _with(
+        v, phases=(Phase.VERIFY,), speculative=spec, mask=dataclasses.replace(v.mask, kind=kind)
+    )
     return dataclasses.replace(out, spec_topk=topk)
 
 
@@ -118,52 +135,139 @@ def _head_dim_detail(v: Variant) -> str:
 def _common(family: Family) -> list[Feature]:
     """Columns every KV-cache family shares with the reference doc."""
     return [
-        Feature("page_native", "Page Size > 1 (native)", family, lambda v: (v.page_size or 1) > 1,
-                lambda v: dataclasses.replace(v, page_size=64), phase_checks, _page_detail),
-        Feature("fp8_kv", "FP8 KV Cache", family, _is_fp8,
-                _kv(DType.FP8_E4M3, ScaleGranularity.PER_TENSOR), phase_checks),
-        Feature("fp4_kv", "FP4 KV Cache", family, _is_fp4,
-                _kv(DType.NVFP4, ScaleGranularity.PER_BLOCK), phase_checks),
-        Feature("spec_topk1", "Spec topk=1", family, _topk(lambda k: k == 1),
-                lambda v: _speculative(v, 1), phase_checks),
-        Feature("spec_topkn", "Spec topk>1", family, _topk(lambda k: k > 1),
-                lambda v: _speculative(v, 4), phase_checks),
+        Feature(
+            "page_native",
+            "Page Size > 1 (native)",
+            family,
+            lambda v: (v.page_size or 1) > 1,
+            lambda v: dataclasses.replace(v, page_size=64),
+            phase_checks,
+            _page_detail,
+        ),
+        Feature(
+            "fp8_kv",
+            "FP8 KV Cache",
+            family,
+            _is_fp8,
+            _kv(DType.FP8_E4M3, ScaleGranularity.PER_TENSOR),
+            phase_checks,
+        ),
+        Feature(
+            "fp4_kv",
+            "FP4 KV Cache",
+            family,
+            _is_fp4,
+            _kv(DType.NVFP4, ScaleGranularity.PER_BLOCK),
+            phase_checks,
+        ),
+        Feature(
+            "spec_topk1",
+            "Spec topk=1",
+            family,
+            _topk(lambda k: k == 1),
+            lambda v: _speculative(v, 1),
+            phase_checks,
+        ),
+        Feature(
+            "spec_topkn",
+            "Spec topk>1",
+            family,
+            _topk(lambda k: k > 1),
+            lambda v: _speculative(v, 4),
+            phase_checks,
+        ),
     ]
 
 
 def _mha() -> list[Feature]:
     fam = Family.MHA
     return _common(fam) + [
-        Feature("sliding_window", "Sliding Window", fam, lambda v: v.mask.kind is MaskKind.SLIDING_WINDOW,
-                lambda v: _mask(v, kind=MaskKind.SLIDING_WINDOW, window_left=4096), phase_checks),
-        Feature("multimodal", "MultiModal (bidirectional prefill)", fam,
-                lambda v: v.mask.kind is MaskKind.NONE and Phase.PREFILL in v.phases,
-                lambda v: _mask(_phase(Phase.PREFILL)(v), kind=MaskKind.NONE), phase_checks),
-        Feature("decode", "Decode", fam, _has_phase(Phase.DECODE), _phase(Phase.DECODE), phase_checks),
-        Feature("extend", "Extend (cached prefix)", fam, _has_phase(Phase.EXTEND), _phase(Phase.EXTEND),
-                phase_checks),
+        Feature(
+            "sliding_window",
+            "Sliding Window",
+            fam,
+            lambda v: v.mask.kind is MaskKind.SLIDING_WINDOW,
+            lambda v: _mask(v, kind=MaskKind.SLIDING_WINDOW, window_left=4096),
+            phase_checks,
+        ),
+        Feature(
+            "multimodal",
+            "MultiModal (bidirectional prefill)",
+            fam,
+            lambda v: v.mask.kind is MaskKind.NONE and Phase.PREFILL in v.phases,
+            lambda v: _mask(_phase(Phase.PREFILL)(v), kind=MaskKind.NONE),
+            phase_checks,
+        ),
+        Feature(
+            "decode", "Decode", fam, _has_phase(Phase.DECODE), _phase(Phase.DECODE), phase_checks
+        ),
+        Feature(
+            "extend",
+            "Extend (cached prefix)",
+            fam,
+            _has_phase(Phase.EXTEND),
+            _phase(Phase.EXTEND),
+            phase_checks,
+        ),
         Feature("gqa", "GQA group", fam, lambda v: True, lambda v: v, phase_checks, _gqa_detail),
-        Feature("head_dim", "Head dims", fam, lambda v: True, lambda v: v, phase_checks, _head_dim_detail),
-        Feature("cuda_graph", "CUDA graph (decode)", fam, _has_phase(Phase.DECODE), _phase(Phase.DECODE),
-                _graph_checks),
+        Feature(
+            "head_dim",
+            "Head dims",
+            fam,
+            lambda v: True,
+            lambda v: v,
+            phase_checks,
+            _head_dim_detail,
+        ),
+        Feature(
+            "cuda_graph",
+            "CUDA graph (decode)",
+            fam,
+            _has_phase(Phase.DECODE),
+            _phase(Phase.DECODE),
+            _graph_checks,
+        ),
     ]
 
 
 def _mla_like(family: Family) -> list[Feature]:
     return _common(family) + [
-        Feature("decode", "Decode", family, _has_phase(Phase.DECODE), _phase(Phase.DECODE), phase_checks),
-        Feature("extend", "Chunked Prefix Cache (extend)", family, _has_phase(Phase.EXTEND),
-                _phase(Phase.EXTEND), phase_checks),
+        Feature(
+            "decode", "Decode", family, _has_phase(Phase.DECODE), _phase(Phase.DECODE), phase_checks
+        ),
+        Feature(
+            "extend",
+            "Chunked Prefix Cache (extend)",
+            family,
+            _has_phase(Phase.EXTEND),
+            _phase(Phase.EXTEND),
+            phase_checks,
+        ),
     ]
 
 
 def _gdn() -> list[Feature]:
     fam = Family.GDN
     return [
-        Feature("decode", "Decode", fam, _has_phase(Phase.DECODE), _phase(Phase.DECODE), phase_checks),
-        Feature("extend", "Prefill / Extend", fam, _has_phase(Phase.EXTEND), _phase(Phase.EXTEND), phase_checks),
-        Feature("spec_topk1", "Spec Decoding (Target Verify)", fam, _topk(lambda k: k >= 1),
-                lambda v: _speculative(v, 1), phase_checks),
+        Feature(
+            "decode", "Decode", fam, _has_phase(Phase.DECODE), _phase(Phase.DECODE), phase_checks
+        ),
+        Feature(
+            "extend",
+            "Prefill / Extend",
+            fam,
+            _has_phase(Phase.EXTEND),
+            _phase(Phase.EXTEND),
+            phase_checks,
+        ),
+        Feature(
+            "spec_topk1",
+            "Spec Decoding (Target Verify)",
+            fam,
+            _topk(lambda k: k >= 1),
+            lambda v: _speculative(v, 1),
+            phase_checks,
+        ),
     ]
 
 

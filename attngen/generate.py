@@ -46,7 +46,9 @@ def load_all(specs_dir: Path, root: Path) -> list[Spec]:
     seen: dict[str, Spec] = {}
     for spec in specs:
         if spec.name in seen:
-            raise SpecError(spec.location, "name", f"{spec.name!r} is already used by {seen[spec.name].path}")
+            raise SpecError(
+                spec.location, "name", f"{spec.name!r} is already used by {seen[spec.name].path}"
+            )
         seen[spec.name] = spec
     return specs
 
@@ -84,7 +86,9 @@ def build(root: Path, specs_dir: Path, verbose: bool = True) -> Build:
     return Build(tuple(specs), tuple(plans), files)
 
 
-def docs_files(root: Path, plans: list[MhaModulePlan], files: dict[str, str], digest: str) -> dict[str, str]:
+def docs_files(
+    root: Path, plans: list[MhaModulePlan], files: dict[str, str], digest: str
+) -> dict[str, str]:
     lowered = []
     for plan in plans:
         module = f"{plan.package}/kernels.py"
@@ -97,7 +101,9 @@ def docs_files(root: Path, plans: list[MhaModulePlan], files: dict[str, str], di
     out = {}
     for ext in ("md", "mdx"):
         template = f"docs/support_matrix.{ext}.jinja"
-        prov = Provenance(("specs/", "evidence/"), f"templates/{template}", digest, regenerate_command("all"))
+        prov = Provenance(
+            ("specs/", "evidence/"), f"templates/{template}", digest, regenerate_command("all")
+        )
         ctx = docs_context(plans, lowered, ev, prov)
         out[f"docs/support_matrix.{ext}"] = render(template, ctx=ctx)
     return out
@@ -105,7 +111,9 @@ def docs_files(root: Path, plans: list[MhaModulePlan], files: dict[str, str], di
 
 def manifest(files: dict[str, str], digest: str) -> str:
     body = {
-        "_generated": Provenance(("specs/",), "attngen/generate.py", digest, regenerate_command("all")).lines(),
+        "_generated": Provenance(
+            ("specs/",), "attngen/generate.py", digest, regenerate_command("all")
+        ).lines(),
         "files": {f"generated/{rel}": sha256_text(text) for rel, text in sorted(files.items())},
     }
     return json.dumps(body, indent=1, sort_keys=True) + "\n"
@@ -117,5 +125,7 @@ def generate(root: Path, specs_dir: Path, out: Path, archs: tuple[str, ...], che
         return check_tree(out, result.files, archs)
     drift = write_tree(out, result.files, archs)
     changed = len(drift.missing) + len(drift.changed)
-    log(f"generated/: {changed} files written, {len(drift.stale)} stale removed, {len(result.files)} in total")
+    log(
+        f"generated/: {changed} files written, {len(drift.stale)} stale removed, {len(result.files)} in total"
+    )
     return drift

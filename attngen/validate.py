@@ -17,7 +17,10 @@ def validate(spec: Spec) -> tuple[Variant, ...]:
             for variant in variants:
                 verdict = supports(variant, target.backend, arch)
                 if verdict.status is Status.UNSUPPORTED:
-                    can = ", ".join(f"{b.value} {a.value}" for b, a in alternatives(variant)) or "none"
+                    can = (
+                        ", ".join(f"{b.value} {a.value}" for b, a in alternatives(variant))
+                        or "none"
+                    )
                     raise SpecError(
                         target.location,
                         f"targets.{target.backend.value}",

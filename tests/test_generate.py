@@ -24,7 +24,9 @@ def files() -> dict[str, str]:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "attngen", *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "attngen", *args], cwd=ROOT, capture_output=True, text=True
+    )
 
 
 def test_build_is_deterministic(files: dict[str, str]) -> None:
@@ -40,8 +42,16 @@ def test_checked_in_tree_has_no_drift() -> None:
 def test_generating_twice_gives_identical_trees(tmp_path: Path) -> None:
     for out in ("a", "b"):
         assert run_cli("generate", "--arch", "all", "--out", str(tmp_path / out)).returncode == 0
-    a = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
-    b = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    a = {
+        p.relative_to(tmp_path / "a"): p.read_bytes()
+        for p in (tmp_path / "a").rglob("*")
+        if p.is_file()
+    }
+    b = {
+        p.relative_to(tmp_path / "b"): p.read_bytes()
+        for p in (tmp_path / "b").rglob("*")
+        if p.is_file()
+    }
     assert a == b and a
 
 
@@ -88,7 +98,9 @@ def test_no_volatile_content(files: dict[str, str]) -> None:
 
 def test_manifest_lists_every_file_with_its_hash(files: dict[str, str]) -> None:
     manifest = json.loads(files["MANIFEST.json"])["files"]
-    expected = {f"generated/{rel}": sha256_text(t) for rel, t in files.items() if rel != "MANIFEST.json"}
+    expected = {
+        f"generated/{rel}": sha256_text(t) for rel, t in files.items() if rel != "MANIFEST.json"
+    }
     assert manifest == expected
 
 

@@ -42,7 +42,9 @@ class Evidence:
 
     def verified(self, item: Lowered, checks: frozenset[str]) -> bool:
         ev = self.gpu.get(item.arch)
-        return ev is not None and all(ev.has(item.module, item.sha256, item.plan.uri, c) for c in checks)
+        return ev is not None and all(
+            ev.has(item.module, item.sha256, item.plan.uri, c) for c in checks
+        )
 
     def compiles(self, item: Lowered) -> bool:
         ev = self.compiled.get(item.arch)
@@ -62,7 +64,14 @@ class Notes:
         return f"({self.items.index(text) + 1})"
 
 
-def cell(feature: Feature, backend: Backend, arch: Arch, lowered: list[Lowered], ev: Evidence, notes: Notes) -> str:
+def cell(
+    feature: Feature,
+    backend: Backend,
+    arch: Arch,
+    lowered: list[Lowered],
+    ev: Evidence,
+    notes: Notes,
+) -> str:
     verdict = probe_verdict(feature, backend, arch)
     if verdict.status is Status.UNSUPPORTED:
         return f"{UNSUPPORTED} {notes.ref(verdict.reason)}"
@@ -122,11 +131,24 @@ def variant_table(plan: MhaModulePlan, items: list[Lowered], ev: Evidence) -> Ta
         usage = ev.compiled.get(item.arch)
         kernels = usage.kernels(item.module, item.sha256, item.plan.uri) if usage else ()
         resources = "; ".join(
-            f"{k.kernel} {k.registers} regs {k.shared_bytes} B smem {k.spill_bytes} B spill" for k in kernels
+            f"{k.kernel} {k.registers} regs {k.shared_bytes} B smem {k.spill_bytes} B spill"
+            for k in kernels
         )
-        rows.append([f"`{item.plan.uri}`", checks["decode"], checks["extend"], checks["cuda_graph"], resources or "—"])
+        rows.append(
+            [
+                f"`{item.plan.uri}`",
+                checks["decode"],
+                checks["extend"],
+                checks["cuda_graph"],
+                resources or "—",
+            ]
+        )
     title = f"`{plan.spec.name}` on {plan.backend.value} {plan.arch.value} ({plan.spec.path})"
-    return Table(title, ["Variant", "decode", "extend", "CUDA graph", "compiled for " + plan.arch.value], rows)
+    return Table(
+        title,
+        ["Variant", "decode", "extend", "CUDA graph", "compiled for " + plan.arch.value],
+        rows,
+    )
 
 
 def evidence_lines(ev: Evidence) -> list[str]:
@@ -134,7 +156,9 @@ def evidence_lines(ev: Evidence) -> list[str]:
     for arch in Arch:
         gpu = ev.gpu.get(arch)
         if gpu:
-            lines.append(f"GPU ({arch.value}): `{gpu.path}`, {gpu.device}, commit {gpu.commit[:12]}, {gpu.date}")
+            lines.append(
+                f"GPU ({arch.value}): `{gpu.path}`, {gpu.device}, commit {gpu.commit[:12]}, {gpu.date}"
+            )
         comp = ev.compiled.get(arch)
         if comp:
             lines.append(f"Compile ({arch.value}): `{comp.path}`, Triton {comp.triton}")
@@ -157,11 +181,19 @@ def docs_context(
     plans: list[MhaModulePlan], lowered: list[Lowered], ev: Evidence, provenance: Provenance
 ) -> DocsContext:
     notes = Notes()
-    tables = [family_table(f, [x for x in lowered if x.plan.variant.family is f], ev, notes) for f in Family]
+    tables = [
+        family_table(f, [x for x in lowered if x.plan.variant.family is f], ev, notes)
+        for f in Family
+    ]
     variant_tables = [
-        variant_table(p, [x for x in lowered if x.module.startswith(p.package + "/")], ev) for p in plans
+        variant_table(p, [x for x in lowered if x.module.startswith(p.package + "/")], ev)
+        for p in plans
     ]
     symbols = dict(
-        verified=VERIFIED, compiles=COMPILES, no_evidence=NO_EVIDENCE, not_lowered=NOT_LOWERED, unsupported=UNSUPPORTED
+        verified=VERIFIED,
+        compiles=COMPILES,
+        no_evidence=NO_EVIDENCE,
+        not_lowered=NOT_LOWERED,
+        unsupported=UNSUPPORTED,
     )
     return DocsContext(provenance, tables, variant_tables, notes.items, evidence_lines(ev), symbols)

@@ -22,14 +22,21 @@ def module_files(plan: MhaModulePlan) -> dict[str, str]:
     prefix = plan.package.removeprefix("generated/")
     out = {}
     for name, template in PACKAGE_FILES:
-        prov = Provenance((plan.spec.path,), f"templates/{template}", plan.spec.sha256, regenerate_command(plan.arch.value))
+        prov = Provenance(
+            (plan.spec.path,),
+            f"templates/{template}",
+            plan.spec.sha256,
+            regenerate_command(plan.arch.value),
+        )
         rel = f"{prefix}/{name}"
         text = render(template, header=prov.python(), plan=plan, module=plan)
         out[rel] = format_python(text, rel)
     return out
 
 
-def namespace_files(plans: list[MhaModulePlan], archs: tuple[str, ...], digest: str) -> dict[str, str]:
+def namespace_files(
+    plans: list[MhaModulePlan], archs: tuple[str, ...], digest: str
+) -> dict[str, str]:
     """__init__.py of generated/, generated/<arch>/ and generated/<arch>/<family>/."""
     out = {}
     dirs: dict[str, str] = {"": "attngen's generated code: one package per arch, family and spec."}
@@ -41,8 +48,15 @@ def namespace_files(plans: list[MhaModulePlan], archs: tuple[str, ...], digest: 
     for rel_dir, doc in sorted(dirs.items()):
         rel = f"{rel_dir}/__init__.py" if rel_dir else "__init__.py"
         arch = rel_dir.split("/")[0] or "all"
-        prov = Provenance(("specs/",), "templates/wrapper/namespace_init.py.jinja", digest, regenerate_command(arch))
-        out[rel] = format_python(render("wrapper/namespace_init.py.jinja", header=prov.python(), doc=doc), rel)
+        prov = Provenance(
+            ("specs/",),
+            "templates/wrapper/namespace_init.py.jinja",
+            digest,
+            regenerate_command(arch),
+        )
+        out[rel] = format_python(
+            render("wrapper/namespace_init.py.jinja", header=prov.python(), doc=doc), rel
+        )
     return out
 
 

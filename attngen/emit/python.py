@@ -17,5 +17,7 @@ def format_python(text: str, relpath: str) -> str:
     try:
         ast.parse(text, filename=relpath)
     except SyntaxError as err:
-        raise EmitError(f"{relpath}:{err.lineno}: generated code does not parse: {err.msg}") from err
+        raise EmitError(
+            f"{relpath}:{err.lineno}: generated code does not parse: {err.msg}"
+        ) from err
     return black.format_str(text, mode=MODE)

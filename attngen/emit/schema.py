@@ -8,7 +8,16 @@ from typing import Any
 from attngen.spec.enums import Arch, Backend
 from attngen.spec.fields import Bool, Field, Float, Int, OneOf, Text
 from attngen.spec.loader import TUNING_KEYS
-from attngen.spec.model import DsaIndexer, GdnDims, KvCache, Mask, MhaHeads, MlaDims, Spec, Speculative
+from attngen.spec.model import (
+    DsaIndexer,
+    GdnDims,
+    KvCache,
+    Mask,
+    MhaHeads,
+    MlaDims,
+    Spec,
+    Speculative,
+)
 
 SECTIONS = {
     "heads": MhaHeads,
@@ -27,14 +36,20 @@ def _kind_schema(kind: Any) -> dict[str, Any]:
             return {"type": "integer", "enum": list(kind.choices)}
         out: dict[str, Any] = {"type": "integer", "minimum": kind.minimum, "maximum": kind.maximum}
         if kind.power_of_two:
-            out["enum"] = [1 << i for i in range(kind.maximum.bit_length()) if kind.minimum <= 1 << i]
+            out["enum"] = [
+                1 << i for i in range(kind.maximum.bit_length()) if kind.minimum <= 1 << i
+            ]
         return out
     if isinstance(kind, Float):
         return {"type": "number", "exclusiveMinimum": kind.minimum_exclusive}
     if isinstance(kind, Bool):
         return {"type": "boolean"}
     if isinstance(kind, Text):
-        return {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"} if kind.identifier else {"type": "string"}
+        return (
+            {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"}
+            if kind.identifier
+            else {"type": "string"}
+        )
     assert isinstance(kind, OneOf)
     return {"type": "string", "enum": [m.value for m in kind.allowed]}
 
@@ -44,10 +59,14 @@ def _field_schema(field: Field) -> dict[str, Any]:
     if field.many:
         schema: dict[str, Any] = {"type": "array", "items": one, "minItems": 1, "uniqueItems": True}
     elif field.axis:
-        schema = {"oneOf": [one, {"type": "array", "items": one, "minItems": 1, "uniqueItems": True}]}
+        schema = {
+            "oneOf": [one, {"type": "array", "items": one, "minItems": 1, "uniqueItems": True}]
+        }
     else:
         schema = one
-    schema["description"] = field.doc + (" (axis: a list expands into variants)" if field.axis else "")
+    schema["description"] = field.doc + (
+        " (axis: a list expands into variants)" if field.axis else ""
+    )
     return schema
 
 
@@ -72,7 +91,12 @@ def spec_schema() -> dict[str, Any]:
         "additionalProperties": False,
         "minProperties": 1,
         "properties": {
-            b.value: {"oneOf": [archs, {"type": "array", "items": archs, "minItems": 1, "uniqueItems": True}]}
+            b.value: {
+                "oneOf": [
+                    archs,
+                    {"type": "array", "items": archs, "minItems": 1, "uniqueItems": True},
+                ]
+            }
             for b in Backend
         },
     }
@@ -91,7 +115,11 @@ def spec_schema() -> dict[str, Any]:
         },
     }
     schema["required"] = sorted(set(schema["required"]) | {"targets"})
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "attngen-spec", **schema}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "attngen-spec",
+        **schema,
+    }
 
 
 def render_schema() -> str:

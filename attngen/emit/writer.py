@@ -20,7 +20,11 @@ class Drift:
 
     def report(self, regenerate: str) -> str:
         lines = []
-        for label, paths in (("missing", self.missing), ("changed", self.changed), ("stale", self.stale)):
+        for label, paths in (
+            ("missing", self.missing),
+            ("changed", self.changed),
+            ("stale", self.stale),
+        ):
             lines += [f"  {label}: {p}" for p in paths]
         lines.append(f"generated/ is out of date: run `{regenerate}` and commit the result")
         return "\n".join(lines)

@@ -17,15 +17,39 @@ SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed decode batch read one (valid
 def decode_graph_buffers(fill: int) -> tuple[GraphBuffer, ...]:
     """Static buffers of a decode capture (split-KV decode + combine)."""
     return (
-    GraphBuffer("page_table", "int32", ("max_bs", "max_pages"), 0, "physical page of each logical page"),
-    GraphBuffer("seq_lens", "int32", ("max_bs",), fill, "cached tokens per request (padded rows: fill value)"),
-    GraphBuffer("num_splits", "int32", ("max_bs",), 1, "KV splits per request, chosen on device"),
-    GraphBuffer("partial_o", "float32", ("max_bs", "num_q_heads", "max_splits", "v_head_dim"), 0, "split outputs"),
-    GraphBuffer("partial_lse", "float32", ("max_bs", "num_q_heads", "max_splits"), 0, "split log-sum-exps"),
+        GraphBuffer(
+            "page_table", "int32", ("max_bs", "max_pages"), 0, "physical page of each logical page"
+        ),
+        GraphBuffer(
+            "seq_lens",
+            "int32",
+            ("max_bs",),
+            fill,
+            "cached tokens per request (padded rows: fill value)",
+        ),
+        GraphBuffer(
+            "num_splits", "int32", ("max_bs",), 1, "KV splits per request, chosen on device"
+        ),
+        GraphBuffer(
+            "partial_o",
+            "float32",
+            ("max_bs", "num_q_heads", "max_splits", "v_head_dim"),
+            0,
+            "split outputs",
+        ),
+        GraphBuffer(
+            "partial_lse",
+            "float32",
+            ("max_bs", "num_q_heads", "max_splits"),
+            0,
+            "split log-sum-exps",
+        ),
     )
 
 
-def lower_module(spec: Spec, variants: tuple[Variant, ...], backend: Backend, arch: Arch) -> MhaModulePlan | None:
+def lower_module(
+    spec: Spec, variants: tuple[Variant, ...], backend: Backend, arch: Arch
+) -> MhaModulePlan | None:
     """The plan for one spec on one target, or None when no variant is lowered there."""
     lowered = tuple(v for v in variants if supports(v, backend, arch).ok)
     if not lowered:

@@ -35,10 +35,25 @@ def decode_tiles(head_dim: int, gqa_group: int, arch: Arch) -> dict[str, int]:
 def extend_tiles(head_dim: int, arch: Arch) -> dict[str, int]:
     """Extend: one program per (block of new tokens, q head, request)."""
     if head_dim > 128:
-        return {"extend_block_m": 64, "extend_block_n": 32, "extend_num_warps": 8, "extend_num_stages": 2}
+        return {
+            "extend_block_m": 64,
+            "extend_block_n": 32,
+            "extend_num_warps": 8,
+            "extend_num_stages": 2,
+        }
     if head_dim > 64:
-        return {"extend_block_m": 128, "extend_block_n": 64, "extend_num_warps": 8, "extend_num_stages": 2}
-    return {"extend_block_m": 64, "extend_block_n": 64, "extend_num_warps": 4, "extend_num_stages": 2}
+        return {
+            "extend_block_m": 128,
+            "extend_block_n": 64,
+            "extend_num_warps": 8,
+            "extend_num_stages": 2,
+        }
+    return {
+        "extend_block_m": 64,
+        "extend_block_n": 64,
+        "extend_num_warps": 4,
+        "extend_num_stages": 2,
+    }
 
 
 def kernel_config(variant: Variant, arch: Arch, spec: Spec) -> MhaTritonConfig:

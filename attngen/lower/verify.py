@@ -16,7 +16,13 @@ def _is_pow2(n: int) -> bool:
 def verify_kernel(plan: MhaKernelPlan) -> list[str]:
     c = plan.config
     problems = []
-    for name in ("decode_block_n", "decode_block_h", "extend_block_m", "extend_block_n", "max_splits"):
+    for name in (
+        "decode_block_n",
+        "decode_block_h",
+        "extend_block_m",
+        "extend_block_n",
+        "max_splits",
+    ):
         if not _is_pow2(getattr(c, name)):
             problems.append(f"{name}={getattr(c, name)} is not a power of two")
     if c.decode_block_h < max(16, c.gqa_group):

@@ -36,7 +36,9 @@ def _shapes(spec: Spec) -> Iterator[Shape]:
         yield from _mla_shapes(spec)
     elif spec.family is Family.GDN:
         gdn = spec.gdn
-        for k, v, g, s in itertools.product(gdn.key_dim, gdn.value_dim, gdn.v_heads_per_k_head, gdn.state_dtype):
+        for k, v, g, s in itertools.product(
+            gdn.key_dim, gdn.value_dim, gdn.v_heads_per_k_head, gdn.state_dtype
+        ):
             yield GdnShape(k, v, g, s, gdn.chunk_size)
     else:
         dsa = spec.dsa
@@ -47,4 +49,6 @@ def _shapes(spec: Spec) -> Iterator[Shape]:
 def _mla_shapes(spec: Spec) -> Iterator[MlaShape]:
     mla = spec.mla
     for heads in mla.num_heads:
-        yield MlaShape(mla.kv_lora_rank, mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim, heads)
+        yield MlaShape(
+            mla.kv_lora_rank, mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim, heads
+        )

@@ -98,7 +98,9 @@ def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
         sha256=sha,
         kv_cache=_read_kv_cache(kv_node, family, path, reader.location),
         mask=_read_mask(mask_node, family, path, reader.location),
-        speculative=read_section(Speculative, spec_node, path, "speculative") if spec_node else None,
+        speculative=(
+            read_section(Speculative, spec_node, path, "speculative") if spec_node else None
+        ),
         targets=_read_targets(targets_node, path),
         tuning=_read_tuning(tuning_node, path),
         **top,
@@ -125,34 +127,58 @@ def _read_shape_sections(reader: MapReader, family: Family) -> dict[str, object]
     return shapes
 
 
-def _read_kv_cache(node: yaml.Node | None, family: Family, path: str, loc: Location) -> KvCache | None:
+def _read_kv_cache(
+    node: yaml.Node | None, family: Family, path: str, loc: Location
+) -> KvCache | None:
     if family is Family.GDN:
         if node is not None:
-            raise SpecError(node_location(path, node), "kv_cache", "gdn keeps a recurrent state, not a KV cache")
+            raise SpecError(
+                node_location(path, node), "kv_cache", "gdn keeps a recurrent state, not a KV cache"
+            )
         return None
     if node is None:
         return KvCache(location=loc, page_size=(1,), dtype=(DType.AUTO,), scale=None)
     kv = read_section(KvCache, node, path, "kv_cache")
     quantized = [d for d in kv.dtype if d in QUANTIZED_KV]
     if quantized and kv.scale is None:
-        raise SpecError(kv.location, "kv_cache.scale", f"required when kv_cache.dtype includes {quantized[0].value}")
+        raise SpecError(
+            kv.location,
+            "kv_cache.scale",
+            f"required when kv_cache.dtype includes {quantized[0].value}",
+        )
     if not quantized and kv.scale is not None:
         raise SpecError(kv.location, "kv_cache.scale", "only applies to fp8/fp4 KV cache dtypes")
     for dtype in quantized:
         if kv.scale not in QUANTIZED_KV[dtype]:
             allowed = " or ".join(s.value for s in QUANTIZED_KV[dtype])
-            raise SpecError(kv.location, "kv_cache.scale", f"{dtype.value} takes {allowed} scales, not {kv.scale.value}")
+            raise SpecError(
+                kv.location,
+                "kv_cache.scale",
+                f"{dtype.value} takes {allowed} scales, not {kv.scale.value}",
+            )
     return kv
 
 
 def _read_mask(node: yaml.Node | None, family: Family, path: str, loc: Location) -> Mask:
     if node is None:
-        return Mask(location=loc, kind=MaskKind.CAUSAL, window_left=None, logit_softcap=None, sinks=False)
+        return Mask(
+            location=loc, kind=MaskKind.CAUSAL, window_left=None, logit_softcap=None, sinks=False
+        )
     mask = read_section(Mask, node, path, "mask")
     if (mask.kind is MaskKind.SLIDING_WINDOW) != (mask.window_left is not None):
-        raise SpecError(mask.location, "mask.window_left", "required when mask.kind is sliding_window, and only then")
-    if family is Family.GDN and (mask.kind is not MaskKind.CAUSAL or mask.logit_softcap or mask.sinks):
-        raise SpecError(mask.location, "mask", "gdn is causal linear attention: no other mask kind, softcap or sinks")
+        raise SpecError(
+            mask.location,
+            "mask.window_left",
+            "required when mask.kind is sliding_window, and only then",
+        )
+    if family is Family.GDN and (
+        mask.kind is not MaskKind.CAUSAL or mask.logit_softcap or mask.sinks
+    ):
+        raise SpecError(
+            mask.location,
+            "mask",
+            "gdn is causal linear attention: no other mask kind, softcap or sinks",
+        )
     return mask
 
 
@@ -196,8 +222,12 @@ def _read_tuning(node: yaml.Node | None, path: str) -> tuple[Tuning, ...]:
                     f"unknown tile key (allowed: {', '.join(TUNING_KEYS)})",
                 )
             value_node2 = reader.pop_node(key)
-            values.append((key, convert_scalar(value_kind, value_node2, path, f"tuning.{arch.value}.{key}")))
-        out.append(Tuning(location=node_location(path, key_node), arch=arch, values=tuple(sorted(values))))
+            values.append(
+                (key, convert_scalar(value_kind, value_node2, path, f"tuning.{arch.value}.{key}"))
+            )
+        out.append(
+            Tuning(location=node_location(path, key_node), arch=arch, values=tuple(sorted(values)))
+        )
     return tuple(out)
 
 
@@ -206,16 +236,26 @@ def _check_spec(spec: Spec) -> None:
     spec_phases = {Phase.VERIFY, Phase.DRAFT_EXTEND}
     wants_spec = bool(spec_phases & set(spec.phases))
     if wants_spec and spec.speculative is None:
-        raise SpecError(spec.location, "speculative", "required when phases include verify or draft_extend")
+        raise SpecError(
+            spec.location, "speculative", "required when phases include verify or draft_extend"
+        )
     if spec.speculative is not None and not wants_spec:
-        raise SpecError(spec.speculative.location, "speculative", "needs phase verify or draft_extend")
+        raise SpecError(
+            spec.speculative.location, "speculative", "needs phase verify or draft_extend"
+        )
     if spec.speculative is not None:
         spec_sec = spec.speculative
         if spec_sec.num_draft_tokens < max(spec_sec.topk):
             raise SpecError(spec_sec.location, "speculative.num_draft_tokens", "must be >= topk")
-    if spec.mask.kind is MaskKind.CUSTOM and (spec.speculative is None or max(spec.speculative.topk) == 1):
-        raise SpecError(spec.mask.location, "mask.kind", "custom masks come from speculative trees (topk > 1)")
+    if spec.mask.kind is MaskKind.CUSTOM and (
+        spec.speculative is None or max(spec.speculative.topk) == 1
+    ):
+        raise SpecError(
+            spec.mask.location, "mask.kind", "custom masks come from speculative trees (topk > 1)"
+        )
     target_archs = {a for t in spec.targets for a in t.archs}
     for tuning in spec.tuning:
         if tuning.arch not in target_archs:
-            raise SpecError(tuning.location, f"tuning.{tuning.arch.value}", "arch is not among the targets")
+            raise SpecError(
+                tuning.location, f"tuning.{tuning.arch.value}", "arch is not among the targets"
+            )

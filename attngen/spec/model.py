@@ -13,7 +13,15 @@ from attngen.spec.fields import Bool, Field, Float, Int, OneOf, Text
 
 HEAD_DIMS = (64, 80, 96, 128, 192, 256)
 ACT_DTYPES = (DType.BF16, DType.FP16)
-KV_DTYPES = (DType.AUTO, DType.BF16, DType.FP16, DType.FP8_E4M3, DType.FP8_E5M2, DType.NVFP4, DType.MXFP4)
+KV_DTYPES = (
+    DType.AUTO,
+    DType.BF16,
+    DType.FP16,
+    DType.FP8_E4M3,
+    DType.FP8_E5M2,
+    DType.NVFP4,
+    DType.MXFP4,
+)
 
 
 @dataclass(frozen=True)
@@ -22,7 +30,12 @@ class MhaHeads:
 
     FIELDS = (
         Field("head_dim", Int(1, 512, choices=HEAD_DIMS), "q/k head dim", required=True, axis=True),
-        Field("v_head_dim", Int(1, 512, choices=HEAD_DIMS), "v head dim (default: head_dim)", axis=True),
+        Field(
+            "v_head_dim",
+            Int(1, 512, choices=HEAD_DIMS),
+            "v head dim (default: head_dim)",
+            axis=True,
+        ),
         Field("gqa_group", Int(1, 128), "query heads per kv head", default=(1,), axis=True),
     )
     location: Location
@@ -38,9 +51,17 @@ class MlaDims:
     FIELDS = (
         Field("kv_lora_rank", Int(64, 1024, power_of_two=True), "latent dim", default=512),
         Field("qk_rope_head_dim", Int(16, 128, power_of_two=True), "rope part", default=64),
-        Field("qk_nope_head_dim", Int(16, 256, power_of_two=True), "prefill nope part", default=128),
+        Field(
+            "qk_nope_head_dim", Int(16, 256, power_of_two=True), "prefill nope part", default=128
+        ),
         Field("v_head_dim", Int(16, 256, power_of_two=True), "prefill v head dim", default=128),
-        Field("num_heads", Int(1, 128, power_of_two=True), "q heads per rank", default=(128,), axis=True),
+        Field(
+            "num_heads",
+            Int(1, 128, power_of_two=True),
+            "q heads per rank",
+            default=(128,),
+            axis=True,
+        ),
     )
     location: Location
     kv_lora_rank: int
@@ -56,9 +77,23 @@ class GdnDims:
 
     FIELDS = (
         Field("key_dim", Int(16, 256, power_of_two=True), "k head dim", default=(128,), axis=True),
-        Field("value_dim", Int(16, 256, power_of_two=True), "v head dim", default=(128,), axis=True),
-        Field("v_heads_per_k_head", Int(1, 16, power_of_two=True), "grouped value heads", default=(1,), axis=True),
-        Field("state_dtype", OneOf(DType, (DType.FP32, DType.BF16)), "recurrent state dtype", default=(DType.FP32,), axis=True),
+        Field(
+            "value_dim", Int(16, 256, power_of_two=True), "v head dim", default=(128,), axis=True
+        ),
+        Field(
+            "v_heads_per_k_head",
+            Int(1, 16, power_of_two=True),
+            "grouped value heads",
+            default=(1,),
+            axis=True,
+        ),
+        Field(
+            "state_dtype",
+            OneOf(DType, (DType.FP32, DType.BF16)),
+            "recurrent state dtype",
+            default=(DType.FP32,),
+            axis=True,
+        ),
         Field("chunk_size", Int(16, 128, power_of_two=True), "chunked-prefill chunk", default=64),
     )
     location: Location
@@ -76,7 +111,13 @@ class DsaIndexer:
     FIELDS = (
         Field("index_heads", Int(1, 128, power_of_two=True), "indexer heads", default=64),
         Field("index_head_dim", Int(32, 256, power_of_two=True), "indexer head dim", default=128),
-        Field("index_topk", Int(64, 8192, power_of_two=True), "kv tokens kept per query", default=(2048,), axis=True),
+        Field(
+            "index_topk",
+            Int(64, 8192, power_of_two=True),
+            "kv tokens kept per query",
+            default=(2048,),
+            axis=True,
+        ),
     )
     location: Location
     index_heads: int
@@ -89,9 +130,21 @@ class KvCache:
     """Paged KV cache: page size and storage dtype."""
 
     FIELDS = (
-        Field("page_size", Int(1, 128, power_of_two=True), "tokens per page", default=(1,), axis=True),
-        Field("dtype", OneOf(DType, KV_DTYPES), "storage dtype (auto = activations')", default=(DType.AUTO,), axis=True),
-        Field("scale", OneOf(ScaleGranularity, tuple(ScaleGranularity)), "dequant scale granularity (fp8/fp4 only)"),
+        Field(
+            "page_size", Int(1, 128, power_of_two=True), "tokens per page", default=(1,), axis=True
+        ),
+        Field(
+            "dtype",
+            OneOf(DType, KV_DTYPES),
+            "storage dtype (auto = activations')",
+            default=(DType.AUTO,),
+            axis=True,
+        ),
+        Field(
+            "scale",
+            OneOf(ScaleGranularity, tuple(ScaleGranularity)),
+            "dequant scale granularity (fp8/fp4 only)",
+        ),
     )
     location: Location
     page_size: tuple[int, ...]
@@ -156,7 +209,13 @@ class Spec:
         Field("family", OneOf(Family, tuple(Family)), "attention family", required=True),
         Field("description", Text(), "one line for the docs", required=True),
         Field("phases", OneOf(Phase, tuple(Phase)), "phases to generate", required=True, many=True),
-        Field("dtype", OneOf(DType, ACT_DTYPES), "activation dtype (q, o)", default=(DType.BF16,), axis=True),
+        Field(
+            "dtype",
+            OneOf(DType, ACT_DTYPES),
+            "activation dtype (q, o)",
+            default=(DType.BF16,),
+            axis=True,
+        ),
     )
     location: Location
     path: str

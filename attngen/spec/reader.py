@@ -64,7 +64,9 @@ class MapReader:
         for item in items:
             value = convert_scalar(field.kind, item, self.path, name)
             if value in values:
-                raise SpecError(node_location(self.path, item), name, f"{item.value} is listed twice")
+                raise SpecError(
+                    node_location(self.path, item), name, f"{item.value} is listed twice"
+                )
             values.append(value)
         return tuple(values)
 
@@ -72,7 +74,9 @@ class MapReader:
         """Reject keys nobody asked for, naming the allowed ones."""
         if not self.entries:
             return
-        key, (key_node, _) = sorted(self.entries.items(), key=lambda kv: kv[1][0].start_mark.line)[0]
+        key, (key_node, _) = sorted(self.entries.items(), key=lambda kv: kv[1][0].start_mark.line)[
+            0
+        ]
         raise SpecError(node_location(self.path, key_node), self.name(key), "unknown key")
 
 

@@ -108,7 +108,9 @@ class Variant:
 
 
 def _mask_uri(mask: Mask) -> str:
-    parts = [mask.kind.value if mask.kind is not MaskKind.SLIDING_WINDOW else f"swa{mask.window_left}"]
+    parts = [
+        mask.kind.value if mask.kind is not MaskKind.SLIDING_WINDOW else f"swa{mask.window_left}"
+    ]
     if mask.logit_softcap is not None:
         parts.append(f"cap{mask.logit_softcap:g}")
     if mask.sinks:

@@ -1,0 +1,75 @@
+"""supports() is the one answer; the docs and the lowering agree with it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from attngen.capabilities import Status, alternatives, supports
+from attngen.emit.docs import NOT_LOWERED, UNSUPPORTED
+from attngen.features import FEATURES, base_variant, probe_verdict
+from attngen.generate import build
+from attngen.spec.enums import Arch, Backend, DType, Family, ScaleGranularity
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_base_mha_is_lowered_for_triton_on_every_arch() -> None:
+    v = base_variant(Family.MHA)
+    for arch in Arch:
+        assert supports(v, Backend.TRITON, arch).ok
+
+
+def test_hardware_limits_are_unsupported_with_a_reason() -> None:
+    v = base_variant(Family.MHA)
+    verdict = supports(v, Backend.CUTE_DSL, Arch.SM80)
+    assert verdict.status is Status.UNSUPPORTED and "sm80" in verdict.reason
+    fp8 = dataclasses.replace(v, kv_dtype=DType.FP8_E4M3, kv_scale=ScaleGranularity.PER_TENSOR)
+    assert supports(fp8, Backend.TRITON, Arch.SM80).status is Status.UNSUPPORTED
+    assert supports(fp8, Backend.TRITON, Arch.SM90).status is Status.NOT_LOWERED
+    assert (Backend.TRITON, Arch.SM80) not in alternatives(fp8)
+    assert (
+        supports(base_variant(Family.DSA), Backend.TRITON, Arch.SM80).status is Status.UNSUPPORTED
+    )
+
+
+@pytest.mark.parametrize("family", [Family.MLA, Family.GDN, Family.DSA])
+def test_other_families_are_not_lowered_yet(family: Family) -> None:
+    v = base_variant(family)
+    assert supports(v, Backend.TRITON, Arch.SM90).status is Status.NOT_LOWERED
+
+
+def test_lowered_variants_are_exactly_the_supported_ones() -> None:
+    result = build(ROOT, ROOT / "specs", verbose=False)
+    for plan in result.plans:
+        for kernel in plan.kernels:
+            assert supports(kernel.variant, plan.backend, plan.arch).ok
+
+
+def test_docs_cells_follow_the_probe_verdicts() -> None:
+    text = (ROOT / "generated/docs/support_matrix.md").read_text(encoding="utf-8")
+    sections = {chunk.split("\n", 1)[0]: chunk for chunk in text.split("\n## ")}
+    titles = {
+        Family.MHA: "MHA backends",
+        Family.MLA: "MLA backends",
+        Family.GDN: "GDN",
+        Family.DSA: "DSA",
+    }
+    for family, features in FEATURES.items():
+        section = next(body for title, body in sections.items() if title.startswith(titles[family]))
+        for backend in Backend:
+            for arch in Arch:
+                row = next(
+                    l
+                    for l in section.splitlines()
+                    if l.startswith(f"| attngen {backend.value} {arch.value} |")
+                )
+                cells = [c.strip() for c in row.strip("|").split("|")][1:]
+                for feature, cell in zip(features, cells, strict=True):
+                    status = probe_verdict(feature, backend, arch).status
+                    where = (family.value, feature.key, backend.value, arch.value, cell)
+                    assert cell.startswith(UNSUPPORTED) == (status is Status.UNSUPPORTED), where
+                    if status is Status.SUPPORTED:
+                        assert not cell.startswith(NOT_LOWERED), where
