@@ -1,0 +1,148 @@
+"""Per-forward attention metadata, and its static buffers for CUDA graphs.
+
+``DecodeMetadata`` / ``ExtendMetadata`` are what ``init_forward_metadata`` builds once per
+forward and every layer reads. A captured graph bakes in the device addresses of every tensor its kernels read, so the
+decode metadata lives in buffers allocated once (``init_cuda_graph_state``) at the largest
+batch the engine will capture. Capture and replay write the first ``bs`` rows in place and
+hand the kernels views of those rows; nothing here ever reallocates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attngen.runtime.batch import INDEX_DTYPES, ForwardMode
+from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
+
+
+@dataclass(frozen=True)
+class DecodeMetadata:
+    batch_size: int
+    page_table: torch.Tensor  # [>=B, pages] int32, physical page of each page index
+    seq_lens: torch.Tensor  # [>=B] int32
+    num_splits: torch.Tensor  # [>=B] int32 in 1..max_splits, KV splits per request
+    partial_o: torch.Tensor  # [>=B, Hq, max_splits, Dv] fp32, per-split outputs
+    partial_lse: torch.Tensor  # [>=B, Hq, max_splits] fp32, per-split log-sum-exp
+    out: torch.Tensor | None  # static output rows (graph mode); None: a fresh tensor per call
+
+
+@dataclass(frozen=True)
+class ExtendMetadata:
+    batch_size: int
+    num_tokens: int  # new tokens over all requests
+    page_table: torch.Tensor  # [B, pages] int32
+    qo_indptr: torch.Tensor  # [B + 1] int32, start row of each request's new tokens
+    prefix_lens: torch.Tensor  # [B] int32, cached tokens before the new ones
+    max_extend_len: int
+
+
+@dataclass(frozen=True)
+class DecodeGraphBuffers:
+    """Decode metadata for up to ``max_bs`` requests, at fixed addresses."""
+
+    page_table: torch.Tensor  # [max_bs, max_pages] int32
+    seq_lens: torch.Tensor  # [max_bs] int32
+    num_splits: torch.Tensor  # [max_bs] int32
+    partial_o: torch.Tensor  # [max_bs, Hq, max_splits, Dv] fp32
+    partial_lse: torch.Tensor  # [max_bs, Hq, max_splits] fp32
+    # [max_num_tokens, Hq, Dv]: the output of every layer in graph mode, so a layer's
+    # result is valid until the next attention call (the model's o_proj reads it first)
+    out: torch.Tensor
+
+    @staticmethod
+    def allocate(
+        metadata_buffers: dict[str, torch.Tensor],
+        *,
+        max_num_tokens: int,
+        dtype: torch.dtype,
+    ) -> DecodeGraphBuffers:
+        """Wrap the buffers a generated ``graph.allocate_decode_buffers`` made, plus ``out``."""
+        page_table = metadata_buffers["page_table"]
+        max_bs = int(page_table.shape[0])
+        check_at_least("max_bs", max_bs, 1)
+        check_at_least("max_num_tokens", max_num_tokens, max_bs)
+        partial_o = metadata_buffers["partial_o"]
+        num_q_heads, v_head_dim = int(partial_o.shape[1]), int(partial_o.shape[3])
+        out = torch.empty(
+            (max_num_tokens, num_q_heads, v_head_dim), dtype=dtype, device=page_table.device
+        )
+        return DecodeGraphBuffers(out=out, **metadata_buffers)
+
+    @property
+    def max_bs(self) -> int:
+        return int(self.page_table.shape[0])
+
+    @property
+    def max_pages(self) -> int:
+        return int(self.page_table.shape[1])
+
+    def check_fits(self, bs: int, num_tokens: int) -> None:
+        if not 1 <= bs <= self.max_bs:
+            raise AttngenInputError(
+                f"bs: expected 1..{self.max_bs} (init_cuda_graph_state's max_bs), got {bs}"
+            )
+        if num_tokens > self.out.shape[0]:
+            raise AttngenInputError(
+                f"num_tokens: expected <= {self.out.shape[0]} (init_cuda_graph_state's "
+                f"max_num_tokens), got {num_tokens}"
+            )
+
+    def load(
+        self,
+        bs: int,
+        *,
+        page_table: torch.Tensor,
+        seq_lens: torch.Tensor,
+        num_splits: torch.Tensor,
+    ) -> None:
+        """Copy one batch's metadata into rows ``0..bs-1``, in place.
+
+        ``page_table`` may be narrower than the buffer ([bs, w], w <= max_pages): columns
+        beyond ``w`` keep stale but valid page ids that no kernel reads, because every
+        request's ``seq_len`` fits in its first ``w`` pages.
+        """
+        width = int(page_table.shape[1])
+        if width > self.max_pages:
+            raise AttngenInputError(
+                f"page_table: expected <= {self.max_pages} pages per request, got {width}"
+            )
+        self.page_table[:bs, :width].copy_(page_table)
+        self.seq_lens[:bs].copy_(seq_lens)
+        self.num_splits[:bs].copy_(num_splits)
+
+    def metadata(self, bs: int) -> DecodeMetadata:
+        """Views of rows ``0..bs-1``: the same addresses at capture and at every replay."""
+        return DecodeMetadata(
+            batch_size=bs,
+            page_table=self.page_table[:bs],
+            seq_lens=self.seq_lens[:bs],
+            num_splits=self.num_splits[:bs],
+            partial_o=self.partial_o[:bs],
+            partial_lse=self.partial_lse[:bs],
+            out=self.out[:bs],
+        )
+
+
+def check_graph_call(
+    phase: str, *, bs: int, num_tokens: int, mode: ForwardMode, encoder_lens: object
+) -> None:
+    """Graph capture/replay covers decode only, one token per request, no cross-attention."""
+    where = f"cuda graph {phase}"
+    if mode is not ForwardMode.DECODE:
+        raise AttngenInputError(
+            f"{where}: forward_mode {mode.name} is not graph-capturable yet; only DECODE is"
+        )
+    if encoder_lens is not None:
+        fail(f"{where}: encoder_lens", "None (no cross-attention)", type(encoder_lens).__name__)
+    if num_tokens != bs:
+        fail(f"{where}: num_tokens", f"bs={bs} (one token per request)", num_tokens)
+
+
+def check_graph_rows(name: str, t: object, bs: int, device: torch.device) -> torch.Tensor:
+    """A per-request index tensor with at least ``bs`` rows; returns its first ``bs``."""
+    t = check_tensor(name, t, dtype=INDEX_DTYPES, shape=[None], device=device)
+    if t.shape[0] < bs:
+        fail(name, f">= bs={bs} rows", t.shape[0])
+    return t[:bs]

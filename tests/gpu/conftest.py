@@ -1,0 +1,105 @@
+"""GPU-suite setup: the ``evidence`` fixture that records which checks passed.
+
+A test calls ``evidence.record(kernels_module, variant_uri, check)`` only after its
+assertions passed. At the end of the session, when ``ATTNGEN_EVIDENCE_OUT`` is set, the
+records are written there as JSON (what the support matrix reads to mark a cell verified):
+
+    {"arch", "device", "commit", "date", "torch", "triton",
+     "results": [{"module", "sha256", "variant", "check", "passed": true}, ...]}
+
+``module`` is the kernels file's path relative to the repository root and ``sha256`` the
+hash of its bytes, so evidence goes stale when the kernels change. Results are sorted and
+de-duplicated. Under pytest-xdist each worker ships its records to the controller, which
+writes the one file. Nothing is written when no check passed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHECKS = ("decode", "extend", "cuda_graph")
+WORKER_KEY = "attngen_evidence"
+
+
+@dataclass(frozen=True, order=True)
+class Result:
+    module: str  # kernels.py, relative to the repository root
+    sha256: str
+    variant: str
+    check: str
+    passed: bool = True
+
+
+class Evidence:
+    """The passed checks of this process."""
+
+    def __init__(self) -> None:
+        self.results: set[Result] = set()
+
+    def record(self, kernels_module: ModuleType, variant_uri: str, check: str) -> None:
+        if check not in CHECKS:
+            raise ValueError(f"check: expected one of {CHECKS}, got {check!r}")
+        if variant_uri not in kernels_module.CONFIGS:
+            raise ValueError(f"variant {variant_uri!r} is not in {kernels_module.__name__}")
+        path = Path(kernels_module.__file__).resolve()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        self.results.add(Result(path.relative_to(REPO_ROOT).as_posix(), digest, variant_uri, check))
+
+    def to_json(self) -> list[dict]:
+        return [asdict(r) for r in sorted(self.results)]
+
+    def merge_json(self, records: list[dict]) -> None:
+        self.results.update(Result(**r) for r in records)
+
+
+EVIDENCE = Evidence()
+
+
+@pytest.fixture(scope="session")
+def evidence() -> Evidence:
+    return EVIDENCE
+
+
+def _document() -> dict:
+    import torch
+    import triton
+
+    major, minor = torch.cuda.get_device_capability()
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    return {
+        "arch": f"sm{major}{minor}",
+        "device": torch.cuda.get_device_name(),
+        "commit": os.environ.get("ATTNGEN_COMMIT", "unknown"),
+        "date": os.environ.get("ATTNGEN_DATE", today),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "results": EVIDENCE.to_json(),
+    }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # xdist controller: a worker finished
+    records = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+    if records:
+        EVIDENCE.merge_json(json.loads(records))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # xdist worker: hand records to the controller
+        session.config.workeroutput[WORKER_KEY] = json.dumps(EVIDENCE.to_json())
+        return
+    out = os.environ.get("ATTNGEN_EVIDENCE_OUT")
+    if not out or not EVIDENCE.results:
+        return
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_document(), indent=2) + "\n", encoding="utf-8")

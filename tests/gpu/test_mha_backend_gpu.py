@@ -1,0 +1,317 @@
+"""GPU numerics and CUDA-graph tests of every generated MHA backend, against the oracle.
+
+Discovery: every ``generated/<ARCH>/mha/<spec>/backend.py`` (``ARCH`` = sm90 unless
+``ATTNGEN_GPU_ARCH`` says otherwise) and every config of its kernels module. Each config
+gets, through its backend (KV writes, metadata, kernels):
+
+- ``decode`` and ``extend``: short random ragged batches; and, for one config per
+  (spec, head_dim, page_size, dtype) -- the widest GQA group -- a long batch too: decode
+  lengths up to 8k, extend prefixes up to 4k over 2k new tokens.
+- ``cuda_graph``: decode captured once at ``MAX_BS``, then replayed on 24 different batches
+  (fewer real rows than captured, padded as an engine pads them; new lengths up to the
+  table's width), each matched against the same batch run eagerly and against the oracle.
+
+Inputs are fresh random every run (the seed is in every failure message); pages are
+shuffled. The graph's static output and split scratch are poisoned with NaN before every
+replay, so an element the kernels fail to write shows.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from attngen.runtime.batch import AttentionLayer, ForwardBatch, ForwardMode
+from attngen.runtime.configs import MhaTritonConfig
+from attngen.runtime.mha_backend import TritonMhaBackend
+from attngen.testing import (
+    PagedBatch,
+    PagedBatchBuilder,
+    make_pools,
+    oracle_output,
+    pad_decode_batch,
+)
+
+ARCH = os.environ.get("ATTNGEN_GPU_ARCH", "sm90")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NUM_KV_HEADS = 2
+MAX_BS = 8  # the graph test's captured batch size
+GRAPH_TABLE_WIDTH = 2048  # tokens per request row in the graph test (req_to_token width)
+REPLAYS = 24
+
+# Output tolerance vs the fp32 oracle, per dtype (q, k, v and out in that dtype).
+TOLERANCE = {
+    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
+    torch.float16: dict(atol=1e-2, rtol=1e-2),
+}
+
+# (prefix_lens, extend_lens) and decode seq_lens of the long cases
+LONG_EXTEND = ([4096, 0, 1000, 37], [1536, 2048, 1, 300])
+LONG_DECODE = [8192, 1, 3000, 4097, 513]
+
+
+# -- discovery ----
+
+
+def discover_backends() -> list[type[TritonMhaBackend]]:
+    root = REPO_ROOT / "generated" / ARCH / "mha"
+    modules = [
+        importlib.import_module(f"generated.{ARCH}.mha.{path.parent.name}.backend")
+        for path in sorted(root.glob("*/backend.py"))
+    ]
+    return [m.Backend for m in modules]
+
+
+def long_case_uris(backend: type[TritonMhaBackend]) -> set[str]:
+    """Per (head_dim, page_size, dtype): the config with the widest GQA group."""
+    best: dict[tuple, MhaTritonConfig] = {}
+    for config in backend.kernels.CONFIGS.values():
+        key = (config.head_dim, config.page_size, config.dtype)
+        if key not in best or (config.gqa_group, config.uri) > (best[key].gqa_group, best[key].uri):
+            best[key] = config
+    return {c.uri for c in best.values()}
+
+
+@dataclass(frozen=True)
+class Case:
+    backend: type[TritonMhaBackend]
+    config: MhaTritonConfig
+    long: bool
+
+
+def cases() -> list:
+    params = []
+    for backend in discover_backends():
+        longs = long_case_uris(backend)
+        for uri in sorted(backend.kernels.CONFIGS):
+            case = Case(backend, backend.kernels.CONFIGS[uri], uri in longs)
+            params.append(pytest.param(case, id=f"{backend.spec_name}-{uri}"))
+    return params or [pytest.param(None, id="no-generated-backends")]
+
+
+CASES = cases()
+
+
+# -- rig: pools, a batch builder and a backend for one config ----
+
+
+@dataclass
+class Rig:
+    backend: TritonMhaBackend
+    builder: PagedBatchBuilder
+    layer: AttentionLayer
+    dtype: torch.dtype
+
+    def check(self, got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+        msg = f"seed {self.builder.seed}, {what}"
+        torch.testing.assert_close(
+            got.float(), want.float(), **TOLERANCE[self.dtype], msg=lambda m: f"{msg}: {m}"
+        )
+
+
+def require(case: Case | None) -> Case:
+    if case is None:
+        pytest.skip(f"no generated backends under generated/{ARCH}/mha")
+    return case
+
+
+def make_rig(case: Case, *, max_context_len: int, max_reqs: int, num_pages: int) -> Rig:
+    config, device = case.config, torch.device("cuda", torch.cuda.current_device())
+    dtype = getattr(torch, config.dtype)
+    num_q_heads = NUM_KV_HEADS * config.gqa_group
+    req_pool, kv_pool = make_pools(
+        num_layers=1,
+        max_reqs=max_reqs,
+        max_context_len=max_context_len,
+        num_pages=num_pages,
+        page_size=config.page_size,
+        num_kv_heads=NUM_KV_HEADS,
+        head_dim=config.head_dim,
+        v_head_dim=config.v_head_dim,
+        dtype=dtype,
+        device=device,
+    )
+    backend = case.backend(
+        num_q_heads=num_q_heads,
+        num_kv_heads=NUM_KV_HEADS,
+        head_dim=config.head_dim,
+        v_head_dim=config.v_head_dim,
+        page_size=config.page_size,
+        dtype=dtype,
+        device=device,
+        req_to_token_pool=req_pool,
+        kv_pool=kv_pool,
+    )
+    assert backend.config == config
+    layer = AttentionLayer(
+        0, num_q_heads, NUM_KV_HEADS, config.head_dim, config.v_head_dim, config.head_dim**-0.5
+    )
+    return Rig(backend, PagedBatchBuilder(req_pool, kv_pool), layer, dtype)
+
+
+def pages_for(lens: list[int], page_size: int) -> int:
+    """Pool pages for one batch of ``lens`` (plus the reserved page)."""
+    return sum(-(-n // page_size) for n in lens) + 1
+
+
+def run_eager(rig: Rig, pb: PagedBatch, *, flat: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(backend output, oracle output), both ``[T, Hq*Dv]``."""
+    q, k, v = rig.builder.qkv(pb.batch.num_new_tokens, rig.layer)
+    if flat:
+        q, k, v = (t.flatten(1) for t in (q, k, v))
+    backend = rig.backend
+    backend.init_forward_metadata(pb.batch)
+    is_decode = pb.batch.forward_mode is ForwardMode.DECODE
+    forward = backend.forward_decode if is_decode else backend.forward_extend
+    out = forward(q, k, v, rig.layer, pb.batch)
+    k_cache, v_cache = backend.kv_pool.get_kv_buffer(rig.layer.layer_id)
+    q3 = q.view(q.shape[0], rig.layer.num_q_heads, rig.layer.head_dim)
+    causal = backend.kernels.CAUSAL
+    want = oracle_output(pb, q3, k_cache, v_cache, rig.layer.scaling, causal=causal)
+    return out, want.flatten(1)
+
+
+# -- eager numerics ----
+
+
+def short_extend(rng: random.Random) -> tuple[list[int], list[int]]:
+    count = rng.randint(1, 4)
+    prefix = [rng.choice([0, rng.randint(1, 300)]) for _ in range(count)]
+    ext = [rng.choice([1, rng.randint(1, 300)]) for _ in range(count)]
+    return prefix, ext
+
+
+def short_decode(rng: random.Random) -> list[int]:
+    return [rng.choice([1, rng.randint(1, 700)]) for _ in range(rng.randint(1, MAX_BS))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_extend(case: Case | None, evidence) -> None:
+    case, rng = require(case), random.Random()
+    batches = [short_extend(rng) for _ in range(3)] + ([LONG_EXTEND] if case.long else [])
+    longest = max(max(p + e for p, e in zip(*b)) for b in batches)
+    most_pages = max(pages_for([p + e for p, e in zip(*b)], case.config.page_size) for b in batches)
+    rig = make_rig(case, max_context_len=longest, max_reqs=8, num_pages=most_pages)
+    for i, (prefix, ext) in enumerate(batches):
+        out, want = run_eager(rig, rig.builder.extend(prefix, ext), flat=i % 2 == 1)
+        rig.check(out, want, f"extend prefix_lens={prefix} extend_lens={ext}")
+    evidence.record(case.backend.kernels, case.config.uri, "extend")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_decode(case: Case | None, evidence) -> None:
+    case, rng = require(case), random.Random()
+    batches = [short_decode(rng) for _ in range(3)] + ([LONG_DECODE] if case.long else [])
+    longest = max(max(b) for b in batches)
+    most_pages = max(pages_for(b, case.config.page_size) for b in batches)
+    rig = make_rig(case, max_context_len=longest, max_reqs=MAX_BS + 1, num_pages=most_pages)
+    for i, lens in enumerate(batches):
+        out, want = run_eager(rig, rig.builder.decode(lens), flat=i % 2 == 1)
+        rig.check(out, want, f"decode seq_lens={lens}")
+    evidence.record(case.backend.kernels, case.config.uri, "decode")
+
+
+# -- CUDA graph: capture once, replay many batches ----
+
+
+@dataclass
+class StaticInputs:
+    """What a graph runner keeps at fixed addresses: q/k/v rows and the batch indices."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    batch: ForwardBatch
+
+    def load(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, padded: ForwardBatch):
+        n = q.shape[0]
+        self.q[:n], self.k[:n], self.v[:n] = q, k, v
+        self.batch.req_pool_indices.copy_(padded.req_pool_indices)
+        self.batch.seq_lens.copy_(padded.seq_lens)
+        self.batch.out_cache_loc.copy_(padded.out_cache_loc)
+
+
+def static_inputs(rig: Rig) -> StaticInputs:
+    q, k, v = rig.builder.qkv(MAX_BS, rig.layer)
+    fill, dev = rig.backend.get_cuda_graph_seq_len_fill_value(), rig.backend.device
+    seq_lens = torch.full((MAX_BS,), fill, dtype=torch.int32, device=dev)
+    batch = ForwardBatch(
+        batch_size=MAX_BS,
+        forward_mode=ForwardMode.DECODE,
+        req_pool_indices=torch.zeros(MAX_BS, dtype=torch.int64, device=dev),
+        seq_lens=seq_lens,
+        seq_lens_cpu=seq_lens.cpu(),
+        out_cache_loc=torch.zeros(MAX_BS, dtype=torch.int64, device=dev),
+    )
+    return StaticInputs(q, k, v, batch)
+
+
+def capture_decode(rig: Rig, static: StaticInputs) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    backend, b = rig.backend, static.batch
+    backend.init_cuda_graph_state(MAX_BS, MAX_BS)
+    backend.init_forward_metadata_capture_cuda_graph(
+        MAX_BS, MAX_BS, b.req_pool_indices, b.seq_lens, None, ForwardMode.DECODE, None
+    )
+    backend.forward_decode(static.q, static.k, static.v, rig.layer, b)  # compile outside
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = backend.forward_decode(static.q, static.k, static.v, rig.layer, b)
+    return graph, out
+
+
+def replay_lens(rng: random.Random, step: int) -> list[int]:
+    """Fewer rows than captured (mostly), short and long lengths, the table's width often."""
+    n = MAX_BS if step % 6 == 0 else rng.randint(1, MAX_BS - 1)
+    high = GRAPH_TABLE_WIDTH if step % 2 else 64
+    lens = [rng.randint(1, high) for _ in range(n)]
+    if step % 3 == 0:
+        lens[rng.randrange(n)] = GRAPH_TABLE_WIDTH
+    return lens
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_cuda_graph(case: Case | None, evidence) -> None:
+    case = require(case)
+    pages = pages_for([GRAPH_TABLE_WIDTH] * MAX_BS, case.config.page_size)
+    rig = make_rig(case, max_context_len=GRAPH_TABLE_WIDTH, max_reqs=MAX_BS + 1, num_pages=pages)
+    static = static_inputs(rig)
+    graph, out_static = capture_decode(rig, static)
+    bufs = rig.backend.graph_buffers
+    rng = random.Random(rig.builder.seed)
+    for step in range(REPLAYS):
+        lens = replay_lens(rng, step)
+        pb = rig.builder.decode(lens)
+        q, k, v = rig.builder.qkv(len(lens), rig.layer)
+        rig.backend.init_forward_metadata(pb.batch)
+        eager = rig.backend.forward_decode(q, k, v, rig.layer, pb.batch).clone()
+        padded = pad_decode_batch(pb.batch, MAX_BS, rig.backend.get_cuda_graph_seq_len_fill_value())
+        static.load(q, k, v, padded)
+        for scratch in (bufs.out, bufs.partial_o, bufs.partial_lse):
+            scratch.fill_(float("nan"))
+        rig.backend.init_forward_metadata_replay_cuda_graph(
+            MAX_BS,
+            static.batch.req_pool_indices,
+            static.batch.seq_lens,
+            int(padded.seq_lens_cpu.sum()),
+            None,
+            ForwardMode.DECODE,
+            None,
+            padded.seq_lens_cpu,
+        )
+        graph.replay()
+        k_cache, v_cache = rig.backend.kv_pool.get_kv_buffer(0)
+        want = oracle_output(pb, q, k_cache, v_cache, rig.layer.scaling).flatten(1)
+        got = out_static[: len(lens)]
+        rig.check(got, eager, f"replay {step}, seq_lens={lens}: graph vs eager")
+        rig.check(got, want, f"replay {step}, seq_lens={lens}: graph vs oracle")
+    evidence.record(case.backend.kernels, case.config.uri, "cuda_graph")

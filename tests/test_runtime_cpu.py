@@ -1,0 +1,741 @@
+"""CPU tests of the runtime layer: batch/pool types, the MHA backend base class, CUDA-graph
+metadata buffers, and the random-batch builders.
+
+The backend is driven through ``OracleKernels``: a stand-in for a generated kernels module
+with the same API, whose ``decode`` / ``extend`` check the call contract (dtypes, shapes,
+split counts) and compute with the torch oracle. That isolates what the runtime owns
+(metadata, page tables, KV writes, graph buffers, input checks) from kernel numerics. One
+test at the end runs a real generated kernels module through Triton's interpreter.
+
+CUDA graphs are emulated: ``GraphEmulator`` records the kernel launches and KV writes of one
+captured forward and re-runs them with the very same tensor objects, as a graph replays the
+same addresses; a backend that reallocated or copied metadata would replay stale data.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from attngen.reference.mha import paged_decode_ref, paged_extend_ref
+from attngen.runtime.batch import (
+    AttentionLayer,
+    ForwardBatch,
+    ForwardMode,
+    PagedKVPool,
+    ReqToTokenPool,
+)
+from attngen.runtime.checks import AttngenInputError
+from attngen.runtime.configs import MhaTritonConfig
+from attngen.runtime.graph import DecodeMetadata, ExtendMetadata
+from generated.sm90.mha.mha_gqa_paged import graph as generated_graph
+from attngen.runtime.mha_backend import (
+    TritonMhaBackend,
+    decode_num_splits,
+    decode_split_cap,
+    select_config,
+)
+from attngen.testing import (
+    PADDING_PAGE,
+    PADDING_REQ,
+    PagedBatch,
+    PagedBatchBuilder,
+    make_pools,
+    oracle_output,
+    pad_decode_batch,
+)
+
+TILES = dict(
+    decode_block_n=32,
+    decode_block_h=16,
+    decode_num_warps=4,
+    decode_num_stages=2,
+    max_splits=4,
+    combine_num_warps=4,
+    extend_block_m=32,
+    extend_block_n=32,
+    extend_num_warps=4,
+    extend_num_stages=2,
+)
+
+
+def make_config(head_dim: int, v_head_dim: int, group: int, page_size: int, dtype: str):
+    uri = f"d{head_dim}_v{v_head_dim}_g{group}_ps{page_size}_{dtype}"
+    return MhaTritonConfig(uri, head_dim, v_head_dim, group, page_size, dtype, **TILES)
+
+
+CONFIGS = [
+    make_config(32, 32, 2, 4, "float16"),
+    make_config(32, 32, 2, 4, "bfloat16"),
+    make_config(32, 16, 1, 1, "float16"),
+    make_config(16, 16, 4, 8, "bfloat16"),
+]
+ATOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}  # one rounding of an fp32 result
+
+
+class OracleKernels:
+    """A generated kernels module's API, computed by the oracle, checking its inputs."""
+
+    CAUSAL = True
+
+    def __init__(self, configs: list[MhaTritonConfig]) -> None:
+        self.CONFIGS = {c.uri: c for c in configs}
+        self.calls: list[str] = []
+
+    def decode(
+        self,
+        q,
+        k_cache,
+        v_cache,
+        page_table,
+        seq_lens,
+        num_splits,
+        out,
+        partial_o,
+        partial_lse,
+        *,
+        config,
+        sm_scale,
+    ) -> None:
+        bs, hq = q.shape[:2]
+        _check_common(q, k_cache, v_cache, page_table, out, config, rows=bs)
+        for t in (seq_lens, num_splits):
+            assert t.dtype == torch.int32 and t.is_contiguous() and t.shape[0] >= bs
+        assert 1 <= int(num_splits[:bs].min()) and int(num_splits[:bs].max()) <= config.max_splits
+        assert partial_o.dtype == partial_lse.dtype == torch.float32
+        assert partial_o.shape[1:] == (hq, config.max_splits, config.v_head_dim)
+        assert partial_lse.shape[1:] == (hq, config.max_splits) and partial_o.shape[0] >= bs
+        ref = paged_decode_ref(q, k_cache, v_cache, page_table[:bs], seq_lens[:bs], sm_scale)
+        out.copy_(ref)
+        self.calls.append("decode")
+
+    def extend(
+        self,
+        q,
+        k_cache,
+        v_cache,
+        page_table,
+        qo_indptr,
+        prefix_lens,
+        out,
+        *,
+        max_extend_len,
+        config,
+        sm_scale,
+    ) -> None:
+        bs = qo_indptr.shape[0] - 1
+        _check_common(q, k_cache, v_cache, page_table, out, config, rows=bs)
+        assert qo_indptr.dtype == prefix_lens.dtype == torch.int32
+        assert prefix_lens.shape == (bs,) and int(qo_indptr[-1]) == q.shape[0]
+        assert isinstance(max_extend_len, int)
+        assert max_extend_len == int((qo_indptr[1:] - qo_indptr[:-1]).max())
+        ref = paged_extend_ref(
+            q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, sm_scale, self.CAUSAL
+        )
+        out.copy_(ref)
+        self.calls.append("extend")
+
+
+def _check_common(q, k_cache, v_cache, page_table, out, config, *, rows: int) -> None:
+    dtype = getattr(torch, config.dtype)
+    assert q.dtype == k_cache.dtype == v_cache.dtype == out.dtype == dtype
+    assert q.is_contiguous() and q.shape[2] == config.head_dim
+    assert out.shape == (q.shape[0], q.shape[1], config.v_head_dim)
+    assert k_cache.shape[1] == config.page_size
+    assert page_table.dtype == torch.int32 and page_table.shape[0] >= rows
+    assert page_table.stride(1) == 1
+
+
+def backend_class(kernels: Any) -> type[TritonMhaBackend]:
+    attrs = {
+        "kernels": kernels,
+        "graph": generated_graph,
+        "spec_name": "oracle",
+        "arch": "sm90",
+        "num_sms": 132,
+    }
+    return type("OracleBackend", (TritonMhaBackend,), attrs)
+
+
+@dataclass
+class Rig:
+    backend: TritonMhaBackend
+    builder: PagedBatchBuilder
+    layer: AttentionLayer
+    kernels: Any
+
+    @property
+    def kv_pool(self) -> PagedKVPool:
+        return self.backend.kv_pool
+
+
+def make_rig(
+    config: MhaTritonConfig,
+    *,
+    num_kv_heads: int = 2,
+    max_context_len: int = 64,
+    num_pages: int | None = None,
+    max_reqs: int = 10,
+    backend_cls: type[TritonMhaBackend] | None = None,
+) -> Rig:
+    """Pools, a builder and a backend for ``config`` (an ``OracleKernels`` one by default)."""
+    if backend_cls is None:
+        backend_cls = backend_class(
+            OracleKernels(CONFIGS + [c for c in [config] if c not in CONFIGS])
+        )
+    dtype = getattr(torch, config.dtype)
+    num_q_heads = num_kv_heads * config.gqa_group
+    if num_pages is None:  # room for max_reqs - 1 requests of max_context_len tokens
+        num_pages = max_reqs * -(-max_context_len // config.page_size)
+    req_pool, kv_pool = make_pools(
+        num_layers=2,
+        max_reqs=max_reqs,
+        max_context_len=max_context_len,
+        num_pages=num_pages,
+        page_size=config.page_size,
+        num_kv_heads=num_kv_heads,
+        head_dim=config.head_dim,
+        v_head_dim=config.v_head_dim,
+        dtype=dtype,
+        device="cpu",
+    )
+    backend = backend_cls(
+        num_q_heads=num_q_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=config.head_dim,
+        v_head_dim=config.v_head_dim,
+        page_size=config.page_size,
+        dtype=dtype,
+        device="cpu",
+        req_to_token_pool=req_pool,
+        kv_pool=kv_pool,
+    )
+    layer = AttentionLayer(
+        layer_id=1,
+        num_q_heads=num_q_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=config.head_dim,
+        v_head_dim=config.v_head_dim,
+        scaling=config.head_dim**-0.5,
+    )
+    return Rig(backend, PagedBatchBuilder(req_pool, kv_pool), layer, backend_cls.kernels)
+
+
+def expected_after_write(rig: Rig, pb: PagedBatch, k: torch.Tensor, v: torch.Tensor):
+    """The layer's caches as they must be after the forward: the old ones plus k/v at
+    out_cache_loc (computed before the forward, independently of the backend)."""
+    k_cache, v_cache = (t.clone() for t in rig.kv_pool.get_kv_buffer(rig.layer.layer_id))
+    loc = pb.batch.out_cache_loc
+    k_cache.view(-1, *k_cache.shape[2:])[loc] = k
+    v_cache.view(-1, *v_cache.shape[2:])[loc] = v
+    return k_cache, v_cache
+
+
+def reference(rig: Rig, pb: PagedBatch, q: torch.Tensor, k_cache, v_cache) -> torch.Tensor:
+    """Oracle output through the builder's own page table, ``[T, Hq*Dv]`` fp32."""
+    return oracle_output(pb, q, k_cache, v_cache, rig.layer.scaling).flatten(1)
+
+
+def run_forward(rig: Rig, pb: PagedBatch, q, k, v) -> torch.Tensor:
+    rig.backend.init_forward_metadata(pb.batch)
+    is_decode = pb.batch.forward_mode is ForwardMode.DECODE
+    forward = rig.backend.forward_decode if is_decode else rig.backend.forward_extend
+    return forward(q, k, v, rig.layer, pb.batch)
+
+
+def assert_matches(got: torch.Tensor, want: torch.Tensor, seed: int) -> None:
+    torch.testing.assert_close(
+        got.float(), want, atol=ATOL[got.dtype], rtol=0, msg=lambda m: f"seed {seed}: {m}"
+    )
+
+
+class GraphEmulator:
+    """Records the kernel launches and KV writes of one forward; replays them verbatim."""
+
+    def __init__(self, kernels: Any, kv_pool: PagedKVPool) -> None:
+        self.kernels, self.kv_pool = kernels, kv_pool
+        self.ops: list[tuple[Callable[..., None], tuple, dict]] = []
+
+    @contextmanager
+    def capture(self) -> Iterator[None]:
+        targets = [(self.kernels, "decode"), (self.kv_pool, "set_kv_buffer")]
+        originals = [(obj, name, getattr(obj, name)) for obj, name in targets]
+        for obj, name, fn in originals:
+            setattr(obj, name, self._recording(fn))
+        try:
+            yield
+        finally:
+            for obj, name, fn in originals:
+                setattr(obj, name, fn)
+
+    def _recording(self, fn: Callable[..., None]) -> Callable[..., None]:
+        def record(*args: Any, **kwargs: Any) -> None:
+            self.ops.append((fn, args, kwargs))
+            fn(*args, **kwargs)
+
+        return record
+
+    def replay(self) -> None:
+        for fn, args, kwargs in self.ops:
+            fn(*args, **kwargs)
+
+
+def random_lens(rng: random.Random, count: int, low: int, high: int) -> list[int]:
+    return [rng.randint(low, high) for _ in range(count)]
+
+
+# -- batch and pool types ----
+
+
+def test_forward_mode_helpers() -> None:
+    assert ForwardMode.DECODE.is_decode() and not ForwardMode.DECODE.is_extend()
+    extend_like = {ForwardMode.EXTEND, ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND}
+    assert {m for m in ForwardMode if m.is_extend()} == extend_like
+    assert ForwardMode.IDLE.is_idle() and not ForwardMode.IDLE.is_decode()
+    assert ForwardMode.TARGET_VERIFY.is_target_verify()
+    assert ForwardMode.DRAFT_EXTEND.is_draft_extend()
+
+
+def test_req_to_token_write_and_bounds() -> None:
+    pool = ReqToTokenPool(4, 8, "cpu")
+    pool.write(2, 3, torch.tensor([7, 8, 9]))
+    assert pool.req_to_token[2].tolist() == [0, 0, 0, 7, 8, 9, 0, 0]
+    assert pool.req_to_token.dtype == torch.int32
+    with pytest.raises(AttngenInputError, match="out of the table"):
+        pool.write(2, 6, torch.tensor([1, 2, 3]))
+    with pytest.raises(AttngenInputError, match="out of the table"):
+        pool.write(4, 0, torch.tensor([1]))
+
+
+def kv_pool_4x2() -> PagedKVPool:
+    _, pool = make_pools(
+        num_layers=2,
+        max_reqs=2,
+        max_context_len=8,
+        num_pages=4,
+        page_size=4,
+        num_kv_heads=2,
+        head_dim=8,
+        v_head_dim=4,
+        dtype=torch.float16,
+        device="cpu",
+    )
+    return pool
+
+
+def test_set_kv_buffer_scatters_by_slot() -> None:
+    pool = kv_pool_4x2()
+    layer = AttentionLayer(1, 2, 2, 8, 4, 1.0)
+    before = [t.clone() for t in pool.get_kv_buffer(1)]
+    other_layer = [t.clone() for t in pool.get_kv_buffer(0)]
+    loc = torch.tensor([5, 0, 15])
+    k = torch.randn(3, 2, 8, dtype=torch.float16)
+    v = torch.randn(3, 2, 4, dtype=torch.float16)
+    pool.set_kv_buffer(layer, loc, k, v)
+    k_cache, v_cache = pool.get_kv_buffer(1)
+    for i, (page, offset) in enumerate([(1, 1), (0, 0), (3, 3)]):
+        assert torch.equal(k_cache[page, offset], k[i]) and torch.equal(v_cache[page, offset], v[i])
+        before[0][page, offset], before[1][page, offset] = k[i], v[i]
+    assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+    assert all(torch.equal(a, b) for a, b in zip(pool.get_kv_buffer(0), other_layer))
+
+
+def test_set_kv_buffer_rejects_bad_inputs() -> None:
+    pool = kv_pool_4x2()
+    layer = AttentionLayer(0, 2, 2, 8, 4, 1.0)
+    loc = torch.tensor([1, 2])
+    k = torch.randn(2, 2, 8, dtype=torch.float16)
+    v = torch.randn(2, 2, 4, dtype=torch.float16)
+    with pytest.raises(AttngenInputError, match=r"k: expected dtype torch.float16"):
+        pool.set_kv_buffer(layer, loc, k.float(), v)
+    with pytest.raises(AttngenInputError, match=r"v: expected shape \[2, 2, 4\]"):
+        pool.set_kv_buffer(layer, loc, k, v[:, :1])
+    with pytest.raises(AttngenInputError, match="loc: expected dtype"):
+        pool.set_kv_buffer(layer, loc.float(), k, v)
+    with pytest.raises(AttngenInputError, match=r"layer_id: expected 0..1, got 2"):
+        pool.set_kv_buffer(AttentionLayer(2, 2, 2, 8, 4, 1.0), loc, k, v)
+
+
+def test_forward_batch_check() -> None:
+    rig = make_rig(CONFIGS[0])
+    batch = rig.builder.extend([3, 0], [2, 5]).batch
+    batch.check(device=torch.device("cpu"), max_context_len=64)
+    with pytest.raises(AttngenInputError, match=r"seq_lens: expected <= 4 .*got 5"):
+        batch.check(device=torch.device("cpu"), max_context_len=4)
+    wrong_totals = ForwardBatch(**{**vars(batch), "extend_seq_lens_cpu": [2, 4]})
+    with pytest.raises(AttngenInputError, match=r"seq_lens_cpu: expected prefix \+ extend"):
+        wrong_totals.check(device=torch.device("cpu"), max_context_len=64)
+    short_loc = ForwardBatch(**{**vars(batch), "out_cache_loc": batch.out_cache_loc[:-1]})
+    with pytest.raises(AttngenInputError, match=r"out_cache_loc: expected shape \[7\]"):
+        short_loc.check(device=torch.device("cpu"), max_context_len=64)
+    missing = ForwardBatch(**{**vars(batch), "extend_prefix_lens_cpu": None})
+    with pytest.raises(AttngenInputError, match="two lists of 2 ints"):
+        missing.check(device=torch.device("cpu"), max_context_len=64)
+
+
+# -- random batch builders ----
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_builder_layout(page_size: int) -> None:
+    rig = make_rig(make_config(32, 32, 2, page_size, "float16"), num_pages=160)
+    prefix, ext = [0, 17, 30, 5], [9, 1, 20, 3]
+    pb = rig.builder.extend(prefix, ext)
+    batch, table = pb.batch, pb.page_table
+    rows = batch.req_pool_indices.tolist()
+    assert len(set(rows)) == len(rows) and PADDING_REQ not in rows
+    pages = [p for b, n in enumerate(pb.seq_lens) for p in table[b, : -(-n // page_size)].tolist()]
+    assert len(set(pages)) == len(pages) and PADDING_PAGE not in pages
+    assert pages != sorted(pages), f"seed {rig.builder.seed}: pages not shuffled"
+    req_to_token = rig.backend.req_to_token_pool.req_to_token
+    new_slots = []
+    for b, (row, n) in enumerate(zip(rows, pb.seq_lens)):
+        pos = torch.arange(n)
+        slots = table[b, pos // page_size].long() * page_size + pos % page_size
+        assert torch.equal(req_to_token[row, :n].long(), slots)
+        new_slots.append(slots[prefix[b] :])
+    assert torch.equal(batch.out_cache_loc, torch.cat(new_slots))
+    assert batch.seq_lens.tolist() == batch.seq_lens_cpu.tolist() == pb.seq_lens
+    assert pb.qo_indptr.tolist() == [0, 9, 10, 30, 33]
+    for buf in rig.kv_pool.k_buffer + rig.kv_pool.v_buffer:
+        assert (buf != 0).float().mean() > 0.99  # random, not zeros
+
+
+def test_builder_decode_and_padding() -> None:
+    rig = make_rig(CONFIGS[0])
+    pb = rig.builder.decode([1, 9, 4])
+    assert pb.prefix_lens == [0, 8, 3] and pb.extend_lens == [1, 1, 1]
+    assert pb.batch.extend_seq_lens is None and pb.batch.out_cache_loc.shape == (3,)
+    padded = pad_decode_batch(pb.batch, 5, seq_len_fill_value=1)
+    assert padded.batch_size == 5
+    assert padded.req_pool_indices.tolist()[3:] == [PADDING_REQ] * 2
+    assert padded.seq_lens.tolist() == pb.seq_lens + [1, 1]
+    assert padded.out_cache_loc.tolist()[:3] == pb.batch.out_cache_loc.tolist()
+    with pytest.raises(AttngenInputError, match="DECODE batch of 1..2 rows"):
+        pad_decode_batch(pb.batch, 2, 1)
+
+
+def test_builder_rejects_what_does_not_fit() -> None:
+    rig = make_rig(CONFIGS[0], num_pages=8)
+    with pytest.raises(AttngenInputError, match="needing 9 pages does not fit"):
+        rig.builder.decode([20, 16])
+    with pytest.raises(AttngenInputError, match="extend_lens >= 1"):
+        rig.builder.extend([1], [0])
+
+
+# -- config selection and construction ----
+
+
+def test_select_config() -> None:
+    configs = {c.uri: c for c in CONFIGS}
+    got = select_config(
+        configs, head_dim=32, v_head_dim=16, gqa_group=1, page_size=1, dtype=torch.float16
+    )
+    assert got is CONFIGS[2]
+    with pytest.raises(AttngenInputError) as info:
+        select_config(
+            configs, head_dim=32, v_head_dim=32, gqa_group=2, page_size=8, dtype=torch.float16
+        )
+    message = str(info.value)
+    assert "no generated config for head_dim=32 v_head_dim=32 gqa_group=2 page_size=8" in message
+    assert "head_dim=16 v_head_dim=16 gqa_group=4 page_size=8 dtype=bfloat16" in message
+    twice = {"a": CONFIGS[0], "b": CONFIGS[0]}
+    with pytest.raises(AttngenInputError, match="several generated configs"):
+        select_config(
+            twice, head_dim=32, v_head_dim=32, gqa_group=2, page_size=4, dtype=torch.float16
+        )
+
+
+def test_backend_construction_errors() -> None:
+    rig = make_rig(CONFIGS[0])
+    req_pool, kv_pool = rig.backend.req_to_token_pool, rig.kv_pool
+    args = dict(
+        num_q_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        page_size=4,
+        dtype=torch.float16,
+        device="cpu",
+        req_to_token_pool=req_pool,
+        kv_pool=kv_pool,
+    )
+    cls = backend_class(rig.kernels)
+    assert cls(**args).config is CONFIGS[0]
+    with pytest.raises(TypeError, match="has no kernels module"):
+        TritonMhaBackend(**args)
+    with pytest.raises(AttngenInputError, match="num_q_heads: expected a multiple of"):
+        cls(**{**args, "num_q_heads": 5})
+    with pytest.raises(AttngenInputError, match="no generated config"):
+        cls(**{**args, "num_q_heads": 6})
+    with pytest.raises(AttngenInputError, match=r"kv_pool.dtype: expected torch.bfloat16"):
+        cls(**{**args, "dtype": torch.bfloat16})
+    with pytest.raises(AttngenInputError, match=r"kv_pool.num_kv_heads: expected 1"):
+        cls(**{**args, "num_q_heads": 2, "num_kv_heads": 1})
+
+
+# -- split-KV heuristic and metadata ----
+
+
+def test_decode_split_heuristic() -> None:
+    assert decode_split_cap(programs_per_split=8, num_sms=132, max_splits=16) == 16
+    assert decode_split_cap(programs_per_split=100, num_sms=132, max_splits=16) == 3
+    assert decode_split_cap(programs_per_split=264, num_sms=132, max_splits=16) == 1
+    assert decode_split_cap(programs_per_split=5000, num_sms=132, max_splits=16) == 1
+    seq_lens = torch.tensor([0, 1, 256, 257, 1000, 100000], dtype=torch.int32)
+    got = decode_num_splits(seq_lens, cap=4, min_split_tokens=256)
+    assert got.dtype == torch.int32 and got.tolist() == [1, 1, 1, 2, 4, 4]
+
+
+def test_decode_metadata() -> None:
+    config = CONFIGS[0]
+    rig = make_rig(config, max_context_len=4096, num_pages=2048)
+    pb = rig.builder.decode([4096, 300, 1, 77])
+    rig.backend.init_forward_metadata(pb.batch)
+    meta = rig.backend.forward_metadata
+    assert isinstance(meta, DecodeMetadata) and meta.batch_size == 4 and meta.out is None
+    assert meta.page_table.dtype == meta.seq_lens.dtype == meta.num_splits.dtype == torch.int32
+    assert torch.equal(meta.page_table, pb.page_table)
+    assert meta.seq_lens.tolist() == pb.seq_lens
+    # 4 requests x 2 kv heads leave the GPU idle: long requests split up to max_splits (4),
+    # each split keeps >= 256 tokens, short requests stay whole
+    assert meta.num_splits.tolist() == [4, 2, 1, 1]
+    assert meta.partial_o.shape == (4, 4, config.max_splits, 32)
+    assert meta.partial_lse.shape == (4, 4, config.max_splits)
+
+
+def test_extend_metadata() -> None:
+    rig = make_rig(CONFIGS[3])  # page_size 8
+    pb = rig.builder.extend([0, 13, 40], [5, 1, 24])
+    rig.backend.init_forward_metadata(pb.batch)
+    meta = rig.backend.forward_metadata
+    assert isinstance(meta, ExtendMetadata)
+    assert meta.num_tokens == 30 and meta.max_extend_len == 24 and meta.batch_size == 3
+    assert torch.equal(meta.page_table, pb.page_table)  # 64 tokens -> 8 pages
+    assert meta.qo_indptr.dtype == meta.prefix_lens.dtype == torch.int32
+    assert meta.qo_indptr.tolist() == [0, 5, 6, 30] and meta.prefix_lens.tolist() == [0, 13, 40]
+
+
+# -- forward: KV writes and outputs ----
+
+
+def check_forward(rig: Rig, pb: PagedBatch, *, flat: bool) -> torch.Tensor:
+    """Run one forward; check the KV write and the output against the oracle."""
+    q, k, v = rig.builder.qkv(pb.batch.num_new_tokens, rig.layer)
+    k_want, v_want = expected_after_write(rig, pb, k, v)
+    want = reference(rig, pb, q, k_want, v_want)
+    if flat:
+        q, k, v = (t.flatten(1) for t in (q, k, v))
+    out = run_forward(rig, pb, q, k, v)
+    k_cache, v_cache = rig.kv_pool.get_kv_buffer(rig.layer.layer_id)
+    assert torch.equal(k_cache, k_want) and torch.equal(v_cache, v_want)
+    assert out.shape == (pb.batch.num_new_tokens, rig.layer.num_q_heads * rig.layer.v_head_dim)
+    assert_matches(out, want, rig.builder.seed)
+    return out
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["heads", "flat"])
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.uri)
+def test_forward_extend(config: MhaTritonConfig, flat: bool) -> None:
+    rig = make_rig(config)
+    rng = random.Random(rig.builder.seed)
+    for _ in range(3):
+        count = rng.randint(1, 5)
+        ext = random_lens(rng, count, 1, 24)
+        prefix = [rng.choice([0, rng.randint(1, 64 - e)]) for e in ext]
+        check_forward(rig, rig.builder.extend(prefix, ext), flat=flat)
+    assert rig.kernels.calls == ["extend"] * 3
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["heads", "flat"])
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.uri)
+def test_forward_decode(config: MhaTritonConfig, flat: bool) -> None:
+    rig = make_rig(config)
+    rng = random.Random(rig.builder.seed)
+    for _ in range(3):
+        lens = random_lens(rng, rng.randint(1, 6), 1, 64)
+        check_forward(rig, rig.builder.decode(lens), flat=flat)
+    assert rig.kernels.calls == ["decode"] * 3
+
+
+def test_layers_share_metadata_and_keep_their_caches() -> None:
+    rig = make_rig(CONFIGS[0])
+    pb = rig.builder.decode([5, 33])
+    rig.backend.init_forward_metadata(pb.batch)
+    for layer_id in (0, 1):
+        layer = AttentionLayer(**{**vars(rig.layer), "layer_id": layer_id})
+        rig_layer = Rig(rig.backend, rig.builder, layer, rig.kernels)
+        q, k, v = rig.builder.qkv(2, layer)
+        k_want, v_want = expected_after_write(rig_layer, pb, k, v)
+        other = [t.clone() for t in rig.kv_pool.get_kv_buffer(1 - layer_id)]
+        out = rig.backend.forward_decode(q, k, v, layer, pb.batch)
+        assert_matches(out, reference(rig_layer, pb, q, k_want, v_want), rig.builder.seed)
+        assert all(
+            torch.equal(a, b) for a, b in zip(rig.kv_pool.get_kv_buffer(1 - layer_id), other)
+        )
+
+
+def test_forward_without_saving_kv() -> None:
+    rig = make_rig(CONFIGS[0])
+    pb = rig.builder.extend([7], [4])
+    before = [t.clone() for t in rig.kv_pool.get_kv_buffer(rig.layer.layer_id)]
+    q, _, _ = rig.builder.qkv(4, rig.layer)
+    rig.backend.init_forward_metadata(pb.batch)
+    out = rig.backend.forward_extend(q, None, None, rig.layer, pb.batch, save_kv_cache=False)
+    caches = rig.kv_pool.get_kv_buffer(rig.layer.layer_id)
+    assert all(torch.equal(a, b) for a, b in zip(caches, before))
+    assert_matches(out, reference(rig, pb, q, *before), rig.builder.seed)
+
+
+def test_forward_input_errors() -> None:
+    rig = make_rig(CONFIGS[0])
+    pb = rig.builder.decode([5, 9])
+    q, k, v = rig.builder.qkv(2, rig.layer)
+    fwd = rig.backend.forward_decode
+    with pytest.raises(AttngenInputError, match="forward_decode: needs DecodeMetadata .* none"):
+        fwd(q, k, v, rig.layer, pb.batch)
+    rig.backend.init_forward_metadata(pb.batch)
+    with pytest.raises(AttngenInputError, match="forward_extend: needs ExtendMetadata"):
+        rig.backend.forward_extend(q, k, v, rig.layer, pb.batch)
+    with pytest.raises(AttngenInputError, match="q: expected dtype torch.float16"):
+        fwd(q.float(), k, v, rig.layer, pb.batch)
+    with pytest.raises(AttngenInputError, match=r"q: expected shape \[2, 4, 32\]"):
+        fwd(q[:, :2], k, v, rig.layer, pb.batch)
+    with pytest.raises(AttngenInputError, match=r"q: expected shape \[2, 128\]"):
+        fwd(q.flatten(1)[:, :96], k, v, rig.layer, pb.batch)
+    with pytest.raises(AttngenInputError, match=r"k: expected 3 dims \[2, 2, 32\]"):
+        fwd(q, k[None], v, rig.layer, pb.batch)
+    with pytest.raises(AttngenInputError, match="v: expected a torch.Tensor"):
+        fwd(q, k, None, rig.layer, pb.batch)
+    bad_layer = AttentionLayer(**{**vars(rig.layer), "num_kv_heads": 4})
+    with pytest.raises(AttngenInputError, match=r"layer 1 .* expected \(4, 2, 32, 32\)"):
+        fwd(q, k, v, bad_layer, pb.batch)
+    assert rig.kernels.calls == []
+
+
+def test_forward_modes() -> None:
+    rig = make_rig(CONFIGS[0])
+    batch = rig.builder.extend([2], [3]).batch
+    for mode in (ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND):
+        with pytest.raises(AttngenInputError, match=f"{mode.name} .* not supported yet"):
+            rig.backend.init_forward_metadata(ForwardBatch(**{**vars(batch), "forward_mode": mode}))
+    rig.backend.init_forward_metadata(batch)
+    rig.backend.init_forward_metadata(
+        ForwardBatch(**{**vars(batch), "forward_mode": ForwardMode.IDLE})
+    )
+    assert rig.backend.forward_metadata is None
+
+
+# -- CUDA graphs (emulated) ----
+
+
+def metadata_addresses(meta: DecodeMetadata) -> dict[str, int]:
+    names = ("page_table", "seq_lens", "num_splits", "partial_o", "partial_lse", "out")
+    return {name: getattr(meta, name).data_ptr() for name in names}
+
+
+@pytest.mark.parametrize("config", [CONFIGS[0], CONFIGS[2], CONFIGS[3]], ids=lambda c: c.uri)
+def test_cuda_graph_replay_matches_eager(config: MhaTritonConfig) -> None:
+    max_bs, max_context_len = 6, 96
+    rig = make_rig(config, max_context_len=max_context_len, num_pages=1024)
+    backend, layer, fill = rig.backend, rig.layer, rig.backend.get_cuda_graph_seq_len_fill_value()
+    backend.init_cuda_graph_state(max_bs, max_bs)
+    # -- capture once, at max_bs, on static inputs (as a graph runner does) ----
+    q_s, k_s, v_s = rig.builder.qkv(max_bs, layer)
+    req_s = torch.zeros(max_bs, dtype=torch.int64)
+    seq_s = torch.full((max_bs,), fill, dtype=torch.int32)
+    loc_s = torch.zeros(max_bs, dtype=torch.int64)
+    static = ForwardBatch(max_bs, ForwardMode.DECODE, req_s, seq_s, seq_s.clone(), loc_s)
+    backend.init_forward_metadata_capture_cuda_graph(
+        max_bs, max_bs, req_s, seq_s, None, ForwardMode.DECODE, None
+    )
+    addresses = metadata_addresses(backend.forward_metadata)
+    graph = GraphEmulator(rig.kernels, rig.kv_pool)
+    with graph.capture():
+        out_s = backend.forward_decode(q_s, k_s, v_s, layer, static)
+    # -- replay many batches: fewer rows, new lengths, up to the table's width ----
+    rng = random.Random(rig.builder.seed)
+    for step in range(24):
+        n = max_bs if step % 5 == 0 else rng.randint(1, max_bs)
+        lens = random_lens(rng, n, 1, max_context_len if step % 2 else 16)
+        lens[0] = max_context_len if step % 3 == 0 else lens[0]
+        pb = rig.builder.decode(lens)
+        q, k, v = rig.builder.qkv(n, layer)
+        eager = run_forward(rig, pb, q, k, v).clone()
+        padded = pad_decode_batch(pb.batch, max_bs, fill)
+        for buf, new in ((q_s, q), (k_s, k), (v_s, v)):
+            buf[:n] = new
+        for buf, new in (
+            (req_s, padded.req_pool_indices),
+            (seq_s, padded.seq_lens),
+            (loc_s, padded.out_cache_loc),
+        ):
+            buf.copy_(new)
+        seq_lens_cpu = padded.seq_lens_cpu if step % 2 else None  # both copy-in paths
+        backend.init_forward_metadata_replay_cuda_graph(
+            max_bs,
+            req_s,
+            seq_s,
+            sum(padded.seq_lens_cpu.tolist()),
+            None,
+            ForwardMode.DECODE,
+            None,
+            seq_lens_cpu,
+        )
+        assert metadata_addresses(backend.forward_metadata) == addresses, f"step {step}"
+        graph.replay()
+        msg = f"seed {rig.builder.seed}, step {step}, lens {lens}"
+        assert torch.equal(out_s[:n], eager), msg
+    assert len(graph.ops) == 2  # one KV write, one decode launch
+
+
+def test_cuda_graph_errors() -> None:
+    rig = make_rig(CONFIGS[0])
+    backend, decode = rig.backend, ForwardMode.DECODE
+    req, seq = torch.zeros(4, dtype=torch.int64), torch.ones(4, dtype=torch.int32)
+    with pytest.raises(AttngenInputError, match="call init_cuda_graph_state first"):
+        backend.init_forward_metadata_capture_cuda_graph(4, 4, req, seq, None, decode, None)
+    backend.init_cuda_graph_state(4, 4)
+    capture = backend.init_forward_metadata_capture_cuda_graph
+    with pytest.raises(AttngenInputError, match="EXTEND is not graph-capturable yet"):
+        capture(4, 4, req, seq, None, ForwardMode.EXTEND, None)
+    with pytest.raises(AttngenInputError, match=r"bs: expected 1..4 .*got 5"):
+        capture(5, 5, torch.zeros(5, dtype=torch.int64), seq, None, decode, None)
+    with pytest.raises(AttngenInputError, match="num_tokens: expected bs=4"):
+        capture(4, 8, req, seq, None, decode, None)
+    with pytest.raises(AttngenInputError, match="encoder_lens: expected None"):
+        capture(4, 4, req, seq, seq, decode, None)
+    with pytest.raises(AttngenInputError, match=r"seq_lens: expected >= bs=4 rows"):
+        capture(4, 4, req, seq[:3], None, decode, None)
+    capture(4, 4, req, seq, None, decode, None)
+    too_long = torch.tensor([1, 65, 1, 1], dtype=torch.int32)
+    with pytest.raises(AttngenInputError, match=r"seq_lens: expected <= 64"):
+        backend.init_forward_metadata_replay_cuda_graph(
+            4, req, too_long, 68, None, decode, None, too_long
+        )
+
+
+# -- a real generated kernels module, through Triton's interpreter ----
+
+
+def test_generated_backend_in_interpreter() -> None:
+    try:
+        module = importlib.import_module("generated.sm90.mha.mha_gqa_paged.backend")
+    except ImportError as exc:
+        pytest.skip(f"no generated sm90 mha_gqa_paged backend: {exc}")
+    configs = [
+        c
+        for c in module.Backend.kernels.CONFIGS.values()
+        if c.dtype == "float16" and c.page_size == 16 and c.gqa_group == 4 and c.head_dim == 64
+    ]
+    if not configs:
+        pytest.skip("no fp16 d64 g4 ps16 config")
+    rig = make_rig(configs[0], num_kv_heads=1, max_context_len=48, backend_cls=module.Backend)
+    check_forward(rig, rig.builder.extend([0, 21], [5, 11]), flat=True)
+    check_forward(rig, rig.builder.decode([1, 48]), flat=False)
