@@ -1,0 +1,147 @@
+"""Ahead-of-time compile of every generated Triton kernel, checked against the evidence files.
+
+Each arch's kernels are compiled to cubins (no GPU needed) by ``python -m attngen.aot`` in a
+subprocess: this process runs Triton in interpreter mode, which cannot compile. The recorded
+registers / spills / shared memory must equal ``evidence/compile/<arch>.json`` byte for byte, so
+the docs' "compiles on sm_XX" claims and resource numbers stay true of the tree.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `pytest` (not `python -m pytest`) puts only tests/ on the path
+    sys.path.insert(0, str(REPO))
+
+from attngen import aot  # noqa: E402
+
+GENERATED = REPO / "generated"
+EVIDENCE = REPO / "evidence" / "compile"
+REGENERATE = "run `make evidence-compile` and commit evidence/compile/"
+
+
+def run_aot(arch: str, generated: Path, out: Path, cache: Path) -> subprocess.CompletedProcess:
+    """``python -m attngen.aot`` from the repo root, outside interpreter mode."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(cache)
+    cmd = [sys.executable, "-m", "attngen.aot", "--arch", arch, "--generated", str(generated)]
+    cmd += ["--out", str(out)]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+
+
+def failure_text(proc: subprocess.CompletedProcess) -> str:
+    return f"exit {proc.returncode}\n--- stdout (tail)\n{proc.stdout[-3000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", sorted(aot.ARCH_CAPABILITY))
+def test_generated_kernels_compile_and_match_evidence(arch: str, tmp_path: Path) -> None:
+    if not aot.discover(arch, GENERATED):
+        pytest.skip(f"no generated kernels under generated/{arch}/ yet")
+    out = tmp_path / f"{arch}.json"
+    proc = run_aot(arch, GENERATED, out, tmp_path / "triton-cache")
+    assert proc.returncode == 0, failure_text(proc)
+    result = json.loads(out.read_text())
+    spills = [r for r in result["kernels"] if r["spill_bytes"] > 0]
+    assert not spills, f"kernels spill registers on {arch}: {spills}"
+    # every (module, variant, kernel) of the tree is in the fresh result, with the current sha256
+    assert aot.check_evidence(arch, GENERATED, out) == []
+    evidence = EVIDENCE / f"{arch}.json"
+    assert evidence.exists(), f"{evidence.relative_to(REPO)} is missing: {REGENERATE}"
+    recorded, fresh = evidence.read_text(), out.read_text()
+    if recorded != fresh:
+        diff = difflib.unified_diff(
+            recorded.splitlines(), fresh.splitlines(), "checked-in", "fresh compile", lineterm=""
+        )
+        pytest.fail(
+            f"evidence/compile/{arch}.json is stale: {REGENERATE}\n" + "\n".join(list(diff)[:60])
+        )
+
+
+# -- the checker itself, on a throwaway tree (independent of what has been generated) ----------
+
+TINY_KERNELS = """
+import triton
+import triton.language as tl
+
+from attngen.runtime.configs import CompileSpec, MhaTritonConfig
+
+
+@triton.jit
+def scale(X, Y, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + offs, tl.load(X + offs, mask=offs < n) * factor, mask=offs < n)
+
+
+def _config(uri: str, block: int) -> MhaTritonConfig:
+    return MhaTritonConfig(uri, 64, 64, 1, 1, "float16", block, 16, 4, 2, 8, 4, 64, 64, 4, 2)
+
+
+CONFIGS = {uri: _config(uri, block) for uri, block in (("tiny/a", 256), ("tiny/b", 256), ("tiny/c", 512))}
+
+
+def compile_specs(config: MhaTritonConfig) -> list[CompileSpec]:
+    signature = {"X": "*fp16", "Y": "*fp16", "n": "i32", "factor": "fp32"}
+    return [
+        CompileSpec("scale", scale, signature, {"BLOCK": config.decode_block_n}, num_warps=4),
+        CompileSpec("scale_small", scale, signature, {"BLOCK": 128}, num_warps=1, num_stages=1),
+    ]
+"""
+
+
+def write_tiny_tree(root: Path, arch: str) -> Path:
+    """``<root>/aotgen_tiny/<arch>/tiny/t1/kernels.py``: a package name no real module uses."""
+    generated = root / "aotgen_tiny"
+    module = generated / arch / "tiny" / "t1" / "kernels.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(textwrap.dedent(TINY_KERNELS))
+    return generated
+
+
+def test_parse_ptxas_log() -> None:
+    log = (
+        "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+        "ptxas info    : Function properties for k\n"
+        "    64 bytes stack frame, 84 bytes spill stores, 68 bytes spill loads\n"
+        "ptxas info    : Used 255 registers, used 1 barriers, 64 bytes cumulative stack size\n"
+    )
+    assert aot.parse_ptxas_log(log) == (255, 152)
+    with pytest.raises(aot.AotError):
+        aot.parse_ptxas_log("ptxas info    : 0 bytes gmem\n")
+
+
+@pytest.mark.slow
+def test_checker_on_a_tiny_tree(tmp_path: Path) -> None:
+    generated = write_tiny_tree(tmp_path, "sm90")
+    out = tmp_path / "sm90.json"
+    proc = run_aot("sm90", generated, out, tmp_path / "triton-cache")
+    assert proc.returncode == 0, failure_text(proc)
+    # 6 rows (3 variants x 2 kernels) from 3 compiles: tiny/a and tiny/b share theirs
+    assert proc.stdout.count("\n") == 3 and "[3/3] sm90 tiny t1" in proc.stdout, proc.stdout
+    text = out.read_text()
+    result = json.loads(text)
+    assert text == aot.dumps(result) and text.endswith("}\n") and str(tmp_path) not in text
+    assert [(r["variant"], r["kernel"]) for r in result["kernels"]] == [
+        (v, k) for v in ("tiny/a", "tiny/b", "tiny/c") for k in ("scale", "scale_small")
+    ]
+    assert all(r["registers"] > 0 and r["spill_bytes"] == 0 for r in result["kernels"])
+    assert aot.check_evidence("sm90", generated, out) == []
+
+    stale = dict(result, kernels=[dict(r) for r in result["kernels"][1:]])
+    stale["kernels"][0]["sha256"] = "0" * 64
+    stale["kernels"][1]["spill_bytes"] = 8
+    stale["kernels"].append(dict(stale["kernels"][2], module="aotgen_tiny/sm90/gone/x/kernels.py"))
+    out.write_text(aot.dumps(stale))
+    problems = aot.check_evidence("sm90", generated, out)
+    assert len(problems) == 4, problems
+    assert problems[0].startswith("missing from evidence") and "stale" in problems[1]
+    assert "not in the tree" in problems[2] and "spills 8 bytes" in problems[3]
