@@ -1,0 +1,489 @@
+#!/usr/bin/env python3
+"""GPU benchmark: attngen's generated Triton MHA kernels side by side with peers, one run.
+
+Decode (paged, one query per sequence): attngen ``decode`` vs FA4 ``flash_attn_varlen_func``
+with ``page_table`` + ``seqused_k``; TB/s = bytes of K and V of every cached token / time.
+Prefill (16k tokens per call): attngen ``extend`` with prefix 0 vs FA4 ``flash_attn_func``,
+cuDNN and FA2 through SDPA; TFLOP/s = 2*B*Hq*S*S*(Dqk+Dv) / time, halved when causal.
+Run from the repo root: ``python bench/run.py --out bench/results`` (see bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import importlib.metadata
+import inspect
+import json
+import math
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+HQ, HKV, D = 32, 8, 128  # q heads, kv heads, head dim (qk = v)
+DTYPE = "bfloat16"  # of q, out and the KV cache
+SCALE = 1.0 / math.sqrt(D)
+DECODE_CASES = ((64, 4096), (128, 8192))  # (batch, context)
+PAGE_SIZES = (1, 64, 128)
+PREFILL_TOKENS = 16384
+PREFILL_SEQLENS = (1024, 4096, 8192)
+PEERS = ("fa4", "cudnn", "fa2")
+ATOL, RTOL = 4e-3, 2e-2  # mismatch when max|out - ref| > ATOL + RTOL * max|ref|
+WARMUP_MS, REP_MS = 50, 200
+DEV = "cuda"
+
+torch = None  # imported in main(), so that --help needs nothing
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def rand(*shape):
+    return torch.randn(*shape, dtype=getattr(torch, DTYPE), device=DEV)
+
+
+def short(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+
+
+# -- attngen side ----
+
+
+def load_attngen() -> tuple[list, dict]:
+    """Every generated sm90 MHA variant as (spec, module, config), and import errors by spec."""
+    sys.path.insert(0, str(ROOT))
+    variants, errors = [], {}
+    for path in sorted((ROOT / "generated" / "sm90" / "mha").glob("*/kernels.py")):
+        spec = path.parent.name
+        try:
+            mod = importlib.import_module(f"generated.sm90.mha.{spec}.kernels")
+        except Exception as e:  # a broken module must not stop the peers
+            errors[spec] = short(e)
+            continue
+        for _uri, cfg in sorted(getattr(mod, "CONFIGS", {}).items()):
+            variants.append((spec, mod, cfg))
+    return variants, errors
+
+
+def extend_mask_kwargs(mod, cfg, causal: bool) -> dict | None:
+    """Extra kwargs that ask ``mod.extend`` for this mask; None when the variant lacks it."""
+    for owner, name in ((cfg, "causal"), (mod, "CAUSAL")):  # generated modules say CAUSAL
+        if hasattr(owner, name):
+            return {} if bool(getattr(owner, name)) == causal else None
+    if "causal" in inspect.signature(mod.extend).parameters:
+        return {"causal": causal}
+    return {} if causal else None  # attngen's extend is causal unless it says otherwise
+
+
+def find_variant(variants, phase: str, page_size: int, causal: bool = True):
+    """(spec, module, config, extra kwargs) of the variant for our shapes, or None."""
+    for spec, mod, cfg in variants:
+        key = (cfg.head_dim, cfg.v_head_dim, cfg.gqa_group, cfg.page_size, cfg.dtype)
+        if key != (D, D, HQ // HKV, page_size, DTYPE) or not hasattr(mod, phase):
+            continue
+        kwargs = extend_mask_kwargs(mod, cfg, causal) if phase == "extend" else {}
+        if kwargs is not None:
+            return spec, mod, cfg, kwargs
+    return None
+
+
+def decode_splits(cfg, seq_lens, num_sms: int):
+    """Per-request KV splits [B] int32 as the backend picks them, else the brief's formula."""
+    try:
+        from attngen.runtime.mha_backend import TritonMhaBackend
+
+        shim = SimpleNamespace(num_q_heads=HQ, num_kv_heads=HKV, config=cfg, num_sms=num_sms)
+        splits = TritonMhaBackend._num_splits(shim, seq_lens, seq_lens.shape[0])
+        return splits.to(torch.int32), "attngen.runtime.mha_backend.TritonMhaBackend._num_splits"
+    except Exception as e:
+        why = short(e)
+    n = max(1, min(math.ceil(2 * num_sms / (seq_lens.shape[0] * HKV)), cfg.max_splits))
+    return torch.full_like(seq_lens, n), f"clamp(ceil(2*num_sms/(B*Hkv)), 1, max_splits) ({why})"
+
+
+# -- peers ----
+
+
+def load_fa4():
+    """(flash_attn_func, flash_attn_varlen_func) or None, and the version or why not."""
+    try:
+        from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
+
+        return (flash_attn_func, flash_attn_varlen_func), importlib.metadata.version("flash-attn-4")
+    except Exception as e:
+        return None, f"unavailable: {short(e)}"
+
+
+def sdpa_fn(backend: str, q4, k4, v4, causal: bool):
+    """SDPA pinned to one backend on [B, S, H, D] inputs: (fn, how GQA was done)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    be = getattr(SDPBackend, backend)
+    qt, kt, vt = (x.transpose(1, 2) for x in (q4, k4, v4))  # [B, H, S, D] views
+
+    def call(k, v, gqa):
+        with sdpa_kernel(be):
+            return sdpa(qt, k, v, is_causal=causal, scale=SCALE, enable_gqa=gqa)
+
+    try:
+        call(kt, vt, True)
+        return (lambda: call(kt, vt, True)), "enable_gqa=True"
+    except RuntimeError as e:
+        why = short(e)
+    ke, ve = (x.repeat_interleave(HQ // HKV, dim=1) for x in (kt, vt))
+    call(ke, ve, False)  # raises when the backend cannot run this at all
+    return (lambda: call(ke, ve, False)), f"kv heads expanded before the call ({why})"
+
+
+# -- measuring and checking ----
+
+
+def measure(fn, work: float, unit: str):
+    """Call fn once (its output comes back for checks), then time it: (result, output)."""
+    from triton.testing import do_bench
+
+    try:
+        out = fn()
+        torch.cuda.synchronize()
+        ms = float(do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median"))
+        return {"ms": ms, unit: work / (ms * 1e-3) / 1e12}, out
+    except Exception as e:
+        traceback.print_exc()
+        return {"error": short(e)}, None
+
+
+def reference(q, k, v, q_pos, causal: bool):
+    """fp32 attention of one sequence: q [n, Hq, D] at positions q_pos, k/v [L, Hkv, D]."""
+    g = q.shape[1] // k.shape[1]
+    kf, vf = (x.float().repeat_interleave(g, dim=1) for x in (k, v))
+    s = torch.einsum("nhd,lhd->hnl", q.float(), kf) * SCALE
+    if causal:
+        keys = torch.arange(k.shape[0], device=k.device)
+        s.masked_fill_(keys[None, None, :] > q_pos[None, :, None], float("-inf"))
+    return torch.einsum("hnl,lhd->nhd", s.softmax(-1), vf)
+
+
+def compare(out, ref) -> dict:
+    diff = (out.float() - ref.float()).abs().max().item()  # NaN stays NaN and fails below
+    tol = ATOL + RTOL * ref.float().abs().max().item()
+    return {"max_abs_diff": diff, "tol": tol, "ok": bool(diff <= tol)}
+
+
+def add_checks(res: dict, outs: dict, ref, rows) -> None:
+    """Each output vs the fp32 reference rows; attngen vs every peer; flag mismatches."""
+    for name, out in outs.items():
+        res[name]["vs_ref"] = compare(out[rows], ref)
+    if "attngen" in outs:
+        for peer in (p for p in PEERS if p in outs):
+            res["attngen"][f"vs_{peer}"] = compare(outs["attngen"], outs[peer])
+        bad = [k for k, v in res["attngen"].items() if k.startswith("vs_") and not v["ok"]]
+        res["attngen"]["mismatch"] = bad
+
+
+def ratios(res: dict, unit: str) -> dict:
+    a = res.get("attngen", {}).get(unit)
+    return {p: a / res[p][unit] for p in PEERS if a and res.get(p, {}).get(unit)}
+
+
+def shuffled_page_table(batch: int, pages_per_seq: int, num_pages: int, seed: int):
+    """Physical pages in a random order, as in a pool that has been in use for a while."""
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(num_pages, generator=g)[: batch * pages_per_seq]
+    return perm.to(device=DEV, dtype=torch.int32).view(batch, pages_per_seq)
+
+
+def token_slots(page_table, page_size: int, seq_len: int):
+    """Flat pool index of every (request, position): [B, seq_len] int64."""
+    pos = torch.arange(seq_len, device=page_table.device)
+    return page_table[:, pos // page_size].long() * page_size + pos % page_size
+
+
+# -- decode ----
+
+
+def run_decode(batch, ctx, page_size, variants, fa4, num_sms, kv, q) -> dict:
+    k_flat, v_flat = kv
+    row = {"case": f"B{batch} ctx{ctx}", "batch": batch, "ctx": ctx, "page_size": page_size,
+           "hq": HQ, "hkv": HKV, "head_dim": D, "bytes": 2 * batch * ctx * HKV * D * 2}
+    k_cache, v_cache = (x.view(-1, page_size, HKV, D) for x in (k_flat, v_flat))
+    page_table = shuffled_page_table(batch, ctx // page_size, k_cache.shape[0], seed=page_size)
+    seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device=DEV)
+    res, outs = {}, {}
+    found = find_variant(variants, "decode", page_size)
+    if found is None:
+        res["attngen"] = {"status": "not generated"}
+    else:
+        spec, mod, cfg, _ = found
+        num_splits, how = decode_splits(cfg, seq_lens, num_sms)
+        splits = int(num_splits.max())
+        out = torch.full_like(q, float("nan"))
+        part_o = torch.empty(batch, HQ, cfg.max_splits, D, dtype=torch.float32, device=DEV)
+        part_lse = torch.empty(batch, HQ, cfg.max_splits, dtype=torch.float32, device=DEV)
+
+        def attngen():
+            mod.decode(q, k_cache, v_cache, page_table, seq_lens, num_splits, out, part_o,
+                       part_lse, config=cfg, sm_scale=SCALE)
+            return out
+
+        res["attngen"], outs["attngen"] = measure(attngen, row["bytes"], "tbps")
+        res["attngen"].update(spec=spec, uri=cfg.uri, num_splits=splits, splits_from=how)
+    if fa4 is None:
+        res["fa4"] = {"status": "unavailable"}
+    else:
+        def fa4_decode():
+            return fa4[1](q.unsqueeze(1), k_cache, v_cache, page_table=page_table,
+                          seqused_k=seq_lens, softmax_scale=SCALE, causal=False)[0]
+
+        res["fa4"], o = measure(fa4_decode, row["bytes"], "tbps")
+        if o is not None:
+            outs["fa4"] = o.view(batch, HQ, D)
+    outs = {k: v for k, v in outs.items() if v is not None}
+    rows = [0, batch - 1]
+    slots = token_slots(page_table[rows], page_size, ctx)
+    ref = torch.cat([reference(q[b : b + 1], k_flat[s], v_flat[s],
+                               torch.tensor([ctx - 1], device=DEV), False)
+                     for b, s in zip(rows, slots)])
+    add_checks(res, outs, ref, rows)
+    row.update(results=res, ratio=ratios(res, "tbps"))
+    return row
+
+
+# -- prefill ----
+
+
+def attngen_extend(found, q, k, v, batch, seqlen, page_size):
+    """attngen extend over pages filled with the new tokens' K/V (prefix 0): timed fn."""
+    spec, mod, cfg, kwargs = found
+    pages_per_seq = math.ceil(seqlen / page_size)
+    num_pages = batch * pages_per_seq
+    k_cache = torch.zeros(num_pages, page_size, HKV, D, dtype=q.dtype, device=DEV)
+    v_cache = torch.zeros_like(k_cache)
+    page_table = shuffled_page_table(batch, pages_per_seq, num_pages, seed=seqlen + page_size)
+    slots = token_slots(page_table, page_size, seqlen).reshape(-1)
+    k_cache.view(-1, HKV, D)[slots] = k
+    v_cache.view(-1, HKV, D)[slots] = v
+    qo_indptr = (torch.arange(batch + 1, device=DEV) * seqlen).to(torch.int32)
+    prefix_lens = torch.zeros(batch, dtype=torch.int32, device=DEV)
+    out = torch.full_like(q, float("nan"))
+
+    def fn():
+        mod.extend(q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out,
+                   max_extend_len=seqlen, config=cfg, sm_scale=SCALE, **kwargs)
+        return out
+
+    return fn
+
+
+def prefill_peers(fa4, q, k, v, batch, seqlen, causal, flops):
+    """Time FA4, cuDNN and FA2 once for this shape: (results, outputs as [T, Hq, D])."""
+    q4, k4, v4 = (x.view(batch, seqlen, -1, D) for x in (q, k, v))
+    res, outs = {}, {}
+    if fa4 is None:
+        res["fa4"] = {"status": "unavailable"}
+    else:
+        fn = lambda: fa4[0](q4, k4, v4, softmax_scale=SCALE, causal=causal)[0]  # noqa: E731
+        res["fa4"], o = measure(fn, flops, "tflops")
+        outs["fa4"] = None if o is None else o.reshape(-1, HQ, D)
+    for name, backend in (("cudnn", "CUDNN_ATTENTION"), ("fa2", "FLASH_ATTENTION")):
+        try:
+            fn, gqa = sdpa_fn(backend, q4, k4, v4, causal)
+        except Exception as e:
+            res[name] = {"error": short(e)}
+            continue
+        res[name], o = measure(fn, flops, "tflops")
+        res[name]["gqa"] = gqa
+        outs[name] = None if o is None else o.transpose(1, 2).reshape(-1, HQ, D)
+    return res, {k: o for k, o in outs.items() if o is not None}
+
+
+def run_prefill(seqlen, causal, page_sizes, variants, fa4) -> list[dict]:
+    batch = PREFILL_TOKENS // seqlen
+    flops = 2 * batch * HQ * seqlen * seqlen * (D + D) * (0.5 if causal else 1.0)
+    tokens = batch * seqlen
+    q, k, v = rand(tokens, HQ, D), rand(tokens, HKV, D), rand(tokens, HKV, D)
+    peer_res, peer_outs = prefill_peers(fa4, q, k, v, batch, seqlen, causal, flops)
+    pos = torch.cat([torch.arange(32), torch.arange(seqlen - 32, seqlen)]).to(DEV)
+    seqs = sorted({0, batch - 1})
+    rows = torch.cat([b * seqlen + pos for b in seqs])
+    ref = torch.cat([reference(q[b * seqlen + pos], k[b * seqlen : (b + 1) * seqlen],
+                               v[b * seqlen : (b + 1) * seqlen], pos, causal) for b in seqs])
+    out_rows = []
+    for page_size in page_sizes:
+        row = {"case": f"S{seqlen} {'causal' if causal else 'non-causal'}", "seqlen": seqlen,
+               "batch": batch, "causal": causal, "page_size": page_size, "hq": HQ, "hkv": HKV,
+               "head_dim": D, "flops": flops}
+        res = {p: dict(r) for p, r in peer_res.items()}
+        outs = dict(peer_outs)
+        found = page_size and find_variant(variants, "extend", page_size, causal)
+        if not found:
+            res["attngen"] = {"status": "not generated"}
+        else:
+            fn = attngen_extend(found, q, k, v, batch, seqlen, page_size)
+            res["attngen"], o = measure(fn, flops, "tflops")
+            res["attngen"].update(spec=found[0], uri=found[2].uri)
+            if o is not None:
+                outs["attngen"] = o
+        add_checks(res, outs, ref, rows)
+        row.update(results=res, ratio=ratios(res, "tflops"))
+        out_rows.append(row)
+        torch.cuda.empty_cache()
+    return out_rows
+
+
+# -- report ----
+
+
+def environment(args, fa4_version: str) -> dict:
+    import triton
+
+    attention = importlib.import_module("torch.nn.attention")
+    flash_impl = getattr(attention, "current_flash_attention_impl", lambda: "FA2")
+    try:
+        dsl = importlib.metadata.version("nvidia-cutlass-dsl")
+    except Exception as e:
+        dsl = f"unavailable: {short(e)}"
+    props = torch.cuda.get_device_properties(0)
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    return {"commit": commit_id(args), "date": now, "gpu": props.name,
+            "num_sms": props.multi_processor_count, "capability": [props.major, props.minor],
+            "python": sys.version.split()[0],
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(), "triton": triton.__version__,
+            "peers": {"flash-attn-4": fa4_version, "nvidia-cutlass-dsl": dsl,
+                      "sdpa_flash_impl": str(flash_impl())},
+            "timing": f"triton.testing.do_bench median, warmup {WARMUP_MS} ms, rep {REP_MS} ms",
+            "check": f"max|out-ref| <= {ATOL} + {RTOL}*max|ref| (ref: fp32 torch rows, or peer)"}
+
+
+def commit_id(args) -> str:
+    if args.commit or os.environ.get("ATTNGEN_COMMIT"):
+        return args.commit or os.environ["ATTNGEN_COMMIT"]
+    try:  # .git may be missing where the bench runs
+        cmd = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+def cell(r: dict, unit: str) -> str:
+    if unit in r:
+        return f"{r[unit]:8.2f}"
+    if "status" in r:
+        return "     n/g" if r["status"] == "not generated" else "       -"
+    return "     err"
+
+
+def table(report: dict) -> str:
+    lines = ["decode TB/s           page  attngen      FA4  ag/FA4  splits  check"]
+    for row in report["decode"]:
+        r, a = row["results"], row["results"].get("attngen", {})
+        chk = "MISMATCH" if a.get("mismatch") else "ok" if "mismatch" in a else "-"
+        lines.append(f"{row['case']:<20} {row['page_size']:>5} {cell(a, 'tbps')} "
+                     f"{cell(r.get('fa4', {}), 'tbps')} {row['ratio'].get('fa4', 0):7.2f} "
+                     f"{a.get('num_splits', '-'):>7}  {chk}")
+    lines.append("prefill TFLOP/s       page  attngen      FA4    cuDNN      FA2  ag/FA4 ag/cuDNN"
+                 "  check")
+    for row in report["prefill"]:
+        r, a = row["results"], row["results"].get("attngen", {})
+        chk = "MISMATCH" if a.get("mismatch") else "ok" if "mismatch" in a else "-"
+        peers = " ".join(cell(r.get(p, {"status": "-"}), "tflops") for p in PEERS)
+        lines.append(f"{row['case']:<20} {row['page_size'] or '-':>5} {cell(a, 'tflops')} "
+                     f"{peers} {row['ratio'].get('fa4', 0):7.2f} "
+                     f"{row['ratio'].get('cudnn', 0):8.2f}  {chk}")
+    return "\n".join(lines)
+
+
+def guarded(fn, *args, **stub) -> list[dict]:
+    """Run one case; an exception outside the timed calls becomes a row, not a crash."""
+    try:
+        rows = fn(*args)
+        return rows if isinstance(rows, list) else [rows]
+    except Exception as e:
+        traceback.print_exc()
+        return [dict(stub, results={"attngen": {"error": short(e)}}, ratio={})]
+
+
+def save(report: dict, path: Path) -> None:
+    path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+
+
+def progress(kind: str, row: dict, unit: str) -> None:
+    figures = {k: v.get(unit, v.get("status", v.get("error"))) for k, v in row["results"].items()}
+    log(f"{kind} {row['case']} page {row['page_size']}: {json.dumps(figures)}")
+
+
+def bench_decode(args, report: dict, variants, fa4, save_report) -> None:
+    pages = [p for p in PAGE_SIZES if find_variant(variants, "decode", p)] or [64, 128]
+    for batch, ctx in DECODE_CASES[:1] if args.quick else DECODE_CASES:
+        kv, q = (rand(batch * ctx, HKV, D), rand(batch * ctx, HKV, D)), rand(batch, HQ, D)
+        for page_size in pages[-1:] if args.quick else pages:
+            case = dict(case=f"B{batch} ctx{ctx}", page_size=page_size)
+            [row] = guarded(run_decode, batch, ctx, page_size, variants, fa4,
+                            report["num_sms"], kv, q, **case)
+            report["decode"].append(row)
+            save_report()
+            progress("decode", row, "tbps")
+        del kv, q
+        torch.cuda.empty_cache()
+
+
+def bench_prefill(args, report: dict, variants, fa4, save_report) -> None:
+    pages = [p for p in PAGE_SIZES if find_variant(variants, "extend", p)] or [None]
+    for seqlen in PREFILL_SEQLENS[:1] if args.quick else PREFILL_SEQLENS:
+        for causal in (True, False):
+            case = dict(case=f"S{seqlen} {'causal' if causal else 'non-causal'}", page_size=None)
+            for row in guarded(run_prefill, seqlen, causal, pages, variants, fa4, **case):
+                report["prefill"].append(row)
+                save_report()
+                progress("prefill", row, "tflops")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", default="bench/results", help="folder for the JSON and table")
+    ap.add_argument("--commit", default=None, help="commit id (else $ATTNGEN_COMMIT, else git)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: B64 ctx4096, S=1024 only")
+    ap.add_argument("--only", choices=("decode", "prefill"), default=None)
+    args = ap.parse_args()
+    global torch
+    import torch
+
+    if not torch.cuda.is_available():
+        log("bench: no CUDA device; this benchmark runs on the H200")
+        return 2
+    torch.manual_seed(0)
+    variants, errors = load_attngen()
+    fa4, fa4_version = load_fa4()
+    report = environment(args, fa4_version)
+    uris = sorted({c.uri for _, _, c in variants})
+    report.update(attngen={"variants": uris, "import_errors": errors}, decode=[], prefill=[])
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
+    path = Path(args.out) / f"h200-{stamp}-{report['commit']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log(f"bench: {report['gpu']}, torch {report['torch']}, triton {report['triton']}, "
+        f"FA4 {fa4_version}; {len(variants)} attngen variants {errors or ''}; writing {path}")
+    save_report = lambda: save(report, path)  # noqa: E731  (after every case: a crash keeps rows)
+    if args.only != "prefill":
+        bench_decode(args, report, variants, fa4, save_report)
+    if args.only != "decode":
+        bench_prefill(args, report, variants, fa4, save_report)
+    bad = [f"{r['case']} page {r['page_size']}" for r in report["decode"] + report["prefill"]
+           if r["results"]["attngen"].get("mismatch") or "error" in r["results"]["attngen"]]
+    report["attngen_failures"] = bad
+    save_report()
+    text = table(report)
+    path.with_suffix(".txt").write_text(text + "\n")
+    log(text)
+    log(f"bench: wrote {path}" + (f"; attngen mismatches or errors: {bad}" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
