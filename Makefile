@@ -36,8 +36,9 @@ test: $(TEST_STAMP)
 
 ## test-gpu: GPU numerics + CUDA-graph tests (on a CUDA machine; records evidence when
 ## ATTNGEN_EVIDENCE_OUT is set). Uses the machine's python (torch + triton installed there).
+GPU_PYTEST_ARGS ?= -n 4
 test-gpu:
-	ATTNGEN_GPU=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests/gpu
+	ATTNGEN_GPU=1 $(PYTHON) -m pytest -q -p no:cacheprovider $(GPU_PYTEST_ARGS) tests/gpu
 
 ## evidence-compile: AOT-compile every generated kernel and record registers/smem/spills
 evidence-compile: $(TEST_STAMP)
@@ -45,8 +46,9 @@ evidence-compile: $(TEST_STAMP)
 	$(PY) -m attngen generate --arch all
 
 ## bench: time generated kernels against peers on the GPU (writes bench/results/*.json)
+BENCH_ARGS ?=
 bench:
-	$(PYTHON) bench/run.py --out bench/results
+	$(PYTHON) bench/run.py --out bench/results $(BENCH_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -485,8 +485,8 @@ def test_backend_construction_errors() -> None:
 
 def test_decode_split_heuristic() -> None:
     assert decode_split_cap(programs_per_split=8, num_sms=132, max_splits=16) == 16
-    assert decode_split_cap(programs_per_split=100, num_sms=132, max_splits=16) == 3
-    assert decode_split_cap(programs_per_split=264, num_sms=132, max_splits=16) == 1
+    assert decode_split_cap(programs_per_split=100, num_sms=132, max_splits=16) == 6
+    assert decode_split_cap(programs_per_split=528, num_sms=132, max_splits=16) == 1
     assert decode_split_cap(programs_per_split=5000, num_sms=132, max_splits=16) == 1
     seq_lens = torch.tensor([0, 1, 256, 257, 1000, 100000], dtype=torch.int32)
     got = decode_num_splits(seq_lens, cap=4, min_split_tokens=256)
