@@ -199,6 +199,30 @@ def _mha() -> list[Feature]:
             phase_checks,
         ),
         Feature(
+            "softcap",
+            "Logit softcap",
+            fam,
+            lambda v: v.mask.logit_softcap is not None,
+            lambda v: _mask(v, logit_softcap=50.0),
+            phase_checks,
+        ),
+        Feature(
+            "sinks",
+            "Attention sinks",
+            fam,
+            lambda v: v.mask.sinks,
+            lambda v: _mask(v, sinks=True),
+            phase_checks,
+        ),
+        Feature(
+            "non_causal",
+            "Non-causal extend",
+            fam,
+            lambda v: v.mask.kind is MaskKind.NONE and Phase.EXTEND in v.phases,
+            lambda v: _mask(_phase(Phase.EXTEND)(v), kind=MaskKind.NONE),
+            phase_checks,
+        ),
+        Feature(
             "decode", "Decode", fam, _has_phase(Phase.DECODE), _phase(Phase.DECODE), phase_checks
         ),
         Feature(

@@ -18,7 +18,7 @@ from types import ModuleType
 import black
 
 from attngen.emit.env import render
-from attngen.runtime.configs import MhaTritonConfig
+from attngen.runtime.configs import MhaMask, MhaTritonConfig
 
 TEMPLATE = "triton/mha_kernels.py.jinja"
 BLACK_MODE = black.Mode(line_length=100)
@@ -28,7 +28,8 @@ HEADER = (
 )
 FEATURE_LINES = [
     "Supported: paged KV cache, GQA/MHA, split-KV decode, ragged extend, fp16/bf16.",
-    "Not supported: sliding window, logit softcap, sinks, fp8 KV cache.",
+    "Masks: causal or not, sliding window, logit softcap, attention sinks (module constants).",
+    "Not supported: fp8 KV cache.",
 ]
 
 
@@ -40,9 +41,11 @@ class ConfigEntry:
 
 @dataclass(frozen=True)
 class MhaModule:
-    causal: bool
+    mask: MhaMask
+    causal: bool  # == mask.causal (the generator keeps both)
     feature_lines: list[str]
     configs: list[ConfigEntry]
+    phases_literal: str = '("extend", "decode")'
 
 
 def literal(value: object) -> str:
@@ -56,20 +59,37 @@ def config_entry(config: MhaTritonConfig) -> ConfigEntry:
     return ConfigEntry(uri=config.uri, fields=fields)
 
 
+def module_mask(mask: MhaMask | None, causal: bool | None) -> MhaMask:
+    """``mask`` (default MhaMask()), or with ``causal`` alone a convenience MhaMask(causal)."""
+    if causal is not None:
+        assert mask is None, "give mask or causal, not both"
+        return MhaMask(causal=causal)
+    return MhaMask() if mask is None else mask
+
+
 def render_kernels(
-    configs: list[MhaTritonConfig], causal: bool = True, formatted: bool = True
+    configs: list[MhaTritonConfig],
+    mask: MhaMask | None = None,
+    *,
+    causal: bool | None = None,
+    formatted: bool = True,
 ) -> str:
     """The generated module's source, formatted as the generator formats it (or raw)."""
-    module = MhaModule(causal, FEATURE_LINES, [config_entry(c) for c in configs])
+    mask = module_mask(mask, causal)
+    module = MhaModule(mask, mask.causal, FEATURE_LINES, [config_entry(c) for c in configs])
     source = render(TEMPLATE, header=HEADER, module=module)
     return black.format_str(source, mode=BLACK_MODE) if formatted else source
 
 
 def load_kernels_module(
-    configs: list[MhaTritonConfig], causal: bool = True, *, tmp_dir: Path
+    configs: list[MhaTritonConfig],
+    mask: MhaMask | None = None,
+    *,
+    causal: bool | None = None,
+    tmp_dir: Path,
 ) -> ModuleType:
     """Render, write to ``tmp_dir`` and import the kernels module for ``configs``."""
-    source = render_kernels(configs, causal)
+    source = render_kernels(configs, mask, causal=causal)
     name = "attngen_test_mha_" + hashlib.sha256(source.encode()).hexdigest()[:16]
     path = Path(tmp_dir) / f"{name}.py"
     path.write_text(source, encoding="utf-8")

@@ -2,7 +2,8 @@
 
 fp16 only: the interpreter computes bf16 wrongly (see shared notes). Every run draws fresh
 random data; outputs and split buffers start as NaN so an unwritten element shows, and
-every cache slot that no request owns holds NaN so a stray read shows too.
+every cache slot that no request owns holds NaN so a stray read shows too. With a sliding
+window, the slots left of every query's window hold NaN as well: those must not be read.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 from attngen.reference.mha import paged_decode_ref, paged_extend_ref
 from attngen.runtime.checks import AttngenInputError
-from attngen.runtime.configs import MhaTritonConfig
+from attngen.runtime.configs import MhaMask, MhaTritonConfig
 from mha_modules import BLACK_MODE, load_kernels_module, render_kernels
 
 # the interpreter reads 0-d loop bounds through a numpy path that numpy 2.x deprecates
@@ -87,8 +88,13 @@ class PagedKV:
     page_table: torch.Tensor  # [B + 1, max_pages]: one spare row, spare columns
 
 
-def make_paged_kv(lengths: list[int], config: MhaTritonConfig, views: bool) -> PagedKV:
-    """Pages dealt to the requests in shuffled order; unused slots (and pages) hold NaN."""
+def make_paged_kv(
+    lengths: list[int], config: MhaTritonConfig, views: bool, unread: list[int] | None = None
+) -> PagedKV:
+    """Pages dealt to the requests in shuffled order; unused slots (and pages) hold NaN.
+
+    ``unread[b]``: request b's first ``unread[b]`` tokens hold NaN too (left of its window).
+    """
     page_size, dim = config.page_size, config.head_dim
     pages_per_request = [math.ceil(n / page_size) for n in lengths]
     num_pages = sum(pages_per_request) + 3
@@ -103,6 +109,8 @@ def make_paged_kv(lengths: list[int], config: MhaTritonConfig, views: bool) -> P
         page_table[b, :count] = order[cursor : cursor + count].int()
         cursor += count
         positions = torch.arange(length)
+        if unread is not None:
+            positions = positions[unread[b] :]
         owned[page_table[b, positions // page_size].long(), positions % page_size] = True
     if views:  # K and V interleaved in one buffer: strided views, as engines lay them out
         kv = torch.randn(num_pages, page_size, 2, NUM_KV_HEADS, dim, dtype=torch.float16)
@@ -138,6 +146,7 @@ class DecodeArgs:
     partial_o: torch.Tensor
     partial_lse: torch.Tensor
     sm_scale: float
+    sinks: torch.Tensor | None = None
 
     def run(self, kernels, config: MhaTritonConfig) -> None:
         kernels.decode(
@@ -152,14 +161,37 @@ class DecodeArgs:
             self.partial_lse,
             config=config,
             sm_scale=self.sm_scale,
+            sinks=self.sinks,
+        )
+
+    def expected(self, mask: MhaMask | None = None) -> torch.Tensor:
+        kv = self.kv
+        return paged_decode_ref(
+            self.q,
+            kv.k_cache,
+            kv.v_cache,
+            kv.page_table,
+            self.seq_lens,
+            self.sm_scale,
+            mask=mask,
+            sinks=self.sinks,
         )
 
 
 def make_decode_args(
-    config: MhaTritonConfig, seq_lens: list[int], num_splits: list[int], views: bool = False
+    config: MhaTritonConfig,
+    seq_lens: list[int],
+    num_splits: list[int],
+    views: bool = False,
+    mask: MhaMask | None = None,
 ) -> DecodeArgs:
+    """Random decode inputs for ``mask``'s module: NaN left of windows, sinks if it has them."""
     batch, num_heads, dim = len(seq_lens), NUM_KV_HEADS * config.gqa_group, config.head_dim
-    kv = make_paged_kv(seq_lens, config, views)
+    mask = MhaMask() if mask is None else mask
+    unread = None
+    if mask.window_left >= 0:  # the query sits at seq_len - 1
+        unread = [max(n - 1 - mask.window_left, 0) for n in seq_lens]
+    kv = make_paged_kv(seq_lens, config, views, unread)
     # one spare row each, holding values the kernels must ignore
     lens = torch.tensor(seq_lens + [10_000], dtype=torch.int32)
     splits = torch.tensor(num_splits + [MAX_SPLITS], dtype=torch.int32)
@@ -174,7 +206,15 @@ def make_decode_args(
         ),
         partial_lse=nan_like((batch + 1, num_heads, config.max_splits), torch.float32),
         sm_scale=dim**-0.5,
+        sinks=make_sinks(num_heads) if mask.has_sinks else None,
     )
+
+
+def make_sinks(num_heads: int) -> torch.Tensor:
+    """Sink logits around the scores' scale, one far above it (that head's output shrinks)."""
+    sinks = torch.randn(num_heads) * 2.0
+    sinks[0] = 6.0
+    return sinks
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -184,11 +224,7 @@ def test_decode_matches_oracle(kernels, case):
     seq_lens, num_splits = [37, 0, 1, config.page_size * 2 + 3], [4, 2, 3, 1]
     args = make_decode_args(config, seq_lens, num_splits, views=case.startswith("p16"))
     args.run(kernels, config)
-    kv = args.kv
-    expected = paged_decode_ref(
-        args.q, kv.k_cache, kv.v_cache, kv.page_table, args.seq_lens, args.sm_scale
-    )
-    assert_close(args.out, expected)
+    assert_close(args.out, args.expected())
     assert torch.all(args.out[1] == 0)  # seq_len 0: zeros, not NaN
 
 
@@ -216,14 +252,29 @@ def test_decode_split_count_does_not_change_the_result(kernels):
 # -- extend ----
 
 
-def run_extend(kernels, config, extend_lens, prefix_lens, causal=True, views=False):
+def run_extend(
+    kernels,
+    config,
+    extend_lens,
+    prefix_lens,
+    mask: MhaMask | None = None,
+    views=False,
+    q_scale: float = 1.0,
+) -> torch.Tensor:
+    """Run extend on random inputs for ``mask``'s module against the oracle: (out, kv)."""
     num_heads, dim = NUM_KV_HEADS * config.gqa_group, config.head_dim
-    kv = make_paged_kv([p + e for p, e in zip(prefix_lens, extend_lens)], config, views)
+    mask = MhaMask() if mask is None else mask
+    lengths = [p + e for p, e in zip(prefix_lens, extend_lens)]
+    unread = None
+    if mask.window_left >= 0:  # left of the first new token's window
+        unread = [max(p - mask.window_left, 0) for p in prefix_lens]
+    kv = make_paged_kv(lengths, config, views, unread)
     qo_indptr = torch.tensor([0] + extend_lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
     prefix = torch.tensor(prefix_lens, dtype=torch.int32)
     total = int(qo_indptr[-1])
-    q = torch.randn(total, num_heads, dim, dtype=torch.float16)
+    q = (torch.randn(total, num_heads, dim) * q_scale).half()
     out = nan_like((total, num_heads, config.v_head_dim), torch.float16)
+    sinks = make_sinks(num_heads) if mask.has_sinks else None
     sm_scale = dim**-0.5
     kernels.extend(
         q,
@@ -236,11 +287,21 @@ def run_extend(kernels, config, extend_lens, prefix_lens, causal=True, views=Fal
         max_extend_len=max(extend_lens),
         config=config,
         sm_scale=sm_scale,
+        sinks=sinks,
     )
     expected = paged_extend_ref(
-        q, kv.k_cache, kv.v_cache, kv.page_table, qo_indptr, prefix, sm_scale, causal=causal
+        q,
+        kv.k_cache,
+        kv.v_cache,
+        kv.page_table,
+        qo_indptr,
+        prefix,
+        sm_scale,
+        mask=mask,
+        sinks=sinks,
     )
     assert_close(out, expected)
+    return out, kv
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -257,7 +318,188 @@ def test_extend_with_an_empty_request(kernels):
 
 def test_extend_noncausal(kernels_noncausal):
     assert kernels_noncausal.CAUSAL is False
-    run_extend(kernels_noncausal, CASES["p16_g4_n32"], [20, 1, 9], [0, 17, 33], causal=False)
+    noncausal = MhaMask(causal=False)
+    run_extend(kernels_noncausal, CASES["p16_g4_n32"], [20, 1, 9], [0, 17, 33], noncausal)
+
+
+# -- masks: sliding window, logit softcap, sinks ----
+
+WINDOW_CASES = ["p1_g4_n16", "p16_g1_n16", "p16_g4_n32"]
+MASKS = {
+    "window5": MhaMask(window_left=5),  # smaller than every BLOCK_N and BLOCK_M
+    "window40": MhaMask(window_left=40),  # spans pages and blocks
+    "window12_noncausal": MhaMask(causal=False, window_left=12),
+    "softcap5": MhaMask(logit_softcap=5.0),
+    "sinks": MhaMask(has_sinks=True),
+    "all": MhaMask(window_left=21, logit_softcap=5.0, has_sinks=True),
+}
+
+
+@pytest.fixture(scope="module")
+def masked_kernels(tmp_path_factory):
+    """One rendered module per MASKS entry (over WINDOW_CASES), on first use."""
+    modules = {}
+    configs = [CASES[c] for c in WINDOW_CASES]
+
+    def get(name: str):
+        if name not in modules:
+            tmp = tmp_path_factory.mktemp(name)
+            modules[name] = load_kernels_module(configs, MASKS[name], tmp_dir=tmp)
+        return modules[name]
+
+    return get
+
+
+def test_mask_module_constants(masked_kernels):
+    kernels = masked_kernels("all")
+    assert kernels.MASK == MASKS["all"]
+    assert (kernels.CAUSAL, kernels.WINDOW_LEFT) == (True, 21)
+    assert (kernels.LOGIT_SOFTCAP, kernels.HAS_SINKS) == (5.0, True)
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES)
+@pytest.mark.parametrize("mask", ["window5", "window40"])
+def test_decode_window(masked_kernels, mask, case):
+    config = CASES[case]
+    # windows reaching back to token 0, far from it, an empty request, a 1-token one
+    seq_lens, num_splits = [70, 30, 0, 1, 45], [4, 3, 2, 1, 2]
+    args = make_decode_args(config, seq_lens, num_splits, mask=MASKS[mask])
+    args.run(masked_kernels(mask), config)
+    assert_close(args.out, args.expected(MASKS[mask]))
+    assert torch.all(args.out[2] == 0)
+
+
+def test_decode_window_splits_cover_only_the_window(masked_kernels):
+    config = CASES["p1_g4_n16"]
+    # window 5 of 70 tokens: keys 64 .. 69 are one 16-token block, so split 0 has them all
+    args = make_decode_args(config, [70], [4], mask=MASKS["window5"])
+    args.run(masked_kernels("window5"), config)
+    lse = args.partial_lse[0]
+    assert torch.isfinite(lse[:, 0]).all() and torch.all(lse[:, 1:4] == float("-inf"))
+    assert_close(args.out, args.expected(MASKS["window5"]))
+
+
+@pytest.fixture
+def k_block_loads(monkeypatch):
+    """count(t): tile loads the interpreter ran from t's memory since the last count."""
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    seen = []
+    load = InterpreterBuilder.create_masked_load
+
+    def spy(self, ptrs, *args, **kwargs):
+        seen.append((int(ptrs.data.min()), ptrs.data.size))
+        return load(self, ptrs, *args, **kwargs)
+
+    monkeypatch.setattr(InterpreterBuilder, "create_masked_load", spy)
+
+    def count(t: torch.Tensor) -> int:
+        begin, end = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+        n = sum(1 for low, size in seen if begin <= low < end and size > 1)
+        seen.clear()
+        return n
+
+    return count
+
+
+def test_window_blocks_left_of_it_are_not_read(masked_kernels, k_block_loads):
+    config, mask = CASES["p1_g4_n16"], MASKS["window40"]  # BLOCK_M = BLOCK_N = 16
+    kernels = masked_kernels("window40")
+    # decode: the query at 199 sees keys 159 .. 199: blocks 144 .. 207, 4 per kv head
+    args = make_decode_args(config, [200], [3], mask=mask)
+    args.run(kernels, config)
+    assert_close(args.out, args.expected(mask))
+    assert k_block_loads(args.kv.k_cache) == 4 * NUM_KV_HEADS
+    # extend: rows at 150 .. 169 in two tiles; tile 0 sees 110 .. 165 (blocks 96 .. 175: 5),
+    # tile 1 (rows 166 ..) sees 126 .. 169 (blocks 112 .. 175: 4); for each query head
+    _, kv = run_extend(kernels, config, [20], [150], mask)
+    assert k_block_loads(kv.k_cache) == (5 + 4) * NUM_KV_HEADS * config.gqa_group
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES)
+@pytest.mark.parametrize("mask", ["window5", "window40"])
+def test_extend_window(masked_kernels, mask, case):
+    # no prefix; tiles whose windows start mid-block; a request past several windows
+    run_extend(masked_kernels(mask), CASES[case], [20, 1, 35], [0, 17, 50], MASKS[mask])
+
+
+def test_extend_window_noncausal(masked_kernels):
+    mask = "window12_noncausal"
+    run_extend(masked_kernels(mask), CASES["p16_g4_n32"], [20, 1, 9], [0, 17, 33], MASKS[mask])
+
+
+def test_decode_softcap(masked_kernels):
+    config = CASES["p16_g4_n32"]
+    args = make_decode_args(config, [70, 1, 33], [3, 1, 2])
+    args.q = (args.q.float() * 6).half()  # scores ~ N(0, 36): the cap of 5 matters
+    args.run(masked_kernels("softcap5"), config)
+    expected = args.expected(MASKS["softcap5"])
+    assert_close(args.out, expected)
+    assert (expected - args.expected()).abs().max() > 0.1
+
+
+def test_extend_softcap(masked_kernels):
+    mask = MASKS["softcap5"]
+    run_extend(masked_kernels("softcap5"), CASES["p1_g4_n16"], [20, 9], [0, 21], mask, q_scale=6.0)
+
+
+@pytest.mark.parametrize("case", ["p1_g4_n16", "p16_g1_n16"])
+def test_decode_sinks(masked_kernels, case):
+    config = CASES[case]
+    mask = MASKS["sinks"]
+    args = make_decode_args(config, [70, 0, 5], [4, 2, 3], mask=mask)
+    args.run(masked_kernels("sinks"), config)
+    assert_close(args.out, args.expected(mask))
+    assert torch.all(args.out[1] == 0)  # no keys: the sink alone gives zeros, not NaN
+
+
+def test_extend_sinks(masked_kernels):
+    run_extend(masked_kernels("sinks"), CASES["p16_g4_n32"], [20, 0, 9], [0, 5, 33], MASKS["sinks"])
+
+
+@pytest.mark.parametrize("case", ["p1_g4_n16", "p16_g4_n32"])
+def test_window_softcap_sinks_gqa4(masked_kernels, case):
+    config, mask = CASES[case], MASKS["all"]
+    args = make_decode_args(config, [70, 0, 22, 9], [4, 2, 3, 1], mask=mask)
+    args.q = (args.q.float() * 4).half()
+    args.run(masked_kernels("all"), config)
+    assert_close(args.out, args.expected(mask))
+    assert torch.all(args.out[1] == 0)
+    run_extend(masked_kernels("all"), config, [37, 1, 0], [0, 40, 3], mask, q_scale=4.0)
+
+
+def test_sinks_arguments(masked_kernels, kernels):
+    config = CASES["p16_g4_n32"]
+    with_sinks = masked_kernels("sinks")
+
+    def expect(module, match: str, sinks) -> None:
+        args = make_decode_args(config, [20, 5], [2, 1])
+        args.sinks = sinks
+        with pytest.raises(AttngenInputError, match=match):
+            args.run(module, config)
+        kv = args.kv
+        with pytest.raises(AttngenInputError, match=match):
+            module.extend(
+                args.q,
+                kv.k_cache,
+                kv.v_cache,
+                kv.page_table,
+                torch.tensor([0, 1, 2], dtype=torch.int32),
+                torch.tensor([19, 4], dtype=torch.int32),
+                args.out,
+                max_extend_len=1,
+                config=config,
+                sm_scale=0.125,
+                sinks=sinks,
+            )
+
+    num_heads = NUM_KV_HEADS * config.gqa_group
+    expect(with_sinks, "^sinks: expected a float32 tensor", None)
+    expect(with_sinks, "^sinks: expected dtype torch.float32", torch.zeros(num_heads).half())
+    expect(with_sinks, "^sinks: expected shape", torch.zeros(num_heads + 1))
+    expect(with_sinks, "^sinks: expected 1 dims", torch.zeros(1, num_heads))
+    expect(with_sinks, "^sinks: expected a contiguous", torch.zeros(2 * num_heads)[::2])
+    expect(kernels, "^sinks: expected None", torch.zeros(num_heads))
 
 
 # -- argument checks ----
@@ -326,9 +568,10 @@ def test_extend_rejects_bad_arguments(kernels):
 
 def test_rendered_module_is_formatted_and_complete(kernels):
     configs = list(CASES.values())
-    source = render_kernels(configs, formatted=False)
-    ast.parse(source)
-    assert black.format_str(source, mode=BLACK_MODE) == source  # the template writes black style
+    for mask in [MhaMask(), MASKS["all"]]:
+        source = render_kernels(configs, mask, formatted=False)
+        ast.parse(source)
+        assert black.format_str(source, mode=BLACK_MODE) == source  # the template writes black
     assert kernels.CONFIGS == {c.uri: c for c in configs}
 
 
@@ -343,3 +586,17 @@ def test_compile_specs_cover_every_runtime_argument(kernels):
     assert specs["decode_split"].constexprs["BLOCK_N"] == 32
     assert specs["extend"].constexprs["CAUSAL"] is True
     assert specs["extend"].signature["stride_kp"] == "i32"
+    assert specs["extend"].constexprs["SINKS"] is None  # launched as None: a constexpr
+    assert specs["decode_combine"].constexprs["SINKS"] is None
+
+
+def test_compile_specs_with_masks(masked_kernels):
+    config = CASES["p16_g4_n32"]
+    specs = {spec.name: spec for spec in masked_kernels("all").compile_specs(config)}
+    for spec in specs.values():
+        assert set(spec.signature) | set(spec.constexprs) == set(spec.fn.arg_names)
+    assert specs["extend"].signature["SINKS"] == "*fp32"
+    assert specs["decode_combine"].signature["SINKS"] == "*fp32"
+    assert specs["extend"].constexprs["WINDOW_LEFT"] == 21
+    assert specs["decode_split"].constexprs["LOGIT_SOFTCAP"] == 5.0
+    assert specs["decode_combine"].constexprs["HAS_SINKS"] is True

@@ -33,7 +33,7 @@ from attngen.runtime.batch import (
     ReqToTokenPool,
 )
 from attngen.runtime.checks import AttngenInputError
-from attngen.runtime.configs import MhaTritonConfig
+from attngen.runtime.configs import MhaMask, MhaTritonConfig
 from attngen.runtime.graph import DecodeMetadata, ExtendMetadata
 from generated.sm90.mha.mha_gqa_paged import graph as generated_graph
 from attngen.runtime.mha_backend import (
@@ -84,6 +84,8 @@ class OracleKernels:
     """A generated kernels module's API, computed by the oracle, checking its inputs."""
 
     CAUSAL = True
+    MASK = MhaMask()
+    PHASES = ("extend", "decode")
 
     def __init__(self, configs: list[MhaTritonConfig]) -> None:
         self.CONFIGS = {c.uri: c for c in configs}
@@ -103,7 +105,9 @@ class OracleKernels:
         *,
         config,
         sm_scale,
+        sinks=None,
     ) -> None:
+        assert sinks is None  # MASK has no sinks
         bs, hq = q.shape[:2]
         _check_common(q, k_cache, v_cache, page_table, out, config, rows=bs)
         for t in (seq_lens, num_splits):
@@ -112,7 +116,9 @@ class OracleKernels:
         assert partial_o.dtype == partial_lse.dtype == torch.float32
         assert partial_o.shape[1:] == (hq, config.max_splits, config.v_head_dim)
         assert partial_lse.shape[1:] == (hq, config.max_splits) and partial_o.shape[0] >= bs
-        ref = paged_decode_ref(q, k_cache, v_cache, page_table[:bs], seq_lens[:bs], sm_scale)
+        ref = paged_decode_ref(
+            q, k_cache, v_cache, page_table[:bs], seq_lens[:bs], sm_scale, mask=self.MASK
+        )
         out.copy_(ref)
         self.calls.append("decode")
 
@@ -129,7 +135,9 @@ class OracleKernels:
         max_extend_len,
         config,
         sm_scale,
+        sinks=None,
     ) -> None:
+        assert sinks is None
         bs = qo_indptr.shape[0] - 1
         _check_common(q, k_cache, v_cache, page_table, out, config, rows=bs)
         assert qo_indptr.dtype == prefix_lens.dtype == torch.int32
@@ -137,7 +145,7 @@ class OracleKernels:
         assert isinstance(max_extend_len, int)
         assert max_extend_len == int((qo_indptr[1:] - qo_indptr[:-1]).max())
         ref = paged_extend_ref(
-            q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, sm_scale, self.CAUSAL
+            q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, sm_scale, mask=self.MASK
         )
         out.copy_(ref)
         self.calls.append("extend")

@@ -7,8 +7,9 @@ from attngen.features import feature_lines
 from attngen.lower.ir import GraphBuffer, MetadataPlan, MhaKernelPlan, MhaModulePlan
 from attngen.lower.mha_triton import kernel_config
 from attngen.lower.verify import verify_module
+from attngen.runtime.configs import MhaMask
 from attngen.spec.enums import Arch, Backend, Family, MaskKind
-from attngen.spec.model import Spec
+from attngen.spec.model import Mask, Spec
 from attngen.spec.variant import Variant
 
 SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed decode batch read one (valid) token
@@ -47,6 +48,16 @@ def decode_graph_buffers(fill: int) -> tuple[GraphBuffer, ...]:
     )
 
 
+def module_mask(mask: Mask) -> MhaMask:
+    """The spec's mask section as the kernels' compile-time mask constants."""
+    return MhaMask(
+        causal=mask.kind in (MaskKind.CAUSAL, MaskKind.SLIDING_WINDOW),
+        window_left=mask.window_left if mask.window_left is not None else -1,
+        logit_softcap=mask.logit_softcap or 0.0,
+        has_sinks=mask.sinks,
+    )
+
+
 def lower_module(
     spec: Spec, variants: tuple[Variant, ...], backend: Backend, arch: Arch
 ) -> MhaModulePlan | None:
@@ -59,7 +70,7 @@ def lower_module(
         spec=spec,
         backend=backend,
         arch=arch,
-        causal=spec.mask.kind is MaskKind.CAUSAL,
+        mask=module_mask(spec.mask),
         kernels=tuple(MhaKernelPlan(v, kernel_config(v, arch, spec)) for v in lowered),
         metadata=MetadataPlan(
             arch.num_sms, SEQ_LEN_FILL_VALUE, decode_graph_buffers(SEQ_LEN_FILL_VALUE)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from attngen.runtime.configs import MhaTritonConfig
+from attngen.runtime.configs import MhaMask, MhaTritonConfig
 from attngen.spec.enums import Arch, Backend
 from attngen.spec.model import Spec
 from attngen.spec.variant import Variant
@@ -62,10 +62,20 @@ class MhaModulePlan:
     spec: Spec
     backend: Backend
     arch: Arch
-    causal: bool
+    mask: MhaMask
     kernels: tuple[MhaKernelPlan, ...]
     metadata: MetadataPlan
     feature_lines: tuple[str, ...]
+
+    @property
+    def phases_literal(self) -> str:
+        """Phases the generated backend serves, in spec order, as a Python tuple literal."""
+        names = [f'"{p.value}"' for p in self.spec.phases]
+        return f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
+
+    @property
+    def causal(self) -> bool:
+        return self.mask.causal
 
     @property
     def configs(self) -> tuple[MhaKernelPlan, ...]:

@@ -9,11 +9,17 @@ Layouts (the same as the kernels'):
 - ``page_table[b, j]`` is the physical page that holds tokens ``j * page_size`` ..
   ``(j + 1) * page_size - 1`` of request ``b``
 - query head ``h`` reads kv head ``h // (Hq // Hkv)`` (GQA groups are contiguous)
+
+Masks and score modifiers follow :class:`attngen.runtime.configs.MhaMask` (causal, sliding
+window, logit softcap, attention sinks); ``mask=None`` means ``MhaMask()``: causal, nothing
+else.
 """
 
 from __future__ import annotations
 
 import torch
+
+from attngen.runtime.configs import MhaMask
 
 
 def gather_kv(cache: torch.Tensor, page_table_row: torch.Tensor, length: int) -> torch.Tensor:
@@ -25,20 +31,50 @@ def gather_kv(cache: torch.Tensor, page_table_row: torch.Tensor, length: int) ->
     return cache[pages, slots]
 
 
+def visible_keys(query_pos: torch.Tensor, length: int, mask: MhaMask) -> torch.Tensor:
+    """``[M, length]``: True where the query at ``query_pos[m]`` may attend key position ``n``."""
+    key_pos = torch.arange(length, device=query_pos.device)[None, :]
+    query_pos = query_pos[:, None]
+    visible = torch.ones(query_pos.shape[0], length, dtype=torch.bool, device=query_pos.device)
+    if mask.causal:
+        visible &= key_pos <= query_pos
+    if mask.window_left >= 0:
+        visible &= key_pos >= query_pos - mask.window_left
+    return visible
+
+
 def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float, visible: torch.Tensor
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sm_scale: float,
+    visible: torch.Tensor,
+    logit_softcap: float = 0.0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Softmax attention of ``q [M, Hq, D]`` over ``k [N, Hkv, D]``, ``v [N, Hkv, Dv]``.
 
-    ``visible [M, N]`` is True where query ``m`` may attend key ``n``; every row must have
-    at least one visible key. Returns ``[M, Hq, Dv]`` fp32.
+    ``visible [M, N]`` is True where query ``m`` may attend key ``n``. Scores are
+    ``s = q.k * sm_scale``, capped to ``logit_softcap * tanh(s / logit_softcap)`` when the
+    cap is > 0. ``sinks [Hq]`` (natural-log logits) join each head's softmax denominator
+    only. A row with no visible key gives zeros. Returns ``[M, Hq, Dv]`` fp32.
     """
+    used = visible.any(dim=0)  # keys no query sees are not read (they may be stale or NaN)
+    k, v, visible = k[used], v[used], visible[:, used]
     group = q.shape[1] // k.shape[1]
     k = k.float().repeat_interleave(group, dim=1)
     v = v.float().repeat_interleave(group, dim=1)
     scores = torch.einsum("mhd,nhd->hmn", q.float(), k) * sm_scale
+    if logit_softcap > 0:
+        scores = logit_softcap * torch.tanh(scores / logit_softcap)
     scores = scores.masked_fill(~visible, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
+    if sinks is not None:
+        # one extra logit per head in the softmax, whose probability multiplies nothing
+        sink_column = sinks.float()[:, None, None].expand(-1, scores.shape[1], 1)
+        probs = torch.softmax(torch.cat([scores, sink_column], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    probs = torch.nan_to_num(probs, nan=0.0)  # rows with no visible key (and no sink)
     return torch.einsum("hmn,nhd->mhd", probs, v)
 
 
@@ -49,12 +85,17 @@ def paged_decode_ref(
     page_table: torch.Tensor,
     seq_lens: torch.Tensor,
     sm_scale: float,
+    *,
+    mask: MhaMask | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One new query token per request over its whole cached sequence.
+    """One new query token per request over its cached sequence.
 
-    ``q [B, Hq, D]``; request ``b`` attends cache positions ``0 .. seq_lens[b]-1``.
-    A request with ``seq_lens[b] == 0`` gets zeros. Returns ``[B, Hq, Dv]`` fp32.
+    ``q [B, Hq, D]``; request ``b``'s query sits at position ``seq_lens[b] - 1`` and attends
+    cache positions ``0 .. seq_lens[b]-1`` (those in its window, if ``mask`` has one). A
+    request with ``seq_lens[b] == 0`` gets zeros. Returns ``[B, Hq, Dv]`` fp32.
     """
+    mask = MhaMask() if mask is None else mask
     batch, num_heads = q.shape[:2]
     out = torch.zeros(batch, num_heads, v_cache.shape[-1], dtype=torch.float32, device=q.device)
     for b in range(batch):
@@ -63,8 +104,9 @@ def paged_decode_ref(
             continue
         k = gather_kv(k_cache, page_table[b], length)
         v = gather_kv(v_cache, page_table[b], length)
-        visible = torch.ones(1, length, dtype=torch.bool, device=q.device)
-        out[b] = attention(q[b : b + 1], k, v, sm_scale, visible)[0]
+        query_pos = torch.tensor([length - 1], device=q.device)
+        visible = visible_keys(query_pos, length, mask)
+        out[b] = attention(q[b : b + 1], k, v, sm_scale, visible, mask.logit_softcap, sinks)[0]
     return out
 
 
@@ -76,14 +118,18 @@ def paged_extend_ref(
     qo_indptr: torch.Tensor,
     prefix_lens: torch.Tensor,
     sm_scale: float,
-    causal: bool = True,
+    *,
+    mask: MhaMask | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Ragged new tokens over a paged cached prefix (their own K/V already in the cache).
 
     Request ``b`` owns query rows ``qo_indptr[b] .. qo_indptr[b+1]-1``; its query ``i`` sits
-    at position ``prefix_lens[b] + i`` and, when ``causal``, sees keys at positions up to
-    and including its own. Returns ``[T, Hq, Dv]`` fp32 (rows of no request stay zero).
+    at position ``prefix_lens[b] + i`` and sees the keys ``mask`` allows among positions
+    ``0 .. prefix_lens[b] + extend_len - 1``. Returns ``[T, Hq, Dv]`` fp32 (rows of no
+    request stay zero).
     """
+    mask = MhaMask() if mask is None else mask
     total, num_heads = q.shape[:2]
     out = torch.zeros(total, num_heads, v_cache.shape[-1], dtype=torch.float32, device=q.device)
     for b in range(qo_indptr.shape[0] - 1):
@@ -95,10 +141,6 @@ def paged_extend_ref(
         k = gather_kv(k_cache, page_table[b], length)
         v = gather_kv(v_cache, page_table[b], length)
         query_pos = prefix + torch.arange(end - start, device=q.device)
-        key_pos = torch.arange(length, device=q.device)
-        if causal:
-            visible = key_pos[None, :] <= query_pos[:, None]
-        else:
-            visible = torch.ones(end - start, length, dtype=torch.bool, device=q.device)
-        out[start:end] = attention(q[start:end], k, v, sm_scale, visible)
+        visible = visible_keys(query_pos, length, mask)
+        out[start:end] = attention(q[start:end], k, v, sm_scale, visible, mask.logit_softcap, sinks)
     return out

@@ -50,3 +50,19 @@ class CompileSpec:
     constexprs: dict[str, Any] = field(default_factory=dict)
     num_warps: int = 4
     num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class MhaMask:
+    """Which keys a query sees and how scores are modified: one per generated module.
+
+    A query at absolute position p (decode: p = seq_len - 1) sees key position k when
+    ``k <= p`` (if causal) and ``k >= p - window_left`` (if window_left >= 0). Scores are
+    ``s = q.k * sm_scale``, then ``logit_softcap * tanh(s / logit_softcap)`` when the cap is
+    > 0. With sinks, a per-head logit ``sinks[h]`` joins the softmax denominator only.
+    """
+
+    causal: bool = True
+    window_left: int = -1  # -1: no window
+    logit_softcap: float = 0.0  # 0.0: no cap
+    has_sinks: bool = False

@@ -255,8 +255,13 @@ class TritonMhaBackend:
         layer: AttentionLayer,
         forward_batch: ForwardBatch,
         save_kv_cache: bool = True,
+        sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Attention of the new tokens over prefix + new tokens; returns ``[T, Hq*Dv]``."""
+        """Attention of the new tokens over prefix + new tokens; returns ``[T, Hq*Dv]``.
+
+        ``sinks`` ([Hq] fp32 logits) is required exactly when the spec has attention sinks.
+        """
+        self._check_phase("extend")
         meta = self._metadata(ExtendMetadata, "forward_extend")
         rows = meta.num_tokens
         q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
@@ -273,6 +278,7 @@ class TritonMhaBackend:
             max_extend_len=meta.max_extend_len,
             config=self.config,
             sm_scale=layer.scaling,
+            sinks=sinks,
         )
         return out.view(rows, self.num_q_heads * self.v_head_dim)
 
@@ -284,8 +290,10 @@ class TritonMhaBackend:
         layer: AttentionLayer,
         forward_batch: ForwardBatch,
         save_kv_cache: bool = True,
+        sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attention of one new token per request over its whole KV; returns ``[B, Hq*Dv]``."""
+        self._check_phase("decode")
         meta = self._metadata(DecodeMetadata, "forward_decode")
         rows = meta.batch_size
         q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
@@ -303,8 +311,16 @@ class TritonMhaBackend:
             meta.partial_lse,
             config=self.config,
             sm_scale=layer.scaling,
+            sinks=sinks,
         )
         return out.view(rows, self.num_q_heads * self.v_head_dim)
+
+    def _check_phase(self, phase: str) -> None:
+        if phase not in self.kernels.PHASES:
+            raise AttngenInputError(
+                f"{self.spec_name}: phase {phase} is not generated for this spec "
+                f"(phases: {', '.join(self.kernels.PHASES)})"
+            )
 
     def _metadata(self, kind: type[Metadata], caller: str) -> Metadata:
         meta = self.forward_metadata

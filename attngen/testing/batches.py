@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attngen.runtime.configs import MhaMask
 from attngen.reference.mha import paged_decode_ref, paged_extend_ref
 from attngen.runtime.batch import (
     AttentionLayer,
@@ -61,17 +62,20 @@ def oracle_output(
     v_cache: torch.Tensor,
     sm_scale: float,
     *,
-    causal: bool = True,
+    mask: MhaMask | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The torch oracle's ``[T, Hq, Dv]`` fp32 output for ``pb``, read through the builder's
     own page table (not a backend's), from caches that already hold the new tokens' K/V."""
     dev = q.device
     if pb.batch.forward_mode is ForwardMode.DECODE:
         seq_lens = torch.tensor(pb.seq_lens, dtype=torch.int32, device=dev)
-        return paged_decode_ref(q, k_cache, v_cache, pb.page_table, seq_lens, sm_scale)
+        return paged_decode_ref(
+            q, k_cache, v_cache, pb.page_table, seq_lens, sm_scale, mask=mask, sinks=sinks
+        )
     prefix = torch.tensor(pb.prefix_lens, dtype=torch.int32, device=dev)
     return paged_extend_ref(
-        q, k_cache, v_cache, pb.page_table, pb.qo_indptr, prefix, sm_scale, causal
+        q, k_cache, v_cache, pb.page_table, pb.qo_indptr, prefix, sm_scale, mask=mask, sinks=sinks
     )
 
 

@@ -107,6 +107,20 @@ class Rig:
     builder: PagedBatchBuilder
     layer: AttentionLayer
     dtype: torch.dtype
+    sinks: torch.Tensor | None  # [Hq] fp32 sink logits when the spec has sinks
+
+    @property
+    def mask(self):
+        return self.backend.kernels.MASK
+
+    def oracle(self, pb: PagedBatch, q: torch.Tensor) -> torch.Tensor:
+        """The oracle's ``[T, Hq*Dv]`` output for ``pb`` (caches already hold its K/V)."""
+        k_cache, v_cache = self.backend.kv_pool.get_kv_buffer(self.layer.layer_id)
+        q3 = q.view(q.shape[0], self.layer.num_q_heads, self.layer.head_dim)
+        scale = self.layer.scaling
+        return oracle_output(
+            pb, q3, k_cache, v_cache, scale, mask=self.mask, sinks=self.sinks
+        ).flatten(1)
 
     def check(self, got: torch.Tensor, want: torch.Tensor, what: str) -> None:
         msg = f"seed {self.builder.seed}, {what}"
@@ -115,9 +129,11 @@ class Rig:
         )
 
 
-def require(case: Case | None) -> Case:
+def require(case: Case | None, phase: str) -> Case:
     if case is None:
         pytest.skip(f"no generated backends under generated/{ARCH}/mha")
+    if phase not in case.backend.kernels.PHASES:
+        pytest.skip(f"{case.backend.spec_name} does not generate phase {phase}")
     return case
 
 
@@ -152,7 +168,10 @@ def make_rig(case: Case, *, max_context_len: int, max_reqs: int, num_pages: int)
     layer = AttentionLayer(
         0, num_q_heads, NUM_KV_HEADS, config.head_dim, config.v_head_dim, config.head_dim**-0.5
     )
-    return Rig(backend, PagedBatchBuilder(req_pool, kv_pool), layer, dtype)
+    sinks = None
+    if case.backend.kernels.MASK.has_sinks:  # logits of the same scale as the scores
+        sinks = torch.randn(num_q_heads, dtype=torch.float32, device=device) + 1.0
+    return Rig(backend, PagedBatchBuilder(req_pool, kv_pool), layer, dtype, sinks)
 
 
 def pages_for(lens: list[int], page_size: int) -> int:
@@ -169,12 +188,8 @@ def run_eager(rig: Rig, pb: PagedBatch, *, flat: bool) -> tuple[torch.Tensor, to
     backend.init_forward_metadata(pb.batch)
     is_decode = pb.batch.forward_mode is ForwardMode.DECODE
     forward = backend.forward_decode if is_decode else backend.forward_extend
-    out = forward(q, k, v, rig.layer, pb.batch)
-    k_cache, v_cache = backend.kv_pool.get_kv_buffer(rig.layer.layer_id)
-    q3 = q.view(q.shape[0], rig.layer.num_q_heads, rig.layer.head_dim)
-    causal = backend.kernels.CAUSAL
-    want = oracle_output(pb, q3, k_cache, v_cache, rig.layer.scaling, causal=causal)
-    return out, want.flatten(1)
+    out = forward(q, k, v, rig.layer, pb.batch, sinks=rig.sinks)
+    return out, rig.oracle(pb, q)
 
 
 # -- eager numerics ----
@@ -194,7 +209,7 @@ def short_decode(rng: random.Random) -> list[int]:
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_extend(case: Case | None, evidence) -> None:
-    case, rng = require(case), random.Random()
+    case, rng = require(case, "extend"), random.Random()
     batches = [short_extend(rng) for _ in range(3)] + ([LONG_EXTEND] if case.long else [])
     longest = max(max(p + e for p, e in zip(*b)) for b in batches)
     most_pages = max(pages_for([p + e for p, e in zip(*b)], case.config.page_size) for b in batches)
@@ -208,7 +223,7 @@ def test_extend(case: Case | None, evidence) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_decode(case: Case | None, evidence) -> None:
-    case, rng = require(case), random.Random()
+    case, rng = require(case, "decode"), random.Random()
     batches = [short_decode(rng) for _ in range(3)] + ([LONG_DECODE] if case.long else [])
     longest = max(max(b) for b in batches)
     most_pages = max(pages_for(b, case.config.page_size) for b in batches)
@@ -260,11 +275,11 @@ def capture_decode(rig: Rig, static: StaticInputs) -> tuple[torch.cuda.CUDAGraph
     backend.init_forward_metadata_capture_cuda_graph(
         MAX_BS, MAX_BS, b.req_pool_indices, b.seq_lens, None, ForwardMode.DECODE, None
     )
-    backend.forward_decode(static.q, static.k, static.v, rig.layer, b)  # compile outside
+    backend.forward_decode(static.q, static.k, static.v, rig.layer, b, sinks=rig.sinks)  # compile
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = backend.forward_decode(static.q, static.k, static.v, rig.layer, b)
+        out = backend.forward_decode(static.q, static.k, static.v, rig.layer, b, sinks=rig.sinks)
     return graph, out
 
 
@@ -281,7 +296,7 @@ def replay_lens(rng: random.Random, step: int) -> list[int]:
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_cuda_graph(case: Case | None, evidence) -> None:
-    case = require(case)
+    case = require(case, "decode")
     pages = pages_for([GRAPH_TABLE_WIDTH] * MAX_BS, case.config.page_size)
     rig = make_rig(case, max_context_len=GRAPH_TABLE_WIDTH, max_reqs=MAX_BS + 1, num_pages=pages)
     static = static_inputs(rig)
@@ -293,7 +308,7 @@ def test_cuda_graph(case: Case | None, evidence) -> None:
         pb = rig.builder.decode(lens)
         q, k, v = rig.builder.qkv(len(lens), rig.layer)
         rig.backend.init_forward_metadata(pb.batch)
-        eager = rig.backend.forward_decode(q, k, v, rig.layer, pb.batch).clone()
+        eager = rig.backend.forward_decode(q, k, v, rig.layer, pb.batch, sinks=rig.sinks).clone()
         padded = pad_decode_batch(pb.batch, MAX_BS, rig.backend.get_cuda_graph_seq_len_fill_value())
         static.load(q, k, v, padded)
         for scratch in (bufs.out, bufs.partial_o, bufs.partial_lse):
@@ -309,8 +324,7 @@ def test_cuda_graph(case: Case | None, evidence) -> None:
             padded.seq_lens_cpu,
         )
         graph.replay()
-        k_cache, v_cache = rig.backend.kv_pool.get_kv_buffer(0)
-        want = oracle_output(pb, q, k_cache, v_cache, rig.layer.scaling).flatten(1)
+        want = rig.oracle(pb, q)
         got = out_static[: len(lens)]
         rig.check(got, eager, f"replay {step}, seq_lens={lens}: graph vs eager")
         rig.check(got, want, f"replay {step}, seq_lens={lens}: graph vs oracle")

@@ -13,8 +13,11 @@ Target: mha on triton sm90.
   not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered yet)
   not lowered:   Spec topk=1 (phase verify is not lowered yet)
   not lowered:   Spec topk>1 (phase verify is not lowered yet)
-  not lowered:   Sliding Window (mask sliding_window is not lowered yet)
+  lowered:       Sliding Window
   not lowered:   MultiModal (bidirectional prefill) (phase prefill is not lowered yet)
+  lowered:       Logit softcap
+  lowered:       Attention sinks
+  lowered:       Non-causal extend
   lowered:       Decode
   lowered:       Extend (cached prefix)
   lowered:       GQA group

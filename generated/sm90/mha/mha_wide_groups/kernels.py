@@ -9,8 +9,11 @@ Target: mha on triton sm90.
   not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered yet)
   not lowered:   Spec topk=1 (phase verify is not lowered yet)
   not lowered:   Spec topk>1 (phase verify is not lowered yet)
-  not lowered:   Sliding Window (mask sliding_window is not lowered yet)
+  lowered:       Sliding Window
   not lowered:   MultiModal (bidirectional prefill) (phase prefill is not lowered yet)
+  lowered:       Logit softcap
+  lowered:       Attention sinks
+  lowered:       Non-causal extend
   lowered:       Decode
   lowered:       Extend (cached prefix)
   lowered:       GQA group
@@ -28,8 +31,13 @@ normalised output and natural-log LSE; stage 2 (grid B x Hq) merges the splits. 
 depends only on B and the config; seq_lens and num_splits are read on the device.
 
 extend: ragged new tokens over a cached prefix; their K/V are already in the paged cache.
-Grid cdiv(max_extend_len, BLOCK_M) x Hq x B; key blocks that need no mask come first. CAUSAL
-(a module constant) decides whether query i of a request sees only keys up to its position.
+Grid cdiv(max_extend_len, BLOCK_M) x Hq x B; key blocks that need no mask come first.
+
+MASK (module constants, launch constexprs): a query at position p (decode: seq_len - 1) sees
+key k when k <= p (CAUSAL) and k >= p - WINDOW_LEFT (WINDOW_LEFT >= 0; key blocks wholly left
+of the window are never read); scores s = q.k * sm_scale become LOGIT_SOFTCAP * tanh(s /
+LOGIT_SOFTCAP) when LOGIT_SOFTCAP > 0; with HAS_SINKS, sinks[h] (natural-log logit) joins
+the softmax denominator only. A row with no visible key gives zeros.
 """
 
 import torch
@@ -37,9 +45,19 @@ import triton
 import triton.language as tl
 
 from attngen.runtime.checks import check_at_least, check_tensor, fail
-from attngen.runtime.configs import CompileSpec, MhaTritonConfig
+from attngen.runtime.configs import CompileSpec, MhaMask, MhaTritonConfig
 
-CAUSAL = True
+MASK = MhaMask(
+    causal=True,
+    window_left=-1,
+    logit_softcap=0.0,
+    has_sinks=False,
+)
+CAUSAL = MASK.causal
+WINDOW_LEFT = MASK.window_left
+LOGIT_SOFTCAP = float(MASK.logit_softcap)  # a float constexpr, also for an int cap
+HAS_SINKS = MASK.has_sinks
+PHASES = ("extend", "decode")  # phases the spec generates; the backend serves only these
 
 CONFIGS: dict[str, MhaTritonConfig] = {
     "d128_g7_ps16_bf16_causal": MhaTritonConfig(
@@ -193,14 +211,17 @@ CONFIGS: dict[str, MhaTritonConfig] = {
 def _block_pages(
     page_row,
     start_n,
+    kv_lo,
     kv_len,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    MASK_KV_LO: tl.constexpr,
 ):
     """Physical page and in-page slot of tokens start_n .. start_n+BLOCK_N-1 of one request.
 
-    start_n is a multiple of BLOCK_N. Tokens at or past kv_len get page 0 (a real page, so
-    their addresses stay inside the cache); callers still mask those loads.
+    start_n is a multiple of BLOCK_N. Tokens at or past kv_len (or, with MASK_KV_LO, before
+    kv_lo: left of a sliding window, whose pages may be gone) get page 0, a real page, so
+    their addresses stay inside the cache; callers still mask those loads.
     """
     if PAGE_SIZE % BLOCK_N == 0:
         # -- the block lies inside one page: one page-table read ----
@@ -209,10 +230,33 @@ def _block_pages(
     else:
         # -- the block spans pages (or part of one): one page-table read per token ----
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        page = tl.load(page_row + offs_n // PAGE_SIZE, mask=offs_n < kv_len, other=0)
+        needed = offs_n < kv_len
+        if MASK_KV_LO:
+            needed = needed & (offs_n >= kv_lo)
+        page = tl.load(page_row + offs_n // PAGE_SIZE, mask=needed, other=0)
         page = page.to(tl.int64)
         slots = offs_n % PAGE_SIZE
     return page, slots
+
+
+@triton.jit
+def _score_scale(sm_scale, LOGIT_SOFTCAP: tl.constexpr):
+    """The factor _score_mod expects on q.k: base 2 folded in, or natural units / cap."""
+    if LOGIT_SOFTCAP > 0:
+        return sm_scale / LOGIT_SOFTCAP
+    else:
+        return sm_scale * 1.44269504  # 1/ln(2)
+
+
+@triton.jit
+def _score_mod(qk, qk_scale, LOGIT_SOFTCAP: tl.constexpr):
+    """Hook score_mod: raw q.k -> base-2 scores. Softcap: cap * tanh(s / cap), s natural."""
+    if LOGIT_SOFTCAP > 0:
+        # tanh(x) = 1 - 2 / (e^(2x) + 1): exp2 overflows to inf (-> 1) or 0 (-> -1), never NaN
+        e2x = tl.math.exp2(qk * qk_scale * 2.88539008)  # 2/ln(2)
+        return (1.0 - 2.0 / (e2x + 1.0)) * (LOGIT_SOFTCAP * 1.44269504)
+    else:
+        return qk * qk_scale
 
 
 @triton.jit
@@ -232,6 +276,7 @@ def _attend_kv_blocks(
     qk_scale,
     lo,
     hi,
+    kv_lo,
     kv_len,
     HEAD_DIM: tl.constexpr,
     V_HEAD_DIM: tl.constexpr,
@@ -239,37 +284,53 @@ def _attend_kv_blocks(
     BLOCK_N: tl.constexpr,
     MASK_KV_LEN: tl.constexpr,
     MASK_CAUSAL: tl.constexpr,
+    WINDOW_LEFT: tl.constexpr,
+    LOGIT_SOFTCAP: tl.constexpr,
 ):
     """Online-softmax update of (acc, l_i, m_i) over key blocks lo, lo+BLOCK_N, .. < hi.
 
-    Scores are in base 2 (log2(e) is folded into qk_scale). MASK_KV_LEN hides keys at or
-    past kv_len; MASK_CAUSAL (only with MASK_KV_LEN) also hides keys after each query row's
-    position q_pos. Without MASK_KV_LEN every block must lie wholly below kv_len.
+    qk_scale comes from _score_scale; running scores are in base 2. Hook mask_mod, chosen by
+    constexprs: MASK_KV_LEN hides keys at or past kv_len; MASK_CAUSAL (only with MASK_KV_LEN)
+    keys after each query row's position q_pos; WINDOW_LEFT >= 0 keys before kv_lo (not even
+    loaded: the lowest key any row may see) and before q_pos - WINDOW_LEFT. Without
+    MASK_KV_LEN every block must lie wholly below kv_len. A row may see no key of a block
+    only if m_i is finite by then (-inf - -inf would be NaN): windowed callers start m_i at
+    -1e30.
     """
     tl.static_assert(MASK_KV_LEN or not MASK_CAUSAL)
     offs_d = tl.arange(0, HEAD_DIM)
     offs_dv = tl.arange(0, V_HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
         # -- gather the block's keys and values through the page table ----
-        page, slots = _block_pages(page_row, start_n, kv_len, PAGE_SIZE, BLOCK_N)
+        page, slots = _block_pages(
+            page_row, start_n, kv_lo, kv_len, PAGE_SIZE, BLOCK_N, WINDOW_LEFT >= 0
+        )
         k_ptrs = k_base + (page * stride_kp + slots * stride_ks)[:, None] + offs_d[None, :]
         v_ptrs = v_base + (page * stride_vp + slots * stride_vs)[:, None] + offs_dv[None, :]
         k_ptrs = tl.multiple_of(k_ptrs, [16, 16])  # 16-byte aligned rows: vector loads
         v_ptrs = tl.multiple_of(v_ptrs, [16, 16])
-        if MASK_KV_LEN:
-            in_range = start_n + tl.arange(0, BLOCK_N) < kv_len
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        if MASK_KV_LEN or WINDOW_LEFT >= 0:
+            if MASK_KV_LEN:
+                in_range = offs_n < kv_len
+                if WINDOW_LEFT >= 0:
+                    in_range = in_range & (offs_n >= kv_lo)
+            else:
+                in_range = offs_n >= kv_lo
             k = tl.load(k_ptrs, mask=in_range[:, None], other=0.0)
             v = tl.load(v_ptrs, mask=in_range[:, None], other=0.0)
         else:
             k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
-        # -- compute qk ----
-        qk = tl.dot(q, tl.trans(k)) * qk_scale
-        if MASK_KV_LEN:
+        # -- compute qk; hook score_mod ----
+        qk = _score_mod(tl.dot(q, tl.trans(k)), qk_scale, LOGIT_SOFTCAP)
+        # -- hook mask_mod ----
+        if MASK_KV_LEN or WINDOW_LEFT >= 0:
             visible = in_range[None, :]
             if MASK_CAUSAL:
-                offs_n = start_n + tl.arange(0, BLOCK_N)
                 visible = visible & (offs_n[None, :] <= q_pos[:, None])
+            if WINDOW_LEFT >= 0:
+                visible = visible & (offs_n[None, :] >= q_pos[:, None] - WINDOW_LEFT)
             qk = tl.where(visible, qk, float("-inf"))
         # -- update the running max and rescale what came before ----
         m_ij = tl.maximum(m_i, tl.max(qk, 1))
@@ -281,6 +342,18 @@ def _attend_kv_blocks(
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_ij
     return acc, l_i, m_i
+
+
+@triton.jit
+def _sink_denominator(l_i, m_i, sink, HAS_SINKS: tl.constexpr):
+    """Hook softmax-stat update: the row's softmax denominator (base-2 running max m_i).
+
+    A sink (natural-log logit) adds e^sink to the denominator only. Rows that saw no key
+    (l_i == 0) get 1, so their zero accumulator stays zero.
+    """
+    if HAS_SINKS:
+        l_i = l_i + tl.math.exp2(sink * 1.44269504 - m_i)  # 1/ln(2)
+    return tl.where(l_i > 0.0, l_i, 1.0)
 
 
 @triton.jit
@@ -315,6 +388,8 @@ def _decode_split_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
+    WINDOW_LEFT: tl.constexpr,
+    LOGIT_SOFTCAP: tl.constexpr,
 ):
     """Stage 1: the GQA_GROUP query heads of one kv head over one split of one request."""
     off_b = tl.program_id(0)
@@ -324,9 +399,17 @@ def _decode_split_kernel(
     # -- this split's slice of the KV range (BLOCK_N-aligned; may be empty) ----
     seq_len = tl.load(SEQ_LENS + off_b)
     num_splits = tl.minimum(tl.maximum(tl.load(NUM_SPLITS + off_b), 1), MAX_SPLITS)
-    split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-    # split_len * num_splits >= seq_len, so splits >= num_splits start at seq_len: empty
-    kv_start = tl.minimum(split * split_len, seq_len)
+    if WINDOW_LEFT >= 0:
+        # the query sits at seq_len - 1; blocks wholly left of its window are not read
+        kv_lo = tl.maximum(seq_len - 1 - WINDOW_LEFT, 0)
+        range_start = kv_lo // BLOCK_N * BLOCK_N
+        split_len = tl.cdiv(tl.cdiv(seq_len - range_start, num_splits), BLOCK_N) * BLOCK_N
+        kv_start = tl.minimum(range_start + split * split_len, seq_len)
+    else:
+        kv_lo = 0
+        split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+        kv_start = tl.minimum(split * split_len, seq_len)
+    # split_len * num_splits covers the range, so splits >= num_splits start at seq_len: empty
     kv_end = tl.minimum(kv_start + split_len, seq_len)
 
     # -- load the group's query rows (padded to BLOCK_H for tl.dot) ----
@@ -340,7 +423,7 @@ def _decode_split_kernel(
     q = tl.load(q_ptrs, mask=mask_h[:, None], other=0.0)
 
     # -- attend the split's keys ----
-    qk_scale = sm_scale * 1.44269504  # 1/ln(2)
+    qk_scale = _score_scale(sm_scale, LOGIT_SOFTCAP)
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, V_HEAD_DIM], dtype=tl.float32)
@@ -349,7 +432,7 @@ def _decode_split_kernel(
         l_i,
         m_i,
         q,
-        offs_h,  # no query positions: decode never masks inside seq_len
+        tl.full([BLOCK_H], seq_len - 1, dtype=tl.int32),  # every head's query position
         K_CACHE + off_kvh * stride_kh,
         V_CACHE + off_kvh * stride_vh,
         PAGE_TABLE + off_b.to(tl.int64) * stride_ptb,
@@ -360,6 +443,7 @@ def _decode_split_kernel(
         qk_scale,
         lo=kv_start,
         hi=kv_end,
+        kv_lo=kv_lo,
         kv_len=kv_end,
         HEAD_DIM=HEAD_DIM,
         V_HEAD_DIM=V_HEAD_DIM,
@@ -367,6 +451,8 @@ def _decode_split_kernel(
         BLOCK_N=BLOCK_N,
         MASK_KV_LEN=True,
         MASK_CAUSAL=False,
+        WINDOW_LEFT=WINDOW_LEFT,
+        LOGIT_SOFTCAP=LOGIT_SOFTCAP,
     )
 
     # -- write the split's normalised output and natural-log LSE (-inf when empty) ----
@@ -391,6 +477,7 @@ def _decode_combine_kernel(
     PARTIAL_O,
     PARTIAL_LSE,
     NUM_SPLITS,
+    SINKS,
     OUT,
     stride_pob,
     stride_poh,
@@ -401,8 +488,10 @@ def _decode_combine_kernel(
     stride_oh,
     V_HEAD_DIM: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
 ):
-    """Stage 2: merge one query head's splits by their LSE; no keys at all gives zeros."""
+    """Stage 2: merge one query head's splits by their LSE, then its sink (HAS_SINKS: SINKS
+    [Hq] fp32, once per head, not per split); no keys at all gives zeros."""
     off_b = tl.program_id(0)
     off_h = tl.program_id(1)
     num_splits = tl.minimum(tl.maximum(tl.load(NUM_SPLITS + off_b), 1), MAX_SPLITS)
@@ -425,7 +514,10 @@ def _decode_combine_kernel(
             l = l * alpha + weight
             m = m_new
 
-    out = acc / tl.where(l > 0.0, l, 1.0)
+    sink = 0.0
+    if HAS_SINKS:
+        sink = tl.load(SINKS + off_h)
+    out = acc / _sink_denominator(l, m, sink, HAS_SINKS)
     out_ptrs = OUT + off_b.to(tl.int64) * stride_ob + off_h * stride_oh + offs_dv
     out_ptrs = tl.multiple_of(out_ptrs, [16])
     tl.store(out_ptrs, out.to(OUT.dtype.element_ty))
@@ -439,6 +531,7 @@ def _extend_kernel(
     PAGE_TABLE,
     QO_INDPTR,
     PREFIX_LENS,
+    SINKS,
     OUT,
     sm_scale,
     stride_qt,
@@ -459,8 +552,15 @@ def _extend_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
+    WINDOW_LEFT: tl.constexpr,
+    LOGIT_SOFTCAP: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
 ):
-    """BLOCK_M new tokens of one request and one query head over the request's paged KV."""
+    """BLOCK_M new tokens of one request and one query head over the request's paged KV.
+
+    Key blocks: left of every row's window (not read), window-masked, unmasked, then the
+    diagonal (causal) or ragged end (kv_len) with every mask that applies.
+    """
     start_m = tl.program_id(0)
     off_h = tl.program_id(1)
     off_b = tl.program_id(2)
@@ -492,15 +592,55 @@ def _extend_kernel(
     else:
         full_end = kv_len // BLOCK_N * BLOCK_N
         masked_end = kv_len
+    kv_lo = 0
+    full_start = 0
+    if WINDOW_LEFT >= 0:
+        # the first row's window starts at kv_lo; the last row's covers keys >= full_start
+        kv_lo = tl.maximum(prefix_len + start_m * BLOCK_M - WINDOW_LEFT, 0)
+        full_start = tl.maximum(prefix_len + (start_m + 1) * BLOCK_M - 1 - WINDOW_LEFT, 0)
+        full_start = tl.minimum(tl.cdiv(full_start, BLOCK_N) * BLOCK_N, full_end)
+        full_start = tl.maximum(full_start, kv_lo // BLOCK_N * BLOCK_N)
 
-    qk_scale = sm_scale * 1.44269504  # 1/ln(2)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    qk_scale = _score_scale(sm_scale, LOGIT_SOFTCAP)
+    if WINDOW_LEFT >= 0:
+        # a row may see no key of a window-masked block: a finite start keeps exp2 off NaN
+        m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, V_HEAD_DIM], dtype=tl.float32)
     k_base = K_CACHE + off_kvh * stride_kh
     v_base = V_CACHE + off_kvh * stride_vh
     page_row = PAGE_TABLE + off_b.to(tl.int64) * stride_ptb
-    acc, l_i, m_i = _attend_kv_blocks(
+    if WINDOW_LEFT >= 0:
+        acc, l_i, m_i = _attend_kv_blocks(  # left edge of the window
+            acc,
+            l_i,
+            m_i,
+            q,
+            q_pos,
+            k_base,
+            v_base,
+            page_row,
+            stride_kp,
+            stride_ks,
+            stride_vp,
+            stride_vs,
+            qk_scale,
+            lo=kv_lo // BLOCK_N * BLOCK_N,
+            hi=full_start,
+            kv_lo=kv_lo,
+            kv_len=kv_len,
+            HEAD_DIM=HEAD_DIM,
+            V_HEAD_DIM=V_HEAD_DIM,
+            PAGE_SIZE=PAGE_SIZE,
+            BLOCK_N=BLOCK_N,
+            MASK_KV_LEN=False,
+            MASK_CAUSAL=False,
+            WINDOW_LEFT=WINDOW_LEFT,
+            LOGIT_SOFTCAP=LOGIT_SOFTCAP,
+        )
+    acc, l_i, m_i = _attend_kv_blocks(  # no mask
         acc,
         l_i,
         m_i,
@@ -514,8 +654,9 @@ def _extend_kernel(
         stride_vp,
         stride_vs,
         qk_scale,
-        lo=0,
+        lo=full_start,
         hi=full_end,
+        kv_lo=kv_lo,
         kv_len=kv_len,
         HEAD_DIM=HEAD_DIM,
         V_HEAD_DIM=V_HEAD_DIM,
@@ -523,6 +664,8 @@ def _extend_kernel(
         BLOCK_N=BLOCK_N,
         MASK_KV_LEN=False,
         MASK_CAUSAL=False,
+        WINDOW_LEFT=-1,
+        LOGIT_SOFTCAP=LOGIT_SOFTCAP,
     )
     acc, l_i, m_i = _attend_kv_blocks(
         acc,
@@ -540,6 +683,7 @@ def _extend_kernel(
         qk_scale,
         lo=full_end,
         hi=masked_end,
+        kv_lo=kv_lo,
         kv_len=kv_len,
         HEAD_DIM=HEAD_DIM,
         V_HEAD_DIM=V_HEAD_DIM,
@@ -547,10 +691,18 @@ def _extend_kernel(
         BLOCK_N=BLOCK_N,
         MASK_KV_LEN=True,
         MASK_CAUSAL=CAUSAL,
+        WINDOW_LEFT=WINDOW_LEFT,
+        LOGIT_SOFTCAP=LOGIT_SOFTCAP,
     )
 
-    # -- epilogue: every row saw at least its own key, so l_i > 0 ----
-    out = acc / l_i[:, None]
+    # -- epilogue; every row in the request saw at least its own key ----
+    if HAS_SINKS or WINDOW_LEFT >= 0:
+        sink = 0.0
+        if HAS_SINKS:
+            sink = tl.load(SINKS + off_h)
+        out = acc / _sink_denominator(l_i, m_i, sink, HAS_SINKS)[:, None]
+    else:
+        out = acc / l_i[:, None]
     out_ptrs = OUT + rows[:, None] * stride_ot + off_h * stride_oh + offs_dv[None, :]
     out_ptrs = tl.multiple_of(out_ptrs, [16, 16])
     tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_m[:, None])
@@ -650,10 +802,23 @@ def _check_split_buffers(
     _check_aligned("partial_o", partial_o)
 
 
+def _check_sinks(sinks: torch.Tensor | None, q: torch.Tensor) -> None:
+    """One fp32 logit per query head when the module has sinks; None when it has not."""
+    if not HAS_SINKS:
+        if sinks is not None:
+            fail("sinks", "None (this module has no attention sinks)", type(sinks).__name__)
+        return
+    if sinks is None:
+        fail("sinks", "a float32 tensor [Hq] (this module has attention sinks)", None)
+    check_tensor(
+        "sinks", sinks, dtype=torch.float32, shape=[q.shape[1]], device=q.device, contiguous=True
+    )
+
+
 # -- launch options (constexprs, warps, stages): the launchers and compile_specs share them ----
 
 
-def _decode_split_options(config: MhaTritonConfig) -> dict[str, int]:
+def _decode_split_options(config: MhaTritonConfig) -> dict[str, int | float]:
     return {
         "GQA_GROUP": config.gqa_group,
         "HEAD_DIM": config.head_dim,
@@ -662,21 +827,24 @@ def _decode_split_options(config: MhaTritonConfig) -> dict[str, int]:
         "BLOCK_H": config.decode_block_h,
         "BLOCK_N": config.decode_block_n,
         "MAX_SPLITS": config.max_splits,
+        "WINDOW_LEFT": WINDOW_LEFT,
+        "LOGIT_SOFTCAP": LOGIT_SOFTCAP,
         "num_warps": config.decode_num_warps,
         "num_stages": config.decode_num_stages,
     }
 
 
-def _decode_combine_options(config: MhaTritonConfig) -> dict[str, int]:
+def _decode_combine_options(config: MhaTritonConfig) -> dict[str, int | bool]:
     return {
         "V_HEAD_DIM": config.v_head_dim,
         "MAX_SPLITS": config.max_splits,
+        "HAS_SINKS": HAS_SINKS,
         "num_warps": config.combine_num_warps,
         "num_stages": 1,  # a short scalar loop: nothing to pipeline
     }
 
 
-def _extend_options(config: MhaTritonConfig) -> dict[str, int | bool]:
+def _extend_options(config: MhaTritonConfig) -> dict[str, int | float | bool]:
     return {
         "GQA_GROUP": config.gqa_group,
         "HEAD_DIM": config.head_dim,
@@ -685,6 +853,9 @@ def _extend_options(config: MhaTritonConfig) -> dict[str, int | bool]:
         "BLOCK_M": config.extend_block_m,
         "BLOCK_N": config.extend_block_n,
         "CAUSAL": CAUSAL,
+        "WINDOW_LEFT": WINDOW_LEFT,
+        "LOGIT_SOFTCAP": LOGIT_SOFTCAP,
+        "HAS_SINKS": HAS_SINKS,
         "num_warps": config.extend_num_warps,
         "num_stages": config.extend_num_stages,
     }
@@ -703,12 +874,14 @@ def decode(
     *,
     config: MhaTritonConfig,
     sm_scale: float,
+    sinks: torch.Tensor | None = None,
 ) -> None:
     """Paged decode of q [B, Hq, D] into out [B, Hq, Dv]; no host sync (graph-capturable).
 
-    seq_lens[b] keys of request b are split num_splits[b] ways (1 .. config.max_splits);
-    partial_o [>=B, Hq, max_splits, Dv] and partial_lse [>=B, Hq, max_splits] (fp32) hold
-    the splits between the two stages. seq_lens[b] == 0 gives zeros.
+    seq_lens[b] keys of request b (the window's, under MASK) are split num_splits[b] ways
+    (1 .. config.max_splits); partial_o [>=B, Hq, max_splits, Dv] and partial_lse [>=B, Hq,
+    max_splits] (fp32) hold the splits between the two stages. seq_lens[b] == 0 gives
+    zeros. sinks: fp32 [Hq] when HAS_SINKS, else None.
     """
     _check_config(config, sm_scale)
     _check_io("q", q, [None, None, config.head_dim], config)
@@ -718,6 +891,7 @@ def decode(
     _check_lengths("num_splits", num_splits, batch, q.device)
     _check_io("out", out, [batch, num_heads, config.v_head_dim], config, q.device)
     _check_split_buffers(partial_o, partial_lse, q, config)
+    _check_sinks(sinks, q)
     if batch == 0:
         return
 
@@ -745,6 +919,7 @@ def decode(
         partial_o,
         partial_lse,
         num_splits,
+        sinks,
         out,
         *partial_o.stride()[:3],
         *partial_lse.stride()[:2],
@@ -765,12 +940,14 @@ def extend(
     max_extend_len: int,
     config: MhaTritonConfig,
     sm_scale: float,
+    sinks: torch.Tensor | None = None,
 ) -> None:
     """Ragged extend of q [T, Hq, D] into out [T, Hq, Dv] over the paged cache.
 
     Request b owns rows qo_indptr[b] .. qo_indptr[b+1]-1, at positions prefix_lens[b] + i;
     its new K/V are already in the cache. max_extend_len (host int) must be >= every
     request's extend length: it sizes the grid, and rows beyond it are not computed.
+    sinks: fp32 [Hq] when HAS_SINKS, else None.
     """
     _check_config(config, sm_scale)
     _check_io("q", q, [None, None, config.head_dim], config)
@@ -782,6 +959,7 @@ def extend(
     if isinstance(max_extend_len, bool) or not isinstance(max_extend_len, int):
         fail("max_extend_len", "a Python int", type(max_extend_len).__name__)
     check_at_least("max_extend_len", max_extend_len, 0)
+    _check_sinks(sinks, q)
     if batch == 0 or max_extend_len == 0 or q.shape[0] == 0:
         return
 
@@ -793,6 +971,7 @@ def extend(
         page_table,
         qo_indptr,
         prefix_lens,
+        sinks,
         out,
         float(sm_scale),
         *q.stride()[:2],
@@ -805,7 +984,8 @@ def extend(
 
 
 # Triton types of the kernels' runtime arguments, by argument name: Q, K_CACHE, V_CACHE
-# and OUT take the config's dtype, every "stride_*" is "i32".
+# and OUT take the config's dtype, every "stride_*" is "i32". SINKS is "*fp32" with sinks;
+# without, the launchers pass None, which Triton makes a constexpr.
 POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16"}
 IO_ARGS = ("Q", "K_CACHE", "V_CACHE", "OUT")
 ARG_TYPES = {
@@ -816,6 +996,7 @@ ARG_TYPES = {
     "PREFIX_LENS": "*i32",
     "PARTIAL_O": "*fp32",
     "PARTIAL_LSE": "*fp32",
+    "SINKS": "*fp32",
     "sm_scale": "fp32",
 }
 
@@ -823,6 +1004,8 @@ ARG_TYPES = {
 def _compile_spec(name: str, kernel, options: dict, config: MhaTritonConfig) -> CompileSpec:
     """The CompileSpec of one launch: ``options`` as the launcher passes them."""
     constexprs = {k: v for k, v in options.items() if k not in ("num_warps", "num_stages")}
+    if "SINKS" in kernel.arg_names and not HAS_SINKS:
+        constexprs["SINKS"] = None
     io_pointer = POINTER_TYPES[_io_dtype(config)]
     signature = {}
     for arg in kernel.arg_names:
