@@ -75,7 +75,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g8_ps64_bf16_swa127_sinks": MhaTritonConfig(
@@ -93,7 +93,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
 }

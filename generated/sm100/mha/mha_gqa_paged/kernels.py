@@ -75,7 +75,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g1_ps16_bf16_causal": MhaTritonConfig(
@@ -93,7 +93,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g1_ps64_bf16_causal": MhaTritonConfig(
@@ -111,7 +111,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g1_ps128_bf16_causal": MhaTritonConfig(
@@ -129,7 +129,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g1_ps1_fp16_causal": MhaTritonConfig(
@@ -147,7 +147,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g1_ps16_fp16_causal": MhaTritonConfig(
@@ -165,7 +165,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g1_ps64_fp16_causal": MhaTritonConfig(
@@ -183,7 +183,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g1_ps128_fp16_causal": MhaTritonConfig(
@@ -201,7 +201,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g4_ps1_bf16_causal": MhaTritonConfig(
@@ -219,7 +219,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g4_ps16_bf16_causal": MhaTritonConfig(
@@ -237,7 +237,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g4_ps64_bf16_causal": MhaTritonConfig(
@@ -255,7 +255,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g4_ps128_bf16_causal": MhaTritonConfig(
@@ -273,7 +273,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g4_ps1_fp16_causal": MhaTritonConfig(
@@ -291,7 +291,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g4_ps16_fp16_causal": MhaTritonConfig(
@@ -309,7 +309,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g4_ps64_fp16_causal": MhaTritonConfig(
@@ -327,7 +327,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g4_ps128_fp16_causal": MhaTritonConfig(
@@ -345,7 +345,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g8_ps1_bf16_causal": MhaTritonConfig(
@@ -363,7 +363,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g8_ps16_bf16_causal": MhaTritonConfig(
@@ -381,7 +381,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g8_ps64_bf16_causal": MhaTritonConfig(
@@ -399,7 +399,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g8_ps128_bf16_causal": MhaTritonConfig(
@@ -417,7 +417,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g8_ps1_fp16_causal": MhaTritonConfig(
@@ -435,7 +435,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g8_ps16_fp16_causal": MhaTritonConfig(
@@ -453,7 +453,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g8_ps64_fp16_causal": MhaTritonConfig(
@@ -471,7 +471,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d64_g8_ps128_fp16_causal": MhaTritonConfig(
@@ -489,7 +489,7 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=64,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
     ),
     "d128_g1_ps1_bf16_causal": MhaTritonConfig(
