@@ -38,7 +38,7 @@ SUPPORTED = Verdict(Status.SUPPORTED)
 # What the Triton MHA lowering covers today: decode + extend, causal / bidirectional /
 # sliding-window masks, logit softcap and attention sinks; the rest of MHA is issue 3.
 TRITON_MHA_PHASES = frozenset({Phase.EXTEND, Phase.DECODE})
-TRITON_MHA_HEAD_DIMS = frozenset({64, 128, 256})
+TRITON_MHA_HEAD_DIMS = frozenset({64, 80, 96, 128, 192, 256})  # padded to a power of two
 TRITON_MHA_DTYPES = frozenset({DType.BF16, DType.FP16})
 TRITON_MHA_MAX_GQA_GROUP = 64  # query-head rows per decode program stay <= 64
 TRITON_MHA_MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
@@ -97,7 +97,10 @@ def _triton_mha(variant: Variant) -> Verdict:
         ),
         (variant.spec_topk is None, "speculative decoding is not lowered yet"),
         (shape.head_dim in TRITON_MHA_HEAD_DIMS, f"head_dim {shape.head_dim} is not lowered yet"),
-        (shape.v_head_dim == shape.head_dim, "v_head_dim != head_dim is not lowered yet"),
+        (
+            shape.v_head_dim in TRITON_MHA_HEAD_DIMS,
+            f"v_head_dim {shape.v_head_dim} is not lowered yet",
+        ),
         (
             shape.gqa_group <= TRITON_MHA_MAX_GQA_GROUP,
             f"gqa_group {shape.gqa_group} > {TRITON_MHA_MAX_GQA_GROUP} is not lowered",

@@ -9,6 +9,7 @@ window, the slots left of every query's window hold NaN as well: those must not 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -33,12 +34,19 @@ MAX_SPLITS = 4
 
 
 def make_config(
-    page_size: int, gqa_group: int, head_dim: int = 64, block_n: int = 16, max_splits: int = 4
+    page_size: int,
+    gqa_group: int,
+    head_dim: int = 64,
+    block_n: int = 16,
+    max_splits: int = 4,
+    v_head_dim: int | None = None,
 ) -> MhaTritonConfig:
+    v_head_dim = head_dim if v_head_dim is None else v_head_dim
+    v_part = "" if v_head_dim == head_dim else f"_v{v_head_dim}"
     return MhaTritonConfig(
-        uri=f"mha_d{head_dim}_g{gqa_group}_p{page_size}_n{block_n}_fp16",
+        uri=f"mha_d{head_dim}{v_part}_g{gqa_group}_p{page_size}_n{block_n}_fp16",
         head_dim=head_dim,
-        v_head_dim=head_dim,
+        v_head_dim=v_head_dim,
         gqa_group=gqa_group,
         page_size=page_size,
         dtype="float16",
@@ -95,7 +103,7 @@ def make_paged_kv(
 
     ``unread[b]``: request b's first ``unread[b]`` tokens hold NaN too (left of its window).
     """
-    page_size, dim = config.page_size, config.head_dim
+    page_size, dim, v_dim = config.page_size, config.head_dim, config.v_head_dim
     pages_per_request = [math.ceil(n / page_size) for n in lengths]
     num_pages = sum(pages_per_request) + 3
     order = torch.randperm(num_pages)
@@ -112,12 +120,18 @@ def make_paged_kv(
         if unread is not None:
             positions = positions[unread[b] :]
         owned[page_table[b, positions // page_size].long(), positions % page_size] = True
-    if views:  # K and V interleaved in one buffer: strided views, as engines lay them out
+    shape = (num_pages, page_size, NUM_KV_HEADS)
+    if views and is_padded(config):
+        # rows inside NaN-filled power-of-two rows: a read of a padded lane shows
+        k_cache, v_cache = nan_padded(shape, dim), nan_padded(shape, v_dim)
+        k_cache.copy_(torch.randn_like(k_cache))
+        v_cache.copy_(torch.randn_like(v_cache))
+    elif views:  # K and V interleaved in one buffer: strided views, as engines lay them out
         kv = torch.randn(num_pages, page_size, 2, NUM_KV_HEADS, dim, dtype=torch.float16)
         k_cache, v_cache = kv[:, :, 0], kv[:, :, 1]
     else:
-        k_cache = torch.randn(num_pages, page_size, NUM_KV_HEADS, dim, dtype=torch.float16)
-        v_cache = torch.randn(num_pages, page_size, NUM_KV_HEADS, dim, dtype=torch.float16)
+        k_cache = torch.randn(*shape, dim, dtype=torch.float16)
+        v_cache = torch.randn(*shape, v_dim, dtype=torch.float16)
     k_cache[~owned] = float("nan")
     v_cache[~owned] = float("nan")
     return PagedKV(k_cache, v_cache, page_table)
@@ -125,6 +139,27 @@ def make_paged_kv(
 
 def nan_like(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.full(shape, float("nan"), dtype=dtype)
+
+
+def is_padded(config: MhaTritonConfig) -> bool:
+    """Head dims that the kernels pad to a power of two, or qk and v dims that differ."""
+    dims = (config.head_dim, config.v_head_dim)
+    return config.head_dim != config.v_head_dim or any(d & (d - 1) for d in dims)
+
+
+def nan_padded(
+    shape: tuple[int, ...], dim: int, dtype: torch.dtype = torch.float16
+) -> torch.Tensor:
+    """A NaN ``[*shape, dim]`` view into NaN rows of the next power of two (16 B aligned)."""
+    width = 1 << (dim - 1).bit_length()
+    return nan_like((*shape, width), dtype)[..., :dim]
+
+
+def padding_of(view: torch.Tensor) -> torch.Tensor:
+    """The lanes past ``view``'s last dim in the rows of the buffer it was cut from."""
+    width = view.stride(-2) if view.dim() > 1 else view.shape[-1]
+    base = torch.as_strided(view, (*view.shape[:-1], width), view.stride())
+    return base[..., view.shape[-1] :]
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -195,15 +230,23 @@ def make_decode_args(
     # one spare row each, holding values the kernels must ignore
     lens = torch.tensor(seq_lens + [10_000], dtype=torch.int32)
     splits = torch.tensor(num_splits + [MAX_SPLITS], dtype=torch.int32)
+    v_dim, po_shape = config.v_head_dim, (batch + 1, num_heads, config.max_splits)
+    if views and is_padded(config):  # rows inside NaN power-of-two rows (see padding_of)
+        q = nan_padded((batch, num_heads), dim)
+        q.copy_(torch.randn_like(q))
+        out = nan_padded((batch, num_heads), v_dim)
+        partial_o = nan_padded(po_shape, v_dim, torch.float32)
+    else:
+        q = torch.randn(batch, num_heads, dim, dtype=torch.float16)
+        out = nan_like((batch, num_heads, v_dim), torch.float16)
+        partial_o = nan_like((*po_shape, v_dim), torch.float32)
     return DecodeArgs(
-        q=torch.randn(batch, num_heads, dim, dtype=torch.float16),
+        q=q,
         kv=kv,
         seq_lens=lens,
         num_splits=splits,
-        out=nan_like((batch, num_heads, config.v_head_dim), torch.float16),
-        partial_o=nan_like(
-            (batch + 1, num_heads, config.max_splits, config.v_head_dim), torch.float32
-        ),
+        out=out,
+        partial_o=partial_o,
         partial_lse=nan_like((batch + 1, num_heads, config.max_splits), torch.float32),
         sm_scale=dim**-0.5,
         sinks=make_sinks(num_heads) if mask.has_sinks else None,
@@ -272,8 +315,13 @@ def run_extend(
     qo_indptr = torch.tensor([0] + extend_lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
     prefix = torch.tensor(prefix_lens, dtype=torch.int32)
     total = int(qo_indptr[-1])
-    q = (torch.randn(total, num_heads, dim) * q_scale).half()
-    out = nan_like((total, num_heads, config.v_head_dim), torch.float16)
+    if views and is_padded(config):  # rows inside NaN power-of-two rows (see padding_of)
+        q = nan_padded((total, num_heads), dim)
+        q.copy_(torch.randn(total, num_heads, dim) * q_scale)
+        out = nan_padded((total, num_heads), config.v_head_dim)
+    else:
+        q = (torch.randn(total, num_heads, dim) * q_scale).half()
+        out = nan_like((total, num_heads, config.v_head_dim), torch.float16)
     sinks = make_sinks(num_heads) if mask.has_sinks else None
     sm_scale = dim**-0.5
     kernels.extend(
@@ -301,6 +349,8 @@ def run_extend(
         sinks=sinks,
     )
     assert_close(out, expected)
+    if views and is_padded(config):
+        assert padding_of(out).isnan().all()  # nothing stored past v_head_dim
     return out, kv
 
 
@@ -320,6 +370,110 @@ def test_extend_noncausal(kernels_noncausal):
     assert kernels_noncausal.CAUSAL is False
     noncausal = MhaMask(causal=False)
     run_extend(kernels_noncausal, CASES["p16_g4_n32"], [20, 1, 9], [0, 17, 33], noncausal)
+
+
+# -- head dims that are not powers of two; v_head_dim != head_dim ----
+
+# the kernels pad to BLOCK_D / BLOCK_DV; "views" cases put every row inside a NaN row of
+# the padded width, so a read of a padded lane (or a store to one) shows
+PAD_CASES = {
+    "d80_p16_g1_views": make_config(16, 1, head_dim=80),
+    "d80_p1_g4": make_config(1, 4, head_dim=80),
+    "d96_p1_g2_views": make_config(1, 2, head_dim=96),
+    "d96_p16_g2_n32": make_config(16, 2, head_dim=96, block_n=32),
+    "d192_v128_p16_g2_views": make_config(16, 2, head_dim=192, v_head_dim=128),
+    "d192_v128_p1_g1_views": make_config(1, 1, head_dim=192, v_head_dim=128),
+    "d128_v80_p16_g1_views": make_config(16, 1, head_dim=128, v_head_dim=80),
+}
+NONCAUSAL_PAD_CASES = ["d192_v128_p16_g2_views", "d80_p1_g4"]
+
+
+@pytest.fixture(scope="module")
+def padded_kernels(tmp_path_factory):
+    configs = list(PAD_CASES.values())
+    return load_kernels_module(configs, causal=True, tmp_dir=tmp_path_factory.mktemp("pad"))
+
+
+@pytest.fixture(scope="module")
+def padded_kernels_noncausal(tmp_path_factory):
+    configs = [PAD_CASES[c] for c in NONCAUSAL_PAD_CASES]
+    tmp = tmp_path_factory.mktemp("padnc")
+    return load_kernels_module(configs, causal=False, tmp_dir=tmp)
+
+
+def check_padded_decode(kernels, config, views: bool, mask: MhaMask | None = None) -> None:
+    # empty request, one-token request, splits that end up empty, a multi-page request
+    seq_lens, num_splits = [37, 0, 1, config.page_size * 2 + 3], [4, 2, 3, 1]
+    args = make_decode_args(config, seq_lens, num_splits, views=views, mask=mask)
+    args.run(kernels, config)
+    assert_close(args.out, args.expected(mask))
+    assert torch.all(args.out[1] == 0)
+    if views:  # nothing stored past v_head_dim
+        assert padding_of(args.out).isnan().all()
+        assert padding_of(args.partial_o).isnan().all()
+
+
+@pytest.mark.parametrize("case", list(PAD_CASES))
+def test_padded_decode_matches_oracle(padded_kernels, case):
+    check_padded_decode(padded_kernels, PAD_CASES[case], views=case.endswith("views"))
+
+
+@pytest.mark.parametrize("case", list(PAD_CASES))
+def test_padded_extend_matches_oracle(padded_kernels, case):
+    config = PAD_CASES[case]
+    prefix_lens = [0, 17, config.page_size + 5]
+    run_extend(padded_kernels, config, [20, 1, 9], prefix_lens, views=case.endswith("views"))
+
+
+@pytest.mark.parametrize("case", NONCAUSAL_PAD_CASES)
+def test_padded_noncausal(padded_kernels_noncausal, case):
+    config, noncausal = PAD_CASES[case], MhaMask(causal=False)
+    views = case.endswith("views")
+    check_padded_decode(padded_kernels_noncausal, config, views, noncausal)
+    run_extend(padded_kernels_noncausal, config, [20, 1, 9], [0, 17, 33], noncausal, views)
+
+
+def test_head_dim_checks(padded_kernels):
+    config = PAD_CASES["d80_p1_g4"]
+    args = make_decode_args(config, [20, 5], [2, 1])
+    for field, value, match in [
+        ("head_dim", 84, "^config.head_dim: expected a multiple of 8 in 16 .. 256"),
+        ("head_dim", 8, "^config.head_dim: expected a multiple of 8"),
+        ("head_dim", 264, "^config.head_dim: expected a multiple of 8"),
+        ("v_head_dim", 100, "^config.v_head_dim: expected a multiple of 8"),
+        ("decode_block_h", 24, "^config.decode_block_h: expected a power of two"),
+    ]:
+        bad = dataclasses.replace(config, **{field: value})
+        with pytest.raises(AttngenInputError, match=match):
+            args.run(padded_kernels, bad)
+    # shapes follow the true dims: q and k_cache at head_dim, v_cache / out / partial_o at
+    # v_head_dim
+    wide_v = PAD_CASES["d192_v128_p1_g1_views"]
+    args = make_decode_args(wide_v, [20, 5], [2, 1])
+    for name, value, match in [
+        ("q", args.q[..., :128].contiguous(), "^q: expected shape"),
+        ("v_cache", args.kv.k_cache, "^v_cache: expected shape"),
+        ("out", torch.zeros(2, 2, 192, dtype=torch.float16), "^out: expected shape"),
+        ("partial_o", torch.zeros(3, 2, 4, 192), "^partial_o: expected shape"),
+    ]:
+        bad = dataclasses.replace(args, kv=dataclasses.replace(args.kv))
+        setattr(bad, name, value) if hasattr(bad, name) else setattr(bad.kv, name, value)
+        with pytest.raises(AttngenInputError, match=match):
+            bad.run(padded_kernels, wide_v)
+
+
+def test_padded_compile_specs(padded_kernels):
+    specs = {s.name: s for s in padded_kernels.compile_specs(PAD_CASES["d192_v128_p1_g1_views"])}
+    for spec in specs.values():
+        assert set(spec.signature) | set(spec.constexprs) == set(spec.fn.arg_names)
+    split, extend = specs["decode_split"].constexprs, specs["extend"].constexprs
+    assert (split["HEAD_DIM"], split["V_HEAD_DIM"]) == (192, 128)
+    assert (split["BLOCK_D"], split["BLOCK_DV"]) == (256, 128)
+    assert (extend["BLOCK_D"], extend["BLOCK_DV"]) == (256, 128)
+    assert specs["decode_combine"].constexprs["BLOCK_DV"] == 128
+    d80 = {s.name: s.constexprs for s in padded_kernels.compile_specs(PAD_CASES["d80_p1_g4"])}
+    assert (d80["extend"]["HEAD_DIM"], d80["extend"]["BLOCK_D"]) == (80, 128)
+    assert d80["decode_combine"]["BLOCK_DV"] == 128
 
 
 # -- masks: sliding window, logit softcap, sinks ----

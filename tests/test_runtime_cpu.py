@@ -747,3 +747,15 @@ def test_generated_backend_in_interpreter() -> None:
     rig = make_rig(configs[0], num_kv_heads=1, max_context_len=48, backend_cls=module.Backend)
     check_forward(rig, rig.builder.extend([0, 21], [5, 11]), flat=True)
     check_forward(rig, rig.builder.decode([1, 48]), flat=False)
+
+
+def test_backend_serves_only_the_generated_phases() -> None:
+    kernels = OracleKernels(CONFIGS)
+    kernels.PHASES = ("extend",)  # an extend-only spec (e.g. bidirectional encoders)
+    rig = make_rig(CONFIGS[0], backend_cls=backend_class(kernels))
+    pb = rig.builder.decode([5, 9])
+    q, k, v = rig.builder.qkv(2, rig.layer)
+    rig.backend.init_forward_metadata(pb.batch)
+    with pytest.raises(AttngenInputError, match="phase decode is not generated for this spec"):
+        rig.backend.forward_decode(q, k, v, rig.layer, pb.batch)
+    assert kernels.calls == []

@@ -36,6 +36,11 @@ EXTEND_TILES = {
 }
 
 
+def tile_dim(shape: MhaShape) -> int:
+    """The head dim the tile tables are keyed by: the wider of qk and v, padded to 2^k."""
+    return next_power_of_two(max(shape.head_dim, shape.v_head_dim))
+
+
 def decode_tiles(head_dim: int, gqa_group: int) -> dict[str, int]:
     """Split-KV decode: one program per (request, kv head, split)."""
     block_n, warps, stages = DECODE_TILES[head_dim]
@@ -70,8 +75,8 @@ def kernel_config(variant: Variant, arch: Arch, spec: Spec) -> MhaTritonConfig:
         gqa_group=shape.gqa_group,
         page_size=variant.page_size or 1,
         dtype=TORCH_DTYPE_NAME[variant.dtype],
-        **decode_tiles(shape.head_dim, shape.gqa_group),
-        **extend_tiles(shape.head_dim, arch),
+        **decode_tiles(tile_dim(shape), shape.gqa_group),
+        **extend_tiles(tile_dim(shape), arch),
     )
     overrides = {k: v for t in spec.tuning if t.arch is arch for k, v in t.values}
     return dataclasses.replace(config, **overrides) if overrides else config

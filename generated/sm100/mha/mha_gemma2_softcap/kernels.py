@@ -24,6 +24,9 @@ KV cache: k_cache [num_pages, page_size, Hkv, D] and v_cache [num_pages, page_si
 read through page_table[b, j] = physical page of tokens j*page_size .. (j+1)*page_size-1 of
 request b. Query head h reads kv head h // gqa_group. Every q/out/cache row must start on 16
 bytes (data pointer and strides): the kernels tell the compiler so, and the launchers check it.
+D and Dv are multiples of 8 in 16 .. 256, not necessarily equal; the kernels' tiles are their
+next powers of two (BLOCK_D, BLOCK_DV), with the padded lanes masked (no masks when D and Dv
+are powers of two).
 
 decode: one query token per request. Stage 1 (grid B x Hkv x max_splits) attends one split of
 the request's KV range for the gqa_group query heads of one kv head and writes the split's
@@ -172,6 +175,8 @@ def _attend_kv_blocks(
     kv_len,
     HEAD_DIM: tl.constexpr,
     V_HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     MASK_KV_LEN: tl.constexpr,
@@ -187,11 +192,12 @@ def _attend_kv_blocks(
     loaded: the lowest key any row may see) and before q_pos - WINDOW_LEFT. Without
     MASK_KV_LEN every block must lie wholly below kv_len. A row may see no key of a block
     only if m_i is finite by then (-inf - -inf would be NaN): windowed callers start m_i at
-    -1e30.
+    -1e30. Head dims are padded to BLOCK_D / BLOCK_DV (powers of two): padded lanes load 0,
+    so they add nothing to q.k, and give acc columns that the callers do not store.
     """
     tl.static_assert(MASK_KV_LEN or not MASK_CAUSAL)
-    offs_d = tl.arange(0, HEAD_DIM)
-    offs_dv = tl.arange(0, V_HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     for start_n in range(lo, hi, BLOCK_N):
         # -- gather the block's keys and values through the page table ----
         page, slots = _block_pages(
@@ -209,11 +215,23 @@ def _attend_kv_blocks(
                     in_range = in_range & (offs_n >= kv_lo)
             else:
                 in_range = offs_n >= kv_lo
-            k = tl.load(k_ptrs, mask=in_range[:, None], other=0.0)
-            v = tl.load(v_ptrs, mask=in_range[:, None], other=0.0)
+            k_mask = in_range[:, None]
+            v_mask = in_range[:, None]
+            if HEAD_DIM < BLOCK_D:
+                k_mask = k_mask & (offs_d < HEAD_DIM)[None, :]
+            if V_HEAD_DIM < BLOCK_DV:
+                v_mask = v_mask & (offs_dv < V_HEAD_DIM)[None, :]
+            k = tl.load(k_ptrs, mask=k_mask, other=0.0)
+            v = tl.load(v_ptrs, mask=v_mask, other=0.0)
         else:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
+            if HEAD_DIM < BLOCK_D:
+                k = tl.load(k_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0)
+            else:
+                k = tl.load(k_ptrs)
+            if V_HEAD_DIM < BLOCK_DV:
+                v = tl.load(v_ptrs, mask=(offs_dv < V_HEAD_DIM)[None, :], other=0.0)
+            else:
+                v = tl.load(v_ptrs)
         # -- compute qk; hook score_mod ----
         qk = _score_mod(tl.dot(q, tl.trans(k)), qk_scale, LOGIT_SOFTCAP)
         # -- hook mask_mod ----
@@ -276,6 +294,8 @@ def _decode_split_kernel(
     GQA_GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     V_HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -308,17 +328,20 @@ def _decode_split_kernel(
     offs_h = tl.arange(0, BLOCK_H)
     mask_h = offs_h < GQA_GROUP
     heads = off_kvh * GQA_GROUP + offs_h
-    offs_d = tl.arange(0, HEAD_DIM)
-    offs_dv = tl.arange(0, V_HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     q_ptrs = Q + off_b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :]
     q_ptrs = tl.multiple_of(q_ptrs, [16, 16])  # 16-byte aligned rows (the launcher checks)
-    q = tl.load(q_ptrs, mask=mask_h[:, None], other=0.0)
+    q_mask = mask_h[:, None]
+    if HEAD_DIM < BLOCK_D:
+        q_mask = q_mask & (offs_d < HEAD_DIM)[None, :]  # padded lanes: 0, nothing in q.k
+    q = tl.load(q_ptrs, mask=q_mask, other=0.0)
 
     # -- attend the split's keys ----
     qk_scale = _score_scale(sm_scale, LOGIT_SOFTCAP)
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, V_HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
     acc, l_i, m_i = _attend_kv_blocks(
         acc,
         l_i,
@@ -339,6 +362,8 @@ def _decode_split_kernel(
         kv_len=kv_end,
         HEAD_DIM=HEAD_DIM,
         V_HEAD_DIM=V_HEAD_DIM,
+        BLOCK_D=BLOCK_D,
+        BLOCK_DV=BLOCK_DV,
         PAGE_SIZE=PAGE_SIZE,
         BLOCK_N=BLOCK_N,
         MASK_KV_LEN=True,
@@ -359,7 +384,10 @@ def _decode_split_kernel(
         + offs_dv[None, :]
     )
     po_ptrs = tl.multiple_of(po_ptrs, [16, 16])
-    tl.store(po_ptrs, acc / l_safe[:, None], mask=mask_h[:, None])
+    po_mask = mask_h[:, None]
+    if V_HEAD_DIM < BLOCK_DV:
+        po_mask = po_mask & (offs_dv < V_HEAD_DIM)[None, :]
+    tl.store(po_ptrs, acc / l_safe[:, None], mask=po_mask)
     plse_ptrs = PARTIAL_LSE + off_b.to(tl.int64) * stride_plb + heads * stride_plh + split
     tl.store(plse_ptrs, lse, mask=mask_h)
 
@@ -379,6 +407,7 @@ def _decode_combine_kernel(
     stride_ob,
     stride_oh,
     V_HEAD_DIM: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
     HAS_SINKS: tl.constexpr,
 ):
@@ -387,18 +416,22 @@ def _decode_combine_kernel(
     off_b = tl.program_id(0)
     off_h = tl.program_id(1)
     num_splits = tl.minimum(tl.maximum(tl.load(NUM_SPLITS + off_b), 1), MAX_SPLITS)
-    offs_dv = tl.arange(0, V_HEAD_DIM)
+    offs_dv = tl.arange(0, BLOCK_DV)
     po_row = PARTIAL_O + off_b.to(tl.int64) * stride_pob + off_h * stride_poh
     plse_row = PARTIAL_LSE + off_b.to(tl.int64) * stride_plb + off_h * stride_plh
 
     m = float("-inf")
     l = 0.0
-    acc = tl.zeros([V_HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_DV], dtype=tl.float32)
     for split in range(0, num_splits):
         # -- rescale by base-2 exponents; empty splits (LSE -inf) add nothing ----
         lse = tl.load(plse_row + split) * 1.44269504  # 1/ln(2)
         if lse > float("-inf"):
-            o = tl.load(tl.multiple_of(po_row + split * stride_pos + offs_dv, [16]))
+            o_ptrs = tl.multiple_of(po_row + split * stride_pos + offs_dv, [16])
+            if V_HEAD_DIM < BLOCK_DV:
+                o = tl.load(o_ptrs, mask=offs_dv < V_HEAD_DIM, other=0.0)
+            else:
+                o = tl.load(o_ptrs)
             m_new = tl.maximum(m, lse)
             alpha = tl.math.exp2(m - m_new)
             weight = tl.math.exp2(lse - m_new)
@@ -412,7 +445,10 @@ def _decode_combine_kernel(
     out = acc / _sink_denominator(l, m, sink, HAS_SINKS)
     out_ptrs = OUT + off_b.to(tl.int64) * stride_ob + off_h * stride_oh + offs_dv
     out_ptrs = tl.multiple_of(out_ptrs, [16])
-    tl.store(out_ptrs, out.to(OUT.dtype.element_ty))
+    if V_HEAD_DIM < BLOCK_DV:
+        tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=offs_dv < V_HEAD_DIM)
+    else:
+        tl.store(out_ptrs, out.to(OUT.dtype.element_ty))
 
 
 @triton.jit
@@ -440,6 +476,8 @@ def _extend_kernel(
     GQA_GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     V_HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -470,11 +508,14 @@ def _extend_kernel(
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     mask_m = offs_m < extend_len
     rows = (q_start + offs_m).to(tl.int64)
-    offs_d = tl.arange(0, HEAD_DIM)
-    offs_dv = tl.arange(0, V_HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     q_ptrs = Q + rows[:, None] * stride_qt + off_h * stride_qh + offs_d[None, :]
     q_ptrs = tl.multiple_of(q_ptrs, [16, 16])  # 16-byte aligned rows (the launcher checks)
-    q = tl.load(q_ptrs, mask=mask_m[:, None], other=0.0)
+    q_mask = mask_m[:, None]
+    if HEAD_DIM < BLOCK_D:
+        q_mask = q_mask & (offs_d < HEAD_DIM)[None, :]  # padded lanes: 0, nothing in q.k
+    q = tl.load(q_ptrs, mask=q_mask, other=0.0)
     q_pos = prefix_len + offs_m
 
     # -- key blocks every row of the tile sees in full, then the masked rest ----
@@ -500,7 +541,7 @@ def _extend_kernel(
     else:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, V_HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
     k_base = K_CACHE + off_kvh * stride_kh
     v_base = V_CACHE + off_kvh * stride_vh
     page_row = PAGE_TABLE + off_b.to(tl.int64) * stride_ptb
@@ -525,6 +566,8 @@ def _extend_kernel(
             kv_len=kv_len,
             HEAD_DIM=HEAD_DIM,
             V_HEAD_DIM=V_HEAD_DIM,
+            BLOCK_D=BLOCK_D,
+            BLOCK_DV=BLOCK_DV,
             PAGE_SIZE=PAGE_SIZE,
             BLOCK_N=BLOCK_N,
             MASK_KV_LEN=False,
@@ -552,6 +595,8 @@ def _extend_kernel(
         kv_len=kv_len,
         HEAD_DIM=HEAD_DIM,
         V_HEAD_DIM=V_HEAD_DIM,
+        BLOCK_D=BLOCK_D,
+        BLOCK_DV=BLOCK_DV,
         PAGE_SIZE=PAGE_SIZE,
         BLOCK_N=BLOCK_N,
         MASK_KV_LEN=False,
@@ -579,6 +624,8 @@ def _extend_kernel(
         kv_len=kv_len,
         HEAD_DIM=HEAD_DIM,
         V_HEAD_DIM=V_HEAD_DIM,
+        BLOCK_D=BLOCK_D,
+        BLOCK_DV=BLOCK_DV,
         PAGE_SIZE=PAGE_SIZE,
         BLOCK_N=BLOCK_N,
         MASK_KV_LEN=True,
@@ -597,7 +644,10 @@ def _extend_kernel(
         out = acc / l_i[:, None]
     out_ptrs = OUT + rows[:, None] * stride_ot + off_h * stride_oh + offs_dv[None, :]
     out_ptrs = tl.multiple_of(out_ptrs, [16, 16])
-    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_m[:, None])
+    out_mask = mask_m[:, None]
+    if V_HEAD_DIM < BLOCK_DV:
+        out_mask = out_mask & (offs_dv < V_HEAD_DIM)[None, :]
+    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=out_mask)
 
 
 def _io_dtype(config: MhaTritonConfig) -> torch.dtype:
@@ -608,10 +658,14 @@ def _io_dtype(config: MhaTritonConfig) -> torch.dtype:
 def _check_config(config: MhaTritonConfig, sm_scale: float) -> None:
     if not isinstance(config, MhaTritonConfig):
         fail("config", "an MhaTritonConfig", type(config).__name__)
-    for field in ("head_dim", "v_head_dim", "decode_block_h"):
+    for field in ("head_dim", "v_head_dim"):
+        # 16-byte rows in bf16/fp16 (the kernels' alignment hints); padded to a power of two
         value = getattr(config, field)
-        if value < 16 or value & (value - 1):
-            fail(f"config.{field}", "a power of two >= 16", value)
+        if not 16 <= value <= 256 or value % 8:
+            fail(f"config.{field}", "a multiple of 8 in 16 .. 256", value)
+    value = config.decode_block_h
+    if value < 16 or value & (value - 1):
+        fail("config.decode_block_h", "a power of two >= 16", value)
     if config.decode_block_h < config.gqa_group:
         fail("config.decode_block_h", f">= gqa_group ({config.gqa_group})", config.decode_block_h)
     if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
@@ -708,6 +762,8 @@ def _check_sinks(sinks: torch.Tensor | None, q: torch.Tensor) -> None:
 
 
 # -- launch options (constexprs, warps, stages): the launchers and compile_specs share them ----
+# HEAD_DIM / V_HEAD_DIM are the true head dims; BLOCK_D / BLOCK_DV, the next powers of two,
+# are the kernels' tile widths (equal for power-of-two dims: no lane masks then).
 
 
 def _decode_split_options(config: MhaTritonConfig) -> dict[str, int | float]:
@@ -715,6 +771,8 @@ def _decode_split_options(config: MhaTritonConfig) -> dict[str, int | float]:
         "GQA_GROUP": config.gqa_group,
         "HEAD_DIM": config.head_dim,
         "V_HEAD_DIM": config.v_head_dim,
+        "BLOCK_D": triton.next_power_of_2(config.head_dim),
+        "BLOCK_DV": triton.next_power_of_2(config.v_head_dim),
         "PAGE_SIZE": config.page_size,
         "BLOCK_H": config.decode_block_h,
         "BLOCK_N": config.decode_block_n,
@@ -729,6 +787,7 @@ def _decode_split_options(config: MhaTritonConfig) -> dict[str, int | float]:
 def _decode_combine_options(config: MhaTritonConfig) -> dict[str, int | bool]:
     return {
         "V_HEAD_DIM": config.v_head_dim,
+        "BLOCK_DV": triton.next_power_of_2(config.v_head_dim),
         "MAX_SPLITS": config.max_splits,
         "HAS_SINKS": HAS_SINKS,
         "num_warps": config.combine_num_warps,
@@ -741,6 +800,8 @@ def _extend_options(config: MhaTritonConfig) -> dict[str, int | float | bool]:
         "GQA_GROUP": config.gqa_group,
         "HEAD_DIM": config.head_dim,
         "V_HEAD_DIM": config.v_head_dim,
+        "BLOCK_D": triton.next_power_of_2(config.head_dim),
+        "BLOCK_DV": triton.next_power_of_2(config.v_head_dim),
         "PAGE_SIZE": config.page_size,
         "BLOCK_M": config.extend_block_m,
         "BLOCK_N": config.extend_block_n,
