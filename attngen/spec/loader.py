@@ -190,7 +190,7 @@ def _read_targets(node: yaml.Node, path: str) -> tuple[Target, ...]:
     for key_node, value_node in node.value:
         name = f"targets.{key_node.value}"
         backend = convert_scalar(backend_kind, key_node, path, "targets")
-        items = value_node.value if value_node.__class__ is yaml.SequenceNode else [value_node]
+        items = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
         if not items:
             raise SpecError(node_location(path, value_node), name, "an empty list selects nothing")
         archs = tuple(convert_scalar(arch_kind, item, path, name) for item in items)
