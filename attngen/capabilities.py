@@ -35,13 +35,17 @@ class Verdict:
 
 SUPPORTED = Verdict(Status.SUPPORTED)
 
-# What the Triton MHA lowering covers today: decode + extend, causal / bidirectional /
-# sliding-window masks, logit softcap and attention sinks; the rest of MHA is issue 3.
-TRITON_MHA_PHASES = frozenset({Phase.EXTEND, Phase.DECODE})
+# What the Triton MHA lowering covers: every phase; causal / bidirectional / sliding-window
+# masks, speculative draft chains and trees, logit softcap and attention sinks; bf16/fp16
+# activations over a bf16/fp16 or fp8 (e4m3, e5m2; per-tensor or per-head scales) cache.
+TRITON_MHA_PHASES = frozenset(Phase)
 TRITON_MHA_HEAD_DIMS = frozenset({64, 80, 96, 128, 192, 256})  # padded to a power of two
 TRITON_MHA_DTYPES = frozenset({DType.BF16, DType.FP16})
 TRITON_MHA_MAX_GQA_GROUP = 64  # query-head rows per decode program stay <= 64
-TRITON_MHA_MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
+TRITON_MHA_MASKS = frozenset(
+    {MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW, MaskKind.CUSTOM}
+)
+TRITON_MHA_FP8 = frozenset({DType.FP8_E4M3, DType.FP8_E5M2})
 
 
 def supports(variant: Variant, backend: Backend, arch: Arch) -> Verdict:
@@ -90,12 +94,27 @@ def _triton_mha(variant: Variant) -> Verdict:
             variant.dtype in TRITON_MHA_DTYPES,
             f"activation dtype {variant.dtype.value} is not lowered",
         ),
-        (variant.kv_dtype is variant.dtype, f"{_kv_name(variant)} KV cache is not lowered yet"),
+        (
+            variant.kv_dtype is variant.dtype or variant.kv_dtype in TRITON_MHA_FP8,
+            f"{_kv_name(variant)} KV cache is not lowered yet",
+        ),
         (
             variant.mask.kind in TRITON_MHA_MASKS,
             f"mask {variant.mask.kind.value} is not lowered yet",
         ),
-        (variant.spec_topk is None, "speculative decoding is not lowered yet"),
+        (
+            variant.mask.kind is not MaskKind.CUSTOM or (variant.spec_topk or 0) > 1,
+            "custom masks are lowered for speculative draft trees (topk > 1) only",
+        ),
+        (
+            (variant.spec_topk or 0) <= 1 or variant.mask.kind is not MaskKind.SLIDING_WINDOW,
+            "draft trees with a sliding window are not lowered (tree rows sit at depths, "
+            "not at consecutive positions)",
+        ),
+        (
+            (variant.spec_topk or 0) <= 1 or variant.mask.kind is not MaskKind.NONE,
+            "draft trees need a causal base mask",
+        ),
         (shape.head_dim in TRITON_MHA_HEAD_DIMS, f"head_dim {shape.head_dim} is not lowered yet"),
         (
             shape.v_head_dim in TRITON_MHA_HEAD_DIMS,

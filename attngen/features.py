@@ -32,7 +32,8 @@ class Feature:
 
 
 def phase_checks(v: Variant) -> frozenset[str]:
-    return frozenset(p.value for p in v.phases if p in (Phase.DECODE, Phase.EXTEND))
+    """GPU checks named after the phases: decode, extend, verify, draft_extend, prefill."""
+    return frozenset(p.value for p in v.phases)
 
 
 def _spec(family: Family, **kw: object) -> Spec:
@@ -124,6 +125,11 @@ def _graph_checks(v: Variant) -> frozenset[str]:
     return frozenset({"cuda_graph"})
 
 
+def _verify_checks(v: Variant) -> frozenset[str]:
+    """Verify numerics, and its CUDA-graph capture/replay."""
+    return frozenset({"verify", "cuda_graph_verify"})
+
+
 def _gqa_detail(v: Variant) -> str:
     return str(v.shape.gqa_group)  # type: ignore[union-attr]
 
@@ -166,7 +172,7 @@ def _common(family: Family) -> list[Feature]:
             family,
             _topk(lambda k: k == 1),
             lambda v: _speculative(v, 1),
-            phase_checks,
+            _verify_checks,
         ),
         Feature(
             "spec_topkn",
@@ -174,7 +180,7 @@ def _common(family: Family) -> list[Feature]:
             family,
             _topk(lambda k: k > 1),
             lambda v: _speculative(v, 4),
-            phase_checks,
+            _verify_checks,
         ),
     ]
 

@@ -73,10 +73,14 @@ def render_kernels(
     *,
     causal: bool | None = None,
     formatted: bool = True,
+    phases: tuple[str, ...] = ("extend", "decode"),
 ) -> str:
     """The generated module's source, formatted as the generator formats it (or raw)."""
     mask = module_mask(mask, causal)
-    module = MhaModule(mask, mask.causal, FEATURE_LINES, [config_entry(c) for c in configs])
+    entries = [config_entry(c) for c in configs]
+    names = [f'"{p}"' for p in phases]
+    phases_literal = f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
+    module = MhaModule(mask, mask.causal, FEATURE_LINES, entries, phases_literal)
     source = render(TEMPLATE, header=HEADER, module=module)
     return black.format_str(source, mode=BLACK_MODE) if formatted else source
 
@@ -87,9 +91,10 @@ def load_kernels_module(
     *,
     causal: bool | None = None,
     tmp_dir: Path,
+    phases: tuple[str, ...] = ("extend", "decode"),
 ) -> ModuleType:
     """Render, write to ``tmp_dir`` and import the kernels module for ``configs``."""
-    source = render_kernels(configs, mask, causal=causal)
+    source = render_kernels(configs, mask, causal=causal, phases=phases)
     name = "attngen_test_mha_" + hashlib.sha256(source.encode()).hexdigest()[:16]
     path = Path(tmp_dir) / f"{name}.py"
     path.write_text(source, encoding="utf-8")

@@ -83,7 +83,9 @@ def scale(X, Y, n, factor, BLOCK: tl.constexpr):
 
 
 def _config(uri: str, block: int) -> MhaTritonConfig:
-    return MhaTritonConfig(uri, 64, 64, 1, 1, "float16", block, 16, 4, 2, 8, 4, 64, 64, 4, 2)
+    return MhaTritonConfig(
+        uri, 64, 64, 1, 1, "float16", "float16", "none", 0, 0, block, 16, 4, 2, 8, 4, 64, 64, 4, 2
+    )
 
 
 CONFIGS = {uri: _config(uri, block) for uri, block in (("tiny/a", 256), ("tiny/b", 256), ("tiny/c", 512))}

@@ -28,7 +28,9 @@ def test_hardware_limits_are_unsupported_with_a_reason() -> None:
     assert verdict.status is Status.UNSUPPORTED and "sm80" in verdict.reason
     fp8 = dataclasses.replace(v, kv_dtype=DType.FP8_E4M3, kv_scale=ScaleGranularity.PER_TENSOR)
     assert supports(fp8, Backend.TRITON, Arch.SM80).status is Status.UNSUPPORTED
-    assert supports(fp8, Backend.TRITON, Arch.SM90).status is Status.NOT_LOWERED
+    assert supports(fp8, Backend.TRITON, Arch.SM90).ok
+    fp4 = dataclasses.replace(v, kv_dtype=DType.NVFP4, kv_scale=ScaleGranularity.PER_BLOCK)
+    assert supports(fp4, Backend.TRITON, Arch.SM90).status is Status.NOT_LOWERED
     assert (Backend.TRITON, Arch.SM80) not in alternatives(fp8)
     assert (
         supports(base_variant(Family.DSA), Backend.TRITON, Arch.SM80).status is Status.UNSUPPORTED

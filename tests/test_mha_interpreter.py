@@ -40,6 +40,10 @@ def make_config(
     block_n: int = 16,
     max_splits: int = 4,
     v_head_dim: int | None = None,
+    kv_dtype: str = "float16",
+    kv_scale: str = "none",
+    spec_topk: int = 0,
+    num_draft_tokens: int = 0,
 ) -> MhaTritonConfig:
     v_head_dim = head_dim if v_head_dim is None else v_head_dim
     v_part = "" if v_head_dim == head_dim else f"_v{v_head_dim}"
@@ -50,6 +54,10 @@ def make_config(
         gqa_group=gqa_group,
         page_size=page_size,
         dtype="float16",
+        kv_dtype=kv_dtype,
+        kv_scale=kv_scale,
+        spec_topk=spec_topk,
+        num_draft_tokens=num_draft_tokens,
         decode_block_n=block_n,
         decode_block_h=16,
         decode_num_warps=4,

@@ -68,7 +68,9 @@ TILES = dict(
 
 def make_config(head_dim: int, v_head_dim: int, group: int, page_size: int, dtype: str):
     uri = f"d{head_dim}_v{v_head_dim}_g{group}_ps{page_size}_{dtype}"
-    return MhaTritonConfig(uri, head_dim, v_head_dim, group, page_size, dtype, **TILES)
+    return MhaTritonConfig(
+        uri, head_dim, v_head_dim, group, page_size, dtype, dtype, "none", 0, 0, **TILES
+    )
 
 
 CONFIGS = [
@@ -106,8 +108,10 @@ class OracleKernels:
         config,
         sm_scale,
         sinks=None,
+        k_scale=None,
+        v_scale=None,
     ) -> None:
-        assert sinks is None  # MASK has no sinks
+        assert sinks is None and k_scale is None and v_scale is None  # no sinks, no fp8
         bs, hq = q.shape[:2]
         _check_common(q, k_cache, v_cache, page_table, out, config, rows=bs)
         for t in (seq_lens, num_splits):
@@ -136,8 +140,10 @@ class OracleKernels:
         config,
         sm_scale,
         sinks=None,
+        k_scale=None,
+        v_scale=None,
     ) -> None:
-        assert sinks is None
+        assert sinks is None and k_scale is None and v_scale is None
         bs = qo_indptr.shape[0] - 1
         _check_common(q, k_cache, v_cache, page_table, out, config, rows=bs)
         assert qo_indptr.dtype == prefix_lens.dtype == torch.int32
@@ -630,9 +636,12 @@ def test_forward_input_errors() -> None:
 def test_forward_modes() -> None:
     rig = make_rig(CONFIGS[0])
     batch = rig.builder.extend([2], [3]).batch
-    for mode in (ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND):
-        with pytest.raises(AttngenInputError, match=f"{mode.name} .* not supported yet"):
-            rig.backend.init_forward_metadata(ForwardBatch(**{**vars(batch), "forward_mode": mode}))
+    verify = ForwardBatch(**{**vars(batch), "forward_mode": ForwardMode.TARGET_VERIFY})
+    with pytest.raises(AttngenInputError, match="generates phases extend, decode; TARGET_VERIFY"):
+        rig.backend.init_forward_metadata(verify)
+    # a draft model's extend runs the extend kernel
+    draft = ForwardBatch(**{**vars(batch), "forward_mode": ForwardMode.DRAFT_EXTEND})
+    rig.backend.init_forward_metadata(draft)
     rig.backend.init_forward_metadata(batch)
     rig.backend.init_forward_metadata(
         ForwardBatch(**{**vars(batch), "forward_mode": ForwardMode.IDLE})
@@ -711,11 +720,13 @@ def test_cuda_graph_errors() -> None:
         backend.init_forward_metadata_capture_cuda_graph(4, 4, req, seq, None, decode, None)
     backend.init_cuda_graph_state(4, 4)
     capture = backend.init_forward_metadata_capture_cuda_graph
-    with pytest.raises(AttngenInputError, match="EXTEND is not graph-capturable yet"):
+    with pytest.raises(
+        AttngenInputError, match="EXTEND is not graph-capturable; DECODE and TARGET_VERIFY are"
+    ):
         capture(4, 4, req, seq, None, ForwardMode.EXTEND, None)
     with pytest.raises(AttngenInputError, match=r"bs: expected 1..4 .*got 5"):
         capture(5, 5, torch.zeros(5, dtype=torch.int64), seq, None, decode, None)
-    with pytest.raises(AttngenInputError, match="num_tokens: expected bs=4"):
+    with pytest.raises(AttngenInputError, match=r"num_tokens: expected bs \* 1 = 4 \(DECODE\)"):
         capture(4, 8, req, seq, None, decode, None)
     with pytest.raises(AttngenInputError, match="encoder_lens: expected None"):
         capture(4, 4, req, seq, seq, decode, None)
@@ -754,8 +765,6 @@ def test_backend_serves_only_the_generated_phases() -> None:
     kernels.PHASES = ("extend",)  # an extend-only spec (e.g. bidirectional encoders)
     rig = make_rig(CONFIGS[0], backend_cls=backend_class(kernels))
     pb = rig.builder.decode([5, 9])
-    q, k, v = rig.builder.qkv(2, rig.layer)
-    rig.backend.init_forward_metadata(pb.batch)
-    with pytest.raises(AttngenInputError, match="phase decode is not generated for this spec"):
-        rig.backend.forward_decode(q, k, v, rig.layer, pb.batch)
+    with pytest.raises(AttngenInputError, match="generates phases extend; DECODE needs decode"):
+        rig.backend.init_forward_metadata(pb.batch)
     assert kernels.calls == []

@@ -51,7 +51,8 @@ def decode_graph_buffers(fill: int) -> tuple[GraphBuffer, ...]:
 def module_mask(mask: Mask) -> MhaMask:
     """The spec's mask section as the kernels' compile-time mask constants."""
     return MhaMask(
-        causal=mask.kind in (MaskKind.CAUSAL, MaskKind.SLIDING_WINDOW),
+        # custom (speculative trees): the tree mask applies to verify's drafts, the rest is causal
+        causal=mask.kind is not MaskKind.NONE,
         window_left=mask.window_left if mask.window_left is not None else -1,
         logit_softcap=mask.logit_softcap or 0.0,
         has_sinks=mask.sinks,

@@ -75,6 +75,10 @@ def kernel_config(variant: Variant, arch: Arch, spec: Spec) -> MhaTritonConfig:
         gqa_group=shape.gqa_group,
         page_size=variant.page_size or 1,
         dtype=TORCH_DTYPE_NAME[variant.dtype],
+        kv_dtype=TORCH_DTYPE_NAME[variant.kv_dtype],
+        kv_scale=variant.kv_scale.value if variant.kv_scale is not None else "none",
+        spec_topk=variant.spec_topk or 0,
+        num_draft_tokens=spec.speculative.num_draft_tokens if spec.speculative else 0,
         **decode_tiles(tile_dim(shape), shape.gqa_group),
         **extend_tiles(tile_dim(shape), arch),
     )

@@ -121,13 +121,15 @@ def paged_extend_ref(
     *,
     mask: MhaMask | None = None,
     sinks: torch.Tensor | None = None,
+    tree_masks: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Ragged new tokens over a paged cached prefix (their own K/V already in the cache).
 
     Request ``b`` owns query rows ``qo_indptr[b] .. qo_indptr[b+1]-1``; its query ``i`` sits
     at position ``prefix_lens[b] + i`` and sees the keys ``mask`` allows among positions
-    ``0 .. prefix_lens[b] + extend_len - 1``. Returns ``[T, Hq, Dv]`` fp32 (rows of no
-    request stay zero).
+    ``0 .. prefix_lens[b] + extend_len - 1``. With ``tree_masks`` (speculative verify of
+    draft trees), query ``i`` sees the whole prefix and new key ``j`` iff
+    ``tree_masks[b][i, j]``. Returns ``[T, Hq, Dv]`` fp32 (rows of no request stay zero).
     """
     mask = MhaMask() if mask is None else mask
     total, num_heads = q.shape[:2]
@@ -142,5 +144,34 @@ def paged_extend_ref(
         v = gather_kv(v_cache, page_table[b], length)
         query_pos = prefix + torch.arange(end - start, device=q.device)
         visible = visible_keys(query_pos, length, mask)
+        if tree_masks is not None:
+            visible[:, :prefix] = True
+            visible[:, prefix:] = tree_masks[b].to(visible.device)
         out[start:end] = attention(q[start:end], k, v, sm_scale, visible, mask.logit_softcap, sinks)
+    return out
+
+
+def prefill_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    sm_scale: float,
+    *,
+    mask: MhaMask | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Cache-free ragged attention: request ``b`` is rows ``cu_seqlens[b] .. [b+1]-1`` of
+    ``q [T, Hq, D]``, ``k [T, Hkv, D]`` and ``v [T, Hkv, Dv]``; query ``i`` sits at
+    position ``i``. Returns ``[T, Hq, Dv]`` fp32."""
+    mask = MhaMask() if mask is None else mask
+    out = torch.zeros(*q.shape[:2], v.shape[-1], dtype=torch.float32, device=q.device)
+    for b in range(cu_seqlens.shape[0] - 1):
+        start, end = int(cu_seqlens[b]), int(cu_seqlens[b + 1])
+        if end == start:
+            continue
+        visible = visible_keys(torch.arange(end - start, device=q.device), end - start, mask)
+        out[start:end] = attention(
+            q[start:end], k[start:end], v[start:end], sm_scale, visible, mask.logit_softcap, sinks
+        )
     return out

@@ -68,7 +68,7 @@ class ForwardBatch:
     extend_seq_lens: torch.Tensor | None = None  # [B] int32, new tokens per request
     extend_prefix_lens_cpu: list[int] | None = None
     extend_seq_lens_cpu: list[int] | None = None
-    spec_info: Any = None  # speculative-decoding info (draft tree); unused so far
+    spec_info: Any = None  # TARGET_VERIFY: a VerifyInfo (draft count, tree mask)
 
     @property
     def num_new_tokens(self) -> int:
@@ -89,6 +89,22 @@ class ForwardBatch:
         check_max_seq_len(self.seq_lens_cpu, max_context_len)
         num_new = self._check_extend(device) if self.forward_mode.is_extend() else bs
         _check_index("out_cache_loc", self.out_cache_loc, num_new, device)
+        if self.forward_mode.is_target_verify():
+            self._check_verify()
+
+    def _check_verify(self) -> None:
+        info = self.spec_info
+        if not isinstance(info, VerifyInfo):
+            fail(
+                "forward_batch.spec_info", "a VerifyInfo in TARGET_VERIFY mode", type(info).__name__
+            )
+        n = info.draft_token_num
+        if self.extend_seq_lens_cpu != [n] * self.batch_size:
+            fail(
+                "forward_batch.extend_seq_lens_cpu",
+                f"spec_info.draft_token_num={n} for every request",
+                self.extend_seq_lens_cpu,
+            )
 
     def _check_extend(self, device: torch.device) -> int:
         """Check the extend fields; return the number of new tokens."""
@@ -116,6 +132,45 @@ class ForwardBatch:
         return sum(ext)
 
 
+@dataclass(frozen=True)
+class VerifyInfo:
+    """What a TARGET_VERIFY forward adds: the drafts per request and, for trees, the mask.
+
+    Every request verifies ``draft_token_num`` tokens (its ``extend_seq_lens``). Chains
+    (topk 1) need no mask: draft ``i`` sees drafts ``0..i``. Trees (topk > 1) pass
+    ``tree_mask`` (uint8, bit-packed by :func:`pack_tree_masks`) and ``tree_mask_indptr``
+    (int32 ``[B + 1]``, byte offset of each request's mask); every draft sees the prefix.
+    """
+
+    draft_token_num: int
+    tree_mask: torch.Tensor | None = None
+    tree_mask_indptr: torch.Tensor | None = None
+
+
+def pack_tree_masks(masks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bit-pack per-request ``[n, n]`` bool masks (row i: the drafts draft i sees).
+
+    Request b's bits start on a byte boundary at ``indptr[b]``; bit ``i * n + j`` sits in
+    byte ``i * n + j >> 3`` at bit ``(i * n + j) & 7`` (little-endian), as the kernels read
+    them. Returns ``(uint8 bytes, int32 indptr [B + 1])`` on the masks' device.
+    """
+    chunks, offsets = [], [0]
+    weights = None
+    for b, m in enumerate(masks):
+        check_tensor(f"masks[{b}]", m, dtype=torch.bool, shape=[None, None])
+        if m.shape[0] != m.shape[1]:
+            fail(f"masks[{b}]", "a square [n, n] mask", tuple(m.shape))
+        bits = m.reshape(-1).to(torch.uint8)
+        bits = torch.nn.functional.pad(bits, (0, -bits.shape[0] % 8)).view(-1, 8)
+        if weights is None or weights.device != bits.device:
+            weights = torch.tensor([1 << i for i in range(8)], dtype=torch.uint8, device=m.device)
+        chunks.append((bits * weights).sum(dim=1, dtype=torch.uint8))
+        offsets.append(offsets[-1] + chunks[-1].shape[0])
+    device = masks[0].device if masks else torch.device("cpu")
+    packed = torch.cat(chunks) if chunks else torch.zeros(0, dtype=torch.uint8, device=device)
+    return packed, torch.tensor(offsets, dtype=torch.int32, device=device)
+
+
 def check_max_seq_len(seq_lens_cpu: torch.Tensor, max_context_len: int) -> None:
     """Host-side check that no request outgrows the req_to_token table."""
     longest = int(seq_lens_cpu.max()) if seq_lens_cpu.numel() else 0
@@ -137,6 +192,10 @@ class AttentionLayer:
     head_dim: int  # q/k head dim
     v_head_dim: int  # v / output head dim
     scaling: float  # softmax scale, usually head_dim ** -0.5
+    # fp8 KV cache: fp32 dequant scales, [1] (per tensor) or [num_kv_heads] (per head);
+    # cache = saturate(x / scale) on write, x ~= cache * scale on read. None otherwise.
+    k_scale: torch.Tensor | None = None
+    v_scale: torch.Tensor | None = None
 
 
 class ReqToTokenPool:
@@ -235,24 +294,55 @@ class PagedKVPool:
     ) -> None:
         """Scatter new tokens' ``k [T, Hkv, D]`` / ``v [T, Hkv, Dv]`` to token slots ``loc``.
 
-        No host sync (graph-capturable); ``loc`` values must lie in ``0..num_slots-1``.
+        No host sync (graph-capturable); ``loc`` values must lie in ``0..num_slots-1``. An
+        fp8 pool quantizes with ``layer.k_scale`` / ``layer.v_scale`` (see quantize_fp8).
         """
         k_cache, v_cache = self.get_kv_buffer(layer.layer_id)
         check_tensor("loc", loc, dtype=INDEX_DTYPES, shape=[None], device=self.device)
         num_tokens = int(loc.shape[0])
+        src_dtypes = ACTIVATION_DTYPES if self.dtype in FP8_DTYPES else self.dtype
         check_tensor(
             "k",
             k,
-            dtype=self.dtype,
+            dtype=src_dtypes,
             device=self.device,
             shape=[num_tokens, self.num_kv_heads, self.head_dim],
         )
         check_tensor(
             "v",
             v,
-            dtype=self.dtype,
+            dtype=src_dtypes,
             device=self.device,
             shape=[num_tokens, self.num_kv_heads, self.v_head_dim],
         )
+        if self.dtype in FP8_DTYPES:
+            k = quantize_fp8(k, kv_scale("layer.k_scale", layer.k_scale, k), self.dtype)
+            v = quantize_fp8(v, kv_scale("layer.v_scale", layer.v_scale, v), self.dtype)
         k_cache.view(self.num_slots, self.num_kv_heads, self.head_dim)[loc] = k
         v_cache.view(self.num_slots, self.num_kv_heads, self.v_head_dim)[loc] = v
+
+
+# -- fp8 KV cache ----
+
+ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def kv_scale(name: str, scale: object, x: torch.Tensor) -> torch.Tensor:
+    """Check a dequant scale for ``x [T, Hkv, D]``: fp32 [1] or [Hkv] on x's device."""
+    if scale is None:
+        fail(name, "a float32 tensor [1] or [num_kv_heads] (the KV cache is fp8)", None)
+    scale = check_tensor(name, scale, dtype=torch.float32, shape=[None], device=x.device)
+    if scale.shape[0] not in (1, x.shape[1]):
+        fail(name, f"shape [1] or [{x.shape[1]}]", tuple(scale.shape))
+    return scale
+
+
+def quantize_fp8(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x [T, Hkv, D] / scale`` (per tensor or per kv head), saturated to the fp8 range.
+
+    torch's cast gives NaN past the largest finite fp8 value, so values are clamped first.
+    """
+    limit = torch.finfo(dtype).max
+    scaled = x.float() / scale.view(1, -1, 1)
+    return scaled.clamp(-limit, limit).to(dtype)

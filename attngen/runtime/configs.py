@@ -21,7 +21,11 @@ class MhaTritonConfig:
     v_head_dim: int  # v / output head dim
     gqa_group: int  # query heads per kv head
     page_size: int  # tokens per KV-cache page (1 = token-granular)
-    dtype: str  # torch dtype name of q, o and the KV cache: "bfloat16" | "float16"
+    dtype: str  # torch dtype name of q and o: "bfloat16" | "float16"
+    kv_dtype: str  # KV cache storage: the dtype's name, or "float8_e4m3fn" | "float8_e5m2"
+    kv_scale: str  # dequant scales of K and V: "none" | "per_tensor" | "per_head"
+    spec_topk: int  # speculative verify: 0 none, 1 draft chain (causal), > 1 draft tree
+    num_draft_tokens: int  # verify rows per request (0 without speculative decoding)
     # -- decode (split-KV, then combine) ----
     decode_block_n: int  # KV tokens per inner iteration
     decode_block_h: int  # query-head rows per program (gqa_group padded to >= 16)

@@ -36,6 +36,101 @@ class ExtendMetadata:
     qo_indptr: torch.Tensor  # [B + 1] int32, start row of each request's new tokens
     prefix_lens: torch.Tensor  # [B] int32, cached tokens before the new ones
     max_extend_len: int
+    no_prefix: bool = False  # no request has cached tokens (prefill may skip the cache)
+    verify: bool = False  # TARGET_VERIFY: kernels.verify, draft rows per request fixed
+    tree_mask: torch.Tensor | None = None  # verify with trees: bit-packed uint8
+    tree_mask_indptr: torch.Tensor | None = None  # [>= B] int32 byte offsets
+    out: torch.Tensor | None = None  # static output rows (graph mode)
+
+
+@dataclass(frozen=True)
+class VerifyGraphBuffers:
+    """Target-verify metadata for up to ``max_bs`` requests of ``draft_token_num`` drafts.
+
+    Each request's rows and tree-mask bytes sit at fixed offsets (b * n rows, b * bytes
+    per request), so qo_indptr and tree_mask_indptr never change after allocation.
+    """
+
+    draft_token_num: int
+    page_table: torch.Tensor  # [max_bs, max_pages] int32
+    qo_indptr: torch.Tensor  # [max_bs + 1] int32: b * draft_token_num
+    prefix_lens: torch.Tensor  # [max_bs] int32
+    tree_mask: torch.Tensor  # [max_bs * mask_bytes] uint8 (1 byte when not a tree)
+    tree_mask_indptr: torch.Tensor  # [max_bs + 1] int32: b * mask_bytes
+    out: torch.Tensor  # [max_bs * draft_token_num, Hq, Dv]
+    tree: bool
+
+    @staticmethod
+    def allocate(
+        *,
+        max_bs: int,
+        max_pages: int,
+        draft_token_num: int,
+        tree: bool,
+        num_q_heads: int,
+        v_head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> VerifyGraphBuffers:
+        n = draft_token_num
+        mask_bytes = -(-n * n // 8) if tree else 0
+        i32 = dict(dtype=torch.int32, device=device)
+        return VerifyGraphBuffers(
+            draft_token_num=n,
+            page_table=torch.zeros((max_bs, max_pages), **i32),
+            qo_indptr=torch.arange(max_bs + 1, **i32) * n,
+            prefix_lens=torch.zeros((max_bs,), **i32),
+            tree_mask=torch.zeros((max(1, max_bs * mask_bytes),), dtype=torch.uint8, device=device),
+            tree_mask_indptr=torch.arange(max_bs + 1, **i32) * mask_bytes,
+            out=torch.empty((max_bs * n, num_q_heads, v_head_dim), dtype=dtype, device=device),
+            tree=tree,
+        )
+
+    @property
+    def max_bs(self) -> int:
+        return int(self.page_table.shape[0])
+
+    def load(
+        self,
+        bs: int,
+        *,
+        page_table: torch.Tensor,
+        seq_lens: torch.Tensor,
+        tree_mask: torch.Tensor | None,
+    ) -> None:
+        """Copy one batch in place: seq_lens count the drafts; padded rows may be short."""
+        width = int(page_table.shape[1])
+        if width > self.page_table.shape[1]:
+            raise AttngenInputError(
+                f"page_table: expected <= {self.page_table.shape[1]} pages per request, got {width}"
+            )
+        self.page_table[:bs, :width].copy_(page_table)
+        torch.clamp(seq_lens - self.draft_token_num, min=0, out=self.prefix_lens[:bs])
+        if self.tree:
+            want = int(self.tree_mask_indptr[bs])
+            check_tensor("spec_info.tree_mask", tree_mask, dtype=torch.uint8, shape=[None])
+            if tree_mask.shape[0] < want:
+                fail(
+                    "spec_info.tree_mask",
+                    f">= {want} bytes (bs x packed n x n)",
+                    tree_mask.shape[0],
+                )
+            self.tree_mask[:want].copy_(tree_mask[:want])
+
+    def metadata(self, bs: int) -> ExtendMetadata:
+        n = self.draft_token_num
+        return ExtendMetadata(
+            batch_size=bs,
+            num_tokens=bs * n,
+            page_table=self.page_table[:bs],
+            qo_indptr=self.qo_indptr[: bs + 1],
+            prefix_lens=self.prefix_lens[:bs],
+            max_extend_len=n,
+            verify=True,
+            tree_mask=self.tree_mask if self.tree else None,
+            tree_mask_indptr=self.tree_mask_indptr[: bs + 1] if self.tree else None,
+            out=self.out[: bs * n],
+        )
 
 
 @dataclass(frozen=True)
@@ -126,18 +221,27 @@ class DecodeGraphBuffers:
 
 
 def check_graph_call(
-    phase: str, *, bs: int, num_tokens: int, mode: ForwardMode, encoder_lens: object
+    phase: str,
+    *,
+    bs: int,
+    num_tokens: int,
+    mode: ForwardMode,
+    encoder_lens: object,
+    tokens_per_request: int = 1,
 ) -> None:
-    """Graph capture/replay covers decode only, one token per request, no cross-attention."""
+    """Graph capture/replay covers DECODE (one token per request) and TARGET_VERIFY
+    (``tokens_per_request`` drafts each); no cross-attention."""
     where = f"cuda graph {phase}"
-    if mode is not ForwardMode.DECODE:
+    if mode not in (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY):
         raise AttngenInputError(
-            f"{where}: forward_mode {mode.name} is not graph-capturable yet; only DECODE is"
+            f"{where}: forward_mode {mode.name} is not graph-capturable; DECODE and "
+            "TARGET_VERIFY are"
         )
     if encoder_lens is not None:
         fail(f"{where}: encoder_lens", "None (no cross-attention)", type(encoder_lens).__name__)
-    if num_tokens != bs:
-        fail(f"{where}: num_tokens", f"bs={bs} (one token per request)", num_tokens)
+    if num_tokens != bs * tokens_per_request:
+        what = f"bs * {tokens_per_request} = {bs * tokens_per_request} ({mode.name})"
+        fail(f"{where}: num_tokens", what, num_tokens)
 
 
 def check_graph_rows(name: str, t: object, bs: int, device: torch.device) -> torch.Tensor:

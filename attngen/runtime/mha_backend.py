@@ -29,6 +29,7 @@ from attngen.runtime.batch import (
     ForwardMode,
     PagedKVPool,
     ReqToTokenPool,
+    VerifyInfo,
     check_max_seq_len,
 )
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
@@ -37,6 +38,7 @@ from attngen.runtime.graph import (
     DecodeGraphBuffers,
     DecodeMetadata,
     ExtendMetadata,
+    VerifyGraphBuffers,
     check_graph_call,
     check_graph_rows,
 )
@@ -77,9 +79,18 @@ def select_config(
     gqa_group: int,
     page_size: int,
     dtype: torch.dtype,
+    kv_dtype: torch.dtype | None = None,
 ) -> MhaTritonConfig:
-    """The one config whose shapes, page size and dtype match; else an error listing all."""
-    want = (head_dim, v_head_dim, gqa_group, page_size, str(dtype).removeprefix("torch."))
+    """The one config whose shapes, page size and dtypes match; else an error listing all."""
+    kv_dtype = dtype if kv_dtype is None else kv_dtype
+    want = (
+        head_dim,
+        v_head_dim,
+        gqa_group,
+        page_size,
+        str(dtype).removeprefix("torch."),
+        str(kv_dtype).removeprefix("torch."),
+    )
     ordered = [configs[uri] for uri in sorted(configs)]
     matches = [c for c in ordered if _config_key(c) == want]
     if len(matches) == 1:
@@ -88,18 +99,18 @@ def select_config(
     what = "no generated config" if not matches else "several generated configs"
     raise AttngenInputError(
         f"{what} for head_dim={head_dim} v_head_dim={v_head_dim} gqa_group={gqa_group} "
-        f"page_size={page_size} dtype={want[-1]}; available: {available}"
+        f"page_size={page_size} dtype={want[-2]} kv_dtype={want[-1]}; available: {available}"
     )
 
 
-def _config_key(c: MhaTritonConfig) -> tuple[int, int, int, int, str]:
-    return (c.head_dim, c.v_head_dim, c.gqa_group, c.page_size, c.dtype)
+def _config_key(c: MhaTritonConfig) -> tuple[int, int, int, int, str, str]:
+    return (c.head_dim, c.v_head_dim, c.gqa_group, c.page_size, c.dtype, c.kv_dtype)
 
 
 def _describe(c: MhaTritonConfig) -> str:
     return (
         f"head_dim={c.head_dim} v_head_dim={c.v_head_dim} gqa_group={c.gqa_group} "
-        f"page_size={c.page_size} dtype={c.dtype} ({c.uri})"
+        f"page_size={c.page_size} dtype={c.dtype} kv_dtype={c.kv_dtype} ({c.uri})"
     )
 
 
@@ -140,6 +151,7 @@ class TritonMhaBackend:
         device: torch.device | str,
         req_to_token_pool: ReqToTokenPool,
         kv_pool: PagedKVPool,
+        kv_cache_dtype: torch.dtype | None = None,
     ) -> None:
         if getattr(type(self), "kernels", None) is None:
             raise TypeError(f"{type(self).__name__} has no kernels module: use a generated one")
@@ -151,6 +163,7 @@ class TritonMhaBackend:
         self.v_head_dim = head_dim if v_head_dim is None else v_head_dim
         self.page_size = page_size
         self.dtype = dtype
+        self.kv_cache_dtype = dtype if kv_cache_dtype is None else kv_cache_dtype
         self.device = canonical_device(device)
         self.config = select_config(
             self.kernels.CONFIGS,
@@ -159,6 +172,7 @@ class TritonMhaBackend:
             gqa_group=num_q_heads // num_kv_heads,
             page_size=page_size,
             dtype=dtype,
+            kv_dtype=self.kv_cache_dtype,
         )
         self._check_pools(req_to_token_pool, kv_pool)
         self.req_to_token_pool = req_to_token_pool
@@ -167,33 +181,86 @@ class TritonMhaBackend:
         self.max_pages = -(-self.max_context_len // page_size)
         self.forward_metadata: DecodeMetadata | ExtendMetadata | None = None
         self.graph_buffers: DecodeGraphBuffers | None = None
+        self.verify_graph_buffers: VerifyGraphBuffers | None = None
 
     def _check_pools(self, req_pool: ReqToTokenPool, kv_pool: PagedKVPool) -> None:
-        for name in ("page_size", "dtype", "num_kv_heads", "head_dim", "v_head_dim", "device"):
-            want, got = getattr(self, name), getattr(kv_pool, name)
+        names = ("page_size", "num_kv_heads", "head_dim", "v_head_dim", "device")
+        for pool_name, want in [(n, getattr(self, n)) for n in names] + [
+            ("dtype", self.kv_cache_dtype)
+        ]:
+            got = getattr(kv_pool, pool_name)
             if got != want:
-                fail(f"kv_pool.{name}", f"{want} (as the backend)", got)
+                fail(f"kv_pool.{pool_name}", f"{want} (as the backend)", got)
         if req_pool.device != self.device:
             fail("req_to_token_pool.device", f"{self.device} (as the backend)", req_pool.device)
 
     # -- per-forward metadata ----
 
+    # modes a spec's phases allow: (mode, phases of which one must be generated)
+    MODE_PHASES: ClassVar[dict[ForwardMode, tuple[str, ...]]] = {
+        ForwardMode.DECODE: ("decode",),
+        ForwardMode.EXTEND: ("extend", "prefill"),
+        ForwardMode.TARGET_VERIFY: ("verify",),
+        ForwardMode.DRAFT_EXTEND: ("draft_extend", "extend"),
+    }
+    validate_slots: ClassVar[bool] = True  # eager metadata checks token slots (one sync)
+
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
-        """Build the metadata every layer of this forward shares (no host sync)."""
+        """Build the metadata every layer of this forward shares.
+
+        With ``validate_slots`` (default), the token slots the kernels will read (through
+        ``req_to_token``) and write (``out_cache_loc``) are checked against the pool here,
+        at the cost of one host sync per forward; the CUDA-graph paths skip that check.
+        """
         mode = forward_batch.forward_mode
         if mode is ForwardMode.IDLE:
             self.forward_metadata = None
             return
-        if mode not in (ForwardMode.DECODE, ForwardMode.EXTEND):
+        phases = self.MODE_PHASES[mode]
+        if not set(phases) & set(self.kernels.PHASES):
             raise AttngenInputError(
-                f"forward_mode: {type(self).__name__} runs EXTEND, DECODE and IDLE; "
-                f"{mode.name} (speculative decoding) is not supported yet"
+                f"forward_mode: {self.spec_name} generates phases "
+                f"{', '.join(self.kernels.PHASES)}; {mode.name} needs {' or '.join(phases)}"
             )
         forward_batch.check(device=self.device, max_context_len=self.max_context_len)
+        if self.validate_slots:
+            self._check_slots(forward_batch)
         if mode is ForwardMode.DECODE:
             self.forward_metadata = self._decode_metadata(forward_batch)
         else:
             self.forward_metadata = self._extend_metadata(forward_batch)
+
+    def _check_slots(self, fb: ForwardBatch) -> None:
+        """Request rows, cached token slots and out_cache_loc inside the pools (one sync)."""
+        table = self.req_to_token_pool.req_to_token
+        num_slots = self.kv_pool.num_slots
+        rows = fb.req_pool_indices.long()
+        bad_row = (rows < 0) | (rows >= table.shape[0])
+        longest = int(fb.seq_lens_cpu.max())
+        slots = table[rows.clamp(0, table.shape[0] - 1), :longest]
+        used = torch.arange(longest, device=self.device)[None, :] < fb.seq_lens[:, None]
+        bad_slot = used & ((slots < 0) | (slots >= num_slots))
+        loc = fb.out_cache_loc
+        bad_loc = (loc < 0) | (loc >= num_slots)
+        flags = torch.stack([bad_row.any(), bad_slot.any(), bad_loc.any()]).tolist()
+        if flags[0]:
+            b = int(bad_row.nonzero()[0, 0])
+            fail(
+                f"forward_batch.req_pool_indices[{b}]",
+                f"a row of req_to_token (0..{table.shape[0] - 1})",
+                int(rows[b]),
+            )
+        if flags[1]:
+            b, j = (int(x) for x in bad_slot.nonzero()[0])
+            fail(
+                f"req_to_token[{int(rows[b])}, {j}] (request {b}, page-table entry "
+                f"{j // self.page_size})",
+                f"a token slot in 0..{num_slots - 1} (kv_pool: {self.kv_pool.num_pages} pages)",
+                int(slots[b, j]),
+            )
+        if flags[2]:
+            i = int(bad_loc.nonzero()[0, 0])
+            fail(f"forward_batch.out_cache_loc[{i}]", f"a slot in 0..{num_slots - 1}", int(loc[i]))
 
     def _decode_metadata(self, fb: ForwardBatch) -> DecodeMetadata:
         bs = fb.batch_size
@@ -211,9 +278,11 @@ class TritonMhaBackend:
 
     def _extend_metadata(self, fb: ForwardBatch) -> ExtendMetadata:
         assert fb.extend_seq_lens is not None and fb.extend_seq_lens_cpu is not None
-        assert fb.extend_prefix_lens is not None
+        assert fb.extend_prefix_lens is not None and fb.extend_prefix_lens_cpu is not None
         qo_indptr = torch.zeros((fb.batch_size + 1,), dtype=torch.int32, device=self.device)
         torch.cumsum(fb.extend_seq_lens, dim=0, dtype=torch.int32, out=qo_indptr[1:])
+        verify = fb.forward_mode is ForwardMode.TARGET_VERIFY
+        tree_mask, tree_mask_indptr = self._tree_mask(fb.spec_info) if verify else (None, None)
         return ExtendMetadata(
             batch_size=fb.batch_size,
             num_tokens=sum(fb.extend_seq_lens_cpu),
@@ -221,7 +290,31 @@ class TritonMhaBackend:
             qo_indptr=qo_indptr,
             prefix_lens=fb.extend_prefix_lens.to(torch.int32).contiguous(),
             max_extend_len=max(fb.extend_seq_lens_cpu),
+            no_prefix=max(fb.extend_prefix_lens_cpu) == 0,
+            verify=verify,
+            tree_mask=tree_mask,
+            tree_mask_indptr=tree_mask_indptr,
         )
+
+    def _tree_mask(self, info: VerifyInfo) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The verify mask tensors the config needs (trees), checked; None for chains."""
+        n, want = info.draft_token_num, self.config.num_draft_tokens
+        if n != want:
+            fail("spec_info.draft_token_num", f"{want} (the spec's num_draft_tokens)", n)
+        if self.config.spec_topk <= 1:
+            if info.tree_mask is not None:
+                fail("spec_info.tree_mask", "None (this spec verifies draft chains)", "a tensor")
+            return None, None
+        check_tensor("spec_info.tree_mask", info.tree_mask, dtype=torch.uint8, device=self.device)
+        check_tensor(
+            "spec_info.tree_mask_indptr",
+            info.tree_mask_indptr,
+            dtype=torch.int32,
+            shape=[None],
+            device=self.device,
+            contiguous=True,
+        )
+        return info.tree_mask, info.tree_mask_indptr
 
     def _pages_for(self, seq_lens_cpu: torch.Tensor) -> int:
         """Page-table width that covers the longest request."""
@@ -259,27 +352,47 @@ class TritonMhaBackend:
     ) -> torch.Tensor:
         """Attention of the new tokens over prefix + new tokens; returns ``[T, Hq*Dv]``.
 
-        ``sinks`` ([Hq] fp32 logits) is required exactly when the spec has attention sinks.
+        EXTEND / DRAFT_EXTEND run the extend kernel, or the cache-free prefill kernel when
+        the spec generates prefill and no request has a cached prefix; TARGET_VERIFY runs
+        verify. ``sinks`` ([Hq] fp32 logits) is required exactly when the spec has sinks.
         """
-        self._check_phase("extend")
         meta = self._metadata(ExtendMetadata, "forward_extend")
         rows = meta.num_tokens
+        k_scale, v_scale = self._layer_scales(layer)
+        prefill = not meta.verify and meta.no_prefix and "prefill" in self.kernels.PHASES
+        if prefill and k is not None and v is not None:
+            q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
+            k = _as_heads("k", k, rows, self.num_kv_heads, self.head_dim)
+            v = _as_heads("v", v, rows, self.num_kv_heads, self.v_head_dim)
+            out = self._new_out(rows)
+            self.kernels.prefill(
+                q,
+                k.contiguous(),
+                v.contiguous(),
+                meta.qo_indptr,
+                out,
+                max_seq_len=meta.max_extend_len,
+                config=self.config,
+                sm_scale=layer.scaling,
+                sinks=sinks,
+            )
+            return out.view(rows, self.num_q_heads * self.v_head_dim)
+        self._check_phase("verify" if meta.verify else "extend", forward_batch.forward_mode)
         q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
         k_cache, v_cache = self.kv_pool.get_kv_buffer(layer.layer_id)
-        out = self._new_out(rows)
-        self.kernels.extend(
-            q,
-            k_cache,
-            v_cache,
-            meta.page_table,
-            meta.qo_indptr,
-            meta.prefix_lens,
-            out,
-            max_extend_len=meta.max_extend_len,
-            config=self.config,
-            sm_scale=layer.scaling,
-            sinks=sinks,
-        )
+        out = self._new_out(rows) if meta.out is None else meta.out
+        common = dict(config=self.config, sm_scale=layer.scaling, sinks=sinks)
+        common.update(k_scale=k_scale, v_scale=v_scale)
+        cache = (q, k_cache, v_cache, meta.page_table, meta.qo_indptr, meta.prefix_lens, out)
+        if meta.verify:
+            self.kernels.verify(
+                *cache,
+                tree_mask=meta.tree_mask,
+                tree_mask_indptr=meta.tree_mask_indptr,
+                **common,
+            )
+        else:
+            self.kernels.extend(*cache, max_extend_len=meta.max_extend_len, **common)
         return out.view(rows, self.num_q_heads * self.v_head_dim)
 
     def forward_decode(
@@ -293,9 +406,10 @@ class TritonMhaBackend:
         sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attention of one new token per request over its whole KV; returns ``[B, Hq*Dv]``."""
-        self._check_phase("decode")
+        self._check_phase("decode", forward_batch.forward_mode)
         meta = self._metadata(DecodeMetadata, "forward_decode")
         rows = meta.batch_size
+        k_scale, v_scale = self._layer_scales(layer)
         q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
         k_cache, v_cache = self.kv_pool.get_kv_buffer(layer.layer_id)
         out = self._new_out(rows) if meta.out is None else meta.out
@@ -312,15 +426,54 @@ class TritonMhaBackend:
             config=self.config,
             sm_scale=layer.scaling,
             sinks=sinks,
+            k_scale=k_scale,
+            v_scale=v_scale,
         )
         return out.view(rows, self.num_q_heads * self.v_head_dim)
 
-    def _check_phase(self, phase: str) -> None:
-        if phase not in self.kernels.PHASES:
+    def _check_phase(self, phase: str, mode: ForwardMode) -> None:
+        generated = self.kernels.PHASES
+        if phase == "extend" and mode is ForwardMode.DRAFT_EXTEND:
+            ok = "draft_extend" in generated or "extend" in generated
+        else:
+            ok = phase in generated
+        if not ok:
+            hint = ""
+            if phase == "extend" and "prefill" in generated:
+                hint = "; prefill runs only when no request has a cached prefix and k, v are given"
             raise AttngenInputError(
                 f"{self.spec_name}: phase {phase} is not generated for this spec "
-                f"(phases: {', '.join(self.kernels.PHASES)})"
+                f"(phases: {', '.join(generated)}){hint}"
             )
+
+    def _layer_scales(
+        self, layer: AttentionLayer
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The layer's fp8 dequant scales, checked against the config, before any write."""
+        granularity = self.config.kv_scale
+        if granularity == "none":
+            return None, None
+        rows = self.num_kv_heads if granularity == "per_head" else 1
+        scales = []
+        for name in ("k_scale", "v_scale"):
+            scale = getattr(layer, name)
+            if scale is None:
+                fail(
+                    f"layer {layer.layer_id}.{name}",
+                    f"a float32 tensor [{rows}] ({granularity} scales of the "
+                    f"{self.config.kv_dtype} KV cache)",
+                    None,
+                )
+            check_tensor(
+                f"layer {layer.layer_id}.{name}",
+                scale,
+                dtype=torch.float32,
+                shape=[rows],
+                device=self.device,
+                contiguous=True,
+            )
+            scales.append(scale)
+        return scales[0], scales[1]
 
     def _metadata(self, kind: type[Metadata], caller: str) -> Metadata:
         meta = self.forward_metadata
@@ -366,22 +519,35 @@ class TritonMhaBackend:
                 got,
             )
 
-    # -- CUDA graphs (decode) ----
+    # -- CUDA graphs (decode, target verify) ----
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
-        """Allocate the static decode metadata buffers, once for the backend's lifetime."""
+        """Allocate the static metadata buffers of every capturable phase the spec has
+        (decode; verify with ``num_draft_tokens`` rows per request), once."""
         check_at_least("max_bs", max_bs, 1)
-        buffers = self.graph.allocate_decode_buffers(
-            max_bs=max_bs,
-            max_pages=self.max_pages,
-            num_q_heads=self.num_q_heads,
-            max_splits=self.config.max_splits,
-            v_head_dim=self.v_head_dim,
-            device=self.device,
-        )
-        self.graph_buffers = DecodeGraphBuffers.allocate(
-            buffers, max_num_tokens=max_num_tokens, dtype=self.dtype
-        )
+        if "decode" in self.kernels.PHASES:
+            buffers = self.graph.allocate_decode_buffers(
+                max_bs=max_bs,
+                max_pages=self.max_pages,
+                num_q_heads=self.num_q_heads,
+                max_splits=self.config.max_splits,
+                v_head_dim=self.v_head_dim,
+                device=self.device,
+            )
+            self.graph_buffers = DecodeGraphBuffers.allocate(
+                buffers, max_num_tokens=max_num_tokens, dtype=self.dtype
+            )
+        if "verify" in self.kernels.PHASES:
+            self.verify_graph_buffers = VerifyGraphBuffers.allocate(
+                max_bs=max_bs,
+                max_pages=self.max_pages,
+                draft_token_num=self.config.num_draft_tokens,
+                tree=self.config.spec_topk > 1,
+                num_q_heads=self.num_q_heads,
+                v_head_dim=self.v_head_dim,
+                dtype=self.dtype,
+                device=self.device,
+            )
 
     def init_forward_metadata_capture_cuda_graph(
         self,
@@ -393,9 +559,15 @@ class TritonMhaBackend:
         forward_mode: ForwardMode,
         spec_info: Any,
     ) -> None:
-        """Fill rows ``0..bs-1`` of the static buffers; the metadata points at them."""
-        bufs = self._graph_buffers("capture", bs, num_tokens, forward_mode, encoder_lens)
-        self._load_graph_rows(bufs, bs, req_pool_indices, seq_lens, width=self.max_pages)
+        """Fill rows ``0..bs-1`` of the static buffers; the metadata points at them.
+
+        TARGET_VERIFY: ``seq_lens`` count the drafts too (prefix + draft_token_num), and
+        ``spec_info`` is a VerifyInfo (trees: its tree_mask packs bs masks back to back).
+        """
+        self._graph_call("capture", bs, num_tokens, forward_mode, encoder_lens)
+        self._load_graph_rows(
+            forward_mode, bs, req_pool_indices, seq_lens, spec_info, width=self.max_pages
+        )
 
     def init_forward_metadata_replay_cuda_graph(
         self,
@@ -414,39 +586,72 @@ class TritonMhaBackend:
         ``seq_len_fill_value``); their outputs are junk the caller drops. With
         ``seq_lens_cpu`` only the page-table columns the longest request needs are copied.
         """
-        bufs = self._graph_buffers("replay", bs, bs, forward_mode, encoder_lens)
+        per_request = self._tokens_per_request(forward_mode)
+        self._graph_call("replay", bs, bs * per_request, forward_mode, encoder_lens)
         width = self.max_pages
         if seq_lens_cpu is not None:
             cpu = torch.device("cpu")
             check_tensor("seq_lens_cpu", seq_lens_cpu, dtype=INDEX_DTYPES, device=cpu)
             check_max_seq_len(seq_lens_cpu[:bs], self.max_context_len)
             width = self._pages_for(seq_lens_cpu[:bs])
-        self._load_graph_rows(bufs, bs, req_pool_indices, seq_lens, width=width)
+        self._load_graph_rows(forward_mode, bs, req_pool_indices, seq_lens, spec_info, width=width)
 
     def get_cuda_graph_seq_len_fill_value(self) -> int:
         return self.seq_len_fill_value
 
-    def _graph_buffers(
+    def _tokens_per_request(self, mode: ForwardMode) -> int:
+        return self.config.num_draft_tokens if mode is ForwardMode.TARGET_VERIFY else 1
+
+    def _graph_call(
         self, phase: str, bs: int, num_tokens: int, mode: ForwardMode, encoder_lens: Any
-    ) -> DecodeGraphBuffers:
-        if self.graph_buffers is None:
+    ) -> None:
+        check_graph_call(
+            phase,
+            bs=bs,
+            num_tokens=num_tokens,
+            mode=mode,
+            encoder_lens=encoder_lens,
+            tokens_per_request=self._tokens_per_request(mode),
+        )
+        bufs = (
+            self.verify_graph_buffers if mode is ForwardMode.TARGET_VERIFY else self.graph_buffers
+        )
+        if bufs is None:
+            wanted = "verify" if mode is ForwardMode.TARGET_VERIFY else "decode"
+            if wanted not in self.kernels.PHASES:
+                raise AttngenInputError(
+                    f"cuda graph {phase}: {self.spec_name} does not generate {wanted}"
+                )
             raise AttngenInputError(f"cuda graph {phase}: call init_cuda_graph_state first")
-        check_graph_call(phase, bs=bs, num_tokens=num_tokens, mode=mode, encoder_lens=encoder_lens)
-        self.graph_buffers.check_fits(bs, num_tokens)
-        return self.graph_buffers
+        if not 1 <= bs <= bufs.max_bs:
+            raise AttngenInputError(
+                f"bs: expected 1..{bufs.max_bs} (init_cuda_graph_state's max_bs), got {bs}"
+            )
+        if mode is ForwardMode.DECODE:
+            self.graph_buffers.check_fits(bs, num_tokens)
 
     def _load_graph_rows(
         self,
-        bufs: DecodeGraphBuffers,
+        mode: ForwardMode,
         bs: int,
         req_pool_indices: torch.Tensor,
         seq_lens: torch.Tensor,
+        spec_info: Any,
         *,
         width: int,
     ) -> None:
         req_pool_indices = check_graph_rows("req_pool_indices", req_pool_indices, bs, self.device)
         seq_lens = check_graph_rows("seq_lens", seq_lens, bs, self.device)
         page_table = self._page_table(req_pool_indices, width)
+        if mode is ForwardMode.TARGET_VERIFY:
+            bufs = self.verify_graph_buffers
+            if not isinstance(spec_info, VerifyInfo):
+                fail("spec_info", "a VerifyInfo (TARGET_VERIFY)", type(spec_info).__name__)
+            tree_mask, _ = self._tree_mask(spec_info)
+            bufs.load(bs, page_table=page_table, seq_lens=seq_lens, tree_mask=tree_mask)
+            self.forward_metadata = bufs.metadata(bs)
+            return
         num_splits = self._num_splits(seq_lens, bs)
+        bufs = self.graph_buffers
         bufs.load(bs, page_table=page_table, seq_lens=seq_lens, num_splits=num_splits)
         self.forward_metadata = bufs.metadata(bs)

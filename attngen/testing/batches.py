@@ -12,6 +12,7 @@ pages); it does not continue an earlier batch.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections.abc import Sequence
@@ -22,11 +23,14 @@ import torch
 from attngen.runtime.configs import MhaMask
 from attngen.reference.mha import paged_decode_ref, paged_extend_ref
 from attngen.runtime.batch import (
+    FP8_DTYPES,
     AttentionLayer,
     ForwardBatch,
     ForwardMode,
     PagedKVPool,
     ReqToTokenPool,
+    VerifyInfo,
+    pack_tree_masks,
 )
 from attngen.runtime.checks import AttngenInputError
 
@@ -43,6 +47,7 @@ class PagedBatch:
     page_table: torch.Tensor  # [B, pages of the longest request] int32, from the allocation
     prefix_lens: list[int]  # cached tokens per request before this forward
     extend_lens: list[int]  # new tokens per request (1 for decode)
+    tree_masks: list[torch.Tensor] | None = None  # TARGET_VERIFY of draft trees: [n, n] bool
 
     @property
     def seq_lens(self) -> list[int]:
@@ -64,10 +69,18 @@ def oracle_output(
     *,
     mask: MhaMask | None = None,
     sinks: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The torch oracle's ``[T, Hq, Dv]`` fp32 output for ``pb``, read through the builder's
-    own page table (not a backend's), from caches that already hold the new tokens' K/V."""
+    own page table (not a backend's), from caches that already hold the new tokens' K/V.
+
+    fp8 caches are dequantized first (``cache * scale``, per tensor or per kv head): the
+    oracle sees the same values the kernels do."""
     dev = q.device
+    if k_cache.dtype in FP8_DTYPES:
+        k_cache = dequantize_fp8(k_cache, k_scale)
+        v_cache = dequantize_fp8(v_cache, v_scale)
     if pb.batch.forward_mode is ForwardMode.DECODE:
         seq_lens = torch.tensor(pb.seq_lens, dtype=torch.int32, device=dev)
         return paged_decode_ref(
@@ -75,8 +88,24 @@ def oracle_output(
         )
     prefix = torch.tensor(pb.prefix_lens, dtype=torch.int32, device=dev)
     return paged_extend_ref(
-        q, k_cache, v_cache, pb.page_table, pb.qo_indptr, prefix, sm_scale, mask=mask, sinks=sinks
+        q,
+        k_cache,
+        v_cache,
+        pb.page_table,
+        pb.qo_indptr,
+        prefix,
+        sm_scale,
+        mask=mask,
+        sinks=sinks,
+        tree_masks=pb.tree_masks,
     )
+
+
+def dequantize_fp8(cache: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """``[pages, page_size, Hkv, D]`` fp8 -> fp32 ``cache * scale`` ([1] or [Hkv] scale)."""
+    if scale is None:
+        raise AttngenInputError("dequantize_fp8: an fp8 cache needs its scale")
+    return cache.float() * scale.float().view(1, 1, -1, 1)
 
 
 def make_pools(
@@ -106,7 +135,11 @@ def make_pools(
         device=device,
     )
     for buf in kv_pool.k_buffer + kv_pool.v_buffer:
-        buf.normal_(generator=generator)
+        if buf.dtype in FP8_DTYPES:  # random normal values, stored exactly in fp8
+            noise = torch.empty(buf.shape, device=buf.device).normal_(generator=generator)
+            buf.copy_(noise.to(buf.dtype))
+        else:
+            buf.normal_(generator=generator)
     return req_pool, kv_pool
 
 
@@ -166,11 +199,47 @@ class PagedBatchBuilder:
             raise AttngenInputError(f"decode batch: expected seq_lens >= 1, got {lens}")
         return self._build(ForwardMode.DECODE, [n - 1 for n in lens], [1] * len(lens))
 
+    def draft_extend(self, prefix_lens: Sequence[int], extend_lens: Sequence[int]) -> PagedBatch:
+        """A DRAFT_EXTEND batch (the draft model's causal extend over accepted tokens)."""
+        pb = self.extend(prefix_lens, extend_lens)
+        batch = dataclasses.replace(pb.batch, forward_mode=ForwardMode.DRAFT_EXTEND)
+        return dataclasses.replace(pb, batch=batch)
+
+    def verify(self, prefix_lens: Sequence[int], draft_token_num: int, *, tree: bool) -> PagedBatch:
+        """A TARGET_VERIFY batch of ``draft_token_num`` drafts per request; ``tree``: each
+        request gets a random draft tree (each draft's parent an earlier draft or the root),
+        bit-packed into its VerifyInfo."""
+        n = draft_token_num
+        pb = self.extend(prefix_lens, [n] * len(prefix_lens))
+        masks = [self._random_tree(n) for _ in prefix_lens] if tree else None
+        packed, indptr = pack_tree_masks(masks) if masks else (None, None)
+        if packed is not None:
+            packed, indptr = packed.to(self.device), indptr.to(self.device)
+        batch = dataclasses.replace(
+            pb.batch,
+            forward_mode=ForwardMode.TARGET_VERIFY,
+            spec_info=VerifyInfo(n, packed, indptr),
+        )
+        return dataclasses.replace(pb, batch=batch, tree_masks=masks)
+
+    def _random_tree(self, n: int) -> torch.Tensor:
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        for i in range(n):
+            parent = self._layout_rng.randint(-1, i - 1)
+            if parent >= 0:
+                mask[i] = mask[parent]
+            mask[i, i] = True
+        return mask
+
     def qkv(
-        self, num_tokens: int, layer: AttentionLayer
+        self, num_tokens: int, layer: AttentionLayer, dtype: torch.dtype | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Random q/k/v of the pool's dtype for ``num_tokens`` new tokens."""
-        dtype, dev, gen = self.kv_pool.dtype, self.device, self.generator
+        """Random q/k/v for ``num_tokens`` new tokens, of ``dtype`` (default: the pool's;
+        an fp8 pool needs the activations' dtype here)."""
+        dtype = self.kv_pool.dtype if dtype is None else dtype
+        if dtype in FP8_DTYPES:
+            raise AttngenInputError("qkv: pass the activation dtype for an fp8 KV pool")
+        dev, gen = self.device, self.generator
         return random_qkv(num_tokens, layer, dtype=dtype, device=dev, generator=gen)
 
     def _build(self, mode: ForwardMode, prefix: list[int], ext: list[int]) -> PagedBatch:

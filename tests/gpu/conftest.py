@@ -5,7 +5,7 @@ assertions passed. At the end of the session, when ``ATTNGEN_EVIDENCE_OUT`` is s
 records are written there as JSON (what the support matrix reads to mark a cell verified):
 
     {"arch", "device", "commit", "date", "torch", "triton",
-     "results": [{"module", "sha256", "variant", "check", "passed": true}, ...]}
+     "results": [{"module", "sha256", "variant", "check", "passed": true, "detail"}, ...]}
 
 ``module`` is the kernels file's path relative to the repository root and ``sha256`` the
 hash of its bytes, so evidence goes stale when the kernels change. Results are sorted and
@@ -26,7 +26,16 @@ from types import ModuleType
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHECKS = ("decode", "extend", "cuda_graph")
+CHECKS = (
+    "decode",
+    "extend",
+    "cuda_graph",
+    "prefill",
+    "draft_extend",
+    "verify",
+    "cuda_graph_verify",
+    "fp8_vs_bf16",
+)
 WORKER_KEY = "attngen_evidence"
 
 
@@ -37,6 +46,7 @@ class Result:
     variant: str
     check: str
     passed: bool = True
+    detail: str = ""  # a measured figure worth keeping (e.g. fp8's error vs bf16)
 
 
 class Evidence:
@@ -45,14 +55,18 @@ class Evidence:
     def __init__(self) -> None:
         self.results: set[Result] = set()
 
-    def record(self, kernels_module: ModuleType, variant_uri: str, check: str) -> None:
+    def record(
+        self, kernels_module: ModuleType, variant_uri: str, check: str, **detail: object
+    ) -> None:
         if check not in CHECKS:
             raise ValueError(f"check: expected one of {CHECKS}, got {check!r}")
         if variant_uri not in kernels_module.CONFIGS:
             raise ValueError(f"variant {variant_uri!r} is not in {kernels_module.__name__}")
         path = Path(kernels_module.__file__).resolve()
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        self.results.add(Result(path.relative_to(REPO_ROOT).as_posix(), digest, variant_uri, check))
+        note = " ".join(f"{k}={v}" for k, v in sorted(detail.items()))
+        module = path.relative_to(REPO_ROOT).as_posix()
+        self.results.add(Result(module, digest, variant_uri, check, True, note))
 
     def to_json(self) -> list[dict]:
         return [asdict(r) for r in sorted(self.results)]

@@ -18,6 +18,7 @@ replay, so an element the kernels fail to write shows.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import random
@@ -27,7 +28,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attngen.runtime.batch import AttentionLayer, ForwardBatch, ForwardMode
+from attngen.runtime.batch import FP8_DTYPES, AttentionLayer, ForwardBatch, ForwardMode, VerifyInfo
+from attngen.reference.mha import prefill_ref
 from attngen.runtime.configs import MhaTritonConfig
 from attngen.runtime.mha_backend import TritonMhaBackend
 from attngen.testing import (
@@ -109,6 +111,9 @@ class Rig:
     dtype: torch.dtype
     sinks: torch.Tensor | None  # [Hq] fp32 sink logits when the spec has sinks
 
+    def qkv(self, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.builder.qkv(num_tokens, self.layer, self.dtype)
+
     @property
     def mask(self):
         return self.backend.kernels.MASK
@@ -119,7 +124,15 @@ class Rig:
         q3 = q.view(q.shape[0], self.layer.num_q_heads, self.layer.head_dim)
         scale = self.layer.scaling
         return oracle_output(
-            pb, q3, k_cache, v_cache, scale, mask=self.mask, sinks=self.sinks
+            pb,
+            q3,
+            k_cache,
+            v_cache,
+            scale,
+            mask=self.mask,
+            sinks=self.sinks,
+            k_scale=self.layer.k_scale,
+            v_scale=self.layer.v_scale,
         ).flatten(1)
 
     def check(self, got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -139,7 +152,7 @@ def require(case: Case | None, phase: str) -> Case:
 
 def make_rig(case: Case, *, max_context_len: int, max_reqs: int, num_pages: int) -> Rig:
     config, device = case.config, torch.device("cuda", torch.cuda.current_device())
-    dtype = getattr(torch, config.dtype)
+    dtype, kv_dtype = getattr(torch, config.dtype), getattr(torch, config.kv_dtype)
     num_q_heads = NUM_KV_HEADS * config.gqa_group
     req_pool, kv_pool = make_pools(
         num_layers=1,
@@ -150,7 +163,7 @@ def make_rig(case: Case, *, max_context_len: int, max_reqs: int, num_pages: int)
         num_kv_heads=NUM_KV_HEADS,
         head_dim=config.head_dim,
         v_head_dim=config.v_head_dim,
-        dtype=dtype,
+        dtype=kv_dtype,
         device=device,
     )
     backend = case.backend(
@@ -163,15 +176,35 @@ def make_rig(case: Case, *, max_context_len: int, max_reqs: int, num_pages: int)
         device=device,
         req_to_token_pool=req_pool,
         kv_pool=kv_pool,
+        kv_cache_dtype=kv_dtype,
     )
     assert backend.config == config
+    k_scale, v_scale = fp8_scales(config, kv_dtype, device)
     layer = AttentionLayer(
-        0, num_q_heads, NUM_KV_HEADS, config.head_dim, config.v_head_dim, config.head_dim**-0.5
+        0,
+        num_q_heads,
+        NUM_KV_HEADS,
+        config.head_dim,
+        config.v_head_dim,
+        config.head_dim**-0.5,
+        k_scale=k_scale,
+        v_scale=v_scale,
     )
     sinks = None
     if case.backend.kernels.MASK.has_sinks:  # logits of the same scale as the scores
         sinks = torch.randn(num_q_heads, dtype=torch.float32, device=device) + 1.0
     return Rig(backend, PagedBatchBuilder(req_pool, kv_pool), layer, dtype, sinks)
+
+
+def fp8_scales(config: MhaTritonConfig, kv_dtype: torch.dtype, device: torch.device):
+    """Dequant scales for random-normal K/V: |x| <= ~5 maps inside the fp8 range, scales
+    differ per head (per_head) so a kernel reading the wrong head's scale shows."""
+    if config.kv_scale == "none":
+        return None, None
+    rows = NUM_KV_HEADS if config.kv_scale == "per_head" else 1
+    base = 6.0 / torch.finfo(kv_dtype).max
+    scales = [base * (1.0 + torch.rand(rows, device=device)) for _ in range(2)]
+    return scales[0].float(), scales[1].float()
 
 
 def pages_for(lens: list[int], page_size: int) -> int:
@@ -181,7 +214,7 @@ def pages_for(lens: list[int], page_size: int) -> int:
 
 def run_eager(rig: Rig, pb: PagedBatch, *, flat: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(backend output, oracle output), both ``[T, Hq*Dv]``."""
-    q, k, v = rig.builder.qkv(pb.batch.num_new_tokens, rig.layer)
+    q, k, v = rig.qkv(pb.batch.num_new_tokens)
     if flat:
         q, k, v = (t.flatten(1) for t in (q, k, v))
     backend = rig.backend
@@ -255,7 +288,7 @@ class StaticInputs:
 
 
 def static_inputs(rig: Rig) -> StaticInputs:
-    q, k, v = rig.builder.qkv(MAX_BS, rig.layer)
+    q, k, v = rig.qkv(MAX_BS)
     fill, dev = rig.backend.get_cuda_graph_seq_len_fill_value(), rig.backend.device
     seq_lens = torch.full((MAX_BS,), fill, dtype=torch.int32, device=dev)
     batch = ForwardBatch(
@@ -306,7 +339,7 @@ def test_cuda_graph(case: Case | None, evidence) -> None:
     for step in range(REPLAYS):
         lens = replay_lens(rng, step)
         pb = rig.builder.decode(lens)
-        q, k, v = rig.builder.qkv(len(lens), rig.layer)
+        q, k, v = rig.qkv(len(lens))
         rig.backend.init_forward_metadata(pb.batch)
         eager = rig.backend.forward_decode(q, k, v, rig.layer, pb.batch, sinks=rig.sinks).clone()
         padded = pad_decode_batch(pb.batch, MAX_BS, rig.backend.get_cuda_graph_seq_len_fill_value())
@@ -329,3 +362,174 @@ def test_cuda_graph(case: Case | None, evidence) -> None:
         rig.check(got, eager, f"replay {step}, seq_lens={lens}: graph vs eager")
         rig.check(got, want, f"replay {step}, seq_lens={lens}: graph vs oracle")
     evidence.record(case.backend.kernels, case.config.uri, "cuda_graph")
+
+
+# -- cache-free prefill, draft extend, speculative verify ----
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_prefill(case: Case | None, evidence) -> None:
+    """No cached prefix: the backend runs the prefill kernel on q/k/v directly."""
+    case, rng = require(case, "prefill"), random.Random()
+    batches = [[rng.randint(1, 1200) for _ in range(rng.randint(1, 6))] for _ in range(3)]
+    batches.append([4096, 1, 577])  # one long image / sequence
+    most_pages = max(pages_for(b, case.config.page_size) for b in batches)
+    longest = max(max(b) for b in batches)
+    rig = make_rig(case, max_context_len=longest, max_reqs=8, num_pages=most_pages)
+    for lens in batches:
+        pb = rig.builder.extend([0] * len(lens), lens)
+        q, k, v = rig.qkv(sum(lens))
+        rig.backend.init_forward_metadata(pb.batch)
+        out = rig.backend.forward_extend(q, k, v, rig.layer, pb.batch, sinks=rig.sinks)
+        want = prefill_ref(
+            q, k, v, pb.qo_indptr, rig.layer.scaling, mask=rig.mask, sinks=rig.sinks
+        ).flatten(1)
+        rig.check(out, want, f"prefill lens={lens}")
+    evidence.record(case.backend.kernels, case.config.uri, "prefill")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_draft_extend(case: Case | None, evidence) -> None:
+    case, rng = require(case, "draft_extend"), random.Random()
+    batches = [[rng.randint(0, 900) for _ in range(6)] for _ in range(3)]
+    n = case.config.num_draft_tokens
+    most_pages = max(pages_for([p + n for p in b], case.config.page_size) for b in batches)
+    rig = make_rig(case, max_context_len=900 + n, max_reqs=8, num_pages=most_pages)
+    for prefix in batches:
+        accepted = [rng.randint(1, n) for _ in prefix]  # accepted drafts + the bonus token
+        out, want = run_eager(rig, rig.builder.draft_extend(prefix, accepted), flat=False)
+        rig.check(out, want, f"draft_extend prefix_lens={prefix} extend_lens={accepted}")
+    evidence.record(case.backend.kernels, case.config.uri, "draft_extend")
+
+
+def is_tree(case: Case) -> bool:
+    return case.config.spec_topk > 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_verify(case: Case | None, evidence) -> None:
+    """Drafts over prefixes from 0 (drafts only) to 4k, chains or random trees."""
+    case, rng = require(case, "verify"), random.Random()
+    batches = [[rng.choice([0, rng.randint(1, 700)]) for _ in range(MAX_BS)] for _ in range(3)]
+    batches.append([4096, 0, 1, 2047])
+    n = case.config.num_draft_tokens
+    most_pages = max(pages_for([p + n for p in b], case.config.page_size) for b in batches)
+    longest = max(max(b) for b in batches) + n
+    rig = make_rig(case, max_context_len=longest, max_reqs=MAX_BS + 1, num_pages=most_pages)
+    for prefix in batches:
+        pb = rig.builder.verify(prefix, n, tree=is_tree(case))
+        out, want = run_eager(rig, pb, flat=False)
+        rig.check(out, want, f"verify prefix_lens={prefix} tree={is_tree(case)}")
+    evidence.record(case.backend.kernels, case.config.uri, "verify")
+
+
+def pad_verify(pb, bs: int, n: int, fill: int) -> tuple[torch.Tensor, torch.Tensor, VerifyInfo]:
+    """Padded (req_pool_indices, seq_lens, spec_info) of a verify batch, as a graph runner
+    pads it: request row 0, seq_len ``fill``, an all-visible tree for padded rows."""
+    real = pb.batch.batch_size
+    dev = pb.batch.seq_lens.device
+    rows = torch.cat(
+        [pb.batch.req_pool_indices, torch.zeros(bs - real, dtype=torch.int64, device=dev)]
+    )
+    lens = torch.cat(
+        [pb.batch.seq_lens, torch.full((bs - real,), fill, dtype=torch.int32, device=dev)]
+    )
+    info = pb.batch.spec_info
+    if info.tree_mask is None:
+        return rows, lens, info
+    pad_bytes = (bs - real) * (-(-n * n // 8))
+    mask = torch.cat([info.tree_mask, torch.full((pad_bytes,), 255, dtype=torch.uint8, device=dev)])
+    return rows, lens, VerifyInfo(n, mask, info.tree_mask_indptr)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_cuda_graph_verify(case: Case | None, evidence) -> None:
+    """Verify captured once at MAX_BS requests x n drafts, replayed on 12 batches."""
+    case = require(case, "verify")
+    n, ps = case.config.num_draft_tokens, case.config.page_size
+    pages = pages_for([GRAPH_TABLE_WIDTH] * MAX_BS, ps)
+    rig = make_rig(case, max_context_len=GRAPH_TABLE_WIDTH, max_reqs=MAX_BS + 1, num_pages=pages)
+    backend, fill = rig.backend, rig.backend.get_cuda_graph_seq_len_fill_value()
+    q, k, v = rig.qkv(MAX_BS * n)
+    loc = torch.zeros(MAX_BS * n, dtype=torch.int64, device=backend.device)
+    first = rig.builder.verify([GRAPH_TABLE_WIDTH - n] * MAX_BS, n, tree=is_tree(case))
+    rows, lens, info = pad_verify(first, MAX_BS, n, fill)
+    static_batch = dataclasses.replace(first.batch, out_cache_loc=loc)
+    backend.init_cuda_graph_state(MAX_BS, MAX_BS * n)
+    backend.init_forward_metadata_capture_cuda_graph(
+        MAX_BS, MAX_BS * n, rows, lens, None, ForwardMode.TARGET_VERIFY, info
+    )
+    backend.forward_extend(q, k, v, rig.layer, static_batch, sinks=rig.sinks)  # compile
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_static = backend.forward_extend(q, k, v, rig.layer, static_batch, sinks=rig.sinks)
+    rng = random.Random(rig.builder.seed)
+    bufs = backend.verify_graph_buffers
+    for step in range(12):
+        real = MAX_BS if step % 4 == 0 else rng.randint(1, MAX_BS - 1)
+        prefix = [rng.choice([0, rng.randint(1, GRAPH_TABLE_WIDTH - n)]) for _ in range(real)]
+        pb = rig.builder.verify(prefix, n, tree=is_tree(case))
+        qn, kn, vn = rig.qkv(real * n)
+        backend.init_forward_metadata(pb.batch)
+        eager = backend.forward_extend(qn, kn, vn, rig.layer, pb.batch, sinks=rig.sinks).clone()
+        rows, lens, info = pad_verify(pb, MAX_BS, n, fill)
+        q[: real * n], k[: real * n], v[: real * n] = qn, kn, vn
+        loc.zero_()
+        loc[: real * n] = pb.batch.out_cache_loc
+        bufs.out.fill_(float("nan"))
+        backend.init_forward_metadata_replay_cuda_graph(
+            MAX_BS, rows, lens, int(lens.sum()), None, ForwardMode.TARGET_VERIFY, info, lens.cpu()
+        )
+        graph.replay()
+        got = out_static[: real * n]
+        what = f"verify replay {step}, prefix_lens={prefix}"
+        rig.check(got, eager, f"{what}: graph vs eager")
+        rig.check(got, rig.oracle(pb, qn), f"{what}: graph vs oracle")
+    evidence.record(case.backend.kernels, case.config.uri, "cuda_graph_verify")
+
+
+# -- fp8 KV cache against bf16 attention ----
+
+# Relative RMS error bound of fp8 attention vs attention on the unquantized K/V, for unit
+# normal q/k/v quantized with scales that keep |x| <= ~5 in range. Rounding to a format with
+# m mantissa bits makes a relative element error uniform in +-2^-(m+1), RMS 2^-(m+1)/sqrt(3):
+# 0.036 for e4m3 (m=3), 0.072 for e5m2 (m=2). V's error reaches the output scaled like the
+# output itself (sum p_j dv_j vs sum p_j v_j); K's perturbs scores by the same relative
+# amount (|s| ~ 1), so p by about that much again. Two such terms, then 2x margin:
+FP8_RMS_BOUND = {torch.float8_e4m3fn: 0.15, torch.float8_e5m2: 0.30}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_fp8_vs_bf16(case: Case | None, evidence) -> None:
+    """All K/V go through the backend's quantizing writes (prefix 0 extend, then decode
+    over those tokens); outputs are compared with the oracle on the original K/V."""
+    case = require(case, "extend")
+    kv_dtype = getattr(torch, case.config.kv_dtype)
+    if kv_dtype not in FP8_DTYPES:
+        pytest.skip("not an fp8 KV cache")
+    rng = random.Random()
+    lens = [rng.randint(100, 1500) for _ in range(4)]
+    rig = make_rig(
+        case,
+        max_context_len=max(lens),
+        max_reqs=8,
+        num_pages=pages_for(lens, case.config.page_size),
+    )
+    pb = rig.builder.extend([0] * len(lens), lens)
+    q, k, v = rig.qkv(sum(lens))
+    rig.backend.init_forward_metadata(pb.batch)
+    out = rig.backend.forward_extend(q, k, v, rig.layer, pb.batch, sinks=rig.sinks).float()
+    want = prefill_ref(q, k, v, pb.qo_indptr, rig.layer.scaling, mask=rig.mask, sinks=rig.sinks)
+    want = want.flatten(1)
+    rel_rms = ((out - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
+    bound = FP8_RMS_BOUND[kv_dtype]
+    assert rel_rms <= bound, f"seed {rig.builder.seed}: relative RMS error {rel_rms:.4f} > {bound}"
+    # and the kernels agree with the oracle on the dequantized cache
+    rig.check(out, rig.oracle(pb, q), "fp8 extend vs oracle on dequantized values")
+    evidence.record(case.backend.kernels, case.config.uri, "fp8_vs_bf16", rel_rms=round(rel_rms, 4))

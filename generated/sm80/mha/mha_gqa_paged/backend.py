@@ -11,10 +11,10 @@ Target: mha on triton sm80.
   lowered:       Page Size > 1 (native)
   not supported: FP8 KV Cache (fp8 e4m3 conversion needs sm89+; sm80 has no e4m3 hardware type)
   not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered yet)
-  not lowered:   Spec topk=1 (phase verify is not lowered yet)
-  not lowered:   Spec topk>1 (phase verify is not lowered yet)
+  lowered:       Spec topk=1
+  lowered:       Spec topk>1
   lowered:       Sliding Window
-  not lowered:   MultiModal (bidirectional prefill) (phase prefill is not lowered yet)
+  lowered:       MultiModal (bidirectional prefill)
   lowered:       Logit softcap
   lowered:       Attention sinks
   lowered:       Non-causal extend

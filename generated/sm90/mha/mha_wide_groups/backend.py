@@ -9,12 +9,12 @@ forward_decode and the CUDA-graph methods; see attngen/runtime/mha_backend.py).
 
 Target: mha on triton sm90.
   lowered:       Page Size > 1 (native)
-  not lowered:   FP8 KV Cache (fp8_e4m3 KV cache is not lowered yet)
+  lowered:       FP8 KV Cache
   not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered yet)
-  not lowered:   Spec topk=1 (phase verify is not lowered yet)
-  not lowered:   Spec topk>1 (phase verify is not lowered yet)
+  lowered:       Spec topk=1
+  lowered:       Spec topk>1
   lowered:       Sliding Window
-  not lowered:   MultiModal (bidirectional prefill) (phase prefill is not lowered yet)
+  lowered:       MultiModal (bidirectional prefill)
   lowered:       Logit softcap
   lowered:       Attention sinks
   lowered:       Non-causal extend

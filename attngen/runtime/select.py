@@ -1,0 +1,134 @@
+"""Build a generated backend by arch and spec name, or a hybrid of two; detect the arch.
+
+``make_backend("sm90", "mha_gqa_paged", **kwargs)`` imports
+``generated.sm90.mha.mha_gqa_paged.backend`` and constructs its ``Backend``.
+With ``prefill_spec=`` and/or ``decode_spec=`` it builds one backend per phase (an
+unspecified phase inherits ``spec_name``, as SGLang's ``--prefill-attention-backend`` /
+``--decode-attention-backend`` inherit ``--attention-backend``) and, when the two specs
+differ, wraps them in a :class:`~attngen.runtime.hybrid.HybridAttnBackend`. Both backends get
+the same ``backend_kwargs``, so they share one KV pool and one ``req_to_token`` table.
+
+The ``generated`` package must be importable (the repository root on ``sys.path``).
+Which backend *kind* serves a variant on an arch (Triton, CuTe DSL) is decided by
+``attngen.selection``; today every generated package is a Triton one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attngen.runtime.checks import AttngenInputError
+from attngen.runtime.hybrid import HybridAttnBackend
+from attngen.spec.enums import Arch
+
+GENERATED_PACKAGE = "generated"
+ARCHS = tuple(a.value for a in Arch)
+
+
+def arch_from_capability(major: int, minor: int) -> str:
+    """The generated arch that runs on a GPU of compute capability ``major.minor``.
+
+    8.x (A100, and Ampere/Ada parts, which run the sm80 Triton kernels) -> sm80;
+    9.0 (H100/H200) -> sm90; 10.x (B200/GB200, B300) -> sm100. Anything else is refused.
+    """
+    if major == 8:
+        return "sm80"
+    if (major, minor) == (9, 0):
+        return "sm90"
+    if major == 10:
+        return "sm100"
+    raise AttngenInputError(
+        f"compute capability {major}.{minor}: attngen generates kernels for "
+        f"{', '.join(ARCHS)} (capability 8.x, 9.0, 10.x); this GPU is none of them"
+    )
+
+
+def detect_arch(device: torch.device | str | int | None = None) -> str:
+    """The generated arch for a CUDA device (default: the current one)."""
+    if not torch.cuda.is_available():
+        raise AttngenInputError("detect_arch: no CUDA device is available")
+    major, minor = torch.cuda.get_device_capability(device)
+    return arch_from_capability(major, minor)
+
+
+def available_specs(arch: str, family: str = "mha") -> list[str]:
+    """Spec packages generated for ``arch`` / ``family`` (folders with a ``backend.py``)."""
+    folder = _family_dir(_check_arch(arch), family)
+    if folder is None:
+        return []
+    return sorted(p.parent.name for p in folder.glob("*/backend.py"))
+
+
+def load_backend_class(arch: str, spec_name: str, family: str = "mha") -> type:
+    """The ``Backend`` class of ``generated.<arch>.<family>.<spec_name>.backend``."""
+    arch = _check_arch(arch)
+    known = available_specs(arch, family)
+    if spec_name not in known:
+        raise AttngenInputError(
+            f"spec {spec_name!r}: no generated {family} backend for {arch}; "
+            f"available: {', '.join(known) or 'none'} (generated/{arch}/{family}/)"
+        )
+    module = importlib.import_module(f"{GENERATED_PACKAGE}.{arch}.{family}.{spec_name}.backend")
+    return module.Backend
+
+
+def make_backend(
+    arch: str,
+    spec_name: str | None,
+    *,
+    prefill_spec: str | None = None,
+    decode_spec: str | None = None,
+    family: str = "mha",
+    capture_prefill: bool = False,
+    **backend_kwargs: Any,
+) -> Any:
+    """A generated backend, or a hybrid one when the prefill and decode specs differ.
+
+    ``backend_kwargs`` go to every constructed backend (``num_q_heads``, ``num_kv_heads``,
+    ``head_dim``, ``page_size``, ``dtype``, ``device``, ``req_to_token_pool``, ``kv_pool``,
+    ...). ``spec_name`` may be ``None`` when both ``prefill_spec`` and ``decode_spec`` are
+    given. ``capture_prefill`` is passed to the hybrid (see ``HybridAttnBackend``).
+    """
+    prefill = prefill_spec or spec_name
+    decode = decode_spec or spec_name
+    if prefill is None or decode is None:
+        missing = "prefill_spec" if prefill is None else "decode_spec"
+        raise AttngenInputError(f"make_backend: spec_name is None, so {missing} is required")
+    # Resolve both classes before constructing anything, so a bad name fails first.
+    prefill_cls = load_backend_class(arch, prefill, family)
+    decode_cls = load_backend_class(arch, decode, family)
+    if prefill == decode:
+        return prefill_cls(**backend_kwargs)
+    return HybridAttnBackend(
+        prefill_cls(**backend_kwargs),
+        decode_cls(**backend_kwargs),
+        capture_prefill=capture_prefill,
+    )
+
+
+def _check_arch(arch: str) -> str:
+    if arch not in ARCHS:
+        raise AttngenInputError(f"arch: expected one of {', '.join(ARCHS)}, got {arch!r}")
+    return arch
+
+
+def _family_dir(arch: str, family: str) -> Path | None:
+    try:
+        found = importlib.util.find_spec(GENERATED_PACKAGE)
+    except (ImportError, ValueError):
+        found = None
+    if found is None or not found.submodule_search_locations:
+        raise AttngenInputError(
+            f"the {GENERATED_PACKAGE!r} package is not importable: put the attngen repository "
+            f"root (the folder holding generated/) on sys.path"
+        )
+    for root in found.submodule_search_locations:
+        folder = Path(root) / arch / family
+        if folder.is_dir():
+            return folder
+    return None

@@ -1,0 +1,186 @@
+"""Automatic backend selection: which attngen backend serves a variant on an arch.
+
+The counterpart of SGLang's automatic ``--attention-backend`` choice, for attngen's own
+backends (:class:`~attngen.spec.enums.Backend`). Each arch has an ordered preference
+(:data:`PREFERENCE`); :func:`select_backend` walks it and takes the first backend whose
+``supports()`` verdict for the variant, narrowed to one phase, is SUPPORTED (and that the
+variant's spec targets, when it names targets). Given recorded evidence, a supported
+backend with verified GPU evidence for that phase wins over an earlier unverified one.
+
+Nothing here is typed twice: the docs' "Backend selection" section is rendered from
+:data:`PREFERENCE` and :func:`select_backend`, and every skipped backend carries the
+capability model's own reason, so a selection can always say why.
+
+Pure: no torch, no files, no device. The runtime side (importing a generated backend for
+an arch and spec name, detecting the arch of a device) is ``attngen.runtime.select``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Protocol
+
+from attngen.capabilities import Status, Verdict, supports
+from attngen.spec.enums import Arch, Backend, Phase
+from attngen.spec.variant import Variant
+
+# Ordered preference per arch, best first. CuTe DSL first where it can exist (its kernels
+# are built on wgmma / tcgen05); Triton is the portable fallback. sm80 has Triton only.
+PREFERENCE: dict[Arch, tuple[Backend, ...]] = {
+    Arch.SM100: (Backend.CUTE_DSL, Backend.TRITON),
+    Arch.SM90: (Backend.CUTE_DSL, Backend.TRITON),
+    Arch.SM80: (Backend.TRITON,),
+}
+
+# Phases a serving engine runs through a backend, in the order the docs list them.
+SELECTION_PHASES: tuple[Phase, ...] = (Phase.EXTEND, Phase.DECODE)
+
+# A hybrid's prefill and decode kernels must agree on these ``MhaMask`` fields, which change
+# the result of both phases (``causal`` does not matter to decode: one query sees all keys).
+HYBRID_MASK_FIELDS: tuple[str, ...] = ("window_left", "logit_softcap", "has_sinks")
+
+
+class EvidenceLookup(Protocol):
+    """Answers: did ``variant``'s ``phase`` pass numerical GPU tests on ``backend``/``arch``?"""
+
+    def verified(self, variant: Variant, backend: Backend, arch: Arch, phase: Phase) -> bool: ...
+
+
+@dataclass(frozen=True)
+class VerifiedSet:
+    """An :class:`EvidenceLookup` over explicit ``(backend, arch, qualified_uri, phase)`` keys.
+
+    ``qualified_uri`` is ``Variant.qualified_uri`` (``spec_name/variant_uri``).
+    """
+
+    keys: frozenset[tuple[Backend, Arch, str, Phase]]
+
+    def verified(self, variant: Variant, backend: Backend, arch: Arch, phase: Phase) -> bool:
+        return (backend, arch, variant.qualified_uri, phase) in self.keys
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A backend that was passed over, and why."""
+
+    backend: Backend
+    status: Status  # the capability verdict (SUPPORTED when skipped for evidence or targets)
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.backend.value}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The outcome of :func:`select_backend`.
+
+    ``backend`` is ``None`` when no backend can serve the phase; ``status`` is then the
+    best verdict among the skipped ones (NOT_LOWERED: possible but not lowered yet;
+    UNSUPPORTED: no backend can), and ``reason`` lists every skipped backend's reason.
+    ``verified`` is ``None`` when no evidence was consulted. ``reason`` does not repeat the
+    arch and phase (the docs share one note between archs); ``str()`` adds them.
+    """
+
+    backend: Backend | None
+    status: Status
+    reason: str
+    arch: Arch
+    phase: Phase
+    skipped: tuple[Skip, ...] = ()
+    verified: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.backend is not None
+
+    def __str__(self) -> str:
+        chosen = self.backend.value if self.backend is not None else "none"
+        return f"{self.arch.value} {self.phase.value}: {chosen} ({self.reason})"
+
+
+def preference(arch: Arch | str) -> tuple[Backend, ...]:
+    """The arch's backends, best first."""
+    return PREFERENCE[Arch(arch)]
+
+
+def for_phase(variant: Variant, phase: Phase | str) -> Variant:
+    """``variant`` with its spec narrowed to one phase, so ``supports()`` judges only it."""
+    phase = Phase(phase)
+    if phase not in variant.phases:
+        declared = ", ".join(p.value for p in variant.phases)
+        raise ValueError(
+            f"{variant.qualified_uri}: phase {phase.value} is not one of the spec's phases "
+            f"({declared})"
+        )
+    return dataclasses.replace(variant, spec=dataclasses.replace(variant.spec, phases=(phase,)))
+
+
+def select_backend(
+    variant: Variant,
+    arch: Arch | str,
+    phase: Phase | str,
+    evidence: EvidenceLookup | None = None,
+) -> Selection:
+    """Pick the backend that serves ``variant``'s ``phase`` on ``arch``; see the module doc.
+
+    Raises ``ValueError`` when ``phase`` is not one of the variant's phases.
+    """
+    arch, phase = Arch(arch), Phase(phase)
+    probe = for_phase(variant, phase)
+    order = preference(arch)
+    order_text = f"the preference order ({', '.join(b.value for b in order)})"
+    candidates: list[Backend] = []
+    skipped: list[Skip] = []
+    for backend in order:
+        verdict = supports(probe, backend, arch)
+        if not verdict.ok:
+            skipped.append(Skip(backend, verdict.status, _verdict_reason(verdict)))
+        elif not _targeted(variant, backend, arch):
+            why = f"supported, but spec {variant.spec.name} does not target it on this arch"
+            skipped.append(Skip(backend, Status.SUPPORTED, why))
+        else:
+            candidates.append(backend)
+
+    if not candidates:
+        status = _best_status(s.status for s in skipped)
+        reasons = "; ".join(str(s) for s in skipped)
+        reason = f"no backend available: {reasons}"
+        return Selection(None, status, reason, arch, phase, tuple(skipped))
+
+    chosen, verified, how = candidates[0], None, "first supported backend"
+    if evidence is not None:
+        proven = [b for b in candidates if evidence.verified(variant, b, arch, phase)]
+        verified = bool(proven)
+        if proven:
+            chosen, how = proven[0], f"first supported backend with verified GPU {phase.value}"
+            # earlier supported backends lose to the verified one; say so
+            for b in candidates[: candidates.index(chosen)]:
+                why = f"supported, but no verified GPU {phase.value} evidence"
+                skipped.append(Skip(b, Status.SUPPORTED, why))
+            skipped.sort(key=lambda s: order.index(s.backend))
+        else:
+            how += f" (no backend has verified GPU {phase.value} evidence)"
+    reason = f"{chosen.value} is the {how} in {order_text}"
+    if skipped:
+        reason += "; skipped " + "; ".join(str(s) for s in skipped)
+    return Selection(chosen, Status.SUPPORTED, reason, arch, phase, tuple(skipped), verified)
+
+
+def _verdict_reason(verdict: Verdict) -> str:
+    return verdict.reason or verdict.status.value.replace("_", " ")
+
+
+def _targeted(variant: Variant, backend: Backend, arch: Arch) -> bool:
+    """A spec that names targets is generated only for them; a probe (no targets) for all."""
+    targets = variant.spec.targets
+    if not targets:
+        return True
+    return any(t.backend is backend and arch in t.archs for t in targets)
+
+
+def _best_status(statuses: object) -> Status:
+    """NOT_LOWERED (some backend could, once lowered) beats UNSUPPORTED."""
+    found = set(statuses)  # type: ignore[call-overload]
+    return Status.NOT_LOWERED if Status.NOT_LOWERED in found else Status.UNSUPPORTED

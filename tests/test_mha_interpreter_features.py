@@ -1,0 +1,262 @@
+"""fp8 KV loads, speculative verify (chains, trees) and cache-free prefill, in Triton's
+interpreter, against the torch oracle (fp16 activations; see test_mha_interpreter.py for
+the NaN-poisoning conventions reused here).
+
+fp8 caches are compared with the oracle run on the same dequantized values (cache * scale),
+so quantization error is not mistaken for kernel error.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attngen.reference.mha import paged_decode_ref, paged_extend_ref, prefill_ref
+from attngen.runtime.batch import pack_tree_masks
+from attngen.runtime.checks import AttngenInputError
+from attngen.runtime.configs import MhaMask
+from mha_modules import load_kernels_module
+from test_mha_interpreter import (
+    NUM_KV_HEADS,
+    assert_close,
+    make_config,
+    make_decode_args,
+    make_paged_kv,
+    nan_like,
+)
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Conversion of an array with ndim:DeprecationWarning"
+)
+
+FP8 = {
+    "e4m3_tensor": make_config(16, 4, kv_dtype="float8_e4m3fn", kv_scale="per_tensor"),
+    "e5m2_head": make_config(1, 2, kv_dtype="float8_e5m2", kv_scale="per_head"),
+}
+CHAIN = make_config(16, 4, spec_topk=1, num_draft_tokens=4)
+TREE = make_config(16, 2, spec_topk=4, num_draft_tokens=6)
+PREFILL = make_config(1, 2, block_n=16)
+ALL_PHASES = ("prefill", "extend", "decode", "verify", "draft_extend")
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    configs = [*FP8.values(), CHAIN, TREE]
+    return load_kernels_module(
+        configs, causal=True, tmp_dir=tmp_path_factory.mktemp("feat"), phases=ALL_PHASES
+    )
+
+
+@pytest.fixture(scope="module")
+def bidirectional(tmp_path_factory):
+    return load_kernels_module(
+        [PREFILL], causal=False, tmp_dir=tmp_path_factory.mktemp("pf"), phases=("prefill",)
+    )
+
+
+# -- fp8 KV cache ----
+
+
+def quantize_cache(cache: torch.Tensor, dtype: torch.dtype, per_head: bool):
+    """(fp8 cache, fp32 scale, dequantized fp32 cache); NaN slots stay NaN."""
+    finite = torch.nan_to_num(cache.float(), nan=0.0)
+    dims = (0, 1, 3)
+    amax = finite.abs().amax(dim=dims) if per_head else finite.abs().amax().reshape(1)
+    scale = (amax / torch.finfo(dtype).max * 2).float()  # headroom: no saturation
+    quant = (cache.float() / scale.view(1, 1, -1, 1)).to(dtype)
+    return quant, scale, quant.float() * scale.view(1, 1, -1, 1)
+
+
+@pytest.mark.parametrize("case", list(FP8))
+def test_fp8_decode_matches_oracle_on_dequantized_values(kernels, case):
+    config = FP8[case]
+    dtype = getattr(torch, config.kv_dtype)
+    per_head = config.kv_scale == "per_head"
+    args = make_decode_args(config, [37, 0, 1, 35], [4, 2, 3, 1])
+    k8, k_scale, k_deq = quantize_cache(args.kv.k_cache, dtype, per_head)
+    v8, v_scale, v_deq = quantize_cache(args.kv.v_cache, dtype, per_head)
+    kernels.decode(
+        args.q,
+        k8,
+        v8,
+        args.kv.page_table,
+        args.seq_lens,
+        args.num_splits,
+        args.out,
+        args.partial_o,
+        args.partial_lse,
+        config=config,
+        sm_scale=args.sm_scale,
+        k_scale=k_scale,
+        v_scale=v_scale,
+    )
+    expected = paged_decode_ref(
+        args.q, k_deq, v_deq, args.kv.page_table, args.seq_lens, args.sm_scale
+    )
+    assert_close(args.out, expected)
+    assert torch.all(args.out[1] == 0)
+
+
+@pytest.mark.parametrize("case", list(FP8))
+def test_fp8_extend_matches_oracle_on_dequantized_values(kernels, case):
+    config = FP8[case]
+    dtype = getattr(torch, config.kv_dtype)
+    per_head = config.kv_scale == "per_head"
+    extend_lens, prefix_lens = [20, 1, 9], [0, 17, 21]
+    kv = make_paged_kv([p + e for p, e in zip(prefix_lens, extend_lens)], config, False)
+    k8, k_scale, k_deq = quantize_cache(kv.k_cache, dtype, per_head)
+    v8, v_scale, v_deq = quantize_cache(kv.v_cache, dtype, per_head)
+    num_heads = NUM_KV_HEADS * config.gqa_group
+    qo_indptr = torch.tensor([0] + extend_lens).cumsum(0).int()
+    prefix = torch.tensor(prefix_lens, dtype=torch.int32)
+    q = torch.randn(30, num_heads, config.head_dim, dtype=torch.float16)
+    out = nan_like((30, num_heads, config.v_head_dim), torch.float16)
+    scale = config.head_dim**-0.5
+    kernels.extend(
+        q,
+        k8,
+        v8,
+        kv.page_table,
+        qo_indptr,
+        prefix,
+        out,
+        max_extend_len=20,
+        config=config,
+        sm_scale=scale,
+        k_scale=k_scale,
+        v_scale=v_scale,
+    )
+    assert_close(out, paged_extend_ref(q, k_deq, v_deq, kv.page_table, qo_indptr, prefix, scale))
+
+
+def test_fp8_scales_are_required_and_checked(kernels):
+    config = FP8["e5m2_head"]
+    args = make_decode_args(config, [5], [1])
+    k8 = args.kv.k_cache.to(torch.float8_e5m2)
+    v8 = args.kv.v_cache.to(torch.float8_e5m2)
+    call = dict(config=config, sm_scale=0.1)
+    bufs = (args.kv.page_table, args.seq_lens, args.num_splits, args.out)
+    bufs += (args.partial_o, args.partial_lse)
+    with pytest.raises(AttngenInputError, match=r"k_scale: expected a float32 tensor \[2\]"):
+        kernels.decode(args.q, k8, v8, *bufs, **call)
+    one = torch.ones(1)
+    with pytest.raises(AttngenInputError, match=r"k_scale: expected shape \[2\]"):
+        kernels.decode(args.q, k8, v8, *bufs, k_scale=one, v_scale=one, **call)
+    two = torch.ones(2)
+    with pytest.raises(AttngenInputError, match="v_cache: expected dtype torch.float8_e5m2"):
+        kernels.decode(args.q, k8, args.kv.v_cache, *bufs, k_scale=two, v_scale=two, **call)
+
+
+# -- speculative verify ----
+
+
+def random_tree_mask(n: int, gen: torch.Generator) -> torch.Tensor:
+    """A random draft tree: each draft's parent is an earlier draft (or the root)."""
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        mask[i, i] = True
+        if i:
+            parent = int(torch.randint(-1, i, (1,), generator=gen))
+            if parent >= 0:
+                mask[i] |= mask[parent]
+    return mask
+
+
+def run_verify(kernels, config, prefix_lens, tree_masks=None):
+    n = config.num_draft_tokens
+    batch = len(prefix_lens)
+    kv = make_paged_kv([p + n for p in prefix_lens], config, False)
+    num_heads = NUM_KV_HEADS * config.gqa_group
+    qo_indptr = (torch.arange(batch + 1) * n).int()
+    prefix = torch.tensor(prefix_lens, dtype=torch.int32)
+    q = torch.randn(batch * n, num_heads, config.head_dim, dtype=torch.float16)
+    out = nan_like((batch * n, num_heads, config.v_head_dim), torch.float16)
+    scale = config.head_dim**-0.5
+    packed, indptr = pack_tree_masks(tree_masks) if tree_masks else (None, None)
+    kernels.verify(
+        q,
+        kv.k_cache,
+        kv.v_cache,
+        kv.page_table,
+        qo_indptr,
+        prefix,
+        out,
+        config=config,
+        sm_scale=scale,
+        tree_mask=packed,
+        tree_mask_indptr=indptr,
+    )
+    expected = paged_extend_ref(
+        q, kv.k_cache, kv.v_cache, kv.page_table, qo_indptr, prefix, scale, tree_masks=tree_masks
+    )
+    return out, expected
+
+
+def test_chain_verify_is_causal_over_the_drafts(kernels):
+    out, expected = run_verify(kernels, CHAIN, [0, 13, 31])
+    assert_close(out, expected)
+
+
+def test_tree_verify_matches_oracle(kernels):
+    gen = torch.Generator().manual_seed(0)
+    n = TREE.num_draft_tokens
+    masks = [random_tree_mask(n, gen) for _ in range(3)]
+    out, expected = run_verify(kernels, TREE, [5, 16, 40], masks)
+    assert_close(out, expected)
+    # the tree mask matters: the result differs from a causal chain
+    chain = [torch.tril(torch.ones(n, n, dtype=torch.bool)) for _ in range(3)]
+    assert not torch.allclose(out.float(), run_verify(kernels, TREE, [5, 16, 40], chain)[1])
+
+
+def test_tree_row_that_sees_nothing_gives_zeros(kernels):
+    n = TREE.num_draft_tokens
+    mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    mask[2] = False  # no prefix (length 0) and no draft: a fully masked row
+    out, expected = run_verify(kernels, TREE, [0], [mask])
+    assert torch.all(out[2] == 0) and not out.isnan().any()
+    assert_close(out, expected)
+
+
+def test_tree_verify_needs_its_mask(kernels):
+    config = TREE
+    n = config.num_draft_tokens
+    q = torch.randn(n, 4, 64, dtype=torch.float16)
+    kv = make_paged_kv([n], config, False)
+    with pytest.raises(AttngenInputError, match="tree_mask: expected a torch.Tensor"):
+        kernels.verify(
+            q,
+            kv.k_cache,
+            kv.v_cache,
+            kv.page_table,
+            torch.tensor([0, n], dtype=torch.int32),
+            torch.zeros(1, dtype=torch.int32),
+            torch.empty_like(q),
+            config=config,
+            sm_scale=0.1,
+        )
+
+
+def test_pack_tree_masks_layout():
+    mask = torch.zeros(3, 3, dtype=torch.bool)
+    mask[0, 0] = mask[1, 0] = mask[2, 2] = True  # bits 0, 3, 8
+    packed, indptr = pack_tree_masks([mask, mask[:1, :1]])
+    assert packed.tolist() == [0b1001, 0b1, 0b1] and indptr.tolist() == [0, 2, 3]
+
+
+# -- cache-free prefill ----
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_prefill_matches_oracle(kernels, bidirectional, causal):
+    module, config = (kernels, CHAIN) if causal else (bidirectional, PREFILL)
+    lens = [21, 1, 40]
+    cu = torch.tensor([0] + lens).cumsum(0).int()
+    total, num_heads = sum(lens), NUM_KV_HEADS * config.gqa_group
+    q = torch.randn(total, num_heads, config.head_dim, dtype=torch.float16)
+    k = torch.randn(total, NUM_KV_HEADS, config.head_dim, dtype=torch.float16)
+    v = torch.randn(total, NUM_KV_HEADS, config.v_head_dim, dtype=torch.float16)
+    out = nan_like((total, num_heads, config.v_head_dim), torch.float16)
+    scale = config.head_dim**-0.5
+    module.prefill(q, k, v, cu, out, max_seq_len=40, config=config, sm_scale=scale)
+    expected = prefill_ref(q, k, v, cu, scale, mask=MhaMask(causal=causal))
+    assert_close(out, expected)
