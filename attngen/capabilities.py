@@ -37,7 +37,8 @@ SUPPORTED = Verdict(Status.SUPPORTED)
 
 # What the Triton MHA lowering covers: every phase; causal / bidirectional / sliding-window
 # masks, speculative draft chains and trees, logit softcap and attention sinks; bf16/fp16
-# activations over a bf16/fp16 or fp8 (e4m3, e5m2; per-tensor or per-head scales) cache.
+# activations over a bf16/fp16, fp8 (e4m3, e5m2; per-tensor or per-head scales) or NVFP4
+# (e2m1 + e4m3 block scales + a global scale) cache.
 TRITON_MHA_PHASES = frozenset(Phase)
 TRITON_MHA_HEAD_DIMS = frozenset({64, 80, 96, 128, 192, 256})  # padded to a power of two
 TRITON_MHA_DTYPES = frozenset({DType.BF16, DType.FP16})
@@ -45,7 +46,7 @@ TRITON_MHA_MAX_GQA_GROUP = 64  # query-head rows per decode program stay <= 64
 TRITON_MHA_MASKS = frozenset(
     {MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW, MaskKind.CUSTOM}
 )
-TRITON_MHA_FP8 = frozenset({DType.FP8_E4M3, DType.FP8_E5M2})
+TRITON_MHA_QUANT_KV = frozenset({DType.FP8_E4M3, DType.FP8_E5M2, DType.NVFP4})
 
 
 def supports(variant: Variant, backend: Backend, arch: Arch) -> Verdict:
@@ -95,8 +96,13 @@ def _triton_mha(variant: Variant) -> Verdict:
             f"activation dtype {variant.dtype.value} is not lowered",
         ),
         (
-            variant.kv_dtype is variant.dtype or variant.kv_dtype in TRITON_MHA_FP8,
+            variant.kv_dtype is variant.dtype or variant.kv_dtype in TRITON_MHA_QUANT_KV,
             f"{_kv_name(variant)} KV cache is not lowered yet",
+        ),
+        (
+            variant.kv_dtype is not DType.NVFP4
+            or all(d & (d - 1) == 0 for d in (shape.head_dim, shape.v_head_dim)),
+            "NVFP4 KV needs power-of-two head dims (its packed rows are not lane-padded)",
         ),
         (
             variant.mask.kind in TRITON_MHA_MASKS,

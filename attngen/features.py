@@ -125,6 +125,11 @@ def _graph_checks(v: Variant) -> frozenset[str]:
     return frozenset({"cuda_graph"})
 
 
+def _quantized_checks(v: Variant) -> frozenset[str]:
+    """Phase numerics on dequantized values, and the error vs bf16 K/V within its bound."""
+    return phase_checks(v) | {"quantized_vs_bf16"}
+
+
 def _verify_checks(v: Variant) -> frozenset[str]:
     """Verify numerics, and its CUDA-graph capture/replay."""
     return frozenset({"verify", "cuda_graph_verify"})
@@ -156,7 +161,7 @@ def _common(family: Family) -> list[Feature]:
             family,
             _is_fp8,
             _kv(DType.FP8_E4M3, ScaleGranularity.PER_TENSOR),
-            phase_checks,
+            _quantized_checks,
         ),
         Feature(
             "fp4_kv",
@@ -164,7 +169,7 @@ def _common(family: Family) -> list[Feature]:
             family,
             _is_fp4,
             _kv(DType.NVFP4, ScaleGranularity.PER_BLOCK),
-            phase_checks,
+            _quantized_checks,
         ),
         Feature(
             "spec_topk1",

@@ -46,6 +46,7 @@ class MhaModule:
     feature_lines: list[str]
     configs: list[ConfigEntry]
     phases_literal: str = '("extend", "decode")'
+    fp4_scales_as_bytes: bool = False
 
 
 def literal(value: object) -> str:

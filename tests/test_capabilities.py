@@ -30,7 +30,9 @@ def test_hardware_limits_are_unsupported_with_a_reason() -> None:
     assert supports(fp8, Backend.TRITON, Arch.SM80).status is Status.UNSUPPORTED
     assert supports(fp8, Backend.TRITON, Arch.SM90).ok
     fp4 = dataclasses.replace(v, kv_dtype=DType.NVFP4, kv_scale=ScaleGranularity.PER_BLOCK)
-    assert supports(fp4, Backend.TRITON, Arch.SM90).status is Status.NOT_LOWERED
+    assert supports(fp4, Backend.TRITON, Arch.SM80).ok  # block scales decoded from bytes
+    mx = dataclasses.replace(v, kv_dtype=DType.MXFP4, kv_scale=ScaleGranularity.PER_BLOCK)
+    assert supports(mx, Backend.TRITON, Arch.SM90).status is Status.NOT_LOWERED
     assert (Backend.TRITON, Arch.SM80) not in alternatives(fp8)
     assert (
         supports(base_variant(Family.DSA), Backend.TRITON, Arch.SM80).status is Status.UNSUPPORTED

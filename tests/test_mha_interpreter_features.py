@@ -15,6 +15,7 @@ from attngen.reference.mha import paged_decode_ref, paged_extend_ref, prefill_re
 from attngen.runtime.batch import pack_tree_masks
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.configs import MhaMask
+from attngen.runtime.nvfp4 import dequantize_nvfp4
 from mha_modules import load_kernels_module
 from test_mha_interpreter import (
     NUM_KV_HEADS,
@@ -260,3 +261,84 @@ def test_prefill_matches_oracle(kernels, bidirectional, causal):
     module.prefill(q, k, v, cu, out, max_seq_len=40, config=config, sm_scale=scale)
     expected = prefill_ref(q, k, v, cu, scale, mask=MhaMask(causal=causal))
     assert_close(out, expected)
+
+
+# -- NVFP4 KV cache ----
+
+FP4 = make_config(16, 2, kv_dtype="nvfp4", kv_scale="per_block")
+
+
+@pytest.fixture(scope="module")
+def fp4_kernels(tmp_path_factory):
+    return load_kernels_module([FP4], causal=True, tmp_dir=tmp_path_factory.mktemp("fp4"))
+
+
+def random_fp4_cache(num_pages: int, dim: int):
+    """(codes uint8 [P, 16, Hkv, dim/2], e4m3 block scales, global [1]): random codes, block
+    scales in [0.25, 2]."""
+    shape = (num_pages, FP4.page_size, NUM_KV_HEADS)
+    codes = torch.randint(0, 256, (*shape, dim // 2), dtype=torch.uint8)
+    scales = torch.empty(*shape, dim // 16).uniform_(0.25, 2).to(torch.float8_e4m3fn)
+    return codes, scales, torch.rand(1) * 0.5 + 0.1
+
+
+def test_fp4_decode_and_extend_match_oracle_on_dequantized_values(fp4_kernels):
+    config = FP4
+    args = make_decode_args(config, [37, 0, 1, 35], [4, 2, 3, 1])
+    pages = args.kv.k_cache.shape[0]
+    k4, k_bs, k_gs = random_fp4_cache(pages, config.head_dim)
+    v4, v_bs, v_gs = random_fp4_cache(pages, config.v_head_dim)
+    k_deq = dequantize_nvfp4(k4, k_bs, k_gs)
+    v_deq = dequantize_nvfp4(v4, v_bs, v_gs)
+    scales = dict(k_scale=k_gs, v_scale=v_gs, k_block_scales=k_bs, v_block_scales=v_bs)
+    kernels = fp4_kernels
+    kernels.decode(
+        args.q,
+        k4,
+        v4,
+        args.kv.page_table,
+        args.seq_lens,
+        args.num_splits,
+        args.out,
+        args.partial_o,
+        args.partial_lse,
+        config=config,
+        sm_scale=args.sm_scale,
+        **scales,
+    )
+    expected = paged_decode_ref(
+        args.q, k_deq, v_deq, args.kv.page_table, args.seq_lens, args.sm_scale
+    )
+    assert_close(args.out, expected)
+    # extend over the same cache: requests 0 and 3 as 5 new tokens after their prefixes
+    qo_indptr = torch.tensor([0, 5, 5, 6, 11], dtype=torch.int32)
+    prefix = torch.tensor([32, 0, 0, 30], dtype=torch.int32)
+    q = torch.randn(11, args.q.shape[1], config.head_dim, dtype=torch.float16)
+    out = nan_like((11, args.q.shape[1], config.v_head_dim), torch.float16)
+    table = args.kv.page_table
+    kernels.extend(
+        q,
+        k4,
+        v4,
+        table,
+        qo_indptr,
+        prefix,
+        out,
+        max_extend_len=5,
+        config=config,
+        sm_scale=args.sm_scale,
+        **scales,
+    )
+    want = paged_extend_ref(q, k_deq, v_deq, table, qo_indptr, prefix, args.sm_scale)
+    assert_close(out, want)
+
+
+def test_fp4_block_scales_are_required(fp4_kernels):
+    args = make_decode_args(FP4, [5], [1])
+    k4, k_bs, k_gs = random_fp4_cache(args.kv.k_cache.shape[0], FP4.head_dim)
+    bufs = (args.kv.page_table, args.seq_lens, args.num_splits, args.out)
+    bufs += (args.partial_o, args.partial_lse)
+    with pytest.raises(AttngenInputError, match="k_block_scales: expected float8_e4m3fn"):
+        fp4_kernels.decode(
+            args.q, k4, k4, *bufs, config=FP4, sm_scale=0.1, k_scale=k_gs, v_scale=k_gs
+        )

@@ -78,6 +78,11 @@ class MhaModulePlan:
         return self.mask.causal
 
     @property
+    def fp4_scales_as_bytes(self) -> bool:
+        """Triton has no fp8e4nv pointers on sm80: NVFP4 block scales go in as raw bytes."""
+        return self.arch is Arch.SM80
+
+    @property
     def configs(self) -> tuple[MhaKernelPlan, ...]:
         return self.kernels
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from attngen.runtime.configs import MhaTritonConfig
-from attngen.spec.enums import TORCH_DTYPE_NAME, Arch
+from attngen.spec.enums import KV_DTYPE_NAME, TORCH_DTYPE_NAME, Arch
 from attngen.spec.model import Spec
 from attngen.spec.variant import MhaShape, Variant
 
@@ -75,7 +75,7 @@ def kernel_config(variant: Variant, arch: Arch, spec: Spec) -> MhaTritonConfig:
         gqa_group=shape.gqa_group,
         page_size=variant.page_size or 1,
         dtype=TORCH_DTYPE_NAME[variant.dtype],
-        kv_dtype=TORCH_DTYPE_NAME[variant.kv_dtype],
+        kv_dtype=KV_DTYPE_NAME[variant.kv_dtype],
         kv_scale=variant.kv_scale.value if variant.kv_scale is not None else "none",
         spec_topk=variant.spec_topk or 0,
         num_draft_tokens=spec.speculative.num_draft_tokens if spec.speculative else 0,

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
+from attngen.runtime.nvfp4 import quantize_nvfp4
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -320,6 +321,82 @@ class PagedKVPool:
             v = quantize_fp8(v, kv_scale("layer.v_scale", layer.v_scale, v), self.dtype)
         k_cache.view(self.num_slots, self.num_kv_heads, self.head_dim)[loc] = k
         v_cache.view(self.num_slots, self.num_kv_heads, self.v_head_dim)[loc] = v
+
+
+class NvFp4KVPool(PagedKVPool):
+    """Per-layer paged NVFP4 caches: codes and block scales, one pair of tensors each for K, V.
+
+    ``k_buffer[l]`` uint8 ``[num_pages, page_size, Hkv, head_dim / 2]`` (two e2m1 codes per
+    byte, low nibble first) and ``k_block_scales[l]`` float8_e4m3fn ``[..., head_dim / 16]``
+    (likewise V); the per-tensor global scales are the layer's ``k_scale`` / ``v_scale``
+    ([1] fp32). ``dtype`` is the string ``"nvfp4"`` (torch has no such dtype).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_layers: int,
+        num_pages: int,
+        page_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        v_head_dim: int | None = None,
+        device: torch.device | str,
+    ) -> None:
+        v_head_dim = head_dim if v_head_dim is None else v_head_dim
+        for name, dim in (("head_dim", head_dim), ("v_head_dim", v_head_dim)):
+            if dim % 16:
+                fail(name, "a multiple of 16 (NVFP4 scales blocks of 16 elements)", dim)
+        super().__init__(
+            num_layers=num_layers,
+            num_pages=num_pages,
+            page_size=page_size,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim // 2,
+            v_head_dim=v_head_dim // 2,
+            dtype=torch.uint8,
+            device=device,
+        )
+        self.head_dim, self.v_head_dim = head_dim, v_head_dim
+        self.dtype = "nvfp4"  # type: ignore[assignment]
+        shape = (num_pages, page_size, num_kv_heads)
+        e4m3 = dict(dtype=torch.float8_e4m3fn, device=device)
+        self.k_block_scales = [
+            torch.zeros(shape + (head_dim // 16,), **e4m3) for _ in range(num_layers)
+        ]
+        self.v_block_scales = [
+            torch.zeros(shape + (v_head_dim // 16,), **e4m3) for _ in range(num_layers)
+        ]
+
+    def get_kv_block_scales(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.get_kv_buffer(layer_id)  # checks layer_id
+        return self.k_block_scales[layer_id], self.v_block_scales[layer_id]
+
+    def set_kv_buffer(
+        self, layer: AttentionLayer, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        """Quantize new tokens' K/V to NVFP4 with the layer's global scales and scatter them
+        to token slots ``loc`` (no host sync)."""
+        check_tensor("loc", loc, dtype=INDEX_DTYPES, shape=[None], device=self.device)
+        rows = int(loc.shape[0])
+        caches = self.get_kv_buffer(layer.layer_id) + self.get_kv_block_scales(layer.layer_id)
+        k_cache, v_cache, k_bs, v_bs = caches
+        for name, x, dim, cache, block_scales, scale in (
+            ("k", k, self.head_dim, k_cache, k_bs, layer.k_scale),
+            ("v", v, self.v_head_dim, v_cache, v_bs, layer.v_scale),
+        ):
+            shape = [rows, self.num_kv_heads, dim]
+            check_tensor(name, x, dtype=ACTIVATION_DTYPES, device=self.device, shape=shape)
+            global_scale = kv_scale(f"layer.{name}_scale", scale, x)
+            if global_scale.shape[0] != 1:
+                fail(
+                    f"layer.{name}_scale",
+                    "shape [1] (NVFP4's per-tensor global scale)",
+                    tuple(global_scale.shape),
+                )
+            codes, scales = quantize_nvfp4(x, global_scale)
+            cache.view(self.num_slots, self.num_kv_heads, dim // 2)[loc] = codes
+            block_scales.view(self.num_slots, self.num_kv_heads, dim // 16)[loc] = scales
 
 
 # -- fp8 KV cache ----

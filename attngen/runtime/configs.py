@@ -22,8 +22,8 @@ class MhaTritonConfig:
     gqa_group: int  # query heads per kv head
     page_size: int  # tokens per KV-cache page (1 = token-granular)
     dtype: str  # torch dtype name of q and o: "bfloat16" | "float16"
-    kv_dtype: str  # KV cache storage: the dtype's name, or "float8_e4m3fn" | "float8_e5m2"
-    kv_scale: str  # dequant scales of K and V: "none" | "per_tensor" | "per_head"
+    kv_dtype: str  # KV cache: dtype's name, "float8_e4m3fn" | "float8_e5m2", or "nvfp4"
+    kv_scale: str  # K/V dequant scales: "none" | "per_tensor" | "per_head" | "per_block"
     spec_topk: int  # speculative verify: 0 none, 1 draft chain (causal), > 1 draft tree
     num_draft_tokens: int  # verify rows per request (0 without speculative decoding)
     # -- decode (split-KV, then combine) ----

@@ -79,7 +79,7 @@ def select_config(
     gqa_group: int,
     page_size: int,
     dtype: torch.dtype,
-    kv_dtype: torch.dtype | None = None,
+    kv_dtype: torch.dtype | str | None = None,
 ) -> MhaTritonConfig:
     """The one config whose shapes, page size and dtypes match; else an error listing all."""
     kv_dtype = dtype if kv_dtype is None else kv_dtype
@@ -89,7 +89,7 @@ def select_config(
         gqa_group,
         page_size,
         str(dtype).removeprefix("torch."),
-        str(kv_dtype).removeprefix("torch."),
+        kv_dtype if isinstance(kv_dtype, str) else str(kv_dtype).removeprefix("torch."),
     )
     ordered = [configs[uri] for uri in sorted(configs)]
     matches = [c for c in ordered if _config_key(c) == want]
@@ -151,7 +151,7 @@ class TritonMhaBackend:
         device: torch.device | str,
         req_to_token_pool: ReqToTokenPool,
         kv_pool: PagedKVPool,
-        kv_cache_dtype: torch.dtype | None = None,
+        kv_cache_dtype: torch.dtype | str | None = None,
     ) -> None:
         if getattr(type(self), "kernels", None) is None:
             raise TypeError(f"{type(self).__name__} has no kernels module: use a generated one")
@@ -382,7 +382,7 @@ class TritonMhaBackend:
         k_cache, v_cache = self.kv_pool.get_kv_buffer(layer.layer_id)
         out = self._new_out(rows) if meta.out is None else meta.out
         common = dict(config=self.config, sm_scale=layer.scaling, sinks=sinks)
-        common.update(k_scale=k_scale, v_scale=v_scale)
+        common.update(k_scale=k_scale, v_scale=v_scale, **self._block_scales(layer))
         cache = (q, k_cache, v_cache, meta.page_table, meta.qo_indptr, meta.prefix_lens, out)
         if meta.verify:
             self.kernels.verify(
@@ -428,8 +428,16 @@ class TritonMhaBackend:
             sinks=sinks,
             k_scale=k_scale,
             v_scale=v_scale,
+            **self._block_scales(layer),
         )
         return out.view(rows, self.num_q_heads * self.v_head_dim)
+
+    def _block_scales(self, layer: AttentionLayer) -> dict[str, torch.Tensor]:
+        """NVFP4 caches: the pool's block-scale tensors of this layer, as kernel kwargs."""
+        if self.config.kv_dtype != "nvfp4":
+            return {}
+        k_bs, v_bs = self.kv_pool.get_kv_block_scales(layer.layer_id)
+        return {"k_block_scales": k_bs, "v_block_scales": v_bs}
 
     def _check_phase(self, phase: str, mode: ForwardMode) -> None:
         generated = self.kernels.PHASES
@@ -453,7 +461,7 @@ class TritonMhaBackend:
         granularity = self.config.kv_scale
         if granularity == "none":
             return None, None
-        rows = self.num_kv_heads if granularity == "per_head" else 1
+        rows = self.num_kv_heads if granularity == "per_head" else 1  # per_block: global
         scales = []
         for name in ("k_scale", "v_scale"):
             scale = getattr(layer, name)

@@ -88,3 +88,6 @@ TRITON_DTYPE_NAME = {
     DType.FP8_E4M3: "fp8e4nv",
     DType.FP8_E5M2: "fp8e5",
 }
+# what a generated config's kv_dtype field says: torch's name, or "nvfp4" (uint8 code pairs
+# plus separate e4m3 block scales; torch has no dtype for it)
+KV_DTYPE_NAME = {**TORCH_DTYPE_NAME, DType.NVFP4: "nvfp4"}

@@ -29,9 +29,11 @@ from attngen.runtime.batch import (
     ForwardMode,
     PagedKVPool,
     ReqToTokenPool,
+    NvFp4KVPool,
     VerifyInfo,
     pack_tree_masks,
 )
+from attngen.runtime.nvfp4 import dequantize_nvfp4
 from attngen.runtime.checks import AttngenInputError
 
 PADDING_REQ = 0  # request row used by CUDA-graph padding rows
@@ -71,14 +73,20 @@ def oracle_output(
     sinks: torch.Tensor | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    k_block_scales: torch.Tensor | None = None,
+    v_block_scales: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The torch oracle's ``[T, Hq, Dv]`` fp32 output for ``pb``, read through the builder's
     own page table (not a backend's), from caches that already hold the new tokens' K/V.
 
-    fp8 caches are dequantized first (``cache * scale``, per tensor or per kv head): the
-    oracle sees the same values the kernels do."""
+    fp8 caches are dequantized first (``cache * scale``, per tensor or per kv head), NVFP4
+    ones (uint8 codes, with their block scales) too: the oracle sees the values the kernels
+    do."""
     dev = q.device
-    if k_cache.dtype in FP8_DTYPES:
+    if k_block_scales is not None:
+        k_cache = dequantize_nvfp4(k_cache, k_block_scales, k_scale)
+        v_cache = dequantize_nvfp4(v_cache, v_block_scales, v_scale)
+    elif k_cache.dtype in FP8_DTYPES:
         k_cache = dequantize_fp8(k_cache, k_scale)
         v_cache = dequantize_fp8(v_cache, v_scale)
     if pb.batch.forward_mode is ForwardMode.DECODE:
@@ -118,12 +126,30 @@ def make_pools(
     num_kv_heads: int,
     head_dim: int,
     v_head_dim: int | None = None,
-    dtype: torch.dtype,
+    dtype: torch.dtype | str,
     device: torch.device | str,
     generator: torch.Generator | None = None,
 ) -> tuple[ReqToTokenPool, PagedKVPool]:
-    """A ``req_to_token`` table and a paged KV pool whose every element is random normal."""
+    """A ``req_to_token`` table and a paged KV pool whose every element is random normal
+    (``dtype="nvfp4"``: random codes, block scales uniform in [0.25, 2])."""
     req_pool = ReqToTokenPool(max_reqs, max_context_len, device)
+    if dtype == "nvfp4":
+        fp4 = NvFp4KVPool(
+            num_layers=num_layers,
+            num_pages=num_pages,
+            page_size=page_size,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            v_head_dim=v_head_dim,
+            device=device,
+        )
+        for buf in fp4.k_buffer + fp4.v_buffer:
+            codes = torch.randint(0, 256, buf.shape, generator=generator, device=buf.device)
+            buf.copy_(codes.to(torch.uint8))
+        for buf in fp4.k_block_scales + fp4.v_block_scales:
+            noise = torch.empty(buf.shape, device=buf.device).uniform_(0.25, 2, generator=generator)
+            buf.copy_(noise.to(buf.dtype))
+        return req_pool, fp4
     kv_pool = PagedKVPool(
         num_layers=num_layers,
         num_pages=num_pages,
@@ -237,7 +263,7 @@ class PagedBatchBuilder:
         """Random q/k/v for ``num_tokens`` new tokens, of ``dtype`` (default: the pool's;
         an fp8 pool needs the activations' dtype here)."""
         dtype = self.kv_pool.dtype if dtype is None else dtype
-        if dtype in FP8_DTYPES:
+        if dtype in FP8_DTYPES or dtype == "nvfp4":
             raise AttngenInputError("qkv: pass the activation dtype for an fp8 KV pool")
         dev, gen = self.device, self.generator
         return random_qkv(num_tokens, layer, dtype=dtype, device=dev, generator=gen)

@@ -34,7 +34,7 @@ CHECKS = (
     "draft_extend",
     "verify",
     "cuda_graph_verify",
-    "fp8_vs_bf16",
+    "quantized_vs_bf16",
 )
 WORKER_KEY = "attngen_evidence"
 

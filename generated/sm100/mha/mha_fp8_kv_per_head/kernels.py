@@ -7,7 +7,7 @@ verify and cache-free prefill (each module serves the phases in PHASES).
 Target: mha on triton sm100.
   lowered:       Page Size > 1 (native)
   lowered:       FP8 KV Cache
-  not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered yet)
+  lowered:       FP4 KV Cache
   lowered:       Spec topk=1
   lowered:       Spec topk>1
   lowered:       Sliding Window
@@ -40,9 +40,11 @@ verify: extend with num_draft_tokens rows per request and a grid fixed by the co
 draft chains are causal, draft trees read a bit-packed per-request mask over the drafts.
 prefill: extend without a cache; K/V rows are read from contiguous [T, Hkv, D] tensors.
 
-KV dtypes: a config's kv_dtype is the activations' or fp8 (e4m3 / e5m2). fp8 K/V are
-upcast to q's dtype in registers; the fp32 K scale (per tensor or per kv head) folds into
-the score scale and the V scale into the output.
+KV dtypes: a config's kv_dtype is the activations', fp8 (e4m3 / e5m2) or nvfp4. fp8 K/V
+are upcast to q's dtype in registers; the fp32 K scale (per tensor or per kv head) folds
+into the score scale and the V scale into the output. NVFP4 K/V are uint8 code pairs (e2m1,
+low nibble first) with an e4m3 scale per 16 elements in separate tensors, decoded in
+registers (exactly, in bf16/fp16); its per-tensor global scales act as fp8's do.
 
 MASK (module constants, launch constexprs): a query at position p (decode: seq_len - 1) sees
 key k when k <= p (CAUSAL) and k >= p - WINDOW_LEFT (WINDOW_LEFT >= 0; key blocks wholly left
@@ -69,6 +71,7 @@ WINDOW_LEFT = MASK.window_left
 LOGIT_SOFTCAP = float(MASK.logit_softcap)  # a float constexpr, also for an int cap
 HAS_SINKS = MASK.has_sinks
 PHASES = ("extend", "decode")  # phases the spec generates; the backend serves only these
+FP4_SCALES_AS_BYTES = False  # NVFP4 block scales read as raw bits
 
 CONFIGS: dict[str, MhaTritonConfig] = {
     "d64_g8_ps16_bf16_kvfp8_e4m3_causal": MhaTritonConfig(
@@ -207,6 +210,64 @@ CONFIGS: dict[str, MhaTritonConfig] = {
 
 
 @triton.jit
+def _e2m1_to_f32(code):
+    """fp32 value of 4-bit e2m1 codes (any integer tensor holding 0..15), no lookup table.
+
+    Bit 3 is the sign, bits 2..1 the exponent e, bit 0 the mantissa m. Counted in halves the
+    magnitude is m when e == 0 (0 or 0.5) and (2 + m) << (e - 1) otherwise (1 .. 6).
+    """
+    code = code.to(tl.int32)
+    e = (code >> 1) & 3
+    m = code & 1
+    halves = tl.where(e > 0, (2 + m) << (tl.maximum(e, 1) - 1), m)
+    magnitude = halves.to(tl.float32) * 0.5
+    return tl.where((code & 8) != 0, -magnitude, magnitude)
+
+
+@triton.jit
+def _e4m3_bits_to_f32(bits):
+    """fp32 value of float8 e4m3fn bit patterns held as integers (for GPUs without fp8e4nv).
+
+    Bit 7 is the sign, bits 6..3 the exponent e (bias 7), bits 2..0 the mantissa m: the
+    value is m * 2^-9 when e == 0 and (1 + m/8) * 2^(e-7) otherwise, built here as fp32 bits.
+    (The NaN pattern 0x7F/0xFF is not decoded: quantize_nvfp4 never writes it.)
+    """
+    bits = bits.to(tl.int32)
+    e = (bits >> 3) & 15
+    m = bits & 7
+    normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+    magnitude = tl.where(e > 0, normal, m.to(tl.float32) * 0.001953125)  # 2^-9
+    return tl.where((bits & 128) != 0, -magnitude, magnitude)
+
+
+@triton.jit
+def _nvfp4_tile(packed_ptrs, scale_ptrs, mask, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Load and decode a [BLOCK_N, BLOCK_D] NVFP4 tile to fp32: e2m1 value * block scale.
+
+    packed_ptrs: [BLOCK_N, BLOCK_D // 2] pointers to uint8, two codes per byte (element 2i
+    in the low nibble of byte i, element 2i + 1 in the high nibble).
+    scale_ptrs: [BLOCK_N, BLOCK_D // 16] pointers to float8e4nv, one scale per 16 elements
+    (or to uint8 holding the same bits: sm80 has no fp8e4nv type).
+    mask: [BLOCK_N, 1] rows to load; other rows come back as 0.
+    The per-tensor global scale is NOT applied: the caller multiplies it in.
+    """
+    # -- codes: split every byte into its two nibbles and interleave them back in order ----
+    packed = tl.load(packed_ptrs, mask=mask, other=0)
+    low = _e2m1_to_f32(packed & 0xF)  # elements 0, 2, 4, ...
+    high = _e2m1_to_f32(packed >> 4)  # elements 1, 3, 5, ...
+    values = tl.reshape(tl.join(low, high), [BLOCK_N, BLOCK_D])
+
+    # -- block scales: each one repeated over its 16 consecutive elements ----
+    if scale_ptrs.dtype.element_ty == tl.uint8:
+        scales = _e4m3_bits_to_f32(tl.load(scale_ptrs, mask=mask, other=0))
+    else:
+        scales = tl.load(scale_ptrs, mask=mask, other=0.0).to(tl.float32)
+    scales = tl.broadcast_to(scales[:, :, None], [BLOCK_N, BLOCK_D // 16, 16])
+    scales = tl.reshape(scales, [BLOCK_N, BLOCK_D])
+    return values * scales
+
+
+@triton.jit
 def _block_pages(
     page_row,
     start_n,
@@ -305,11 +366,17 @@ def _attend_kv_blocks(
     tree_len,
     k_base,
     v_base,
+    ks_base,
+    vs_base,
     page_row,
     stride_kp,
     stride_ks,
     stride_vp,
     stride_vs,
+    stride_ksp,
+    stride_kss,
+    stride_vsp,
+    stride_vss,
     qk_scale,
     lo,
     hi,
@@ -327,6 +394,7 @@ def _attend_kv_blocks(
     LOGIT_SOFTCAP: tl.constexpr,
     MASK_TREE: tl.constexpr,
     PAGED: tl.constexpr,
+    KV_FP4: tl.constexpr,
 ):
     """Online-softmax update of (acc, l_i, m_i) over key blocks lo, lo+BLOCK_N, .. < hi.
 
@@ -334,13 +402,15 @@ def _attend_kv_blocks(
     constexprs: MASK_KV_LEN hides keys at or past kv_len; MASK_CAUSAL (only with MASK_KV_LEN)
     keys after each query row's position q_pos; WINDOW_LEFT >= 0 keys before kv_lo (not even
     loaded: the lowest key any row may see) and before q_pos - WINDOW_LEFT. Without
-    MASK_KV_LEN every block must lie wholly below kv_len. MASK_TREE (only with MASK_KV_LEN,
-    not with MASK_CAUSAL) applies the speculative tree mask of _tree_mask_bits. A row may see no key of a block
-    only if m_i is finite by then (-inf - -inf would be NaN): windowed callers start m_i at
-    -1e30. Head dims are padded to BLOCK_D / BLOCK_DV (powers of two): padded lanes load 0,
-    so they add nothing to q.k, and give acc columns that the callers do not store. An fp8
-    cache is upcast to q's dtype here; its scales are the callers' (K in qk_scale, V on
-    the output).
+    MASK_KV_LEN every block must lie wholly below kv_len. MASK_TREE (only with
+    MASK_KV_LEN, not with MASK_CAUSAL) applies the speculative tree mask of _tree_mask_bits.
+    A row may see no key of a block only if m_i is finite by then (-inf - -inf would be
+    NaN): windowed and tree callers start m_i at -1e30. Head dims are padded to BLOCK_D /
+    BLOCK_DV (powers of two): padded lanes load 0, so they add nothing to q.k, and give acc
+    columns that the callers do not store. An fp8 cache is upcast to q's dtype here; KV_FP4
+    (NVFP4: packed e2m1 pairs at k_base/v_base, e4m3 block scales at ks_base/vs_base, no
+    padded dims) is decoded here. The per-tensor scales are the callers' (K in qk_scale,
+    V on the output).
     """
     tl.static_assert(MASK_KV_LEN or not MASK_CAUSAL)
     tl.static_assert(MASK_KV_LEN or not MASK_TREE)
@@ -351,10 +421,6 @@ def _attend_kv_blocks(
         page, slots = _block_pages(
             page_row, start_n, kv_lo, kv_len, PAGE_SIZE, BLOCK_N, WINDOW_LEFT >= 0, PAGED
         )
-        k_ptrs = k_base + (page * stride_kp + slots * stride_ks)[:, None] + offs_d[None, :]
-        v_ptrs = v_base + (page * stride_vp + slots * stride_vs)[:, None] + offs_dv[None, :]
-        k_ptrs = tl.multiple_of(k_ptrs, [16, 16])  # 16-byte aligned rows: vector loads
-        v_ptrs = tl.multiple_of(v_ptrs, [16, 16])
         offs_n = start_n + tl.arange(0, BLOCK_N)
         if MASK_KV_LEN or WINDOW_LEFT >= 0:
             if MASK_KV_LEN:
@@ -363,24 +429,54 @@ def _attend_kv_blocks(
                     in_range = in_range & (offs_n >= kv_lo)
             else:
                 in_range = offs_n >= kv_lo
-            k_mask = in_range[:, None]
-            v_mask = in_range[:, None]
-            if HEAD_DIM < BLOCK_D:
-                k_mask = k_mask & (offs_d < HEAD_DIM)[None, :]
-            if V_HEAD_DIM < BLOCK_DV:
-                v_mask = v_mask & (offs_dv < V_HEAD_DIM)[None, :]
-            k = tl.load(k_ptrs, mask=k_mask, other=0.0)
-            v = tl.load(v_ptrs, mask=v_mask, other=0.0)
+        if KV_FP4:
+            # -- NVFP4: decode packed e2m1 codes times their e4m3 block scales ----
+            if MASK_KV_LEN or WINDOW_LEFT >= 0:
+                rows = in_range[:, None]
+            else:
+                rows = (offs_n < hi)[:, None]  # every row: the block lies below kv_len
+            k_rows = k_base + (page * stride_kp + slots * stride_ks)[:, None]
+            v_rows = v_base + (page * stride_vp + slots * stride_vs)[:, None]
+            ks_rows = ks_base + (page * stride_ksp + slots * stride_kss)[:, None]
+            vs_rows = vs_base + (page * stride_vsp + slots * stride_vss)[:, None]
+            k = _nvfp4_tile(
+                k_rows + tl.arange(0, BLOCK_D // 2)[None, :],
+                ks_rows + tl.arange(0, BLOCK_D // 16)[None, :],
+                rows,
+                BLOCK_N,
+                BLOCK_D,
+            )
+            v = _nvfp4_tile(
+                v_rows + tl.arange(0, BLOCK_DV // 2)[None, :],
+                vs_rows + tl.arange(0, BLOCK_DV // 16)[None, :],
+                rows,
+                BLOCK_N,
+                BLOCK_DV,
+            )
         else:
-            if HEAD_DIM < BLOCK_D:
-                k = tl.load(k_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0)
+            k_ptrs = k_base + (page * stride_kp + slots * stride_ks)[:, None] + offs_d[None, :]
+            v_ptrs = v_base + (page * stride_vp + slots * stride_vs)[:, None] + offs_dv[None, :]
+            k_ptrs = tl.multiple_of(k_ptrs, [16, 16])  # 16-byte aligned rows: vector loads
+            v_ptrs = tl.multiple_of(v_ptrs, [16, 16])
+            if MASK_KV_LEN or WINDOW_LEFT >= 0:
+                k_mask = in_range[:, None]
+                v_mask = in_range[:, None]
+                if HEAD_DIM < BLOCK_D:
+                    k_mask = k_mask & (offs_d < HEAD_DIM)[None, :]
+                if V_HEAD_DIM < BLOCK_DV:
+                    v_mask = v_mask & (offs_dv < V_HEAD_DIM)[None, :]
+                k = tl.load(k_ptrs, mask=k_mask, other=0.0)
+                v = tl.load(v_ptrs, mask=v_mask, other=0.0)
             else:
-                k = tl.load(k_ptrs)
-            if V_HEAD_DIM < BLOCK_DV:
-                v = tl.load(v_ptrs, mask=(offs_dv < V_HEAD_DIM)[None, :], other=0.0)
-            else:
-                v = tl.load(v_ptrs)
-        k = k.to(q.dtype)  # fp8 cache: upcast (a no-op for a bf16/fp16 cache)
+                if HEAD_DIM < BLOCK_D:
+                    k = tl.load(k_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0)
+                else:
+                    k = tl.load(k_ptrs)
+                if V_HEAD_DIM < BLOCK_DV:
+                    v = tl.load(v_ptrs, mask=(offs_dv < V_HEAD_DIM)[None, :], other=0.0)
+                else:
+                    v = tl.load(v_ptrs)
+        k = k.to(q.dtype)  # fp8 / fp4 cache: to q's type (a no-op for a bf16/fp16 cache)
         v = v.to(q.dtype)
         # -- compute qk; hook score_mod ----
         qk = _score_mod(tl.dot(q, tl.trans(k)), qk_scale, LOGIT_SOFTCAP)
@@ -428,6 +524,8 @@ def _decode_split_kernel(
     NUM_SPLITS,
     K_SCALE,
     V_SCALE,
+    K_BSCALE,
+    V_BSCALE,
     PARTIAL_O,
     PARTIAL_LSE,
     sm_scale,
@@ -439,6 +537,12 @@ def _decode_split_kernel(
     stride_vp,
     stride_vs,
     stride_vh,
+    stride_ksp,
+    stride_kss,
+    stride_ksh,
+    stride_vsp,
+    stride_vss,
+    stride_vsh,
     stride_ptb,
     stride_pob,
     stride_poh,
@@ -458,11 +562,13 @@ def _decode_split_kernel(
     LOGIT_SOFTCAP: tl.constexpr,
     KV_SCALED: tl.constexpr,
     SCALE_PER_HEAD: tl.constexpr,
+    KV_FP4: tl.constexpr,
 ):
     """Stage 1: the GQA_GROUP query heads of one kv head over one split of one request.
 
     KV_SCALED: K_SCALE / V_SCALE (fp32, one value, or one per kv head with SCALE_PER_HEAD)
-    dequantize an fp8 cache; K's folds into the score scale, V's into the split output.
+    dequantize an fp8 cache (or scale an NVFP4 one, KV_FP4, whose e4m3 block scales are
+    K_BSCALE / V_BSCALE); K's folds into the score scale, V's into the split output.
     """
     off_b = tl.program_id(0)
     off_kvh = tl.program_id(1)
@@ -500,6 +606,11 @@ def _decode_split_kernel(
     # -- attend the split's keys ----
     k_scale = _kv_scale(K_SCALE, off_kvh, KV_SCALED, SCALE_PER_HEAD)
     qk_scale = _score_scale(sm_scale * k_scale, LOGIT_SOFTCAP)
+    ks_base = K_BSCALE  # NVFP4 block scales (None otherwise)
+    vs_base = V_BSCALE
+    if KV_FP4:
+        ks_base += off_kvh * stride_ksh
+        vs_base += off_kvh * stride_vsh
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
@@ -514,11 +625,17 @@ def _decode_split_kernel(
         0,
         K_CACHE + off_kvh * stride_kh,
         V_CACHE + off_kvh * stride_vh,
+        ks_base,
+        vs_base,
         PAGE_TABLE + off_b.to(tl.int64) * stride_ptb,
         stride_kp,
         stride_ks,
         stride_vp,
         stride_vs,
+        stride_ksp,
+        stride_kss,
+        stride_vsp,
+        stride_vss,
         qk_scale,
         lo=kv_start,
         hi=kv_end,
@@ -536,6 +653,7 @@ def _decode_split_kernel(
         LOGIT_SOFTCAP=LOGIT_SOFTCAP,
         MASK_TREE=False,
         PAGED=True,
+        KV_FP4=KV_FP4,
     )
 
     # -- write the split's normalised output and natural-log LSE (-inf when empty) ----
@@ -629,6 +747,8 @@ def _extend_kernel(
     SINKS,
     K_SCALE,
     V_SCALE,
+    K_BSCALE,
+    V_BSCALE,
     TREE_MASK,
     TREE_MASK_INDPTR,
     OUT,
@@ -641,6 +761,12 @@ def _extend_kernel(
     stride_vp,
     stride_vs,
     stride_vh,
+    stride_ksp,
+    stride_kss,
+    stride_ksh,
+    stride_vsp,
+    stride_vss,
+    stride_vsh,
     stride_ptb,
     stride_ot,
     stride_oh,
@@ -658,6 +784,7 @@ def _extend_kernel(
     HAS_SINKS: tl.constexpr,
     KV_SCALED: tl.constexpr,
     SCALE_PER_HEAD: tl.constexpr,
+    KV_FP4: tl.constexpr,
     MASK_TREE: tl.constexpr,
     PAGED: tl.constexpr,
 ):
@@ -669,6 +796,7 @@ def _extend_kernel(
     the ragged end (kv_len), with every mask that applies. PAGED: K/V come through the page
     table, after a cached prefix of PREFIX_LENS[b] tokens; without it (prefill) the rows
     QO_INDPTR[b] .. QO_INDPTR[b+1]-1 of contiguous K/V [T, Hkv, D] are the whole sequence.
+    KV_FP4: an NVFP4 cache (packed codes in K/V_CACHE, e4m3 block scales in K/V_BSCALE).
     """
     tl.static_assert(not (MASK_TREE and CAUSAL))
     start_m = tl.program_id(0)
@@ -683,6 +811,11 @@ def _extend_kernel(
     off_kvh = off_h // GQA_GROUP
     k_base = K_CACHE + off_kvh * stride_kh
     v_base = V_CACHE + off_kvh * stride_vh
+    ks_base = K_BSCALE  # NVFP4 block scales (None otherwise)
+    vs_base = V_BSCALE
+    if KV_FP4:
+        ks_base += off_kvh * stride_ksh
+        vs_base += off_kvh * stride_vsh
     if PAGED:
         prefix_len = tl.load(PREFIX_LENS + off_b)
         page_row = PAGE_TABLE + off_b.to(tl.int64) * stride_ptb
@@ -750,11 +883,17 @@ def _extend_kernel(
             extend_len,
             k_base,
             v_base,
+            ks_base,
+            vs_base,
             page_row,
             stride_kp,
             stride_ks,
             stride_vp,
             stride_vs,
+            stride_ksp,
+            stride_kss,
+            stride_vsp,
+            stride_vss,
             qk_scale,
             lo=kv_lo // BLOCK_N * BLOCK_N,
             hi=full_start,
@@ -772,6 +911,7 @@ def _extend_kernel(
             LOGIT_SOFTCAP=LOGIT_SOFTCAP,
             MASK_TREE=False,
             PAGED=PAGED,
+            KV_FP4=KV_FP4,
         )
     acc, l_i, m_i = _attend_kv_blocks(  # no mask
         acc,
@@ -784,11 +924,17 @@ def _extend_kernel(
         extend_len,
         k_base,
         v_base,
+        ks_base,
+        vs_base,
         page_row,
         stride_kp,
         stride_ks,
         stride_vp,
         stride_vs,
+        stride_ksp,
+        stride_kss,
+        stride_vsp,
+        stride_vss,
         qk_scale,
         lo=full_start,
         hi=full_end,
@@ -806,6 +952,7 @@ def _extend_kernel(
         LOGIT_SOFTCAP=LOGIT_SOFTCAP,
         MASK_TREE=False,
         PAGED=PAGED,
+        KV_FP4=KV_FP4,
     )
     acc, l_i, m_i = _attend_kv_blocks(
         acc,
@@ -818,11 +965,17 @@ def _extend_kernel(
         extend_len,
         k_base,
         v_base,
+        ks_base,
+        vs_base,
         page_row,
         stride_kp,
         stride_ks,
         stride_vp,
         stride_vs,
+        stride_ksp,
+        stride_kss,
+        stride_vsp,
+        stride_vss,
         qk_scale,
         lo=full_end,
         hi=masked_end,
@@ -840,6 +993,7 @@ def _extend_kernel(
         LOGIT_SOFTCAP=LOGIT_SOFTCAP,
         MASK_TREE=MASK_TREE,
         PAGED=PAGED,
+        KV_FP4=KV_FP4,
     )
 
     # -- epilogue: V's dequant scale, the sink; a row that saw no key gives zeros ----
@@ -865,8 +1019,13 @@ def _io_dtype(config: MhaTritonConfig) -> torch.dtype:
 
 
 def _kv_dtype(config: MhaTritonConfig) -> torch.dtype:
-    """Torch dtype of the KV cache: the activations', or fp8."""
-    return getattr(torch, config.kv_dtype)
+    """Torch dtype of the KV cache: the activations', fp8, or uint8 (NVFP4 code pairs)."""
+    return torch.uint8 if config.kv_dtype == "nvfp4" else getattr(torch, config.kv_dtype)
+
+
+def _kv_row(config: MhaTritonConfig, dim: int) -> int:
+    """Elements of one cached K or V row: dim, or dim / 2 bytes of NVFP4 code pairs."""
+    return dim // 2 if config.kv_dtype == "nvfp4" else dim
 
 
 def _check_config(config: MhaTritonConfig, sm_scale: float) -> None:
@@ -922,9 +1081,10 @@ def _check_paged_kv(
     if num_heads == 0 or num_heads % config.gqa_group:
         fail("q", f"a head count divisible by gqa_group ({config.gqa_group})", num_heads)
     num_kv_heads = num_heads // config.gqa_group
-    k_shape = [None, config.page_size, num_kv_heads, config.head_dim]
+    k_shape = [None, config.page_size, num_kv_heads, _kv_row(config, config.head_dim)]
     _check_io("k_cache", k_cache, k_shape, config, q.device, _kv_dtype(config))
-    v_shape = [k_cache.shape[0], config.page_size, num_kv_heads, config.v_head_dim]
+    v_row = _kv_row(config, config.v_head_dim)
+    v_shape = [k_cache.shape[0], config.page_size, num_kv_heads, v_row]
     _check_io("v_cache", v_cache, v_shape, config, q.device, _kv_dtype(config))
     check_tensor(
         "page_table",
@@ -989,12 +1149,43 @@ def _check_kv_scales(
             if scale is not None:
                 fail(name, f"None (a {config.kv_dtype} cache has no scales)", "a tensor")
         return
-    rows = num_kv_heads if config.kv_scale == "per_head" else 1
+    rows = num_kv_heads if config.kv_scale == "per_head" else 1  # per_block: a global scale
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if scale is None:
             want = f"a float32 tensor [{rows}] ({config.kv_scale} {config.kv_dtype} cache)"
             fail(name, want, None)
         check_tensor(name, scale, dtype=torch.float32, shape=[rows], device=device, contiguous=True)
+
+
+def _check_block_scales(
+    k_block_scales: torch.Tensor | None,
+    v_block_scales: torch.Tensor | None,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    config: MhaTritonConfig,
+) -> None:
+    """NVFP4: float8_e4m3fn [pages, page_size, Hkv, dim / 16] beside each cache; else None."""
+    pairs = (
+        ("k_block_scales", k_block_scales, k_cache),
+        ("v_block_scales", v_block_scales, v_cache),
+    )
+    if config.kv_dtype != "nvfp4":
+        for name, scales, _ in pairs:
+            if scales is not None:
+                fail(name, f"None (a {config.kv_dtype} cache has no block scales)", "a tensor")
+        return
+    for name, scales, cache in pairs:
+        if scales is None:
+            fail(name, "float8_e4m3fn block scales (the KV cache is NVFP4)", None)
+        shape = [*cache.shape[:3], cache.shape[3] * 2 // 16]
+        check_tensor(
+            name,
+            scales,
+            dtype=torch.float8_e4m3fn,
+            shape=shape,
+            device=cache.device,
+            last_dim_contiguous=True,
+        )
 
 
 # -- launch options (constexprs, warps, stages): the launchers and compile_specs share them ----
@@ -1006,7 +1197,27 @@ def _kv_scale_options(config: MhaTritonConfig) -> dict[str, bool]:
     return {
         "KV_SCALED": config.kv_scale != "none",
         "SCALE_PER_HEAD": config.kv_scale == "per_head",
+        "KV_FP4": config.kv_dtype == "nvfp4",
     }
+
+
+def _block_scale_args(
+    config: MhaTritonConfig,
+    k_block_scales: torch.Tensor | None,
+    v_block_scales: torch.Tensor | None,
+) -> tuple:
+    """NVFP4 block scales and their (page, slot, head) strides; (None, None, 0 x 6) else."""
+    if config.kv_dtype != "nvfp4":
+        return (None, None, 0, 0, 0, 0, 0, 0)
+    if FP4_SCALES_AS_BYTES:  # no fp8e4nv pointers on this arch: the kernels decode the bits
+        k_block_scales = k_block_scales.view(torch.uint8)
+        v_block_scales = v_block_scales.view(torch.uint8)
+    return (
+        k_block_scales,
+        v_block_scales,
+        *k_block_scales.stride()[:3],
+        *v_block_scales.stride()[:3],
+    )
 
 
 def _decode_split_options(config: MhaTritonConfig) -> dict[str, int | float]:
@@ -1039,6 +1250,9 @@ def _decode_combine_options(config: MhaTritonConfig) -> dict[str, int | bool]:
     }
 
 
+NO_KV_SCALES = {"KV_SCALED": False, "SCALE_PER_HEAD": False, "KV_FP4": False}
+
+
 def _extend_options(
     config: MhaTritonConfig, *, tree: bool = False, paged: bool = True, verify: bool = False
 ) -> dict[str, int | float | bool]:
@@ -1061,7 +1275,7 @@ def _extend_options(
         "WINDOW_LEFT": WINDOW_LEFT,
         "LOGIT_SOFTCAP": LOGIT_SOFTCAP,
         "HAS_SINKS": HAS_SINKS,
-        **(_kv_scale_options(config) if paged else {"KV_SCALED": False, "SCALE_PER_HEAD": False}),
+        **(_kv_scale_options(config) if paged else NO_KV_SCALES),
         "MASK_TREE": tree,
         "PAGED": paged,
         "num_warps": warps,
@@ -1085,6 +1299,8 @@ def decode(
     sinks: torch.Tensor | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    k_block_scales: torch.Tensor | None = None,
+    v_block_scales: torch.Tensor | None = None,
 ) -> None:
     """Paged decode of q [B, Hq, D] into out [B, Hq, Dv]; no host sync (graph-capturable).
 
@@ -1092,7 +1308,10 @@ def decode(
     (1 .. config.max_splits); partial_o [>=B, Hq, max_splits, Dv] and partial_lse [>=B, Hq,
     max_splits] (fp32) hold the splits between the two stages. seq_lens[b] == 0 gives
     zeros. sinks: fp32 [Hq] when HAS_SINKS, else None. k_scale / v_scale: fp32 dequant
-    scales of a quantized cache ([1] per tensor, [Hkv] per head), else None.
+    scales of a quantized cache ([1] per tensor, [Hkv] per head), else None. An NVFP4 cache
+    (kv_dtype "nvfp4": uint8 [pages, ps, Hkv, D/2] codes) also takes k_block_scales /
+    v_block_scales (float8_e4m3fn [pages, ps, Hkv, D/16]); k_scale / v_scale are then its
+    per-tensor global scales.
     """
     _check_config(config, sm_scale)
     _check_io("q", q, [None, None, config.head_dim], config)
@@ -1104,9 +1323,11 @@ def decode(
     _check_split_buffers(partial_o, partial_lse, q, config)
     _check_sinks(sinks, q)
     _check_kv_scales(k_scale, v_scale, num_kv_heads, config, q.device)
+    _check_block_scales(k_block_scales, v_block_scales, k_cache, v_cache, config)
     if batch == 0:
         return
 
+    block_scales = _block_scale_args(config, k_block_scales, v_block_scales)
     # -- stage 1: one program per (request, kv head, split) ----
     _decode_split_kernel[(batch, num_kv_heads, config.max_splits)](
         q,
@@ -1117,12 +1338,14 @@ def decode(
         num_splits,
         k_scale,
         v_scale,
+        *block_scales[:2],
         partial_o,
         partial_lse,
         float(sm_scale),
         *q.stride()[:2],
         *k_cache.stride()[:3],
         *v_cache.stride()[:3],
+        *block_scales[2:],
         page_table.stride(0),
         *partial_o.stride()[:3],
         *partial_lse.stride()[:2],
@@ -1157,6 +1380,8 @@ def extend(
     sinks: torch.Tensor | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    k_block_scales: torch.Tensor | None = None,
+    v_block_scales: torch.Tensor | None = None,
 ) -> None:
     """Ragged extend of q [T, Hq, D] into out [T, Hq, Dv] over the paged cache.
 
@@ -1182,8 +1407,7 @@ def extend(
         config,
         sm_scale,
         sinks,
-        k_scale,
-        v_scale,
+        (k_scale, v_scale, k_block_scales, v_block_scales),
         None,
         None,
         verify=False,
@@ -1204,6 +1428,8 @@ def verify(
     sinks: torch.Tensor | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    k_block_scales: torch.Tensor | None = None,
+    v_block_scales: torch.Tensor | None = None,
     tree_mask: torch.Tensor | None = None,
     tree_mask_indptr: torch.Tensor | None = None,
 ) -> None:
@@ -1237,8 +1463,7 @@ def verify(
         config,
         sm_scale,
         sinks,
-        k_scale,
-        v_scale,
+        (k_scale, v_scale, k_block_scales, v_block_scales),
         tree_mask,
         tree_mask_indptr,
         verify=True,
@@ -1257,14 +1482,16 @@ def _launch_paged_extend(
     config,
     sm_scale,
     sinks,
-    k_scale,
-    v_scale,
+    scales,
     tree_mask,
     tree_mask_indptr,
     *,
     verify: bool,
 ) -> None:
-    """Check what extend and verify share, then launch (verify: tree_mask or chain)."""
+    """Check what extend and verify share, then launch (verify: tree_mask or chain).
+
+    scales: (k_scale, v_scale, k_block_scales, v_block_scales), as decode takes them."""
+    k_scale, v_scale, k_block_scales, v_block_scales = scales
     _check_io("q", q, [None, None, config.head_dim], config)
     _check_lengths("qo_indptr", qo_indptr, 1, q.device)
     batch, num_heads = qo_indptr.shape[0] - 1, q.shape[1]
@@ -1273,8 +1500,10 @@ def _launch_paged_extend(
     _check_io("out", out, [q.shape[0], num_heads, config.v_head_dim], config, q.device)
     _check_sinks(sinks, q)
     _check_kv_scales(k_scale, v_scale, num_kv_heads, config, q.device)
+    _check_block_scales(k_block_scales, v_block_scales, k_cache, v_cache, config)
     if batch == 0 or max_extend_len == 0 or q.shape[0] == 0:
         return
+    block_scales = _block_scale_args(config, k_block_scales, v_block_scales)
     options = _extend_options(config, tree=tree_mask is not None, verify=verify)
     grid = (triton.cdiv(max_extend_len, options["BLOCK_M"]), num_heads, batch)
     _extend_kernel[grid](
@@ -1287,6 +1516,7 @@ def _launch_paged_extend(
         sinks,
         k_scale,
         v_scale,
+        *block_scales[:2],
         tree_mask,
         tree_mask_indptr,
         out,
@@ -1294,6 +1524,7 @@ def _launch_paged_extend(
         *q.stride()[:2],
         *k_cache.stride()[:3],
         *v_cache.stride()[:3],
+        *block_scales[2:],
         page_table.stride(0),
         *out.stride()[:2],
         **options,
@@ -1349,6 +1580,8 @@ def prefill(
         None,
         None,
         None,
+        None,
+        None,
         out,
         float(sm_scale),
         *q.stride()[:2],
@@ -1358,6 +1591,7 @@ def prefill(
         0,
         v.stride(0),
         v.stride(1),
+        *(0,) * 6,
         0,
         *out.stride()[:2],
         **options,
@@ -1366,13 +1600,15 @@ def prefill(
 
 # Triton types of the kernels' runtime arguments, by argument name: Q and OUT take the
 # config's dtype, K_CACHE and V_CACHE its KV dtype, every "stride_*" is "i32". Arguments
-# the launcher passes as None (SINKS without sinks, scales of a bf16/fp16 cache, the tree
-# mask outside tree verify, the page table in prefill) are constexprs to Triton.
+# the launcher passes as None (SINKS without sinks, scales of a bf16/fp16 cache, block
+# scales of a non-NVFP4 cache, the tree mask outside tree verify, the page table in
+# prefill) are constexprs to Triton.
 POINTER_TYPES = {
     torch.bfloat16: "*bf16",
     torch.float16: "*fp16",
     torch.float8_e4m3fn: "*fp8e4nv",
     torch.float8_e5m2: "*fp8e5",
+    torch.uint8: "*u8",
 }
 ARG_TYPES = {
     "PAGE_TABLE": "*i32",
@@ -1385,6 +1621,8 @@ ARG_TYPES = {
     "SINKS": "*fp32",
     "K_SCALE": "*fp32",
     "V_SCALE": "*fp32",
+    "K_BSCALE": "*u8" if FP4_SCALES_AS_BYTES else "*fp8e4nv",
+    "V_BSCALE": "*u8" if FP4_SCALES_AS_BYTES else "*fp8e4nv",
     "TREE_MASK": "*u8",
     "TREE_MASK_INDPTR": "*i32",
     "sm_scale": "fp32",
@@ -1408,6 +1646,8 @@ def _compile_spec(
         nones.update(("K_SCALE", "V_SCALE"))
     if not options.get("MASK_TREE", True):
         nones.update(("TREE_MASK", "TREE_MASK_INDPTR"))
+    if not options.get("KV_FP4", True):
+        nones.update(("K_BSCALE", "V_BSCALE"))
     constexprs.update({arg: None for arg in kernel.arg_names if arg in nones})
     pointers = {
         "Q": POINTER_TYPES[_io_dtype(config)],

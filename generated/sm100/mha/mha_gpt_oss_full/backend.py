@@ -10,7 +10,7 @@ forward_decode and the CUDA-graph methods; see attngen/runtime/mha_backend.py).
 Target: mha on triton sm100.
   lowered:       Page Size > 1 (native)
   lowered:       FP8 KV Cache
-  not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered yet)
+  lowered:       FP4 KV Cache
   lowered:       Spec topk=1
   lowered:       Spec topk>1
   lowered:       Sliding Window

@@ -10,7 +10,7 @@ forward_decode and the CUDA-graph methods; see attngen/runtime/mha_backend.py).
 Target: mha on triton sm80.
   lowered:       Page Size > 1 (native)
   not supported: FP8 KV Cache (fp8 e4m3 conversion needs sm89+; sm80 has no e4m3 hardware type)
-  not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered yet)
+  lowered:       FP4 KV Cache
   lowered:       Spec topk=1
   lowered:       Spec topk>1
   lowered:       Sliding Window
