@@ -131,8 +131,9 @@ def _quantized_checks(v: Variant) -> frozenset[str]:
 
 
 def _verify_checks(v: Variant) -> frozenset[str]:
-    """Verify numerics, and its CUDA-graph capture/replay."""
-    return frozenset({"verify", "cuda_graph_verify"})
+    """Verify numerics, its CUDA-graph capture/replay, and draft extend where generated."""
+    extra = {"draft_extend"} if Phase.DRAFT_EXTEND in v.phases else set()
+    return frozenset({"verify", "cuda_graph_verify"} | extra)
 
 
 def _gqa_detail(v: Variant) -> str:
@@ -245,6 +246,14 @@ def _mha() -> list[Feature]:
             phase_checks,
         ),
         Feature("gqa", "GQA group", fam, lambda v: True, lambda v: v, phase_checks, _gqa_detail),
+        Feature(
+            "mqa",
+            "MQA (one kv head)",
+            fam,
+            lambda v: bool({Phase.DECODE, Phase.EXTEND, Phase.PREFILL} & set(v.phases)),
+            lambda v: v,
+            lambda v: frozenset({"mqa"}),
+        ),
         Feature(
             "head_dim",
             "Head dims",

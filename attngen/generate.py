@@ -11,7 +11,13 @@ from pathlib import Path
 from attngen.emit.docs import Evidence, Lowered, docs_context
 from attngen.emit.env import render
 from attngen.emit.header import Provenance, regenerate_command
-from attngen.emit.modules import module_files, namespace_files, sha256_text
+from attngen.emit.modules import (
+    LIBRARY,
+    library_files,
+    module_files,
+    namespace_files,
+    sha256_text,
+)
 from attngen.emit.schema import render_schema
 from attngen.emit.writer import Drift, check_tree, write_tree
 from attngen.evidence import load_compile, load_gpu
@@ -74,11 +80,12 @@ def build(root: Path, specs_dir: Path, verbose: bool = True) -> Build:
     specs = load_all(specs_dir, root)
     plans = lower_all(specs, verbose)
     digest = hashlib.sha256("".join(s.sha256 for s in specs).encode()).hexdigest()
-    files: dict[str, str] = {}
+    files: dict[str, str] = library_files()
+    library_sha = sha256_text(files[LIBRARY])
     for n, plan in enumerate(plans, 1):
         if verbose:
             log(f"  emit [{n}/{len(plans)}] {plan.package} ({len(plan.kernels)} variants)")
-        files.update(module_files(plan))
+        files.update(module_files(plan, library_sha))
     files.update(namespace_files(plans, ALL_ARCHS, digest))
     files["schema/attngen-spec.schema.json"] = render_schema()
     files.update(docs_files(root, plans, files, digest))

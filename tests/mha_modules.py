@@ -68,6 +68,14 @@ def module_mask(mask: MhaMask | None, causal: bool | None) -> MhaMask:
     return MhaMask() if mask is None else mask
 
 
+LIBRARY_TEMPLATE = "triton/mha_library.py.jinja"
+
+
+def render_library(formatted: bool = True) -> str:
+    source = render(LIBRARY_TEMPLATE, header=HEADER)
+    return black.format_str(source, mode=BLACK_MODE) if formatted else source
+
+
 def render_kernels(
     configs: list[MhaTritonConfig],
     mask: MhaMask | None = None,
@@ -75,15 +83,41 @@ def render_kernels(
     causal: bool | None = None,
     formatted: bool = True,
     phases: tuple[str, ...] = ("extend", "decode"),
+    library_import: str = "import attngen_test_mha_library as library",
 ) -> str:
-    """The generated module's source, formatted as the generator formats it (or raw)."""
+    """The spec module's source, formatted as the generator formats it (or raw)."""
     mask = module_mask(mask, causal)
     entries = [config_entry(c) for c in configs]
     names = [f'"{p}"' for p in phases]
     phases_literal = f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
     module = MhaModule(mask, mask.causal, FEATURE_LINES, entries, phases_literal)
-    source = render(TEMPLATE, header=HEADER, module=module)
+    source = render(
+        TEMPLATE,
+        header=HEADER,
+        module=module,
+        library_import=library_import,
+        library_sha256="0" * 64,
+    )
     return black.format_str(source, mode=BLACK_MODE) if formatted else source
+
+
+def _import_file(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_library(tmp_dir: Path) -> ModuleType:
+    """Render, write and import the shared kernel library (once per process and source)."""
+    source = render_library()
+    name = "attngen_test_mha_library_" + hashlib.sha256(source.encode()).hexdigest()[:16]
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(tmp_dir) / f"{name}.py"
+    path.write_text(source, encoding="utf-8")
+    return _import_file(name, path)
 
 
 def load_kernels_module(
@@ -94,13 +128,17 @@ def load_kernels_module(
     tmp_dir: Path,
     phases: tuple[str, ...] = ("extend", "decode"),
 ) -> ModuleType:
-    """Render, write to ``tmp_dir`` and import the kernels module for ``configs``."""
-    source = render_kernels(configs, mask, causal=causal, phases=phases)
+    """Render, write to ``tmp_dir`` and import a spec kernels module for ``configs``, bound
+    to the shared library (rendered there too)."""
+    library = load_library(tmp_dir)
+    source = render_kernels(
+        configs,
+        mask,
+        causal=causal,
+        phases=phases,
+        library_import=f"import {library.__name__} as library",
+    )
     name = "attngen_test_mha_" + hashlib.sha256(source.encode()).hexdigest()[:16]
     path = Path(tmp_dir) / f"{name}.py"
     path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return _import_file(name, path)

@@ -20,7 +20,7 @@ import torch
 from attngen.reference.mha import paged_decode_ref, paged_extend_ref
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.configs import MhaMask, MhaTritonConfig
-from mha_modules import BLACK_MODE, load_kernels_module, render_kernels
+from mha_modules import BLACK_MODE, load_kernels_module, render_kernels, render_library
 
 # the interpreter reads 0-d loop bounds through a numpy path that numpy 2.x deprecates
 pytestmark = pytest.mark.filterwarnings(
@@ -514,9 +514,11 @@ def masked_kernels(tmp_path_factory):
 
 def test_mask_module_constants(masked_kernels):
     kernels = masked_kernels("all")
-    assert kernels.MASK == MASKS["all"]
-    assert (kernels.CAUSAL, kernels.WINDOW_LEFT) == (True, 21)
-    assert (kernels.LOGIT_SOFTCAP, kernels.HAS_SINKS) == (5.0, True)
+    assert kernels.MASK == MASKS["all"] and kernels.TRAITS.mask == MASKS["all"]
+    assert kernels.CAUSAL is True and kernels.TRAITS.phases == ("extend", "decode")
+    options = kernels.library._extend_options(CASES["p16_g4_n32"], kernels.TRAITS)
+    assert (options["CAUSAL"], options["WINDOW_LEFT"]) == (True, 21)
+    assert (options["LOGIT_SOFTCAP"], options["HAS_SINKS"]) == (5.0, True)
 
 
 @pytest.mark.parametrize("case", WINDOW_CASES)
@@ -734,6 +736,9 @@ def test_rendered_module_is_formatted_and_complete(kernels):
         source = render_kernels(configs, mask, formatted=False)
         ast.parse(source)
         assert black.format_str(source, mode=BLACK_MODE) == source  # the template writes black
+    library = render_library(formatted=False)
+    ast.parse(library)
+    assert black.format_str(library, mode=BLACK_MODE) == library
     assert kernels.CONFIGS == {c.uri: c for c in configs}
 
 

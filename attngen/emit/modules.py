@@ -9,6 +9,10 @@ from attngen.emit.header import Provenance, regenerate_command
 from attngen.emit.python import format_python
 from attngen.lower.ir import MhaModulePlan
 
+LIBRARY = "triton/mha.py"  # relative to generated/: the shared Triton MHA kernels
+LIBRARY_TEMPLATE = "triton/mha_library.py.jinja"
+LIBRARY_IMPORT = "from ....triton import mha as library"  # from generated/<arch>/mha/<spec>/
+
 PACKAGE_FILES = (
     ("kernels.py", "triton/mha_kernels.py.jinja"),
     ("backend.py", "wrapper/backend.py.jinja"),
@@ -17,7 +21,37 @@ PACKAGE_FILES = (
 )
 
 
-def module_files(plan: MhaModulePlan) -> dict[str, str]:
+def library_files() -> dict[str, str]:
+    """The shared Triton MHA library and its package: spec- and arch-independent.
+
+    Its provenance digest is the sha256 of its body (what it was rendered from is the
+    templates alone); every spec's kernels.py records it, so evidence keyed by a
+    kernels.py's bytes goes stale when the library changes.
+    """
+    body = render(LIBRARY_TEMPLATE, header="")
+    prov = Provenance(
+        ("attngen/templates/triton/",),
+        f"templates/{LIBRARY_TEMPLATE}",
+        sha256_text(body),
+        regenerate_command("all"),
+    )
+    doc = "Shared generated kernel libraries (arch- and spec-independent)."
+    init_prov = Provenance(
+        ("attngen/templates/triton/",),
+        "templates/wrapper/namespace_init.py.jinja",
+        sha256_text(body),
+        regenerate_command("all"),
+    )
+    return {
+        LIBRARY: format_python(render(LIBRARY_TEMPLATE, header=prov.python()), LIBRARY),
+        "triton/__init__.py": format_python(
+            render("wrapper/namespace_init.py.jinja", header=init_prov.python(), doc=doc),
+            "triton/__init__.py",
+        ),
+    }
+
+
+def module_files(plan: MhaModulePlan, library_sha256: str) -> dict[str, str]:
     """{path relative to generated/: text} for one plan's package."""
     prefix = plan.package.removeprefix("generated/")
     out = {}
@@ -29,7 +63,14 @@ def module_files(plan: MhaModulePlan) -> dict[str, str]:
             regenerate_command(plan.arch.value),
         )
         rel = f"{prefix}/{name}"
-        text = render(template, header=prov.python(), plan=plan, module=plan)
+        text = render(
+            template,
+            header=prov.python(),
+            plan=plan,
+            module=plan,
+            library_import=LIBRARY_IMPORT,
+            library_sha256=library_sha256,
+        )
         out[rel] = format_python(text, rel)
     return out
 

@@ -70,3 +70,16 @@ class MhaMask:
     window_left: int = -1  # -1: no window
     logit_softcap: float = 0.0  # 0.0: no cap
     has_sinks: bool = False
+
+
+@dataclass(frozen=True)
+class MhaTraits:
+    """What one generated kernels module fixes for all its configs.
+
+    The shared Triton MHA library (generated/triton/mha.py) takes these on every launch;
+    a spec's kernels.py binds its own.
+    """
+
+    mask: MhaMask
+    phases: tuple[str, ...]  # phases the spec generates
+    fp4_scales_as_bytes: bool = False  # sm80: no fp8e4nv pointers, NVFP4 scales as bytes

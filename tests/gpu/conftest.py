@@ -35,6 +35,7 @@ CHECKS = (
     "verify",
     "cuda_graph_verify",
     "quantized_vs_bf16",
+    "mqa",
 )
 WORKER_KEY = "attngen_evidence"
 

@@ -163,18 +163,22 @@ def require(case: Case | None, phase: str) -> Case:
     return case
 
 
-def make_rig(case: Case, *, max_context_len: int, max_reqs: int, num_pages: int) -> Rig:
+def make_rig(
+    case: Case, *, max_context_len: int, max_reqs: int, num_pages: int, num_kv_heads: int = 0
+) -> Rig:
+    """Pools, builder, backend and layer for ``case`` (NUM_KV_HEADS kv heads unless given)."""
+    num_kv_heads = num_kv_heads or NUM_KV_HEADS
     config, device = case.config, torch.device("cuda", torch.cuda.current_device())
     dtype = getattr(torch, config.dtype)
     kv_dtype = "nvfp4" if config.kv_dtype == "nvfp4" else getattr(torch, config.kv_dtype)
-    num_q_heads = NUM_KV_HEADS * config.gqa_group
+    num_q_heads = num_kv_heads * config.gqa_group
     req_pool, kv_pool = make_pools(
         num_layers=1,
         max_reqs=max_reqs,
         max_context_len=max_context_len,
         num_pages=num_pages,
         page_size=config.page_size,
-        num_kv_heads=NUM_KV_HEADS,
+        num_kv_heads=num_kv_heads,
         head_dim=config.head_dim,
         v_head_dim=config.v_head_dim,
         dtype=kv_dtype,
@@ -182,7 +186,7 @@ def make_rig(case: Case, *, max_context_len: int, max_reqs: int, num_pages: int)
     )
     backend = case.backend(
         num_q_heads=num_q_heads,
-        num_kv_heads=NUM_KV_HEADS,
+        num_kv_heads=num_kv_heads,
         head_dim=config.head_dim,
         v_head_dim=config.v_head_dim,
         page_size=config.page_size,
@@ -193,11 +197,11 @@ def make_rig(case: Case, *, max_context_len: int, max_reqs: int, num_pages: int)
         kv_cache_dtype=kv_dtype,
     )
     assert backend.config == config
-    k_scale, v_scale = fp8_scales(config, kv_dtype, device)
+    k_scale, v_scale = fp8_scales(config, kv_dtype, device, num_kv_heads)
     layer = AttentionLayer(
         0,
         num_q_heads,
-        NUM_KV_HEADS,
+        num_kv_heads,
         config.head_dim,
         config.v_head_dim,
         config.head_dim**-0.5,
@@ -210,13 +214,15 @@ def make_rig(case: Case, *, max_context_len: int, max_reqs: int, num_pages: int)
     return Rig(backend, PagedBatchBuilder(req_pool, kv_pool), layer, dtype, sinks)
 
 
-def fp8_scales(config: MhaTritonConfig, kv_dtype: torch.dtype | str, device: torch.device):
+def fp8_scales(
+    config: MhaTritonConfig, kv_dtype: torch.dtype | str, device: torch.device, num_kv_heads: int
+):
     """Dequant scales for random-normal K/V: |x| <= ~5 maps inside the fp8 range, scales
     differ per head (per_head) so a kernel reading the wrong head's scale shows. NVFP4: a
     global scale that keeps unit-normal blocks' scales (amax / 6 / global) normal in e4m3."""
     if config.kv_scale == "none":
         return None, None
-    rows = NUM_KV_HEADS if config.kv_scale == "per_head" else 1
+    rows = num_kv_heads if config.kv_scale == "per_head" else 1
     base = 0.25 if kv_dtype == "nvfp4" else 6.0 / torch.finfo(kv_dtype).max
     scales = [base * (1.0 + torch.rand(rows, device=device)) for _ in range(2)]
     return scales[0].float(), scales[1].float()
@@ -556,3 +562,30 @@ def test_quantized_vs_bf16(case: Case | None, evidence) -> None:
     evidence.record(
         case.backend.kernels, case.config.uri, "quantized_vs_bf16", rel_rms=round(rel_rms, 4)
     )
+
+
+# -- MQA: one kv head for all query heads ----
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_mqa(case: Case | None, evidence) -> None:
+    """The same kernels with a single kv head (Hq = gqa_group): every phase it generates."""
+    if case is None:
+        pytest.skip(f"no generated backends under generated/{ARCH}/mha")
+    phases = set(case.backend.kernels.PHASES)
+    if not phases & {"decode", "extend", "prefill"}:
+        pytest.skip("no decode, extend or prefill phase")
+    rng = random.Random()
+    lens = [rng.randint(1, 600) for _ in range(4)]
+    pages = 2 * pages_for(lens, case.config.page_size)
+    rig = make_rig(case, max_context_len=max(lens), max_reqs=8, num_pages=pages, num_kv_heads=1)
+    if "decode" in phases:
+        out, want = run_eager(rig, rig.builder.decode(lens), flat=False)
+        rig.check(out, want, f"mqa decode seq_lens={lens}")
+    if phases & {"extend", "prefill"}:
+        prefix = [0] * len(lens) if "extend" not in phases else [n // 2 for n in lens]
+        ext = [n - p for n, p in zip(lens, prefix)]
+        out, want = run_eager(rig, rig.builder.extend(prefix, ext), flat=True)
+        rig.check(out, want, f"mqa extend prefix_lens={prefix} extend_lens={ext}")
+    evidence.record(case.backend.kernels, case.config.uri, "mqa")

@@ -21,6 +21,7 @@ Target: mha on triton sm90.
   lowered:       Decode
   lowered:       Extend (cached prefix)
   lowered:       GQA group
+  lowered:       MQA (one kv head)
   lowered:       Head dims
   lowered:       CUDA graph (decode)
 """
