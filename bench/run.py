@@ -3,6 +3,10 @@
 
 Decode (paged, one query per sequence): attngen ``decode`` vs FA4 ``flash_attn_varlen_func``
 with ``page_table`` + ``seqused_k``; TB/s = bytes of K and V of every cached token / time.
+Quantized decode: attngen ``decode`` over fp8 e4m3 and NVFP4 caches of the same K/V; the
+ratios are the bf16 decode times (attngen's and FA4's, same run) over the quantized one.
+Verify (speculative, draft chains): attngen ``verify`` vs FA4 with a page table and
+bottom-right causal; TB/s as for decode.
 Prefill (16k tokens per call): attngen ``extend`` with prefix 0 vs FA4 ``flash_attn_func``,
 cuDNN and FA2 through SDPA; TFLOP/s = 2*B*Hq*S*S*(Dqk+Dv) / time, halved when causal.
 Run from the repo root: ``python bench/run.py --out bench/results`` (see bench/README.md).
@@ -81,11 +85,14 @@ def extend_mask_kwargs(mod, cfg, causal: bool) -> dict | None:
     return {} if causal else None  # attngen's extend is causal unless it says otherwise
 
 
-def find_variant(variants, phase: str, page_size: int, causal: bool = True):
+def find_variant(variants, phase: str, page_size: int, causal: bool = True, kv: str = DTYPE,
+                 spec_topk: int = 0):
     """(spec, module, config, extra kwargs) of the variant for our shapes, or None."""
     for spec, mod, cfg in variants:
-        key = (cfg.head_dim, cfg.v_head_dim, cfg.gqa_group, cfg.page_size, cfg.dtype)
-        if key != (D, D, HQ // HKV, page_size, DTYPE) or not hasattr(mod, phase):
+        key = (cfg.head_dim, cfg.v_head_dim, cfg.gqa_group, cfg.page_size, cfg.dtype,
+               getattr(cfg, "kv_dtype", DTYPE), getattr(cfg, "spec_topk", 0))
+        want = (D, D, HQ // HKV, page_size, DTYPE, kv, spec_topk)
+        if key != want or phase not in getattr(mod, "PHASES", (phase,)):
             continue
         kwargs = extend_mask_kwargs(mod, cfg, causal) if phase == "extend" else {}
         if kwargs is not None:
@@ -208,7 +215,7 @@ def token_slots(page_table, page_size: int, seq_len: int):
 # -- decode ----
 
 
-def run_decode(batch, ctx, page_size, variants, fa4, num_sms, kv, q) -> dict:
+def run_decode(batch, ctx, page_size, variants, fa4, num_sms, kv, q, keep_out=False) -> dict:
     k_flat, v_flat = kv
     row = {"case": f"B{batch} ctx{ctx}", "batch": batch, "ctx": ctx, "page_size": page_size,
            "hq": HQ, "hkv": HKV, "head_dim": D, "bytes": 2 * batch * ctx * HKV * D * 2}
@@ -250,6 +257,138 @@ def run_decode(batch, ctx, page_size, variants, fa4, num_sms, kv, q) -> dict:
     ref = torch.cat([reference(q[b : b + 1], k_flat[s], v_flat[s],
                                torch.tensor([ctx - 1], device=DEV), False)
                      for b, s in zip(rows, slots)])
+    add_checks(res, outs, ref, rows)
+    row.update(results=res, ratio=ratios(res, "tbps"))
+    if keep_out and "attngen" in outs:  # for the quantized rows; popped before saving
+        row["_out_bf16"] = outs["attngen"].float()
+    return row
+
+
+# -- quantized KV decode (fp8, NVFP4) and speculative verify ----
+
+QUANT_PAGE = 64
+QUANT_KINDS = (("fp8_e4m3", "float8_e4m3fn"), ("nvfp4", "nvfp4"))
+QUANT_RMS_BOUND = {"float8_e4m3fn": 0.10, "nvfp4": 0.25}  # see tests/gpu: fp8 / NVFP4 bounds
+
+
+def quantized_cache(kind: str, k_flat, v_flat):
+    """(k, v, kernel kwargs, bytes per token per kv head for K+V) of a paged cache."""
+    from attngen.runtime.nvfp4 import quantize_nvfp4
+
+    if kind == "nvfp4":
+        kwargs, caches = {}, []
+        for name, x in (("k", k_flat), ("v", v_flat)):
+            scale = (x.abs().amax().float() / (6 * 448)).reshape(1)
+            codes, bscales = quantize_nvfp4(x, scale)
+            caches.append(codes.view(-1, QUANT_PAGE, HKV, D // 2))
+            kwargs[f"{name}_scale"] = scale
+            kwargs[f"{name}_block_scales"] = bscales.view(-1, QUANT_PAGE, HKV, D // 16)
+        return caches[0], caches[1], kwargs, 2 * (D // 2 + D // 16)
+    dtype = getattr(torch, kind)
+    kwargs, caches = {}, []
+    for name, x in (("k", k_flat), ("v", v_flat)):
+        scale = (x.abs().amax().float() / torch.finfo(dtype).max).reshape(1)
+        caches.append((x.float() / scale).to(dtype).view(-1, QUANT_PAGE, HKV, D))
+        kwargs[f"{name}_scale"] = scale
+    return caches[0], caches[1], kwargs, 2 * D
+
+
+def run_quantized_decode(batch, ctx, variants, fa4, num_sms, kv, q) -> list[dict]:
+    """attngen decode over fp8 / NVFP4 caches of the same K/V vs FA4 and attngen on bf16:
+    the time ratio is what the smaller cache buys; outputs are held to the bf16 ones."""
+    bf16 = run_decode(batch, ctx, QUANT_PAGE, variants, fa4, num_sms, kv, q, keep_out=True)
+    base_ms = {n: r.get("ms") for n, r in bf16["results"].items()}
+    page_table = shuffled_page_table(batch, ctx // QUANT_PAGE, kv[0].shape[0] // QUANT_PAGE,
+                                     seed=QUANT_PAGE)
+    seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device=DEV)
+    rows = []
+    for kind, kv_name in QUANT_KINDS:
+        row = {"case": f"B{batch} ctx{ctx} {kind}", "batch": batch, "ctx": ctx,
+               "page_size": QUANT_PAGE, "kv_dtype": kv_name, "hq": HQ, "hkv": HKV, "head_dim": D}
+        found = find_variant(variants, "decode", QUANT_PAGE, kv=kv_name)
+        if found is None:
+            row.update(results={"attngen": {"status": "not generated"}}, ratio={})
+            rows.append(row)
+            continue
+        spec, mod, cfg, _ = found
+        k_cache, v_cache, scales, bytes_per = quantized_cache(kind, *kv)
+        row["bytes"] = batch * ctx * HKV * bytes_per
+        num_splits, _ = decode_splits(cfg, seq_lens, num_sms)
+        out = torch.full_like(q, float("nan"))
+        part_o = torch.empty(batch, HQ, cfg.max_splits, D, dtype=torch.float32, device=DEV)
+        part_lse = torch.empty(batch, HQ, cfg.max_splits, dtype=torch.float32, device=DEV)
+
+        def attngen():
+            mod.decode(q, k_cache, v_cache, page_table, seq_lens, num_splits, out, part_o,
+                       part_lse, config=cfg, sm_scale=SCALE, **scales)
+            return out
+
+        res, o = measure(attngen, row["bytes"], "tbps")
+        res.update(spec=spec, uri=cfg.uri)
+        row["results"] = {"attngen": res}
+        if o is not None and "_out_bf16" in bf16:
+            ref = bf16["_out_bf16"]
+            rel = ((o.float() - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+            bound = QUANT_RMS_BOUND[kv_name]
+            res["vs_bf16"] = {"rel_rms": rel, "bound": bound, "ok": rel <= bound}
+            res["mismatch"] = [] if rel <= bound else ["vs_bf16"]
+        ms = res.get("ms")
+        row["ratio"] = {f"time_{n}_bf16_over_this": base_ms[n] / ms
+                        for n in ("attngen", "fa4") if ms and base_ms.get(n)}
+        rows.append(row)
+    bf16.pop("_out_bf16", None)
+    bf16["case"] += " bf16"
+    return [bf16] + rows
+
+
+def run_verify(batch, ctx, drafts, variants, fa4, kv) -> dict:
+    """Chain verify (topk 1): `drafts` causal rows per request over a ctx-token prefix;
+    attngen verify vs FA4 (batched q with a page table, causal = bottom-right aligned)."""
+    k_flat, v_flat = kv
+    total = ctx + drafts
+    row = {"case": f"B{batch} ctx{ctx}+{drafts} chain", "batch": batch, "ctx": ctx,
+           "drafts": drafts, "page_size": QUANT_PAGE, "hq": HQ, "hkv": HKV, "head_dim": D,
+           "bytes": 2 * batch * total * HKV * D * 2}
+    pages = math.ceil(total / QUANT_PAGE)
+    k_cache, v_cache = (x.view(-1, QUANT_PAGE, HKV, D) for x in (k_flat, v_flat))
+    page_table = shuffled_page_table(batch, pages, k_cache.shape[0], seed=7)
+    q = rand(batch * drafts, HQ, D)
+    res, outs = {}, {}
+    found = find_variant(variants, "verify", QUANT_PAGE, spec_topk=1)
+    if found is None or found[2].num_draft_tokens != drafts:
+        res["attngen"] = {"status": "not generated"}
+    else:
+        spec, mod, cfg, _ = found
+        qo_indptr = (torch.arange(batch + 1, device=DEV) * drafts).to(torch.int32)
+        prefix = torch.full((batch,), ctx, dtype=torch.int32, device=DEV)
+        out = torch.full_like(q, float("nan"))
+
+        def attngen():
+            mod.verify(q, k_cache, v_cache, page_table, qo_indptr, prefix, out, config=cfg,
+                       sm_scale=SCALE)
+            return out
+
+        res["attngen"], outs["attngen"] = measure(attngen, row["bytes"], "tbps")
+        res["attngen"].update(spec=spec, uri=cfg.uri)
+    if fa4 is None:
+        res["fa4"] = {"status": "unavailable"}
+    else:
+        seqused = torch.full((batch,), total, dtype=torch.int32, device=DEV)
+
+        def fa4_verify():
+            return fa4[1](q.view(batch, drafts, HQ, D), k_cache, v_cache, page_table=page_table,
+                          seqused_k=seqused, softmax_scale=SCALE, causal=True)[0]
+
+        res["fa4"], o = measure(fa4_verify, row["bytes"], "tbps")
+        if o is not None:
+            outs["fa4"] = o.reshape(batch * drafts, HQ, D)
+    outs = {k: v for k, v in outs.items() if v is not None}
+    seqs = [0, batch - 1]
+    slots = token_slots(page_table[seqs], QUANT_PAGE, total)
+    pos = torch.arange(ctx, total, device=DEV)
+    ref = torch.cat([reference(q[b * drafts:(b + 1) * drafts], k_flat[s], v_flat[s], pos, True)
+                     for b, s in zip(seqs, slots)])
+    rows = torch.cat([torch.arange(b * drafts, (b + 1) * drafts) for b in seqs]).to(DEV)
     add_checks(res, outs, ref, rows)
     row.update(results=res, ratio=ratios(res, "tbps"))
     return row
@@ -388,6 +527,24 @@ def table(report: dict) -> str:
         lines.append(f"{row['case']:<20} {row['page_size']:>5} {cell(a, 'tbps')} "
                      f"{cell(r.get('fa4', {}), 'tbps')} {row['ratio'].get('fa4', 0):7.2f} "
                      f"{a.get('num_splits', '-'):>7}  {chk}")
+    lines.append("quantized decode           page  attngen TB/s  ms   bf16 attngen/this"
+                 "  bf16 FA4/this  rel_rms  check")
+    for row in report.get("quantized_decode", []):
+        a = row["results"].get("attngen", {})
+        chk = "MISMATCH" if a.get("mismatch") else "ok" if "mismatch" in a else "-"
+        ratio = row.get("ratio", {})
+        rel = a.get("vs_bf16", {}).get("rel_rms")
+        lines.append(f"{row['case']:<26} {row['page_size']:>4} {cell(a, 'tbps')} "
+                     f"{a.get('ms', float('nan')):6.3f} "
+                     f"{ratio.get('time_attngen_bf16_over_this', 0):18.2f} "
+                     f"{ratio.get('time_fa4_bf16_over_this', 0):14.2f} "
+                     f"{rel if rel is not None else float('nan'):8.4f}  {chk}")
+    lines.append("verify TB/s                page  attngen      FA4  ag/FA4  check")
+    for row in report.get("verify", []):
+        r, a = row["results"], row["results"].get("attngen", {})
+        chk = "MISMATCH" if a.get("mismatch") else "ok" if "mismatch" in a else "-"
+        lines.append(f"{row['case']:<26} {row['page_size']:>4} {cell(a, 'tbps')} "
+                     f"{cell(r.get('fa4', {}), 'tbps')} {row['ratio'].get('fa4', 0):7.2f}  {chk}")
     lines.append("prefill TFLOP/s       page  attngen      FA4    cuDNN      FA2  ag/FA4 ag/cuDNN"
                  "  check")
     for row in report["prefill"]:
@@ -434,6 +591,34 @@ def bench_decode(args, report: dict, variants, fa4, save_report) -> None:
         torch.cuda.empty_cache()
 
 
+def bench_quantized(args, report: dict, variants, fa4, save_report) -> None:
+    for batch, ctx in DECODE_CASES[:1] if args.quick else DECODE_CASES:
+        kv, q = (rand(batch * ctx, HKV, D), rand(batch * ctx, HKV, D)), rand(batch, HQ, D)
+        case = dict(case=f"B{batch} ctx{ctx} quantized", page_size=QUANT_PAGE)
+        for row in guarded(run_quantized_decode, batch, ctx, variants, fa4, report["num_sms"],
+                           kv, q, **case):
+            report["quantized_decode"].append(row)
+            save_report()
+            progress("quantized decode", row, "tbps")
+        del kv, q
+        torch.cuda.empty_cache()
+
+
+def bench_verify(args, report: dict, variants, fa4, save_report) -> None:
+    found = find_variant(variants, "verify", QUANT_PAGE, spec_topk=1)
+    drafts = found[2].num_draft_tokens if found else 4
+    for batch, ctx in DECODE_CASES[:1] if args.quick else DECODE_CASES:
+        pages = batch * math.ceil((ctx + drafts) / QUANT_PAGE)
+        kv = (rand(pages * QUANT_PAGE, HKV, D), rand(pages * QUANT_PAGE, HKV, D))
+        case = dict(case=f"B{batch} ctx{ctx}+{drafts} chain", page_size=QUANT_PAGE)
+        [row] = guarded(run_verify, batch, ctx, drafts, variants, fa4, kv, **case)
+        report["verify"].append(row)
+        save_report()
+        progress("verify", row, "tbps")
+        del kv
+        torch.cuda.empty_cache()
+
+
 def bench_prefill(args, report: dict, variants, fa4, save_report) -> None:
     pages = [p for p in PAGE_SIZES if find_variant(variants, "extend", p)] or [None]
     for seqlen in PREFILL_SEQLENS[:1] if args.quick else PREFILL_SEQLENS:
@@ -450,7 +635,7 @@ def main() -> int:
     ap.add_argument("--out", default="bench/results", help="folder for the JSON and table")
     ap.add_argument("--commit", default=None, help="commit id (else $ATTNGEN_COMMIT, else git)")
     ap.add_argument("--quick", action="store_true", help="smoke run: B64 ctx4096, S=1024 only")
-    ap.add_argument("--only", choices=("decode", "prefill"), default=None)
+    ap.add_argument("--only", choices=("decode", "quantized", "verify", "prefill"), default=None)
     args = ap.parse_args()
     global torch
     import torch
@@ -463,18 +648,20 @@ def main() -> int:
     fa4, fa4_version = load_fa4()
     report = environment(args, fa4_version)
     uris = sorted({c.uri for _, _, c in variants})
-    report.update(attngen={"variants": uris, "import_errors": errors}, decode=[], prefill=[])
+    report.update(attngen={"variants": uris, "import_errors": errors}, decode=[], prefill=[],
+                  quantized_decode=[], verify=[])
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
     path = Path(args.out) / f"h200-{stamp}-{report['commit']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     log(f"bench: {report['gpu']}, torch {report['torch']}, triton {report['triton']}, "
         f"FA4 {fa4_version}; {len(variants)} attngen variants {errors or ''}; writing {path}")
     save_report = lambda: save(report, path)  # noqa: E731  (after every case: a crash keeps rows)
-    if args.only != "prefill":
-        bench_decode(args, report, variants, fa4, save_report)
-    if args.only != "decode":
-        bench_prefill(args, report, variants, fa4, save_report)
-    bad = [f"{r['case']} page {r['page_size']}" for r in report["decode"] + report["prefill"]
+    for name, fn in (("decode", bench_decode), ("quantized", bench_quantized),
+                     ("verify", bench_verify), ("prefill", bench_prefill)):
+        if args.only in (None, name):
+            fn(args, report, variants, fa4, save_report)
+    every = report["decode"] + report["quantized_decode"] + report["verify"] + report["prefill"]
+    bad = [f"{r['case']} page {r['page_size']}" for r in every
            if r["results"]["attngen"].get("mismatch") or "error" in r["results"]["attngen"]]
     report["attngen_failures"] = bad
     save_report()
