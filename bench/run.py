@@ -267,15 +267,15 @@ def run_decode(batch, ctx, page_size, variants, fa4, num_sms, kv, q, keep_out=Fa
 # -- quantized KV decode (fp8, NVFP4) and speculative verify ----
 
 QUANT_PAGE = 64
-QUANT_KINDS = (("fp8_e4m3", "float8_e4m3fn"), ("nvfp4", "nvfp4"))
+QUANT_KINDS = (("fp8_e4m3", "float8_e4m3fn"), ("nvfp4", "nvfp4"))  # (label, config kv_dtype)
 QUANT_RMS_BOUND = {"float8_e4m3fn": 0.10, "nvfp4": 0.25}  # see tests/gpu: fp8 / NVFP4 bounds
 
 
-def quantized_cache(kind: str, k_flat, v_flat):
+def quantized_cache(kv_name: str, k_flat, v_flat):
     """(k, v, kernel kwargs, bytes per token per kv head for K+V) of a paged cache."""
     from attngen.runtime.nvfp4 import quantize_nvfp4
 
-    if kind == "nvfp4":
+    if kv_name == "nvfp4":
         kwargs, caches = {}, []
         for name, x in (("k", k_flat), ("v", v_flat)):
             scale = (x.abs().amax().float() / (6 * 448)).reshape(1)
@@ -284,7 +284,7 @@ def quantized_cache(kind: str, k_flat, v_flat):
             kwargs[f"{name}_scale"] = scale
             kwargs[f"{name}_block_scales"] = bscales.view(-1, QUANT_PAGE, HKV, D // 16)
         return caches[0], caches[1], kwargs, 2 * (D // 2 + D // 16)
-    dtype = getattr(torch, kind)
+    dtype = getattr(torch, kv_name)
     kwargs, caches = {}, []
     for name, x in (("k", k_flat), ("v", v_flat)):
         scale = (x.abs().amax().float() / torch.finfo(dtype).max).reshape(1)
@@ -311,7 +311,7 @@ def run_quantized_decode(batch, ctx, variants, fa4, num_sms, kv, q) -> list[dict
             rows.append(row)
             continue
         spec, mod, cfg, _ = found
-        k_cache, v_cache, scales, bytes_per = quantized_cache(kind, *kv)
+        k_cache, v_cache, scales, bytes_per = quantized_cache(kv_name, *kv)
         row["bytes"] = batch * ctx * HKV * bytes_per
         num_splits, _ = decode_splits(cfg, seq_lens, num_sms)
         out = torch.full_like(q, float("nan"))

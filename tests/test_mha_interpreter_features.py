@@ -342,3 +342,37 @@ def test_fp4_block_scales_are_required(fp4_kernels):
         fp4_kernels.decode(
             args.q, k4, k4, *bufs, config=FP4, sm_scale=0.1, k_scale=k_gs, v_scale=k_gs
         )
+
+
+def test_chain_verify_with_window_softcap_and_sinks(tmp_path_factory):
+    """Packed-GQA verify rows each carry their own head's sink and their own position."""
+    mask = MhaMask(causal=True, window_left=6, logit_softcap=5.0, has_sinks=True)
+    config = make_config(16, 4, spec_topk=1, num_draft_tokens=5)
+    module = load_kernels_module(
+        [config], mask, tmp_dir=tmp_path_factory.mktemp("vw"), phases=ALL_PHASES
+    )
+    n, prefix_lens = config.num_draft_tokens, [0, 9, 30]
+    kv = make_paged_kv([p + n for p in prefix_lens], config, False)
+    num_heads = NUM_KV_HEADS * config.gqa_group
+    qo_indptr = (torch.arange(4) * n).int()
+    prefix = torch.tensor(prefix_lens, dtype=torch.int32)
+    q = torch.randn(3 * n, num_heads, config.head_dim, dtype=torch.float16)
+    out = nan_like((3 * n, num_heads, config.v_head_dim), torch.float16)
+    sinks = torch.randn(num_heads) * 2.0
+    scale = config.head_dim**-0.5
+    module.verify(
+        q,
+        kv.k_cache,
+        kv.v_cache,
+        kv.page_table,
+        qo_indptr,
+        prefix,
+        out,
+        config=config,
+        sm_scale=scale,
+        sinks=sinks,
+    )
+    want = paged_extend_ref(
+        q, kv.k_cache, kv.v_cache, kv.page_table, qo_indptr, prefix, scale, mask=mask, sinks=sinks
+    )
+    assert_close(out, want)

@@ -33,7 +33,7 @@ from attngen.runtime.configs import MhaMask, MhaTraits, MhaTritonConfig
 from ....triton import mha as library
 
 # sha256 of the library this module was generated against (evidence keys on this file)
-LIBRARY_SHA256 = "f6e78281ed2ff9800967f4b953cfbf9488deb1f62dc1782b6013868fc7560181"
+LIBRARY_SHA256 = "a94a04a2787d74d5b2782d2d48647a927149e39e11b9d49d1530fccb7f3dde76"
 MASK = MhaMask(
     causal=True,
     window_left=-1,
