@@ -31,9 +31,13 @@ class GpuEvidence:
     commit: str
     date: str
     passed: frozenset[tuple[str, str, str, str]]  # (module, sha256, variant, check)
+    details: dict[tuple[str, str, str, str], str] = field(default_factory=dict)  # measured
 
     def has(self, module: str, sha: str, variant: str, check: str) -> bool:
         return (module, sha, variant, check) in self.passed
+
+    def detail(self, module: str, sha: str, variant: str, check: str) -> str:
+        return self.details.get((module, sha, variant, check), "")
 
 
 @dataclass(frozen=True)
@@ -59,12 +63,14 @@ def load_gpu(root: Path, arch: str) -> GpuEvidence | None:
     if not (root / rel).is_file():
         return None
     data = json.loads((root / rel).read_text(encoding="utf-8"))
-    passed = frozenset(
-        (r["module"], r["sha256"], r["variant"], r["check"])
-        for r in data["results"]
-        if r.get("passed") is True
-    )
-    return GpuEvidence(rel, data["device"], data["commit"], data["date"], passed)
+    ok = [r for r in data["results"] if r.get("passed") is True]
+    passed = frozenset((r["module"], r["sha256"], r["variant"], r["check"]) for r in ok)
+    details = {
+        (r["module"], r["sha256"], r["variant"], r["check"]): r["detail"]
+        for r in ok
+        if r.get("detail")
+    }
+    return GpuEvidence(rel, data["device"], data["commit"], data["date"], passed, details)
 
 
 def load_compile(root: Path, arch: str) -> CompileEvidence | None:

@@ -113,6 +113,12 @@ def _is_fp8(v: Variant) -> bool:
     return v.kv_dtype in (DType.FP8_E4M3, DType.FP8_E5M2)
 
 
+def _kv_detail(v: Variant) -> str:
+    """e.g. "e4m3 per_tensor": the cache format and its scales."""
+    name = v.kv_dtype.value.removeprefix("fp8_") if v.kv_dtype else "?"
+    return f"{name} {v.kv_scale.value}" if v.kv_scale else name
+
+
 def _is_fp4(v: Variant) -> bool:
     return v.kv_dtype in (DType.NVFP4, DType.MXFP4)
 
@@ -163,6 +169,7 @@ def _common(family: Family) -> list[Feature]:
             _is_fp8,
             _kv(DType.FP8_E4M3, ScaleGranularity.PER_TENSOR),
             _quantized_checks,
+            _kv_detail,
         ),
         Feature(
             "fp4_kv",

@@ -84,13 +84,21 @@ def cell(
     notes: Notes,
 ) -> str:
     verdict = probe_verdict(feature, backend, arch)
-    if verdict.status is Status.UNSUPPORTED:
-        return f"{UNSUPPORTED} {notes.ref(verdict.reason)}"
     relevant = [x for x in lowered if feature.applies(x.plan.variant)]
+    if verdict.status is Status.UNSUPPORTED:
+        if not relevant:
+            return f"{UNSUPPORTED} {notes.ref(verdict.reason)}"
+        # some variants of the feature run here, the probe's does not: say both
+        return f"{_evidence_cell(feature, relevant, ev, notes)} {notes.ref(verdict.reason)}"
     if not relevant:
         if verdict.status is Status.NOT_LOWERED:
             return f"{NOT_LOWERED} {notes.ref(verdict.reason)}"
         return f"{NO_EVIDENCE} {notes.ref('lowered, but no spec in specs/ generates it for this target')}"
+    return _evidence_cell(feature, relevant, ev, notes)
+
+
+def _evidence_cell(feature: Feature, relevant: list[Lowered], ev: Evidence, notes: Notes) -> str:
+    """Verified / compiles / no evidence for the variants that exercise ``feature``."""
     verified = [x for x in relevant if ev.verified(x, feature.checks(x.plan.variant))]
     detail = _detail(feature, verified or relevant)
     if len(verified) == len(relevant):
@@ -100,6 +108,16 @@ def cell(
     if all(ev.compiles(x) for x in relevant):
         return f"{COMPILES}{detail}"
     return f"{NO_EVIDENCE} {notes.ref('lowered and generated, but no test evidence recorded yet')}"
+
+
+def _evidence_links(arch: Arch, ev: Evidence) -> str:
+    """Links from a table row to the evidence files its cells rest on (from generated/docs/)."""
+    links = []
+    if arch in ev.gpu:
+        links.append(f"[GPU](../../{ev.gpu[arch].path})")
+    if arch in ev.compiled:
+        links.append(f"[compile](../../{ev.compiled[arch].path})")
+    return f" ({', '.join(links)})" if links else ""
 
 
 def _detail(feature: Feature, items: list[Lowered]) -> str:
@@ -126,40 +144,56 @@ def family_table(family: Family, lowered: list[Lowered], ev: Evidence, notes: No
     for backend in Backend:
         for arch in Arch:
             mine = [x for x in lowered if x.backend is backend and x.arch is arch]
-            row = [f"attngen {backend.value} {arch.value}"]
+            row = [
+                f"attngen {backend.value} {arch.value}{_evidence_links(arch, ev) if mine else ''}"
+            ]
             row += [cell(f, backend, arch, mine, ev, notes) for f in features]
             rows.append(row)
     return Table(FAMILY_TITLES[family], ["Backend"] + [f.label for f in features], rows)
 
 
+# GPU checks in the order the per-variant tables show them, with the phase that needs each
+CHECK_COLUMNS = (
+    ("prefill", Phase.PREFILL),
+    ("extend", Phase.EXTEND),
+    ("decode", Phase.DECODE),
+    ("cuda_graph", Phase.DECODE),
+    ("verify", Phase.VERIFY),
+    ("cuda_graph_verify", Phase.VERIFY),
+    ("draft_extend", Phase.DRAFT_EXTEND),
+)
+
+
+def plan_checks(plan: MhaModulePlan) -> list[str]:
+    """The GPU checks that apply to a module's variants, in table order."""
+    checks = [name for name, phase in CHECK_COLUMNS if phase in plan.spec.phases]
+    quantized = any(k.variant.kv_dtype not in (DType.BF16, DType.FP16) for k in plan.kernels)
+    return checks + (["quantized_vs_bf16"] if quantized else []) + ["mqa"]
+
+
 def variant_table(plan: MhaModulePlan, items: list[Lowered], ev: Evidence) -> Table:
     """Per-variant evidence and resource use of one generated module."""
+    checks = plan_checks(plan)
+    gpu = ev.gpu.get(plan.arch)
     rows = []
     for item in items:
-        checks = {}
-        for name in ("decode", "extend", "cuda_graph"):
-            checks[name] = VERIFIED if ev.verified(item, frozenset({name})) else "—"
+        row = [f"`{item.plan.uri}`"]
+        for name in checks:
+            if not ev.verified(item, frozenset({name})):
+                row.append("—")
+                continue
+            detail = gpu.detail(item.module, item.sha256, item.plan.uri, name) if gpu else ""
+            row.append(f"{VERIFIED} {detail}" if detail else VERIFIED)
         usage = ev.compiled.get(item.arch)
         kernels = usage.kernels(item.module, item.sha256, item.plan.uri) if usage else ()
         resources = "; ".join(
             f"{k.kernel} {k.registers} regs {k.shared_bytes} B smem {k.spill_bytes} B spill"
             for k in kernels
         )
-        rows.append(
-            [
-                f"`{item.plan.uri}`",
-                checks["decode"],
-                checks["extend"],
-                checks["cuda_graph"],
-                resources or "—",
-            ]
-        )
+        rows.append(row + [resources or "—"])
     title = f"`{plan.spec.name}` on {plan.backend.value} {plan.arch.value} ({plan.spec.path})"
-    return Table(
-        title,
-        ["Variant", "decode", "extend", "CUDA graph", "compiled for " + plan.arch.value],
-        rows,
-    )
+    header = ["Variant"] + [c.replace("_", " ") for c in checks]
+    return Table(title, header + ["compiled for " + plan.arch.value], rows)
 
 
 def evidence_lines(ev: Evidence) -> list[str]:
