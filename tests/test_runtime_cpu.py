@@ -29,10 +29,13 @@ from attngen.runtime.batch import (
     AttentionLayer,
     ForwardBatch,
     ForwardMode,
+    NvFp4KVPool,
     PagedKVPool,
     ReqToTokenPool,
+    VerifyInfo,
 )
 from attngen.runtime.checks import AttngenInputError
+from attngen.runtime.nvfp4 import dequantize_nvfp4
 from attngen.runtime.configs import MhaMask, MhaTritonConfig
 from attngen.runtime.graph import DecodeMetadata, ExtendMetadata
 from generated.sm90.mha.mha_gqa_paged import graph as generated_graph
@@ -768,3 +771,92 @@ def test_backend_serves_only_the_generated_phases() -> None:
     with pytest.raises(AttngenInputError, match="generates phases extend; DECODE needs decode"):
         rig.backend.init_forward_metadata(pb.batch)
     assert kernels.calls == []
+
+
+# -- run-time checks of token slots, quantized pools and verify inputs ----
+
+
+def test_slots_out_of_the_pool_fail_before_any_launch() -> None:
+    rig = make_rig(CONFIGS[0])
+    pb = rig.builder.decode([5, 9])
+    row = int(pb.batch.req_pool_indices[1])
+    table = rig.backend.req_to_token_pool.req_to_token
+    saved = table[row, 3].item()
+    table[row, 3] = rig.kv_pool.num_slots + 7  # a page the pool does not have
+    with pytest.raises(
+        AttngenInputError, match=rf"req_to_token\[{row}, 3\] .*got {rig.kv_pool.num_slots + 7}"
+    ):
+        rig.backend.init_forward_metadata(pb.batch)
+    table[row, 3] = saved
+    bad_loc = pb.batch.out_cache_loc.clone()
+    bad_loc[0] = -1
+    with pytest.raises(AttngenInputError, match=r"out_cache_loc\[0\]: expected a slot in 0\.\."):
+        rig.backend.init_forward_metadata(
+            ForwardBatch(**{**vars(pb.batch), "out_cache_loc": bad_loc})
+        )
+    bad_rows = pb.batch.req_pool_indices.clone()
+    bad_rows[1] = 99
+    with pytest.raises(AttngenInputError, match=r"req_pool_indices\[1\]: expected a row"):
+        rig.backend.init_forward_metadata(
+            ForwardBatch(**{**vars(pb.batch), "req_pool_indices": bad_rows})
+        )
+    assert rig.kernels.calls == []
+
+
+def test_fp8_pool_quantizes_with_the_layer_scales() -> None:
+    pool = PagedKVPool(
+        num_layers=1,
+        num_pages=4,
+        page_size=2,
+        num_kv_heads=2,
+        head_dim=16,
+        dtype=torch.float8_e4m3fn,
+        device="cpu",
+    )
+    layer = AttentionLayer(0, 4, 2, 16, 16, 0.25)
+    k, v = torch.randn(3, 2, 16, dtype=torch.bfloat16), torch.randn(3, 2, 16, dtype=torch.bfloat16)
+    loc = torch.tensor([1, 4, 6])
+    with pytest.raises(AttngenInputError, match="layer.k_scale: expected a float32 tensor"):
+        pool.set_kv_buffer(layer, loc, k, v)
+    scale = torch.tensor([0.01, 0.02])  # per kv head
+    layer = AttentionLayer(0, 4, 2, 16, 16, 0.25, k_scale=scale, v_scale=scale)
+    pool.set_kv_buffer(layer, loc, 1000 * k, v)  # 1000 * k saturates at 448 * scale
+    k_cache, v_cache = pool.get_kv_buffer(0)
+    stored = k_cache.view(-1, 2, 16)[loc].float() * scale.view(1, 2, 1)
+    want = (1000 * k.float()).clamp(-448 * scale.view(1, 2, 1), 448 * scale.view(1, 2, 1))
+    assert not stored.isnan().any()
+    torch.testing.assert_close(stored, want, rtol=2**-3, atol=1e-3)
+    deq_v = v_cache.view(-1, 2, 16)[loc].float() * scale.view(1, 2, 1)
+    torch.testing.assert_close(deq_v, v.float(), rtol=2**-3, atol=scale.max().item())
+
+
+def test_nvfp4_pool_round_trips_through_its_layout() -> None:
+    pool = NvFp4KVPool(
+        num_layers=1, num_pages=3, page_size=4, num_kv_heads=2, head_dim=32, device="cpu"
+    )
+    gs = torch.tensor([0.01])
+    layer = AttentionLayer(0, 2, 2, 32, 32, 0.2, k_scale=gs, v_scale=gs)
+    k = torch.randn(5, 2, 32)
+    loc = torch.tensor([0, 3, 5, 8, 11])
+    pool.set_kv_buffer(layer, loc, k, k)
+    codes, _ = pool.get_kv_buffer(0)
+    scales, _ = pool.get_kv_block_scales(0)
+    assert codes.dtype == torch.uint8 and codes.shape == (3, 4, 2, 16)
+    back = dequantize_nvfp4(codes.view(-1, 2, 16)[loc], scales.view(-1, 2, 2)[loc], gs)
+    assert (back - k).abs().max() <= 0.25 * k.abs().amax()  # e2m1: within a block's half step
+    with pytest.raises(AttngenInputError, match=r"layer.k_scale: expected shape \[1\]"):
+        bad = AttentionLayer(0, 2, 2, 32, 32, 0.2, k_scale=torch.ones(2), v_scale=gs)
+        pool.set_kv_buffer(bad, loc, k, k)
+
+
+def test_verify_batches_are_checked() -> None:
+    rig = make_rig(CONFIGS[0])
+    pb = rig.builder.extend([3, 4], [2, 2])
+    verify = ForwardBatch(**{**vars(pb.batch), "forward_mode": ForwardMode.TARGET_VERIFY})
+    with pytest.raises(AttngenInputError, match="spec_info: expected a VerifyInfo"):
+        verify.check(device=rig.backend.device, max_context_len=64)
+    three = ForwardBatch(**{**vars(verify), "spec_info": VerifyInfo(3)})
+    with pytest.raises(
+        AttngenInputError, match=r"extend_seq_lens_cpu: expected spec_info.draft_token_num=3"
+    ):
+        three.check(device=rig.backend.device, max_context_len=64)
