@@ -17,6 +17,7 @@ import black
 import pytest
 import torch
 
+from attngen.lower.mha_triton import verify_tiles
 from attngen.reference.mha import paged_decode_ref, paged_extend_ref
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.configs import MhaMask, MhaTritonConfig
@@ -68,6 +69,7 @@ def make_config(
         extend_block_n=block_n,
         extend_num_warps=4,
         extend_num_stages=2,
+        **verify_tiles(num_draft_tokens, gqa_group, block_n),
     )
 
 

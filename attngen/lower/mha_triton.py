@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from attngen.runtime.configs import MhaTritonConfig
-from attngen.spec.enums import KV_DTYPE_NAME, TORCH_DTYPE_NAME, Arch
+from attngen.spec.enums import KV_DTYPE_NAME, TORCH_DTYPE_NAME, Arch, DType
 from attngen.spec.model import Spec
 from attngen.spec.variant import MhaShape, Variant
 
@@ -36,14 +36,24 @@ EXTEND_TILES = {
 }
 
 
+# Quantized caches are decoded into registers next to the tile (fp32 for NVFP4): their
+# extend tiles hold at most 64 query rows x 32 keys on 8 warps (measured spill-free on
+# sm_80, sm_90a and sm_100a where the bf16 tiles spilled). NVFP4 decode on sm80 (scales
+# decoded from raw bytes) reads 32 keys per step.
+QUANT_EXTEND_MAX = (64, 32, 8)  # (BLOCK_M, BLOCK_N, num_warps)
+SM80_FP4_DECODE_BLOCK_N = 32
+
+
 def tile_dim(shape: MhaShape) -> int:
     """The head dim the tile tables are keyed by: the wider of qk and v, padded to 2^k."""
     return next_power_of_two(max(shape.head_dim, shape.v_head_dim))
 
 
-def decode_tiles(head_dim: int, gqa_group: int) -> dict[str, int]:
+def decode_tiles(head_dim: int, gqa_group: int, arch: Arch, kv_dtype: DType) -> dict[str, int]:
     """Split-KV decode: one program per (request, kv head, split)."""
     block_n, warps, stages = DECODE_TILES[head_dim]
+    if arch is Arch.SM80 and kv_dtype is DType.NVFP4:
+        block_n = min(block_n, SM80_FP4_DECODE_BLOCK_N)
     return {
         "decode_block_n": block_n,
         "decode_block_h": max(16, next_power_of_two(gqa_group)),
@@ -54,14 +64,32 @@ def decode_tiles(head_dim: int, gqa_group: int) -> dict[str, int]:
     }
 
 
-def extend_tiles(head_dim: int, arch: Arch) -> dict[str, int]:
+def extend_tiles(head_dim: int, arch: Arch, quantized: bool) -> dict[str, int]:
     """Extend: one program per (block of new tokens, q head, request)."""
     block_m, block_n, warps, stages = EXTEND_TILES[arch][head_dim]
+    if quantized:
+        max_m, max_n, warps = QUANT_EXTEND_MAX
+        block_m, block_n = min(block_m, max_m), min(block_n, max_n)
     return {
         "extend_block_m": block_m,
         "extend_block_n": block_n,
         "extend_num_warps": warps,
         "extend_num_stages": stages,
+    }
+
+
+def verify_tiles(num_draft_tokens: int, gqa_group: int, extend_block_n: int) -> dict[str, int]:
+    """Verify packs (draft, group head) pairs into the rows: 16 .. 64 of them per program;
+    64-row tiles (trees of 8 drafts x 8 heads) run 8 warps over 32 keys (4 warps spilled on
+    sm_80 and sm_100a)."""
+    if num_draft_tokens == 0:
+        return {"verify_block_m": 0, "verify_block_n": 0, "verify_num_warps": 0}
+    block_m = min(64, max(16, next_power_of_two(num_draft_tokens * gqa_group)))
+    wide = block_m > 32
+    return {
+        "verify_block_m": block_m,
+        "verify_block_n": min(extend_block_n, 32 if wide else 64),
+        "verify_num_warps": 8 if wide else 4,
     }
 
 
@@ -79,8 +107,12 @@ def kernel_config(variant: Variant, arch: Arch, spec: Spec) -> MhaTritonConfig:
         kv_scale=variant.kv_scale.value if variant.kv_scale is not None else "none",
         spec_topk=variant.spec_topk or 0,
         num_draft_tokens=spec.speculative.num_draft_tokens if spec.speculative else 0,
-        **decode_tiles(tile_dim(shape), shape.gqa_group),
-        **extend_tiles(tile_dim(shape), arch),
+        **decode_tiles(tile_dim(shape), shape.gqa_group, arch, variant.kv_dtype),
+        **extend_tiles(tile_dim(shape), arch, variant.kv_dtype is not variant.dtype),
+    )
+    drafts = config.num_draft_tokens
+    config = dataclasses.replace(
+        config, **verify_tiles(drafts, shape.gqa_group, config.extend_block_n)
     )
     overrides = {k: v for t in spec.tuning if t.arch is arch for k, v in t.values}
     return dataclasses.replace(config, **overrides) if overrides else config

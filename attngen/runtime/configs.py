@@ -38,6 +38,10 @@ class MhaTritonConfig:
     extend_block_n: int
     extend_num_warps: int
     extend_num_stages: int
+    # -- verify (extend tiles with the GQA group packed into the rows; 0: no verify) ----
+    verify_block_m: int = 0  # rows: num_draft_tokens x gqa_group, padded (16 .. 64)
+    verify_block_n: int = 0
+    verify_num_warps: int = 0
 
 
 @dataclass(frozen=True)

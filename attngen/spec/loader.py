@@ -49,6 +49,9 @@ TUNING_KEYS = (
     "extend_block_n",
     "extend_num_warps",
     "extend_num_stages",
+    "verify_block_m",
+    "verify_block_n",
+    "verify_num_warps",
 )
 
 

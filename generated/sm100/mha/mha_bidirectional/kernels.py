@@ -33,7 +33,7 @@ from attngen.runtime.configs import MhaMask, MhaTraits, MhaTritonConfig
 from ....triton import mha as library
 
 # sha256 of the library this module was generated against (evidence keys on this file)
-LIBRARY_SHA256 = "a94a04a2787d74d5b2782d2d48647a927149e39e11b9d49d1530fccb7f3dde76"
+LIBRARY_SHA256 = "7864ef313472bb147e4cda3c247ce4ab1dd7b0c7bac6dd33eb674cd52d3365ef"
 MASK = MhaMask(
     causal=False,
     window_left=-1,
@@ -66,6 +66,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g1_ps16_fp16_none": MhaTritonConfig(
         uri="d64_g1_ps16_fp16_none",
@@ -88,6 +91,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g1_ps16_bf16_none": MhaTritonConfig(
         uri="d128_g1_ps16_bf16_none",
@@ -110,6 +116,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g1_ps16_fp16_none": MhaTritonConfig(
         uri="d128_g1_ps16_fp16_none",
@@ -132,6 +141,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
 }
 

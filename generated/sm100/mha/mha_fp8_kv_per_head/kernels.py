@@ -33,7 +33,7 @@ from attngen.runtime.configs import MhaMask, MhaTraits, MhaTritonConfig
 from ....triton import mha as library
 
 # sha256 of the library this module was generated against (evidence keys on this file)
-LIBRARY_SHA256 = "a94a04a2787d74d5b2782d2d48647a927149e39e11b9d49d1530fccb7f3dde76"
+LIBRARY_SHA256 = "7864ef313472bb147e4cda3c247ce4ab1dd7b0c7bac6dd33eb674cd52d3365ef"
 MASK = MhaMask(
     causal=True,
     window_left=-1,
@@ -63,9 +63,12 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         max_splits=16,
         combine_num_warps=4,
         extend_block_m=64,
-        extend_block_n=64,
+        extend_block_n=32,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g8_ps16_fp16_kvfp8_e4m3_causal": MhaTritonConfig(
         uri="d64_g8_ps16_fp16_kvfp8_e4m3_causal",
@@ -85,9 +88,12 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         max_splits=16,
         combine_num_warps=4,
         extend_block_m=64,
-        extend_block_n=64,
+        extend_block_n=32,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g8_ps16_bf16_kvfp8_e4m3_causal": MhaTritonConfig(
         uri="d128_g8_ps16_bf16_kvfp8_e4m3_causal",
@@ -106,10 +112,13 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         decode_num_stages=3,
         max_splits=16,
         combine_num_warps=4,
-        extend_block_m=128,
-        extend_block_n=64,
+        extend_block_m=64,
+        extend_block_n=32,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g8_ps16_fp16_kvfp8_e4m3_causal": MhaTritonConfig(
         uri="d128_g8_ps16_fp16_kvfp8_e4m3_causal",
@@ -128,10 +137,13 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         decode_num_stages=3,
         max_splits=16,
         combine_num_warps=4,
-        extend_block_m=128,
-        extend_block_n=64,
+        extend_block_m=64,
+        extend_block_n=32,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g8_ps16_bf16_kvfp8_e4m3_causal": MhaTritonConfig(
         uri="d256_g8_ps16_bf16_kvfp8_e4m3_causal",
@@ -152,8 +164,11 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=32,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g8_ps16_fp16_kvfp8_e4m3_causal": MhaTritonConfig(
         uri="d256_g8_ps16_fp16_kvfp8_e4m3_causal",
@@ -174,8 +189,11 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         combine_num_warps=4,
         extend_block_m=64,
         extend_block_n=32,
-        extend_num_warps=4,
+        extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
 }
 

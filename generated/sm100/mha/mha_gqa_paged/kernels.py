@@ -33,7 +33,7 @@ from attngen.runtime.configs import MhaMask, MhaTraits, MhaTritonConfig
 from ....triton import mha as library
 
 # sha256 of the library this module was generated against (evidence keys on this file)
-LIBRARY_SHA256 = "a94a04a2787d74d5b2782d2d48647a927149e39e11b9d49d1530fccb7f3dde76"
+LIBRARY_SHA256 = "7864ef313472bb147e4cda3c247ce4ab1dd7b0c7bac6dd33eb674cd52d3365ef"
 MASK = MhaMask(
     causal=True,
     window_left=-1,
@@ -66,6 +66,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g1_ps16_bf16_causal": MhaTritonConfig(
         uri="d64_g1_ps16_bf16_causal",
@@ -88,6 +91,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g1_ps64_bf16_causal": MhaTritonConfig(
         uri="d64_g1_ps64_bf16_causal",
@@ -110,6 +116,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g1_ps128_bf16_causal": MhaTritonConfig(
         uri="d64_g1_ps128_bf16_causal",
@@ -132,6 +141,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g1_ps1_fp16_causal": MhaTritonConfig(
         uri="d64_g1_ps1_fp16_causal",
@@ -154,6 +166,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g1_ps16_fp16_causal": MhaTritonConfig(
         uri="d64_g1_ps16_fp16_causal",
@@ -176,6 +191,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g1_ps64_fp16_causal": MhaTritonConfig(
         uri="d64_g1_ps64_fp16_causal",
@@ -198,6 +216,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g1_ps128_fp16_causal": MhaTritonConfig(
         uri="d64_g1_ps128_fp16_causal",
@@ -220,6 +241,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g4_ps1_bf16_causal": MhaTritonConfig(
         uri="d64_g4_ps1_bf16_causal",
@@ -242,6 +266,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g4_ps16_bf16_causal": MhaTritonConfig(
         uri="d64_g4_ps16_bf16_causal",
@@ -264,6 +291,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g4_ps64_bf16_causal": MhaTritonConfig(
         uri="d64_g4_ps64_bf16_causal",
@@ -286,6 +316,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g4_ps128_bf16_causal": MhaTritonConfig(
         uri="d64_g4_ps128_bf16_causal",
@@ -308,6 +341,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g4_ps1_fp16_causal": MhaTritonConfig(
         uri="d64_g4_ps1_fp16_causal",
@@ -330,6 +366,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g4_ps16_fp16_causal": MhaTritonConfig(
         uri="d64_g4_ps16_fp16_causal",
@@ -352,6 +391,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g4_ps64_fp16_causal": MhaTritonConfig(
         uri="d64_g4_ps64_fp16_causal",
@@ -374,6 +416,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g4_ps128_fp16_causal": MhaTritonConfig(
         uri="d64_g4_ps128_fp16_causal",
@@ -396,6 +441,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g8_ps1_bf16_causal": MhaTritonConfig(
         uri="d64_g8_ps1_bf16_causal",
@@ -418,6 +466,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g8_ps16_bf16_causal": MhaTritonConfig(
         uri="d64_g8_ps16_bf16_causal",
@@ -440,6 +491,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g8_ps64_bf16_causal": MhaTritonConfig(
         uri="d64_g8_ps64_bf16_causal",
@@ -462,6 +516,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g8_ps128_bf16_causal": MhaTritonConfig(
         uri="d64_g8_ps128_bf16_causal",
@@ -484,6 +541,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g8_ps1_fp16_causal": MhaTritonConfig(
         uri="d64_g8_ps1_fp16_causal",
@@ -506,6 +566,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g8_ps16_fp16_causal": MhaTritonConfig(
         uri="d64_g8_ps16_fp16_causal",
@@ -528,6 +591,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g8_ps64_fp16_causal": MhaTritonConfig(
         uri="d64_g8_ps64_fp16_causal",
@@ -550,6 +616,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d64_g8_ps128_fp16_causal": MhaTritonConfig(
         uri="d64_g8_ps128_fp16_causal",
@@ -572,6 +641,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g1_ps1_bf16_causal": MhaTritonConfig(
         uri="d128_g1_ps1_bf16_causal",
@@ -594,6 +666,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g1_ps16_bf16_causal": MhaTritonConfig(
         uri="d128_g1_ps16_bf16_causal",
@@ -616,6 +691,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g1_ps64_bf16_causal": MhaTritonConfig(
         uri="d128_g1_ps64_bf16_causal",
@@ -638,6 +716,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g1_ps128_bf16_causal": MhaTritonConfig(
         uri="d128_g1_ps128_bf16_causal",
@@ -660,6 +741,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g1_ps1_fp16_causal": MhaTritonConfig(
         uri="d128_g1_ps1_fp16_causal",
@@ -682,6 +766,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g1_ps16_fp16_causal": MhaTritonConfig(
         uri="d128_g1_ps16_fp16_causal",
@@ -704,6 +791,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g1_ps64_fp16_causal": MhaTritonConfig(
         uri="d128_g1_ps64_fp16_causal",
@@ -726,6 +816,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g1_ps128_fp16_causal": MhaTritonConfig(
         uri="d128_g1_ps128_fp16_causal",
@@ -748,6 +841,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g4_ps1_bf16_causal": MhaTritonConfig(
         uri="d128_g4_ps1_bf16_causal",
@@ -770,6 +866,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g4_ps16_bf16_causal": MhaTritonConfig(
         uri="d128_g4_ps16_bf16_causal",
@@ -792,6 +891,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g4_ps64_bf16_causal": MhaTritonConfig(
         uri="d128_g4_ps64_bf16_causal",
@@ -814,6 +916,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g4_ps128_bf16_causal": MhaTritonConfig(
         uri="d128_g4_ps128_bf16_causal",
@@ -836,6 +941,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g4_ps1_fp16_causal": MhaTritonConfig(
         uri="d128_g4_ps1_fp16_causal",
@@ -858,6 +966,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g4_ps16_fp16_causal": MhaTritonConfig(
         uri="d128_g4_ps16_fp16_causal",
@@ -880,6 +991,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g4_ps64_fp16_causal": MhaTritonConfig(
         uri="d128_g4_ps64_fp16_causal",
@@ -902,6 +1016,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g4_ps128_fp16_causal": MhaTritonConfig(
         uri="d128_g4_ps128_fp16_causal",
@@ -924,6 +1041,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g8_ps1_bf16_causal": MhaTritonConfig(
         uri="d128_g8_ps1_bf16_causal",
@@ -946,6 +1066,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g8_ps16_bf16_causal": MhaTritonConfig(
         uri="d128_g8_ps16_bf16_causal",
@@ -968,6 +1091,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g8_ps64_bf16_causal": MhaTritonConfig(
         uri="d128_g8_ps64_bf16_causal",
@@ -990,6 +1116,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g8_ps128_bf16_causal": MhaTritonConfig(
         uri="d128_g8_ps128_bf16_causal",
@@ -1012,6 +1141,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g8_ps1_fp16_causal": MhaTritonConfig(
         uri="d128_g8_ps1_fp16_causal",
@@ -1034,6 +1166,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g8_ps16_fp16_causal": MhaTritonConfig(
         uri="d128_g8_ps16_fp16_causal",
@@ -1056,6 +1191,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g8_ps64_fp16_causal": MhaTritonConfig(
         uri="d128_g8_ps64_fp16_causal",
@@ -1078,6 +1216,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d128_g8_ps128_fp16_causal": MhaTritonConfig(
         uri="d128_g8_ps128_fp16_causal",
@@ -1100,6 +1241,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g1_ps1_bf16_causal": MhaTritonConfig(
         uri="d256_g1_ps1_bf16_causal",
@@ -1122,6 +1266,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g1_ps16_bf16_causal": MhaTritonConfig(
         uri="d256_g1_ps16_bf16_causal",
@@ -1144,6 +1291,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g1_ps64_bf16_causal": MhaTritonConfig(
         uri="d256_g1_ps64_bf16_causal",
@@ -1166,6 +1316,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g1_ps128_bf16_causal": MhaTritonConfig(
         uri="d256_g1_ps128_bf16_causal",
@@ -1188,6 +1341,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g1_ps1_fp16_causal": MhaTritonConfig(
         uri="d256_g1_ps1_fp16_causal",
@@ -1210,6 +1366,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g1_ps16_fp16_causal": MhaTritonConfig(
         uri="d256_g1_ps16_fp16_causal",
@@ -1232,6 +1391,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g1_ps64_fp16_causal": MhaTritonConfig(
         uri="d256_g1_ps64_fp16_causal",
@@ -1254,6 +1416,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g1_ps128_fp16_causal": MhaTritonConfig(
         uri="d256_g1_ps128_fp16_causal",
@@ -1276,6 +1441,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g4_ps1_bf16_causal": MhaTritonConfig(
         uri="d256_g4_ps1_bf16_causal",
@@ -1298,6 +1466,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g4_ps16_bf16_causal": MhaTritonConfig(
         uri="d256_g4_ps16_bf16_causal",
@@ -1320,6 +1491,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g4_ps64_bf16_causal": MhaTritonConfig(
         uri="d256_g4_ps64_bf16_causal",
@@ -1342,6 +1516,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g4_ps128_bf16_causal": MhaTritonConfig(
         uri="d256_g4_ps128_bf16_causal",
@@ -1364,6 +1541,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g4_ps1_fp16_causal": MhaTritonConfig(
         uri="d256_g4_ps1_fp16_causal",
@@ -1386,6 +1566,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g4_ps16_fp16_causal": MhaTritonConfig(
         uri="d256_g4_ps16_fp16_causal",
@@ -1408,6 +1591,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g4_ps64_fp16_causal": MhaTritonConfig(
         uri="d256_g4_ps64_fp16_causal",
@@ -1430,6 +1616,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g4_ps128_fp16_causal": MhaTritonConfig(
         uri="d256_g4_ps128_fp16_causal",
@@ -1452,6 +1641,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g8_ps1_bf16_causal": MhaTritonConfig(
         uri="d256_g8_ps1_bf16_causal",
@@ -1474,6 +1666,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g8_ps16_bf16_causal": MhaTritonConfig(
         uri="d256_g8_ps16_bf16_causal",
@@ -1496,6 +1691,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g8_ps64_bf16_causal": MhaTritonConfig(
         uri="d256_g8_ps64_bf16_causal",
@@ -1518,6 +1716,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g8_ps128_bf16_causal": MhaTritonConfig(
         uri="d256_g8_ps128_bf16_causal",
@@ -1540,6 +1741,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g8_ps1_fp16_causal": MhaTritonConfig(
         uri="d256_g8_ps1_fp16_causal",
@@ -1562,6 +1766,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g8_ps16_fp16_causal": MhaTritonConfig(
         uri="d256_g8_ps16_fp16_causal",
@@ -1584,6 +1791,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g8_ps64_fp16_causal": MhaTritonConfig(
         uri="d256_g8_ps64_fp16_causal",
@@ -1606,6 +1816,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
     "d256_g8_ps128_fp16_causal": MhaTritonConfig(
         uri="d256_g8_ps128_fp16_causal",
@@ -1628,6 +1841,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=32,
         extend_num_warps=4,
         extend_num_stages=2,
+        verify_block_m=0,
+        verify_block_n=0,
+        verify_num_warps=0,
     ),
 }
 

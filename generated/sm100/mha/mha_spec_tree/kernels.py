@@ -33,7 +33,7 @@ from attngen.runtime.configs import MhaMask, MhaTraits, MhaTritonConfig
 from ....triton import mha as library
 
 # sha256 of the library this module was generated against (evidence keys on this file)
-LIBRARY_SHA256 = "a94a04a2787d74d5b2782d2d48647a927149e39e11b9d49d1530fccb7f3dde76"
+LIBRARY_SHA256 = "7864ef313472bb147e4cda3c247ce4ab1dd7b0c7bac6dd33eb674cd52d3365ef"
 MASK = MhaMask(
     causal=True,
     window_left=-1,
@@ -71,6 +71,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d64_g8_ps16_bf16_custom_topk4": MhaTritonConfig(
         uri="d64_g8_ps16_bf16_custom_topk4",
@@ -93,6 +96,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d64_g8_ps64_bf16_custom_topk4": MhaTritonConfig(
         uri="d64_g8_ps64_bf16_custom_topk4",
@@ -115,6 +121,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d64_g8_ps1_fp16_custom_topk4": MhaTritonConfig(
         uri="d64_g8_ps1_fp16_custom_topk4",
@@ -137,6 +146,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d64_g8_ps16_fp16_custom_topk4": MhaTritonConfig(
         uri="d64_g8_ps16_fp16_custom_topk4",
@@ -159,6 +171,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d64_g8_ps64_fp16_custom_topk4": MhaTritonConfig(
         uri="d64_g8_ps64_fp16_custom_topk4",
@@ -181,6 +196,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d128_g8_ps1_bf16_custom_topk4": MhaTritonConfig(
         uri="d128_g8_ps1_bf16_custom_topk4",
@@ -203,6 +221,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d128_g8_ps16_bf16_custom_topk4": MhaTritonConfig(
         uri="d128_g8_ps16_bf16_custom_topk4",
@@ -225,6 +246,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d128_g8_ps64_bf16_custom_topk4": MhaTritonConfig(
         uri="d128_g8_ps64_bf16_custom_topk4",
@@ -247,6 +271,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d128_g8_ps1_fp16_custom_topk4": MhaTritonConfig(
         uri="d128_g8_ps1_fp16_custom_topk4",
@@ -269,6 +296,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d128_g8_ps16_fp16_custom_topk4": MhaTritonConfig(
         uri="d128_g8_ps16_fp16_custom_topk4",
@@ -291,6 +321,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
     "d128_g8_ps64_fp16_custom_topk4": MhaTritonConfig(
         uri="d128_g8_ps64_fp16_custom_topk4",
@@ -313,6 +346,9 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_block_n=64,
         extend_num_warps=8,
         extend_num_stages=2,
+        verify_block_m=64,
+        verify_block_n=32,
+        verify_num_warps=8,
     ),
 }
 
