@@ -137,8 +137,8 @@ def _quantized_checks(v: Variant) -> frozenset[str]:
 
 
 def _verify_checks(v: Variant) -> frozenset[str]:
-    """Verify numerics, its CUDA-graph capture/replay, and draft extend where generated."""
-    extra = {"draft_extend"} if Phase.DRAFT_EXTEND in v.phases else set()
+    """Verify numerics and CUDA-graph capture/replay, and draft extend's where generated."""
+    extra = {"draft_extend", "cuda_graph_draft_extend"} if Phase.DRAFT_EXTEND in v.phases else set()
     return frozenset({"verify", "cuda_graph_verify"} | extra)
 
 

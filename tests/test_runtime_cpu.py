@@ -724,7 +724,8 @@ def test_cuda_graph_errors() -> None:
     backend.init_cuda_graph_state(4, 4)
     capture = backend.init_forward_metadata_capture_cuda_graph
     with pytest.raises(
-        AttngenInputError, match="EXTEND is not graph-capturable; DECODE and TARGET_VERIFY are"
+        AttngenInputError,
+        match="EXTEND is not graph-capturable; DECODE, TARGET_VERIFY and DRAFT_EXTEND are",
     ):
         capture(4, 4, req, seq, None, ForwardMode.EXTEND, None)
     with pytest.raises(AttngenInputError, match=r"bs: expected 1..4 .*got 5"):

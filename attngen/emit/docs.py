@@ -161,6 +161,7 @@ CHECK_COLUMNS = (
     ("verify", Phase.VERIFY),
     ("cuda_graph_verify", Phase.VERIFY),
     ("draft_extend", Phase.DRAFT_EXTEND),
+    ("cuda_graph_draft_extend", Phase.DRAFT_EXTEND),
 )
 
 

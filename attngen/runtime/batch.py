@@ -148,6 +148,15 @@ class VerifyInfo:
     tree_mask_indptr: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class DraftExtendInfo:
+    """What a captured DRAFT_EXTEND replay needs: each request's new tokens (accepted
+    drafts + 1), ``extend_lens`` int32 ``[>= bs]`` on the device, 1 .. num_draft_tokens.
+    Request b's rows follow request b-1's (cumulative), as in an eager extend batch."""
+
+    extend_lens: torch.Tensor
+
+
 def pack_tree_masks(masks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Bit-pack per-request ``[n, n]`` bool masks (row i: the drafts draft i sees).
 

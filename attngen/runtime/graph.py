@@ -220,6 +220,73 @@ class DecodeGraphBuffers:
         )
 
 
+@dataclass(frozen=True)
+class DraftExtendGraphBuffers:
+    """Draft-extend metadata for up to ``max_bs`` requests of 1 .. ``max_tokens`` new tokens.
+
+    The extend kernel's grid is fixed by max_tokens; each replay writes the requests'
+    lengths (their cumulative row offsets and prefix lengths) in place.
+    """
+
+    max_tokens: int
+    page_table: torch.Tensor  # [max_bs, max_pages] int32
+    qo_indptr: torch.Tensor  # [max_bs + 1] int32
+    prefix_lens: torch.Tensor  # [max_bs] int32
+    out: torch.Tensor  # [max_bs * max_tokens, Hq, Dv]
+
+    @staticmethod
+    def allocate(
+        *,
+        max_bs: int,
+        max_pages: int,
+        max_tokens: int,
+        num_q_heads: int,
+        v_head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> DraftExtendGraphBuffers:
+        i32 = dict(dtype=torch.int32, device=device)
+        return DraftExtendGraphBuffers(
+            max_tokens=max_tokens,
+            page_table=torch.zeros((max_bs, max_pages), **i32),
+            qo_indptr=torch.arange(max_bs + 1, **i32),  # one row each until loaded
+            prefix_lens=torch.zeros((max_bs,), **i32),
+            out=torch.empty(
+                (max_bs * max_tokens, num_q_heads, v_head_dim), dtype=dtype, device=device
+            ),
+        )
+
+    @property
+    def max_bs(self) -> int:
+        return int(self.page_table.shape[0])
+
+    def load(
+        self, bs: int, *, page_table: torch.Tensor, seq_lens: torch.Tensor, extend_lens: object
+    ) -> None:
+        """seq_lens count the new tokens; extend_lens[b] in 1 .. max_tokens (not checked on
+        the host: graph replays do not sync)."""
+        width = int(page_table.shape[1])
+        if width > self.page_table.shape[1]:
+            raise AttngenInputError(
+                f"page_table: expected <= {self.page_table.shape[1]} pages per request, got {width}"
+            )
+        lens = check_graph_rows("spec_info.extend_lens", extend_lens, bs, page_table.device)
+        self.page_table[:bs, :width].copy_(page_table)
+        torch.cumsum(lens, dim=0, dtype=torch.int32, out=self.qo_indptr[1 : bs + 1])
+        torch.clamp(seq_lens - lens, min=0, out=self.prefix_lens[:bs])
+
+    def metadata(self, bs: int) -> ExtendMetadata:
+        return ExtendMetadata(
+            batch_size=bs,
+            num_tokens=bs * self.max_tokens,
+            page_table=self.page_table[:bs],
+            qo_indptr=self.qo_indptr[: bs + 1],
+            prefix_lens=self.prefix_lens[:bs],
+            max_extend_len=self.max_tokens,
+            out=self.out[: bs * self.max_tokens],
+        )
+
+
 def check_graph_call(
     phase: str,
     *,
@@ -229,13 +296,14 @@ def check_graph_call(
     encoder_lens: object,
     tokens_per_request: int = 1,
 ) -> None:
-    """Graph capture/replay covers DECODE (one token per request) and TARGET_VERIFY
-    (``tokens_per_request`` drafts each); no cross-attention."""
+    """Graph capture/replay covers DECODE (one token per request), TARGET_VERIFY
+    (``tokens_per_request`` drafts each) and DRAFT_EXTEND (room for that many tokens per
+    request: num_tokens is bs * tokens_per_request); no cross-attention."""
     where = f"cuda graph {phase}"
-    if mode not in (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY):
+    if mode not in (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND):
         raise AttngenInputError(
-            f"{where}: forward_mode {mode.name} is not graph-capturable; DECODE and "
-            "TARGET_VERIFY are"
+            f"{where}: forward_mode {mode.name} is not graph-capturable; DECODE, "
+            "TARGET_VERIFY and DRAFT_EXTEND are"
         )
     if encoder_lens is not None:
         fail(f"{where}: encoder_lens", "None (no cross-attention)", type(encoder_lens).__name__)

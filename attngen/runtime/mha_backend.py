@@ -29,6 +29,7 @@ from attngen.runtime.batch import (
     ForwardMode,
     PagedKVPool,
     ReqToTokenPool,
+    DraftExtendInfo,
     VerifyInfo,
     check_max_seq_len,
 )
@@ -36,6 +37,7 @@ from attngen.runtime.checks import AttngenInputError, check_at_least, check_tens
 from attngen.runtime.configs import MhaTritonConfig
 from attngen.runtime.graph import (
     DecodeGraphBuffers,
+    DraftExtendGraphBuffers,
     DecodeMetadata,
     ExtendMetadata,
     VerifyGraphBuffers,
@@ -182,6 +184,7 @@ class TritonMhaBackend:
         self.forward_metadata: DecodeMetadata | ExtendMetadata | None = None
         self.graph_buffers: DecodeGraphBuffers | None = None
         self.verify_graph_buffers: VerifyGraphBuffers | None = None
+        self.draft_graph_buffers: DraftExtendGraphBuffers | None = None
 
     def _check_pools(self, req_pool: ReqToTokenPool, kv_pool: PagedKVPool) -> None:
         names = ("page_size", "num_kv_heads", "head_dim", "v_head_dim", "device")
@@ -531,7 +534,7 @@ class TritonMhaBackend:
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
         """Allocate the static metadata buffers of every capturable phase the spec has
-        (decode; verify with ``num_draft_tokens`` rows per request), once."""
+        (decode; verify and draft extend with ``num_draft_tokens`` rows per request), once."""
         check_at_least("max_bs", max_bs, 1)
         if "decode" in self.kernels.PHASES:
             buffers = self.graph.allocate_decode_buffers(
@@ -556,6 +559,16 @@ class TritonMhaBackend:
                 dtype=self.dtype,
                 device=self.device,
             )
+        if "draft_extend" in self.kernels.PHASES and self.config.num_draft_tokens:
+            self.draft_graph_buffers = DraftExtendGraphBuffers.allocate(
+                max_bs=max_bs,
+                max_pages=self.max_pages,
+                max_tokens=self.config.num_draft_tokens,
+                num_q_heads=self.num_q_heads,
+                v_head_dim=self.v_head_dim,
+                dtype=self.dtype,
+                device=self.device,
+            )
 
     def init_forward_metadata_capture_cuda_graph(
         self,
@@ -571,6 +584,9 @@ class TritonMhaBackend:
 
         TARGET_VERIFY: ``seq_lens`` count the drafts too (prefix + draft_token_num), and
         ``spec_info`` is a VerifyInfo (trees: its tree_mask packs bs masks back to back).
+        DRAFT_EXTEND: ``seq_lens`` count the new tokens, ``spec_info`` is a DraftExtendInfo
+        (1 .. num_draft_tokens new tokens per request, rows back to back); num_tokens is
+        bs * num_draft_tokens, the room the graph's q/k/v/out rows have.
         """
         self._graph_call("capture", bs, num_tokens, forward_mode, encoder_lens)
         self._load_graph_rows(
@@ -608,7 +624,8 @@ class TritonMhaBackend:
         return self.seq_len_fill_value
 
     def _tokens_per_request(self, mode: ForwardMode) -> int:
-        return self.config.num_draft_tokens if mode is ForwardMode.TARGET_VERIFY else 1
+        speculative = (ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND)
+        return self.config.num_draft_tokens if mode in speculative else 1
 
     def _graph_call(
         self, phase: str, bs: int, num_tokens: int, mode: ForwardMode, encoder_lens: Any
@@ -621,11 +638,11 @@ class TritonMhaBackend:
             encoder_lens=encoder_lens,
             tokens_per_request=self._tokens_per_request(mode),
         )
-        bufs = (
-            self.verify_graph_buffers if mode is ForwardMode.TARGET_VERIFY else self.graph_buffers
-        )
+        bufs, wanted = {
+            ForwardMode.TARGET_VERIFY: (self.verify_graph_buffers, "verify"),
+            ForwardMode.DRAFT_EXTEND: (self.draft_graph_buffers, "draft_extend"),
+        }.get(mode, (self.graph_buffers, "decode"))
         if bufs is None:
-            wanted = "verify" if mode is ForwardMode.TARGET_VERIFY else "decode"
             if wanted not in self.kernels.PHASES:
                 raise AttngenInputError(
                     f"cuda graph {phase}: {self.spec_name} does not generate {wanted}"
@@ -657,6 +674,14 @@ class TritonMhaBackend:
                 fail("spec_info", "a VerifyInfo (TARGET_VERIFY)", type(spec_info).__name__)
             tree_mask, _ = self._tree_mask(spec_info)
             bufs.load(bs, page_table=page_table, seq_lens=seq_lens, tree_mask=tree_mask)
+            self.forward_metadata = bufs.metadata(bs)
+            return
+        if mode is ForwardMode.DRAFT_EXTEND:
+            if not isinstance(spec_info, DraftExtendInfo):
+                fail("spec_info", "a DraftExtendInfo (DRAFT_EXTEND)", type(spec_info).__name__)
+            bufs = self.draft_graph_buffers
+            lens = spec_info.extend_lens
+            bufs.load(bs, page_table=page_table, seq_lens=seq_lens, extend_lens=lens)
             self.forward_metadata = bufs.metadata(bs)
             return
         num_splits = self._num_splits(seq_lens, bs)

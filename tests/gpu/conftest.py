@@ -36,6 +36,7 @@ CHECKS = (
     "cuda_graph_verify",
     "quantized_vs_bf16",
     "mqa",
+    "cuda_graph_draft_extend",
 )
 WORKER_KEY = "attngen_evidence"
 

@@ -30,6 +30,7 @@ import torch
 
 from attngen.runtime.batch import (
     FP8_DTYPES,
+    DraftExtendInfo,
     AttentionLayer,
     ForwardBatch,
     ForwardMode,
@@ -589,3 +590,62 @@ def test_mqa(case: Case | None, evidence) -> None:
         out, want = run_eager(rig, rig.builder.extend(prefix, ext), flat=True)
         rig.check(out, want, f"mqa extend prefix_lens={prefix} extend_lens={ext}")
     evidence.record(case.backend.kernels, case.config.uri, "mqa")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_cuda_graph_draft_extend(case: Case | None, evidence) -> None:
+    """Draft extend captured once at MAX_BS requests x n rows of room, replayed on 12
+    batches of 1 .. n accepted tokens per request (rows back to back, padded at the end)."""
+    case = require(case, "draft_extend")
+    n, ps = case.config.num_draft_tokens, case.config.page_size
+    pages = pages_for([GRAPH_TABLE_WIDTH] * MAX_BS, ps)
+    rig = make_rig(case, max_context_len=GRAPH_TABLE_WIDTH, max_reqs=MAX_BS + 1, num_pages=pages)
+    backend, fill = rig.backend, rig.backend.get_cuda_graph_seq_len_fill_value()
+    dev = backend.device
+    q, k, v = rig.qkv(MAX_BS * n)
+    loc = torch.zeros(MAX_BS * n, dtype=torch.int64, device=dev)
+    rows = torch.zeros(MAX_BS, dtype=torch.int64, device=dev)
+    lens = torch.full((MAX_BS,), fill, dtype=torch.int32, device=dev)
+    extend_lens = torch.ones(MAX_BS, dtype=torch.int32, device=dev)
+    first = rig.builder.draft_extend([GRAPH_TABLE_WIDTH - n] * MAX_BS, [n] * MAX_BS)
+    static_batch = dataclasses.replace(first.batch, out_cache_loc=loc)
+    info = DraftExtendInfo(extend_lens)
+    backend.init_cuda_graph_state(MAX_BS, MAX_BS * n)
+    backend.init_forward_metadata_capture_cuda_graph(
+        MAX_BS, MAX_BS * n, rows, lens, None, ForwardMode.DRAFT_EXTEND, info
+    )
+    backend.forward_extend(q, k, v, rig.layer, static_batch, sinks=rig.sinks)  # compile
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_static = backend.forward_extend(q, k, v, rig.layer, static_batch, sinks=rig.sinks)
+    rng = random.Random(rig.builder.seed)
+    for step in range(12):
+        real = MAX_BS if step % 4 == 0 else rng.randint(1, MAX_BS - 1)
+        prefix = [rng.choice([0, rng.randint(1, GRAPH_TABLE_WIDTH - n)]) for _ in range(real)]
+        accepted = [rng.randint(1, n) for _ in range(real)]
+        pb = rig.builder.draft_extend(prefix, accepted)
+        tokens = sum(accepted)
+        qn, kn, vn = rig.qkv(tokens)
+        backend.init_forward_metadata(pb.batch)
+        eager = backend.forward_extend(qn, kn, vn, rig.layer, pb.batch, sinks=rig.sinks).clone()
+        q[:tokens], k[:tokens], v[:tokens] = qn, kn, vn
+        loc.zero_()
+        loc[:tokens] = pb.batch.out_cache_loc
+        rows.zero_()
+        rows[:real] = pb.batch.req_pool_indices
+        lens.fill_(fill)
+        lens[:real] = pb.batch.seq_lens
+        extend_lens.fill_(1)
+        extend_lens[:real] = pb.batch.extend_seq_lens
+        backend.draft_graph_buffers.out.fill_(float("nan"))
+        backend.init_forward_metadata_replay_cuda_graph(
+            MAX_BS, rows, lens, int(lens.sum()), None, ForwardMode.DRAFT_EXTEND, info, lens.cpu()
+        )
+        graph.replay()
+        got = out_static[:tokens]
+        what = f"draft extend replay {step}, prefix_lens={prefix} accepted={accepted}"
+        rig.check(got, eager, f"{what}: graph vs eager")
+        rig.check(got, rig.oracle(pb, qn), f"{what}: graph vs oracle")
+    evidence.record(case.backend.kernels, case.config.uri, "cuda_graph_draft_extend")
