@@ -36,6 +36,7 @@ from attngen.runtime.batch import (
     ForwardMode,
     NvFp4KVPool,
     VerifyInfo,
+    pack_tree_masks,
 )
 from attngen.reference.mha import prefill_ref
 from attngen.runtime.configs import MhaTritonConfig
@@ -649,3 +650,56 @@ def test_cuda_graph_draft_extend(case: Case | None, evidence) -> None:
         rig.check(got, eager, f"{what}: graph vs eager")
         rig.check(got, rig.oracle(pb, qn), f"{what}: graph vs oracle")
     evidence.record(case.backend.kernels, case.config.uri, "cuda_graph_draft_extend")
+
+
+# -- rows that see no key at all give zeros ----
+
+
+@pytest.mark.gpu
+def test_fully_masked_rows_give_zeros() -> None:
+    """Kernel level, on the H200: a tree-verify row whose mask is empty (no prefix, no
+    draft) and a decode request of length 0 produce exact zeros; nothing is NaN."""
+    tree = [c for c in CASES if c.values[0] is not None and c.values[0].config.spec_topk > 1]
+    if not tree:
+        pytest.skip("no tree-verify spec generated")
+    case = tree[0].values[0]
+    kernels, config = case.backend.kernels, case.config
+    dev, dtype = torch.device("cuda"), getattr(torch, config.dtype)
+    n, ps, hkv = config.num_draft_tokens, config.page_size, NUM_KV_HEADS
+    hq, d = hkv * config.gqa_group, config.head_dim
+    pages = 2 * (-(-n // ps)) + 1
+    k_cache = torch.randn(pages, ps, hkv, d, dtype=dtype, device=dev)
+    v_cache = torch.randn(pages, ps, hkv, d, dtype=dtype, device=dev)
+    table = torch.arange(1, pages, dtype=torch.int32, device=dev).view(2, -1)
+    q = torch.randn(2 * n, hq, d, dtype=dtype, device=dev)
+    out = torch.full((2 * n, hq, d), float("nan"), dtype=dtype, device=dev)
+    masks = [torch.tril(torch.ones(n, n, dtype=torch.bool)) for _ in range(2)]
+    masks[0][1] = False  # request 0, draft 1 sees nothing (prefix 0)
+    packed, indptr = pack_tree_masks([m.to(dev) for m in masks])
+    qo = torch.tensor([0, n, 2 * n], dtype=torch.int32, device=dev)
+    prefix = torch.zeros(2, dtype=torch.int32, device=dev)
+    kernels.verify(
+        q,
+        k_cache,
+        v_cache,
+        table,
+        qo,
+        prefix,
+        out,
+        config=config,
+        sm_scale=0.1,
+        tree_mask=packed,
+        tree_mask_indptr=indptr,
+    )
+    assert not out.isnan().any() and torch.all(out[1] == 0)
+    assert out[0].abs().sum() > 0  # the others attend
+    seq_lens = torch.tensor([0, n], dtype=torch.int32, device=dev)
+    splits = torch.tensor([2, 1], dtype=torch.int32, device=dev)
+    dq = torch.randn(2, hq, d, dtype=dtype, device=dev)
+    dout = torch.full((2, hq, d), float("nan"), dtype=dtype, device=dev)
+    po = torch.empty(2, hq, config.max_splits, d, device=dev)
+    pl = torch.empty(2, hq, config.max_splits, device=dev)
+    kernels.decode(
+        dq, k_cache, v_cache, table, seq_lens, splits, dout, po, pl, config=config, sm_scale=0.1
+    )
+    assert not dout.isnan().any() and torch.all(dout[0] == 0) and dout[1].abs().sum() > 0
