@@ -133,16 +133,17 @@ def make_pools(
     """A ``req_to_token`` table and a paged KV pool whose every element is random normal
     (``dtype="nvfp4"``: random codes, block scales uniform in [0.25, 2])."""
     req_pool = ReqToTokenPool(max_reqs, max_context_len, device)
+    shape = dict(
+        num_layers=num_layers,
+        num_pages=num_pages,
+        page_size=page_size,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        v_head_dim=v_head_dim,
+        device=device,
+    )
     if dtype == "nvfp4":
-        fp4 = NvFp4KVPool(
-            num_layers=num_layers,
-            num_pages=num_pages,
-            page_size=page_size,
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim,
-            v_head_dim=v_head_dim,
-            device=device,
-        )
+        fp4 = NvFp4KVPool(**shape)
         for buf in fp4.k_buffer + fp4.v_buffer:
             codes = torch.randint(0, 256, buf.shape, generator=generator, device=buf.device)
             buf.copy_(codes.to(torch.uint8))
@@ -150,16 +151,7 @@ def make_pools(
             noise = torch.empty(buf.shape, device=buf.device).uniform_(0.25, 2, generator=generator)
             buf.copy_(noise.to(buf.dtype))
         return req_pool, fp4
-    kv_pool = PagedKVPool(
-        num_layers=num_layers,
-        num_pages=num_pages,
-        page_size=page_size,
-        num_kv_heads=num_kv_heads,
-        head_dim=head_dim,
-        v_head_dim=v_head_dim,
-        dtype=dtype,
-        device=device,
-    )
+    kv_pool = PagedKVPool(dtype=dtype, **shape)
     for buf in kv_pool.k_buffer + kv_pool.v_buffer:
         if buf.dtype in FP8_DTYPES:  # random normal values, stored exactly in fp8
             noise = torch.empty(buf.shape, device=buf.device).normal_(generator=generator)

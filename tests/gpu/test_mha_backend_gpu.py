@@ -468,6 +468,23 @@ def pad_verify(pb, bs: int, n: int, fill: int) -> tuple[torch.Tensor, torch.Tens
     return rows, lens, VerifyInfo(n, mask, info.tree_mask_indptr)
 
 
+def capture_extend_graph(
+    rig: Rig, mode: ForwardMode, batch: ForwardBatch, qkv, rows, lens, info, n: int
+) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """Capture forward_extend for MAX_BS requests x n rows (TARGET_VERIFY / DRAFT_EXTEND)."""
+    backend = rig.backend
+    backend.init_cuda_graph_state(MAX_BS, MAX_BS * n)
+    backend.init_forward_metadata_capture_cuda_graph(
+        MAX_BS, MAX_BS * n, rows, lens, None, mode, info
+    )
+    backend.forward_extend(*qkv, rig.layer, batch, sinks=rig.sinks)  # compile
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = backend.forward_extend(*qkv, rig.layer, batch, sinks=rig.sinks)
+    return graph, out
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_cuda_graph_verify(case: Case | None, evidence) -> None:
@@ -482,15 +499,10 @@ def test_cuda_graph_verify(case: Case | None, evidence) -> None:
     first = rig.builder.verify([GRAPH_TABLE_WIDTH - n] * MAX_BS, n, tree=is_tree(case))
     rows, lens, info = pad_verify(first, MAX_BS, n, fill)
     static_batch = dataclasses.replace(first.batch, out_cache_loc=loc)
-    backend.init_cuda_graph_state(MAX_BS, MAX_BS * n)
-    backend.init_forward_metadata_capture_cuda_graph(
-        MAX_BS, MAX_BS * n, rows, lens, None, ForwardMode.TARGET_VERIFY, info
+    mode = ForwardMode.TARGET_VERIFY
+    graph, out_static = capture_extend_graph(
+        rig, mode, static_batch, (q, k, v), rows, lens, info, n
     )
-    backend.forward_extend(q, k, v, rig.layer, static_batch, sinks=rig.sinks)  # compile
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out_static = backend.forward_extend(q, k, v, rig.layer, static_batch, sinks=rig.sinks)
     rng = random.Random(rig.builder.seed)
     bufs = backend.verify_graph_buffers
     for step in range(12):
@@ -612,15 +624,10 @@ def test_cuda_graph_draft_extend(case: Case | None, evidence) -> None:
     first = rig.builder.draft_extend([GRAPH_TABLE_WIDTH - n] * MAX_BS, [n] * MAX_BS)
     static_batch = dataclasses.replace(first.batch, out_cache_loc=loc)
     info = DraftExtendInfo(extend_lens)
-    backend.init_cuda_graph_state(MAX_BS, MAX_BS * n)
-    backend.init_forward_metadata_capture_cuda_graph(
-        MAX_BS, MAX_BS * n, rows, lens, None, ForwardMode.DRAFT_EXTEND, info
+    mode = ForwardMode.DRAFT_EXTEND
+    graph, out_static = capture_extend_graph(
+        rig, mode, static_batch, (q, k, v), rows, lens, info, n
     )
-    backend.forward_extend(q, k, v, rig.layer, static_batch, sinks=rig.sinks)  # compile
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out_static = backend.forward_extend(q, k, v, rig.layer, static_batch, sinks=rig.sinks)
     rng = random.Random(rig.builder.seed)
     for step in range(12):
         real = MAX_BS if step % 4 == 0 else rng.randint(1, MAX_BS - 1)
