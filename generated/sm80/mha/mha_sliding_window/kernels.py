@@ -33,7 +33,7 @@ from attngen.runtime.configs import MhaMask, MhaTraits, MhaTritonConfig
 from ....triton import mha as library
 
 # sha256 of the library this module was generated against (evidence keys on this file)
-LIBRARY_SHA256 = "7864ef313472bb147e4cda3c247ce4ab1dd7b0c7bac6dd33eb674cd52d3365ef"
+LIBRARY_SHA256 = "57ceedddfded9764bed4b3c2c8ef6176b49fbc11b3c131cb5e59df4a14839454"
 MASK = MhaMask(
     causal=True,
     window_left=4095,
