@@ -37,11 +37,16 @@ EXTEND_TILES = {
 
 
 # Quantized caches are decoded into registers next to the tile: their extend tiles hold at
-# most 64 query rows x 32 keys on 8 warps (measured spill-free on sm_80, sm_90a and sm_100a
-# where the bf16 tiles spilled). NVFP4 decode reads 32 keys per step (H200, B64 ctx4k d128:
+# most 64 query rows x 32 keys (sm100: 16 keys) on 8 warps (measured spill-free on sm_80,
+# sm_90a and sm_100a where the bf16 tiles spilled; sm_100a caps 8-warp 64-row tiles at 80
+# registers: NVFP4 at page size 1 spilled there with 32 keys, and 128-row tiles spilled too). NVFP4 decode reads 32 keys per step (H200, B64 ctx4k d128:
 # 0.60 ms at 32, 0.65 at 64, 0.69 at 128; sm80, whose scales are decoded from raw bytes,
 # spilled at 64).
-QUANT_EXTEND_MAX = (64, 32, 8)  # (BLOCK_M, BLOCK_N, num_warps)
+QUANT_EXTEND_MAX = {  # (BLOCK_M, BLOCK_N, num_warps)
+    Arch.SM80: (64, 32, 8),
+    Arch.SM90: (64, 32, 8),
+    Arch.SM100: (64, 16, 8),
+}
 FP4_DECODE_BLOCK_N = 32
 
 
@@ -69,7 +74,7 @@ def extend_tiles(head_dim: int, arch: Arch, quantized: bool) -> dict[str, int]:
     """Extend: one program per (block of new tokens, q head, request)."""
     block_m, block_n, warps, stages = EXTEND_TILES[arch][head_dim]
     if quantized:
-        max_m, max_n, warps = QUANT_EXTEND_MAX
+        max_m, max_n, warps = QUANT_EXTEND_MAX[arch]
         block_m, block_n = min(block_m, max_m), min(block_n, max_n)
     return {
         "extend_block_m": block_m,
