@@ -99,12 +99,7 @@ class VerifyGraphBuffers:
         tree_mask: torch.Tensor | None,
     ) -> None:
         """Copy one batch in place: seq_lens count the drafts; padded rows may be short."""
-        width = int(page_table.shape[1])
-        if width > self.page_table.shape[1]:
-            raise AttngenInputError(
-                f"page_table: expected <= {self.page_table.shape[1]} pages per request, got {width}"
-            )
-        self.page_table[:bs, :width].copy_(page_table)
+        load_page_table(self.page_table, bs, page_table)
         torch.clamp(seq_lens - self.draft_token_num, min=0, out=self.prefix_lens[:bs])
         if self.tree:
             want = int(self.tree_mask_indptr[bs])
@@ -131,6 +126,17 @@ class VerifyGraphBuffers:
             tree_mask_indptr=self.tree_mask_indptr[: bs + 1] if self.tree else None,
             out=self.out[: bs * n],
         )
+
+
+def load_page_table(static: torch.Tensor, bs: int, page_table: torch.Tensor) -> None:
+    """Copy ``page_table`` ([bs, w], w <= the static width) into rows ``0..bs-1`` of
+    ``static`` in place; columns past ``w`` keep stale, valid page ids no kernel reads."""
+    width = int(page_table.shape[1])
+    if width > static.shape[1]:
+        raise AttngenInputError(
+            f"page_table: expected <= {static.shape[1]} pages per request, got {width}"
+        )
+    static[:bs, :width].copy_(page_table)
 
 
 @dataclass(frozen=True)
@@ -198,12 +204,7 @@ class DecodeGraphBuffers:
         beyond ``w`` keep stale but valid page ids that no kernel reads, because every
         request's ``seq_len`` fits in its first ``w`` pages.
         """
-        width = int(page_table.shape[1])
-        if width > self.max_pages:
-            raise AttngenInputError(
-                f"page_table: expected <= {self.max_pages} pages per request, got {width}"
-            )
-        self.page_table[:bs, :width].copy_(page_table)
+        load_page_table(self.page_table, bs, page_table)
         self.seq_lens[:bs].copy_(seq_lens)
         self.num_splits[:bs].copy_(num_splits)
 
@@ -265,13 +266,7 @@ class DraftExtendGraphBuffers:
     ) -> None:
         """seq_lens count the new tokens; extend_lens[b] in 1 .. max_tokens (not checked on
         the host: graph replays do not sync)."""
-        width = int(page_table.shape[1])
-        if width > self.page_table.shape[1]:
-            raise AttngenInputError(
-                f"page_table: expected <= {self.page_table.shape[1]} pages per request, got {width}"
-            )
-        lens = check_graph_rows("spec_info.extend_lens", extend_lens, bs, page_table.device)
-        self.page_table[:bs, :width].copy_(page_table)
+        load_page_table(self.page_table, bs, page_table)
         torch.cumsum(lens, dim=0, dtype=torch.int32, out=self.qo_indptr[1 : bs + 1])
         torch.clamp(seq_lens - lens, min=0, out=self.prefix_lens[:bs])
 
