@@ -33,7 +33,7 @@ from attngen.runtime.configs import MhaMask, MhaTraits, MhaTritonConfig
 from ....triton import mha as library
 
 # sha256 of the library this module was generated against (evidence keys on this file)
-LIBRARY_SHA256 = "57ceedddfded9764bed4b3c2c8ef6176b49fbc11b3c131cb5e59df4a14839454"
+LIBRARY_SHA256 = "1eba81b4e4ef484b10d159618fd8befa8382089fd10a1def36a95287f45ab162"
 MASK = MhaMask(
     causal=True,
     window_left=-1,
