@@ -266,6 +266,7 @@ class DraftExtendGraphBuffers:
     ) -> None:
         """seq_lens count the new tokens; extend_lens[b] in 1 .. max_tokens (not checked on
         the host: graph replays do not sync)."""
+        lens = check_graph_rows("spec_info.extend_lens", extend_lens, bs, page_table.device)
         load_page_table(self.page_table, bs, page_table)
         torch.cumsum(lens, dim=0, dtype=torch.int32, out=self.qo_indptr[1 : bs + 1])
         torch.clamp(seq_lens - lens, min=0, out=self.prefix_lens[:bs])
