@@ -42,7 +42,7 @@ test-gpu:
 
 ## evidence-compile: AOT-compile every generated kernel and record registers/smem/spills
 evidence-compile: $(TEST_STAMP)
-	for a in sm80 sm90 sm100; do env -u TRITON_INTERPRET $(PY) -m attngen.aot --arch $$a --out evidence/compile/$$a.json || exit 1; done
+	for a in sm80 sm90 sm100; do env -u TRITON_INTERPRET $(PY) -m attngen.aot --arch $$a --out-dir evidence/compile || exit 1; done
 	$(PY) -m attngen generate --arch all
 
 ## bench: time generated kernels against peers on the GPU (writes bench/results/*.json)

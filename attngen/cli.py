@@ -8,7 +8,8 @@ from pathlib import Path
 
 from attngen.emit.header import regenerate_command
 from attngen.generate import ALL_ARCHS, generate, log
-from attngen.lower.verify import PlanError
+from attngen.emit.writer import DuplicateWrite
+from attngen.ir import PlanError
 from attngen.spec.errors import SpecError
 from attngen.spec.loader import load_spec
 from attngen.validate import validate
@@ -37,7 +38,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     archs = ALL_ARCHS if args.arch == "all" else (args.arch,)
     try:
         drift = generate(REPO_ROOT, Path(args.specs), Path(args.out), archs, check=args.check)
-    except (SpecError, PlanError) as err:
+    except (SpecError, PlanError, DuplicateWrite) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     if args.check and not drift.clean:

@@ -11,11 +11,13 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from attngen.capabilities import Status, supports
+from attngen import registry
+from attngen.capabilities import Status, Verdict, supports
 from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
 from attngen.spec.errors import Location
-from attngen.spec.model import Mask, Spec, Speculative
-from attngen.spec.variant import DsaShape, GdnShape, MhaShape, MlaShape, Variant
+from attngen.spec.model import Mask
+from attngen.spec.reader import default_section
+from attngen.spec.variant import Variant
 
 PROBE = Location("<probe>", 0)
 
@@ -36,68 +38,31 @@ def phase_checks(v: Variant) -> frozenset[str]:
     return frozenset(p.value for p in v.phases)
 
 
-def _spec(family: Family, **kw: object) -> Spec:
-    base = dict(
-        location=PROBE,
-        path="<probe>",
-        name="probe",
-        family=family,
-        description="",
-        phases=(Phase.EXTEND, Phase.DECODE),
-        dtype=(DType.BF16,),
-        heads=None,
-        mla=None,
-        gdn=None,
-        dsa=None,
-        kv_cache=None,
-        speculative=None,
-        targets=(),
-        tuning=(),
-        sha256="",
-        mask=Mask(
-            location=PROBE, kind=MaskKind.CAUSAL, window_left=None, logit_softcap=None, sinks=False
-        ),
-    )
-    base.update(kw)
-    return Spec(**base)  # type: ignore[arg-type]
+def probe_mask() -> Mask:
+    """The mask a spec without a mask section gets (the loader's default)."""
+    return default_section(Mask, PROBE)
 
 
-def base_variant(family: Family) -> Variant:
-    """The plainest variant of a family: bf16, page 1, causal, extend + decode."""
-    mla = MlaShape(512, 64, 128, 128, 16)
-    shapes = {
-        Family.MHA: MhaShape(128, 128, 4),
-        Family.MLA: mla,
-        Family.GDN: GdnShape(128, 128, 1, DType.FP32, 64),
-        Family.DSA: DsaShape(mla, 64, 128, 2048),
-    }
-    page = None if family is Family.GDN else 1
-    kv = None if family is Family.GDN else DType.BF16
-    return Variant(_spec(family), shapes[family], DType.BF16, page, kv, None, None)
+def with_mask(v: Variant, **kw: object) -> Variant:
+    return dataclasses.replace(v, mask=dataclasses.replace(v.mask, **kw))
 
 
-def _with(v: Variant, **spec_kw: object) -> Variant:
-    return dataclasses.replace(v, spec=dataclasses.replace(v.spec, **spec_kw))
-
-
-def _mask(v: Variant, **kw: object) -> Variant:
-    return _with(v, mask=dataclasses.replace(v.spec.mask, **kw))
-
-
-def _speculative(v: Variant, topk: int) -> Variant:
-    spec = Speculative(location=PROBE, topk=(topk,), num_draft_tokens=max(4, topk))
+def speculative(v: Variant, topk: int) -> Variant:
+    """``v`` verifying ``max(4, topk)`` drafts: a chain (topk 1) or a tree (custom mask)."""
     kind = MaskKind.CUSTOM if topk > 1 else v.mask.kind
-    out = _with(
-        v, phases=(Phase.VERIFY,), speculative=spec, mask=dataclasses.replace(v.mask, kind=kind)
+    return dataclasses.replace(
+        with_mask(v, kind=kind),
+        phases=(Phase.VERIFY,),
+        spec_topk=topk,
+        num_draft_tokens=max(4, topk),
     )
-    return dataclasses.replace(out, spec_topk=topk)
 
 
-def _phase(phase: Phase) -> Callable[[Variant], Variant]:
-    return lambda v: _with(v, phases=(phase,))
+def only_phase(phase: Phase) -> Callable[[Variant], Variant]:
+    return lambda v: dataclasses.replace(v, phases=(phase,))
 
 
-def _has_phase(phase: Phase) -> Callable[[Variant], bool]:
+def has_phase(phase: Phase) -> Callable[[Variant], bool]:
     return lambda v: phase in v.phases
 
 
@@ -123,12 +88,8 @@ def _is_fp4(v: Variant) -> bool:
     return v.kv_dtype in (DType.NVFP4, DType.MXFP4)
 
 
-def _topk(pred: Callable[[int], bool]) -> Callable[[Variant], bool]:
+def topk_is(pred: Callable[[int], bool]) -> Callable[[Variant], bool]:
     return lambda v: v.spec_topk is not None and pred(v.spec_topk)
-
-
-def _graph_checks(v: Variant) -> frozenset[str]:
-    return frozenset({"cuda_graph"})
 
 
 def _quantized_checks(v: Variant) -> frozenset[str]:
@@ -142,15 +103,7 @@ def _verify_checks(v: Variant) -> frozenset[str]:
     return frozenset({"verify", "cuda_graph_verify"} | extra)
 
 
-def _gqa_detail(v: Variant) -> str:
-    return str(v.shape.gqa_group)  # type: ignore[union-attr]
-
-
-def _head_dim_detail(v: Variant) -> str:
-    return str(v.shape.head_dim)  # type: ignore[union-attr]
-
-
-def _common(family: Family) -> list[Feature]:
+def kv_cache_columns(family: Family) -> list[Feature]:
     """Columns every KV-cache family shares with the reference doc."""
     return [
         Feature(
@@ -183,164 +136,55 @@ def _common(family: Family) -> list[Feature]:
             "spec_topk1",
             "Spec topk=1",
             family,
-            _topk(lambda k: k == 1),
-            lambda v: _speculative(v, 1),
+            topk_is(lambda k: k == 1),
+            lambda v: speculative(v, 1),
             _verify_checks,
         ),
         Feature(
             "spec_topkn",
             "Spec topk>1",
             family,
-            _topk(lambda k: k > 1),
-            lambda v: _speculative(v, 4),
+            topk_is(lambda k: k > 1),
+            lambda v: speculative(v, 4),
             _verify_checks,
         ),
     ]
 
 
-def _mha() -> list[Feature]:
-    fam = Family.MHA
-    return _common(fam) + [
-        Feature(
-            "sliding_window",
-            "Sliding Window",
-            fam,
-            lambda v: v.mask.kind is MaskKind.SLIDING_WINDOW,
-            lambda v: _mask(v, kind=MaskKind.SLIDING_WINDOW, window_left=4096),
-            phase_checks,
-        ),
-        Feature(
-            "multimodal",
-            "MultiModal (bidirectional prefill)",
-            fam,
-            lambda v: v.mask.kind is MaskKind.NONE and Phase.PREFILL in v.phases,
-            lambda v: _mask(_phase(Phase.PREFILL)(v), kind=MaskKind.NONE),
-            phase_checks,
-        ),
-        Feature(
-            "softcap",
-            "Logit softcap",
-            fam,
-            lambda v: v.mask.logit_softcap is not None,
-            lambda v: _mask(v, logit_softcap=50.0),
-            phase_checks,
-        ),
-        Feature(
-            "sinks",
-            "Attention sinks",
-            fam,
-            lambda v: v.mask.sinks,
-            lambda v: _mask(v, sinks=True),
-            phase_checks,
-        ),
-        Feature(
-            "non_causal",
-            "Non-causal extend",
-            fam,
-            lambda v: v.mask.kind is MaskKind.NONE and Phase.EXTEND in v.phases,
-            lambda v: _mask(_phase(Phase.EXTEND)(v), kind=MaskKind.NONE),
-            phase_checks,
-        ),
-        Feature(
-            "decode", "Decode", fam, _has_phase(Phase.DECODE), _phase(Phase.DECODE), phase_checks
-        ),
-        Feature(
-            "extend",
-            "Extend (cached prefix)",
-            fam,
-            _has_phase(Phase.EXTEND),
-            _phase(Phase.EXTEND),
-            phase_checks,
-        ),
-        Feature("gqa", "GQA group", fam, lambda v: True, lambda v: v, phase_checks, _gqa_detail),
-        Feature(
-            "mqa",
-            "MQA (one kv head)",
-            fam,
-            lambda v: bool({Phase.DECODE, Phase.EXTEND, Phase.PREFILL} & set(v.phases)),
-            lambda v: v,
-            lambda v: frozenset({"mqa"}),
-        ),
-        Feature(
-            "head_dim",
-            "Head dims",
-            fam,
-            lambda v: True,
-            lambda v: v,
-            phase_checks,
-            _head_dim_detail,
-        ),
-        Feature(
-            "cuda_graph",
-            "CUDA graph (decode)",
-            fam,
-            _has_phase(Phase.DECODE),
-            _phase(Phase.DECODE),
-            _graph_checks,
-        ),
-    ]
+def family_features(family: Family) -> tuple[Feature, ...]:
+    """The docs columns of a family, from its package."""
+    return registry.family(family).features()
 
 
-def _mla_like(family: Family) -> list[Feature]:
-    return _common(family) + [
-        Feature(
-            "decode", "Decode", family, _has_phase(Phase.DECODE), _phase(Phase.DECODE), phase_checks
-        ),
-        Feature(
-            "extend",
-            "Chunked Prefix Cache (extend)",
-            family,
-            _has_phase(Phase.EXTEND),
-            _phase(Phase.EXTEND),
-            phase_checks,
-        ),
-    ]
+def base_variant(family: Family) -> Variant:
+    """The plainest variant of a family (bf16, page 1, causal, extend + decode)."""
+    return registry.family(family).base_variant()
 
 
-def _gdn() -> list[Feature]:
-    fam = Family.GDN
-    return [
-        Feature(
-            "decode", "Decode", fam, _has_phase(Phase.DECODE), _phase(Phase.DECODE), phase_checks
-        ),
-        Feature(
-            "extend",
-            "Prefill / Extend",
-            fam,
-            _has_phase(Phase.EXTEND),
-            _phase(Phase.EXTEND),
-            phase_checks,
-        ),
-        Feature(
-            "spec_topk1",
-            "Spec Decoding (Target Verify)",
-            fam,
-            _topk(lambda k: k >= 1),
-            lambda v: _speculative(v, 1),
-            phase_checks,
-        ),
-    ]
-
-
-FEATURES: dict[Family, tuple[Feature, ...]] = {
-    Family.MHA: tuple(_mha()),
-    Family.MLA: tuple(_mla_like(Family.MLA)),
-    Family.GDN: tuple(_gdn()),
-    Family.DSA: tuple(_mla_like(Family.DSA)),
-}
-
-
-def probe_verdict(feature: Feature, backend: Backend, arch: Arch):
+def probe_verdict(feature: Feature, backend: Backend, arch: Arch) -> Verdict:
     return supports(feature.probe(base_variant(feature.family)), backend, arch)
 
 
-def feature_lines(family: Family, backend: Backend, arch: Arch) -> tuple[str, ...]:
-    """Header lines of a generated module: what this target lowers and what it does not."""
-    lines = [f"Target: {family.value} on {backend.value} {arch.value}."]
-    for feature in FEATURES[family]:
+def feature_lines(
+    variants: tuple[Variant, ...], family: Family, backend: Backend, arch: Arch
+) -> tuple[str, ...]:
+    """Header lines of a generated package: what its variants cover, and for the rest
+    whether this target lowers them (another spec may) or why not."""
+    lines = [f"Covers ({family.value} on {backend.value} {arch.value}; one line per docs column):"]
+    for feature in family_features(family):
+        used = [v for v in variants if feature.applies(v)]
+        if used:
+            detail = ""
+            if feature.detail is not None:
+                values = sorted({feature.detail(v) for v in used}, key=lambda s: (len(s), s))
+                detail = f": {', '.join(values)}"
+            lines.append(f"  yes:           {feature.label}{detail}")
+            continue
         verdict = probe_verdict(feature, backend, arch)
         if verdict.status is Status.SUPPORTED:
-            lines.append(f"  lowered:       {feature.label}")
+            lines.append(
+                f"  not here:      {feature.label} (lowered for this target; not in this spec)"
+            )
         elif verdict.status is Status.NOT_LOWERED:
             lines.append(f"  not lowered:   {feature.label} ({verdict.reason})")
         else:

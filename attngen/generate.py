@@ -11,18 +11,12 @@ from pathlib import Path
 from attngen.emit.docs import Evidence, Lowered, docs_context
 from attngen.emit.env import render
 from attngen.emit.header import Provenance, regenerate_command
-from attngen.emit.modules import (
-    LIBRARY,
-    library_files,
-    module_files,
-    namespace_files,
-    sha256_text,
-)
+from attngen.emit.modules import namespace_files, sha256_text
 from attngen.emit.schema import render_schema
-from attngen.emit.writer import Drift, check_tree, write_tree
+from attngen.emit.writer import Drift, check_tree, write_tree, write_once
 from attngen.evidence import load_compile, load_gpu
-from attngen.lower import lower_module
-from attngen.lower.ir import MhaModulePlan
+from attngen.ir import ModulePlan
+from attngen.lower import lower_module, plan_files, plan_identities
 from attngen.spec.enums import Arch
 from attngen.spec.errors import SpecError
 from attngen.spec.loader import load_spec
@@ -35,7 +29,7 @@ ALL_ARCHS = tuple(a.value for a in Arch)
 @dataclass(frozen=True)
 class Build:
     specs: tuple[Spec, ...]
-    plans: tuple[MhaModulePlan, ...]
+    plans: tuple[ModulePlan, ...]
     files: dict[str, str]  # path relative to generated/ -> text
 
 
@@ -59,7 +53,7 @@ def load_all(specs_dir: Path, root: Path) -> list[Spec]:
     return specs
 
 
-def lower_all(specs: list[Spec], verbose: bool) -> list[MhaModulePlan]:
+def lower_all(specs: list[Spec], verbose: bool) -> list[ModulePlan]:
     plans = []
     for i, spec in enumerate(specs, 1):
         variants = validate(spec)
@@ -80,27 +74,31 @@ def build(root: Path, specs_dir: Path, verbose: bool = True) -> Build:
     specs = load_all(specs_dir, root)
     plans = lower_all(specs, verbose)
     digest = hashlib.sha256("".join(s.sha256 for s in specs).encode()).hexdigest()
-    files: dict[str, str] = library_files()
-    library_sha = sha256_text(files[LIBRARY])
+    files: dict[str, str] = {}
+    owners: dict[str, str] = {}
     for n, plan in enumerate(plans, 1):
         if verbose:
             log(f"  emit [{n}/{len(plans)}] {plan.package} ({len(plan.kernels)} variants)")
-        files.update(module_files(plan, library_sha))
-    files.update(namespace_files(plans, ALL_ARCHS, digest))
-    files["schema/attngen-spec.schema.json"] = render_schema()
-    files.update(docs_files(root, plans, files, digest))
+        write_once(
+            files,
+            owners,
+            plan_files(plan),
+            f"{plan.spec.path} ({plan.backend.value} {plan.arch.value})",
+        )
+    write_once(files, owners, namespace_files(plans, ALL_ARCHS, digest), "namespace packages")
+    write_once(files, owners, {"schema/attngen-spec.schema.json": render_schema()}, "schema")
+    write_once(files, owners, docs_files(root, plans, digest), "support matrix")
     files["MANIFEST.json"] = manifest(files, digest)
     return Build(tuple(specs), tuple(plans), files)
 
 
-def docs_files(
-    root: Path, plans: list[MhaModulePlan], files: dict[str, str], digest: str
-) -> dict[str, str]:
+def docs_files(root: Path, plans: list[ModulePlan], digest: str) -> dict[str, str]:
     lowered = []
     for plan in plans:
-        module = f"{plan.package}/kernels.py"
-        sha = sha256_text(files[module.removeprefix("generated/")])
-        lowered += [Lowered(module, sha, k, plan.arch, plan.backend) for k in plan.kernels]
+        ids = plan_identities(plan)
+        lowered += [
+            Lowered(ids[k.uri], plan.package, k, plan.arch, plan.backend) for k in plan.kernels
+        ]
     ev = Evidence(
         gpu={a: e for a in Arch if (e := load_gpu(root, a.value)) is not None},
         compiled={a: e for a in Arch if (e := load_compile(root, a.value)) is not None},

@@ -36,10 +36,6 @@ PREFERENCE: dict[Arch, tuple[Backend, ...]] = {
 # Phases a serving engine runs through a backend, in the order the docs list them.
 SELECTION_PHASES: tuple[Phase, ...] = (Phase.EXTEND, Phase.DECODE)
 
-# A hybrid's prefill and decode kernels must agree on these ``MhaMask`` fields, which change
-# the result of both phases (``causal`` does not matter to decode: one query sees all keys).
-HYBRID_MASK_FIELDS: tuple[str, ...] = ("window_left", "logit_softcap", "has_sinks")
-
 
 class EvidenceLookup(Protocol):
     """Answers: did ``variant``'s ``phase`` pass numerical GPU tests on ``backend``/``arch``?"""
@@ -106,7 +102,7 @@ def preference(arch: Arch | str) -> tuple[Backend, ...]:
 
 
 def for_phase(variant: Variant, phase: Phase | str) -> Variant:
-    """``variant`` with its spec narrowed to one phase, so ``supports()`` judges only it."""
+    """``variant`` narrowed to one phase, so ``supports()`` judges only it."""
     phase = Phase(phase)
     if phase not in variant.phases:
         declared = ", ".join(p.value for p in variant.phases)
@@ -114,7 +110,7 @@ def for_phase(variant: Variant, phase: Phase | str) -> Variant:
             f"{variant.qualified_uri}: phase {phase.value} is not one of the spec's phases "
             f"({declared})"
         )
-    return dataclasses.replace(variant, spec=dataclasses.replace(variant.spec, phases=(phase,)))
+    return dataclasses.replace(variant, phases=(phase,))
 
 
 def select_backend(
@@ -138,7 +134,7 @@ def select_backend(
         if not verdict.ok:
             skipped.append(Skip(backend, verdict.status, _verdict_reason(verdict)))
         elif not _targeted(variant, backend, arch):
-            why = f"supported, but spec {variant.spec.name} does not target it on this arch"
+            why = f"supported, but spec {variant.spec_name} does not target it on this arch"
             skipped.append(Skip(backend, Status.SUPPORTED, why))
         else:
             candidates.append(backend)
@@ -174,7 +170,7 @@ def _verdict_reason(verdict: Verdict) -> str:
 
 def _targeted(variant: Variant, backend: Backend, arch: Arch) -> bool:
     """A spec that names targets is generated only for them; a probe (no targets) for all."""
-    targets = variant.spec.targets
+    targets = variant.spec.targets if variant.spec is not None else ()
     if not targets:
         return True
     return any(t.backend is backend and arch in t.archs for t in targets)

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from attngen.capabilities import Status, alternatives, supports
+from attngen.capabilities import Status, Verdict, alternatives, supports
 from attngen.emit.docs import NOT_LOWERED, UNSUPPORTED
-from attngen.features import FEATURES, base_variant, probe_verdict
+from attngen import registry
+from attngen.features import base_variant, family_features, probe_verdict
 from attngen.generate import build
 from attngen.spec.enums import Arch, Backend, DType, Family, ScaleGranularity
 
@@ -61,7 +62,8 @@ def test_docs_cells_follow_the_probe_verdicts() -> None:
         Family.GDN: "GDN",
         Family.DSA: "DSA",
     }
-    for family, features in FEATURES.items():
+    for family in Family:
+        features = family_features(family)
         section = next(body for title, body in sections.items() if title.startswith(titles[family]))
         for backend in Backend:
             for arch in Arch:
@@ -82,3 +84,31 @@ def test_docs_cells_follow_the_probe_verdicts() -> None:
                         assert cell.startswith(UNSUPPORTED) == (status is Status.UNSUPPORTED), where
                     if status is Status.SUPPORTED:
                         assert not cell.startswith(NOT_LOWERED), where
+
+
+def test_a_pair_without_a_lowering_is_not_lowered_with_a_reason(monkeypatch) -> None:
+    """The registry decides: take MHA x Triton's lowering away and the same variant is
+    NOT_LOWERED, naming the pair; hardware limits still come first."""
+    v = base_variant(Family.MHA)
+    assert supports(v, Backend.TRITON, Arch.SM90).ok
+    lowerings = dict(registry._LOWERINGS)
+    del lowerings[(Family.MHA, Backend.TRITON)]
+    monkeypatch.setattr(registry, "_LOWERINGS", lowerings)
+    verdict = supports(v, Backend.TRITON, Arch.SM90)
+    assert verdict.status is Status.NOT_LOWERED
+    assert verdict.reason == "no triton lowering for mha yet"
+    assert supports(v, Backend.CUTE_DSL, Arch.SM80).status is Status.UNSUPPORTED
+
+
+def test_every_family_and_backend_is_registered() -> None:
+    for family in Family:
+        assert registry.family(family).family is family
+        assert registry.family(family).title
+    for backend in Backend:
+        assert registry.backend(backend).backend is backend
+    assert set(registry.lowerings()) == {(Family.MHA, Backend.TRITON)}
+
+
+def test_a_verdict_that_refuses_must_say_why() -> None:
+    with pytest.raises(ValueError, match="needs a reason"):
+        Verdict(Status.NOT_LOWERED)

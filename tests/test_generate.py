@@ -58,14 +58,14 @@ def test_generating_twice_gives_identical_trees(tmp_path: Path) -> None:
 def test_check_names_missing_changed_and_stale_files(tmp_path: Path) -> None:
     out = tmp_path / "generated"
     shutil.copytree(GENERATED, out, ignore=shutil.ignore_patterns("__pycache__"))
-    (out / "sm90/mha/mha_gqa_paged/backend.py").unlink()
-    with (out / "sm100/mha/mha_gqa_paged/kernels.py").open("a") as f:
+    (out / "sm90/triton/mha/mha_gqa_paged/backend.py").unlink()
+    with (out / "sm100/triton/mha/mha_gqa_paged/kernels.py").open("a") as f:
         f.write("# hand edit\n")
     (out / "sm80/leftover.py").write_text("x = 1\n")
     result = run_cli("generate", "--arch", "all", "--out", str(out), "--check")
     assert result.returncode == 1
-    assert "missing: generated/sm90/mha/mha_gqa_paged/backend.py" in result.stderr
-    assert "changed: generated/sm100/mha/mha_gqa_paged/kernels.py" in result.stderr
+    assert "missing: generated/sm90/triton/mha/mha_gqa_paged/backend.py" in result.stderr
+    assert "changed: generated/sm100/triton/mha/mha_gqa_paged/kernels.py" in result.stderr
     assert "stale: generated/sm80/leftover.py" in result.stderr
     assert "run `make generate ARCH=all`" in result.stderr
 
@@ -74,9 +74,9 @@ def test_single_arch_generation_touches_only_its_subtree(tmp_path: Path) -> None
     out = tmp_path / "generated"
     shutil.copytree(GENERATED, out, ignore=shutil.ignore_patterns("__pycache__"))
     (out / "sm90/leftover.py").write_text("x = 1\n")
-    (out / "sm100/mha/mha_gqa_paged/graph.py").unlink()
+    (out / "sm100/triton/mha/mha_gqa_paged/graph.py").unlink()
     assert run_cli("generate", "--arch", "sm100", "--out", str(out)).returncode == 0
-    assert (out / "sm100/mha/mha_gqa_paged/graph.py").is_file()
+    assert (out / "sm100/triton/mha/mha_gqa_paged/graph.py").is_file()
     assert (out / "sm90/leftover.py").is_file()  # sm90 is not this run's to clean
     assert run_cli("generate", "--arch", "sm100", "--out", str(out), "--check").returncode == 0
     assert run_cli("generate", "--arch", "sm90", "--out", str(out), "--check").returncode == 1
@@ -114,3 +114,56 @@ def test_schema_accepts_the_specs_and_rejects_a_typo(files: dict[str, str]) -> N
     bad = yaml.safe_load((ROOT / "tests/bad_specs/mha_unknown_key.yaml").read_text())
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def test_two_plans_writing_one_path_fail_naming_both() -> None:
+    from attngen.emit.writer import DuplicateWrite, write_once
+
+    files: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    write_once(files, owners, {"sm90/triton/mha/x/kernels.py": "a"}, "specs/a.yaml (triton sm90)")
+    with pytest.raises(DuplicateWrite) as info:
+        write_once(
+            files, owners, {"sm90/triton/mha/x/kernels.py": "b"}, "specs/b.yaml (triton sm90)"
+        )
+    message = str(info.value)
+    assert "generated/sm90/triton/mha/x/kernels.py" in message
+    assert "specs/a.yaml (triton sm90)" in message and "specs/b.yaml (triton sm90)" in message
+    assert files["sm90/triton/mha/x/kernels.py"] == "a"  # the first write stands
+
+
+def test_generate_refuses_two_specs_that_would_write_one_package(tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    text = (ROOT / "specs/mha/gqa_paged.yaml").read_text(encoding="utf-8")
+    (specs / "a.yaml").write_text(text, encoding="utf-8")
+    # a second plan for the same package path: the lowering emits it for every target, so
+    # targeting the same backend and arch twice through two files must fail, not overwrite
+    (specs / "b.yaml").write_text(text, encoding="utf-8")
+    result = run_cli("generate", "--specs", str(specs), "--out", str(tmp_path / "out"))
+    assert result.returncode == 1
+    assert "is already used by" in result.stderr  # caught at load, before any write
+    assert not (tmp_path / "out").exists()
+
+
+def test_generated_identities_match_the_imported_modules(files: dict[str, str]) -> None:
+    """Evidence keys: the generator's kernel identity of every variant equals the one the
+    GPU suite and the AOT check compute from the imported generated module."""
+    import importlib
+
+    from attngen.evidence import module_identity
+    from attngen.lower import plan_identities
+
+    result = build(ROOT, ROOT / "specs", verbose=False)
+    for plan in result.plans:
+        module = importlib.import_module(plan.package.replace("/", ".") + ".kernels")
+        ids = plan_identities(plan)
+        assert module.LIBRARY_SHA256 == module.library.SOURCE_SHA256
+        for uri in module.CONFIGS:
+            assert ids[uri] == module_identity(module, uri), (plan.package, uri)
+
+
+def test_packages_have_the_backend_in_their_path(files: dict[str, str]) -> None:
+    packages = {rel.rsplit("/", 1)[0] for rel in files if rel.endswith("/kernels.py")}
+    assert packages and all(len(p.split("/")) == 4 for p in packages)  # arch/backend/family/spec
+    assert all(p.split("/")[1] in ("triton", "cute_dsl") for p in packages)

@@ -21,7 +21,7 @@ from attngen.emit.docs import hybrid_pairs
 from attngen.features import base_variant
 from attngen.runtime.batch import ForwardBatch, ForwardMode
 from attngen.runtime.checks import AttngenInputError
-from attngen.runtime.configs import MhaMask
+from attngen.hooks import MaskHooks
 from attngen.runtime.graph import DecodeMetadata, ExtendMetadata
 from attngen.runtime.hybrid import HybridAttnBackend
 from attngen.runtime.select import (
@@ -71,7 +71,7 @@ class FakeBackend:
         attrs.update(over)
         for k, v in attrs.items():
             setattr(self, k, v)
-        self.kernels = SimpleNamespace(PHASES=phases, MASK=MhaMask())
+        self.kernels = SimpleNamespace(PHASES=phases, HOOKS=MaskHooks())
 
     def _record(name: str):  # noqa: N805 (a method factory)
         def method(self, *args, **kwargs):
@@ -293,9 +293,9 @@ def test_phases_must_match_the_role() -> None:
 def test_masks_must_agree_except_causal() -> None:
     pools = (object(), object())
     prefill, decode = FakeBackend("p", pools), FakeBackend("d", pools)
-    prefill.kernels.MASK = MhaMask(causal=False)
+    prefill.kernels.HOOKS = MaskHooks(causal=False)
     HybridAttnBackend(prefill, decode)  # decode does not care about causal
-    decode.kernels.MASK = MhaMask(window_left=127)
+    decode.kernels.HOOKS = MaskHooks(window_left=127)
     with pytest.raises(AttngenInputError, match=r"decode_backend\.kernels\.MASK\.window_left"):
         HybridAttnBackend(prefill, decode)
 
@@ -424,12 +424,14 @@ def test_make_backend_refuses_mismatched_masks() -> None:
 
 
 def test_make_backend_unknown_spec_lists_the_available_ones() -> None:
-    on_disk = sorted(p.parent.name for p in (ROOT / "generated/sm90/mha").glob("*/backend.py"))
+    on_disk = sorted(
+        p.parent.name for p in (ROOT / "generated/sm90/triton/mha").glob("*/backend.py")
+    )
     assert available_specs("sm90") == on_disk and "mha_gqa_paged" in on_disk
     with pytest.raises(AttngenInputError) as err:
         make_backend("sm90", "mha_nope", num_q_heads=1)
     msg = str(err.value)
-    assert "'mha_nope'" in msg and "generated/sm90/mha/" in msg
+    assert "'mha_nope'" in msg and "generated/sm90/triton/mha/" in msg
     assert f"available: {', '.join(on_disk)}" in msg
     with pytest.raises(AttngenInputError, match="'mha_nope'"):
         make_backend("sm80", "mha_gqa_paged", prefill_spec="mha_nope")

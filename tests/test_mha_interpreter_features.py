@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attngen.reference.mha import paged_decode_ref, paged_extend_ref, prefill_ref
+from attngen.families.mha.reference import paged_decode_ref, paged_extend_ref, prefill_ref
 from attngen.runtime.batch import pack_tree_masks
 from attngen.runtime.checks import AttngenInputError
-from attngen.runtime.configs import MhaMask
+from attngen.hooks import MaskHooks
 from attngen.runtime.nvfp4 import dequantize_nvfp4
 from mha_modules import load_kernels_module
 from test_mha_interpreter import (
@@ -259,7 +259,7 @@ def test_prefill_matches_oracle(kernels, bidirectional, causal):
     out = nan_like((total, num_heads, config.v_head_dim), torch.float16)
     scale = config.head_dim**-0.5
     module.prefill(q, k, v, cu, out, max_seq_len=40, config=config, sm_scale=scale)
-    expected = prefill_ref(q, k, v, cu, scale, mask=MhaMask(causal=causal))
+    expected = prefill_ref(q, k, v, cu, scale, mask=MaskHooks(causal=causal))
     assert_close(out, expected)
 
 
@@ -346,7 +346,7 @@ def test_fp4_block_scales_are_required(fp4_kernels):
 
 def test_chain_verify_with_window_softcap_and_sinks(tmp_path_factory):
     """Packed-GQA verify rows each carry their own head's sink and their own position."""
-    mask = MhaMask(causal=True, window_left=6, logit_softcap=5.0, has_sinks=True)
+    mask = MaskHooks(causal=True, window_left=6, logit_softcap=5.0, sinks=True)
     config = make_config(16, 4, spec_topk=1, num_draft_tokens=5)
     module = load_kernels_module(
         [config], mask, tmp_dir=tmp_path_factory.mktemp("vw"), phases=ALL_PHASES

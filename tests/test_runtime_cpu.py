@@ -24,23 +24,23 @@ from typing import Any
 import pytest
 import torch
 
-from attngen.reference.mha import paged_decode_ref, paged_extend_ref
+from attngen.families.mha.reference import paged_decode_ref, paged_extend_ref
 from attngen.runtime.batch import (
     AttentionLayer,
     ForwardBatch,
     ForwardMode,
-    NvFp4KVPool,
-    PagedKVPool,
     ReqToTokenPool,
     VerifyInfo,
 )
+from attngen.runtime.pools import NvFp4KVPool, PagedKVPool
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.nvfp4 import dequantize_nvfp4
-from attngen.runtime.configs import MhaMask, MhaTritonConfig
+from attngen.families.mha.triton.config import MhaTritonConfig
+from attngen.hooks import MaskHooks
 from attngen.runtime.graph import DecodeMetadata, ExtendMetadata
-from generated.sm90.mha.mha_gqa_paged import graph as generated_graph
-from attngen.runtime.mha_backend import (
-    TritonMhaBackend,
+from generated.sm90.triton.mha.mha_gqa_paged import graph as generated_graph
+from attngen.families.mha.runtime import (
+    PagedMhaBackend,
     decode_num_splits,
     decode_split_cap,
     select_config,
@@ -89,7 +89,7 @@ class OracleKernels:
     """A generated kernels module's API, computed by the oracle, checking its inputs."""
 
     CAUSAL = True
-    MASK = MhaMask()
+    MASK = MaskHooks()
     PHASES = ("extend", "decode")
 
     def __init__(self, configs: list[MhaTritonConfig]) -> None:
@@ -170,7 +170,7 @@ def _check_common(q, k_cache, v_cache, page_table, out, config, *, rows: int) ->
     assert page_table.stride(1) == 1
 
 
-def backend_class(kernels: Any) -> type[TritonMhaBackend]:
+def backend_class(kernels: Any) -> type[PagedMhaBackend]:
     attrs = {
         "kernels": kernels,
         "graph": generated_graph,
@@ -178,12 +178,12 @@ def backend_class(kernels: Any) -> type[TritonMhaBackend]:
         "arch": "sm90",
         "num_sms": 132,
     }
-    return type("OracleBackend", (TritonMhaBackend,), attrs)
+    return type("OracleBackend", (PagedMhaBackend,), attrs)
 
 
 @dataclass
 class Rig:
-    backend: TritonMhaBackend
+    backend: PagedMhaBackend
     builder: PagedBatchBuilder
     layer: AttentionLayer
     kernels: Any
@@ -200,7 +200,7 @@ def make_rig(
     max_context_len: int = 64,
     num_pages: int | None = None,
     max_reqs: int = 10,
-    backend_cls: type[TritonMhaBackend] | None = None,
+    backend_cls: type[PagedMhaBackend] | None = None,
 ) -> Rig:
     """Pools, a builder and a backend for ``config`` (an ``OracleKernels`` one by default)."""
     if backend_cls is None:
@@ -486,7 +486,7 @@ def test_backend_construction_errors() -> None:
     cls = backend_class(rig.kernels)
     assert cls(**args).config is CONFIGS[0]
     with pytest.raises(TypeError, match="has no kernels module"):
-        TritonMhaBackend(**args)
+        PagedMhaBackend(**args)
     with pytest.raises(AttngenInputError, match="num_q_heads: expected a multiple of"):
         cls(**{**args, "num_q_heads": 5})
     with pytest.raises(AttngenInputError, match="no generated config"):
@@ -749,7 +749,7 @@ def test_cuda_graph_errors() -> None:
 
 def test_generated_backend_in_interpreter() -> None:
     try:
-        module = importlib.import_module("generated.sm90.mha.mha_gqa_paged.backend")
+        module = importlib.import_module("generated.sm90.triton.mha.mha_gqa_paged.backend")
     except ImportError as exc:
         pytest.skip(f"no generated sm90 mha_gqa_paged backend: {exc}")
     configs = [

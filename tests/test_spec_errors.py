@@ -63,7 +63,10 @@ EXPECTED = {
         "tests/bad_specs/mha_spec_topk_gt_drafts.yaml:10: speculative.num_draft_tokens: must be >= topk"
     ),
     "mha_tuning_key": (
-        "tests/bad_specs/mha_tuning_key.yaml:11: tuning.sm90.block_q: unknown tile key (allowed: decode_block_n, decode_num_warps, decode_num_stages, max_splits, combine_num_warps, extend_block_m, extend_block_n, extend_num_warps, extend_num_stages, verify_block_m, verify_block_n, verify_num_warps)"
+        "tests/bad_specs/mha_tuning_key.yaml:12: tuning.triton.sm90.block_q: unknown tile key (allowed: decode_block_n, decode_num_warps, decode_num_stages, max_splits, combine_num_warps, extend_block_m, extend_block_n, extend_num_warps, extend_num_stages, verify_block_m, verify_block_n, verify_num_warps)"
+    ),
+    "mha_tuning_without_backend": (
+        "tests/bad_specs/mha_tuning_without_backend.yaml:10: tuning: unknown value 'sm90': expected one of triton, cute_dsl"
     ),
     "mha_unknown_key": (
         "tests/bad_specs/mha_unknown_key.yaml:7: heads.gqa_groups: unknown key (allowed: head_dim, v_head_dim, gqa_group)"

@@ -9,39 +9,34 @@ from the generated specs that can form a hybrid.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
+from attngen import registry
 from attngen.capabilities import Status
 from attngen.emit.header import Provenance
-from attngen.evidence import CompileEvidence, GpuEvidence
-from attngen.features import FEATURES, Feature, base_variant, probe_verdict
-from attngen.lower.ir import MhaKernelPlan, MhaModulePlan
+from attngen.evidence import GPU_CHECKS, CompileEvidence, GpuEvidence
+from attngen.features import Feature, base_variant, family_features, probe_verdict
+from attngen.ir import KernelPlan, ModulePlan
+from attngen.hooks import SAME_ATTENTION_FIELDS
 from attngen.selection import (
-    HYBRID_MASK_FIELDS,
     SELECTION_PHASES,
     Selection,
     preference,
     select_backend,
 )
-from attngen.spec.enums import TORCH_DTYPE_NAME, Arch, Backend, DType, Family, Phase
-from attngen.spec.variant import MhaShape
+from attngen.spec.enums import Arch, Backend, Family, Phase
 
 VERIFIED, COMPILES, NO_EVIDENCE, NOT_LOWERED, UNSUPPORTED = "✅", "🔨", "❔", "⏳", "❌"
-FAMILY_TITLES = {
-    Family.MHA: "MHA backends",
-    Family.MLA: "MLA backends",
-    Family.GDN: "GDN (gated delta rule) backends",
-    Family.DSA: "DSA (DeepSeek sparse attention) backends",
-}
 
 
 @dataclass(frozen=True)
 class Lowered:
-    """One generated variant with the file that carries it."""
+    """One generated variant: its kernel identity (what evidence is keyed by) and package."""
 
-    module: str  # repo-relative kernels.py
-    sha256: str
-    plan: MhaKernelPlan
+    identity: str
+    package: str  # repo-relative generated package
+    plan: KernelPlan
     arch: Arch
     backend: Backend
 
@@ -53,13 +48,11 @@ class Evidence:
 
     def verified(self, item: Lowered, checks: frozenset[str]) -> bool:
         ev = self.gpu.get(item.arch)
-        return ev is not None and all(
-            ev.has(item.module, item.sha256, item.plan.uri, c) for c in checks
-        )
+        return ev is not None and all(ev.has(item.identity, c) for c in checks)
 
     def compiles(self, item: Lowered) -> bool:
         ev = self.compiled.get(item.arch)
-        usage = ev.kernels(item.module, item.sha256, item.plan.uri) if ev else ()
+        usage = ev.kernels(item.identity) if ev else ()
         return bool(usage) and all(u.spill_bytes == 0 for u in usage)
 
 
@@ -116,7 +109,7 @@ def _evidence_links(arch: Arch, ev: Evidence) -> str:
     if arch in ev.gpu:
         links.append(f"[GPU](../../{ev.gpu[arch].path})")
     if arch in ev.compiled:
-        links.append(f"[compile](../../{ev.compiled[arch].path})")
+        links += [f"[compile](../../{path})" for path in ev.compiled[arch].paths]
     return f" ({', '.join(links)})" if links else ""
 
 
@@ -139,7 +132,7 @@ class Table:
 
 
 def family_table(family: Family, lowered: list[Lowered], ev: Evidence, notes: Notes) -> Table:
-    features = FEATURES[family]
+    features = family_features(family)
     rows = []
     for backend in Backend:
         for arch in Arch:
@@ -149,30 +142,24 @@ def family_table(family: Family, lowered: list[Lowered], ev: Evidence, notes: No
             ]
             row += [cell(f, backend, arch, mine, ev, notes) for f in features]
             rows.append(row)
-    return Table(FAMILY_TITLES[family], ["Backend"] + [f.label for f in features], rows)
+    title = registry.family(family).title
+    return Table(title, ["Backend"] + [f.label for f in features], rows)
 
 
-# GPU checks in the order the per-variant tables show them, with the phase that needs each
-CHECK_COLUMNS = (
-    ("prefill", Phase.PREFILL),
-    ("extend", Phase.EXTEND),
-    ("decode", Phase.DECODE),
-    ("cuda_graph", Phase.DECODE),
-    ("verify", Phase.VERIFY),
-    ("cuda_graph_verify", Phase.VERIFY),
-    ("draft_extend", Phase.DRAFT_EXTEND),
-    ("cuda_graph_draft_extend", Phase.DRAFT_EXTEND),
-)
+def plan_checks(plan: ModulePlan) -> list[str]:
+    """The GPU checks the family's docs columns ask of a module's variants, in table order."""
+    features = family_features(plan.family)
+    wanted = {
+        c
+        for k in plan.kernels
+        for f in features
+        if f.applies(k.variant)
+        for c in f.checks(k.variant)
+    }
+    return [c for c in GPU_CHECKS if c in wanted]
 
 
-def plan_checks(plan: MhaModulePlan) -> list[str]:
-    """The GPU checks that apply to a module's variants, in table order."""
-    checks = [name for name, phase in CHECK_COLUMNS if phase in plan.spec.phases]
-    quantized = any(k.variant.kv_dtype not in (DType.BF16, DType.FP16) for k in plan.kernels)
-    return checks + (["quantized_vs_bf16"] if quantized else []) + ["mqa"]
-
-
-def variant_table(plan: MhaModulePlan, items: list[Lowered], ev: Evidence) -> Table:
+def variant_table(plan: ModulePlan, items: list[Lowered], ev: Evidence) -> Table:
     """Per-variant evidence and resource use of one generated module."""
     checks = plan_checks(plan)
     gpu = ev.gpu.get(plan.arch)
@@ -183,10 +170,10 @@ def variant_table(plan: MhaModulePlan, items: list[Lowered], ev: Evidence) -> Ta
             if not ev.verified(item, frozenset({name})):
                 row.append("—")
                 continue
-            detail = gpu.detail(item.module, item.sha256, item.plan.uri, name) if gpu else ""
+            detail = gpu.detail(item.identity, name) if gpu else ""
             row.append(f"{VERIFIED} {detail}" if detail else VERIFIED)
         usage = ev.compiled.get(item.arch)
-        kernels = usage.kernels(item.module, item.sha256, item.plan.uri) if usage else ()
+        kernels = usage.kernels(item.identity) if usage else ()
         resources = "; ".join(
             f"{k.kernel} {k.registers} regs {k.shared_bytes} B smem {k.spill_bytes} B spill"
             for k in kernels
@@ -207,7 +194,8 @@ def evidence_lines(ev: Evidence) -> list[str]:
             )
         comp = ev.compiled.get(arch)
         if comp:
-            lines.append(f"Compile ({arch.value}): `{comp.path}`, Triton {comp.triton}")
+            for path, compiler in zip(comp.paths, comp.compilers):
+                lines.append(f"Compile ({arch.value}): `{path}`, {compiler}")
         if not gpu and not comp:
             lines.append(f"{arch.value}: no evidence recorded")
     return lines
@@ -237,9 +225,7 @@ class SelectionDocs:
     hybrid_pairs: list[str]  # "`prefill` + `decode` (archs)"
 
 
-def selection_docs(
-    plans: list[MhaModulePlan], lowered: list[Lowered], ev: Evidence
-) -> SelectionDocs:
+def selection_docs(plans: list[ModulePlan], lowered: list[Lowered], ev: Evidence) -> SelectionDocs:
     pref_rows = [
         [arch.value, " → ".join(f"`{b.value}`" for b in preference(arch))] for arch in Arch
     ]
@@ -261,7 +247,7 @@ def selection_docs(
     )
     letters = [(_letter(i), text) for i, text in enumerate(notes.items)]
     pairs = hybrid_pairs(plans)
-    return SelectionDocs(pref, resolved, letters, hybrid_example(plans, pairs), _pair_lines(pairs))
+    return SelectionDocs(pref, resolved, letters, hybrid_example(pairs), _pair_lines(pairs))
 
 
 def _selection_cell(
@@ -294,64 +280,44 @@ def _evidence_summary(items: list[Lowered], phase: Phase, ev: Evidence) -> str:
     return f": {NO_EVIDENCE} {len(items)} generated variants, no evidence"
 
 
-# (head_dim, v_head_dim, gqa_group, page_size, dtype, kv_dtype, kv_scale): what one backend
-# instance is built for; two backends sharing a KV pool must agree on all of it.
-ConfigKey = tuple[int, int, int, int, DType, DType, str]
-
-
-def _config_keys(plan: MhaModulePlan) -> set[ConfigKey]:
-    keys = set()
-    for k in plan.kernels:
-        v, shape = k.variant, k.variant.shape
-        assert isinstance(shape, MhaShape)
-        kv_dtype = v.kv_dtype if v.kv_dtype is not None else v.dtype
-        scale = v.kv_scale.value if v.kv_scale is not None and kv_dtype is not v.dtype else ""
-        keys.add(
-            (
-                shape.head_dim,
-                shape.v_head_dim,
-                shape.gqa_group,
-                v.page_size,
-                v.dtype,
-                kv_dtype,
-                scale,
-            )
-        )
-    return keys
-
-
 @dataclass(frozen=True)
 class HybridPair:
     prefill: str
     decode: str
+    family: Family
     archs: tuple[Arch, ...]
-    shared: tuple[ConfigKey, ...]  # configs both specs generate, sorted
+    shared: tuple[Hashable, ...]  # layer keys both specs generate, sorted
 
 
-def hybrid_pairs(plans: list[MhaModulePlan]) -> list[HybridPair]:
+def hybrid_pairs(plans: list[ModulePlan]) -> list[HybridPair]:
     """Pairs of different generated specs that ``HybridAttnBackend`` accepts together.
 
-    Same backend and arch, an extend spec and a decode spec, at least one config (head dim,
-    v head dim, GQA group, page size, dtype, KV-cache dtype and scales) in common and
-    agreeing mask fields.
+    Same family, backend and arch, an extend spec and a decode spec, at least one layer key
+    in common (the family's: what a backend instance and its KV pool are built for) and
+    hooks that compute the same attention.
     """
-    found: dict[tuple[str, str], tuple[list[Arch], set[ConfigKey]]] = {}
+    found: dict[tuple[str, str], tuple[Family, list[Arch], set[Hashable]]] = {}
     for p in plans:
         for d in plans:
-            if p.spec.name == d.spec.name or (p.backend, p.arch) != (d.backend, d.arch):
+            if p.spec.name == d.spec.name or (p.family, p.backend, p.arch) != (
+                d.family,
+                d.backend,
+                d.arch,
+            ):
                 continue
             if Phase.EXTEND not in p.spec.phases or Phase.DECODE not in d.spec.phases:
                 continue
-            if any(getattr(p.mask, f) != getattr(d.mask, f) for f in HYBRID_MASK_FIELDS):
+            if any(getattr(p.hooks, f) != getattr(d.hooks, f) for f in SAME_ATTENTION_FIELDS):
                 continue
-            shared = _config_keys(p) & _config_keys(d)
+            layer_keys = registry.family(p.family).layer_keys
+            shared = layer_keys(p) & layer_keys(d)
             if shared:
-                archs, keys = found.setdefault((p.spec.name, d.spec.name), ([], set()))
+                _, archs, keys = found.setdefault((p.spec.name, d.spec.name), (p.family, [], set()))
                 archs.append(p.arch)
                 keys |= shared
     return [
-        HybridPair(pre, dec, tuple(a for a in Arch if a in archs), tuple(sorted(keys, key=str)))
-        for (pre, dec), (archs, keys) in sorted(found.items())
+        HybridPair(pre, dec, fam, tuple(a for a in Arch if a in archs), tuple(sorted(keys)))
+        for (pre, dec), (fam, archs, keys) in sorted(found.items())
     ]
 
 
@@ -362,51 +328,15 @@ def _pair_lines(pairs: list[HybridPair]) -> list[str]:
     ]
 
 
-def hybrid_example(plans: list[MhaModulePlan], pairs: list[HybridPair]) -> str:
-    """A ``make_backend`` call for the first generated pair (or a placeholder if none)."""
+def hybrid_example(pairs: list[HybridPair]) -> str:
+    """A ``make_backend`` call for the first generated pair (sm90 first), by its family."""
     pair = next((p for p in pairs if Arch.SM90 in p.archs), pairs[0] if pairs else None)
     if pair is None:
-        arch, decode, prefill = Arch.SM90.value, "<decode spec>", "<prefill spec>"
-        head_dim, v_head_dim, group, page_size, dtype, kv_dtype = (
-            128,
-            128,
-            4,
-            16,
-            DType.BF16,
-            DType.BF16,
-        )
-    else:
-        arch = (Arch.SM90 if Arch.SM90 in pair.archs else pair.archs[0]).value
-        decode, prefill = pair.decode, pair.prefill
-        head_dim, v_head_dim, group, page_size, dtype, kv_dtype, _ = pair.shared[0]
-    num_kv_heads = 8
-    lines = [
-        "from attngen.runtime.select import make_backend",
-        "",
-        "backend = make_backend(",
-        f'    "{arch}",',
-        f'    "{decode}",  # the decode backend (and any phase not overridden)',
-        f'    prefill_spec="{prefill}",  # extend-like modes go here',
-        f"    num_q_heads={num_kv_heads * group},",
-        f"    num_kv_heads={num_kv_heads},",
-        f"    head_dim={head_dim},",
-    ]
-    if v_head_dim != head_dim:
-        lines.append(f"    v_head_dim={v_head_dim},")
-    lines += [
-        f"    page_size={page_size},",
-        f"    dtype=torch.{TORCH_DTYPE_NAME[dtype]},",
-    ]
-    if kv_dtype is not dtype:
-        lines.append(f"    kv_cache_dtype=torch.{TORCH_DTYPE_NAME[kv_dtype]},")
-    lines += [
-        '    device="cuda",',
-        "    req_to_token_pool=req_to_token_pool,  # both backends share the pools",
-        "    kv_pool=kv_pool,",
-        ")",
-        "backend.init_forward_metadata(forward_batch)  # EXTEND -> prefill, DECODE -> decode",
-    ]
-    return "\n".join(lines)
+        return "# no two generated specs form a hybrid today"
+    arch = Arch.SM90 if Arch.SM90 in pair.archs else pair.archs[0]
+    return registry.family(pair.family).hybrid_example(
+        pair.prefill, pair.decode, arch, pair.shared[0]
+    )
 
 
 @dataclass(frozen=True)
@@ -421,7 +351,7 @@ class DocsContext:
 
 
 def docs_context(
-    plans: list[MhaModulePlan], lowered: list[Lowered], ev: Evidence, provenance: Provenance
+    plans: list[ModulePlan], lowered: list[Lowered], ev: Evidence, provenance: Provenance
 ) -> DocsContext:
     notes = Notes()
     tables = [
@@ -429,8 +359,7 @@ def docs_context(
         for f in Family
     ]
     variant_tables = [
-        variant_table(p, [x for x in lowered if x.module.startswith(p.package + "/")], ev)
-        for p in plans
+        variant_table(p, [x for x in lowered if x.package == p.package], ev) for p in plans
     ]
     symbols = dict(
         verified=VERIFIED,

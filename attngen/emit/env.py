@@ -7,14 +7,19 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # attngen/
+TEMPLATE_DIR = PACKAGE_DIR / "templates"  # the spine's templates (wrappers, docs)
 
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    """StrictUndefined so a missing name fails the build; no autoescape (code, not HTML)."""
+    """StrictUndefined so a missing name fails the build; no autoescape (code, not HTML).
+
+    Names resolve under attngen/templates/ first, then under attngen/ itself, so a family x
+    backend package keeps its binding templates beside its code
+    ("families/mha/triton/kernels.py.jinja")."""
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR), encoding="utf-8"),
+        loader=jinja2.FileSystemLoader([str(TEMPLATE_DIR), str(PACKAGE_DIR)], encoding="utf-8"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

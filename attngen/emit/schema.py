@@ -5,29 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from attngen import registry
 from attngen.spec.enums import Arch, Backend
 from attngen.spec.fields import Bool, Field, Float, Int, OneOf, Text
-from attngen.spec.loader import TUNING_KEYS
-from attngen.spec.model import (
-    DsaIndexer,
-    GdnDims,
-    KvCache,
-    Mask,
-    MhaHeads,
-    MlaDims,
-    Spec,
-    Speculative,
-)
-
-SECTIONS = {
-    "heads": MhaHeads,
-    "mla": MlaDims,
-    "gdn": GdnDims,
-    "dsa": DsaIndexer,
-    "kv_cache": KvCache,
-    "mask": Mask,
-    "speculative": Speculative,
-}
+from attngen.spec.model import SECTIONS, Spec
 
 
 def _kind_schema(kind: Any) -> dict[str, Any]:
@@ -100,25 +81,42 @@ def spec_schema() -> dict[str, Any]:
             for b in Backend
         },
     }
-    tile = {"type": "integer", "minimum": 1, "maximum": 1024}
-    schema["properties"]["tuning"] = {
-        "type": "object",
-        "description": "per-arch tile overrides",
-        "additionalProperties": False,
-        "properties": {
-            a.value: {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {k: tile for k in TUNING_KEYS},
-            }
-            for a in Arch
-        },
-    }
+    schema["properties"]["tuning"] = _tuning_schema()
     schema["required"] = sorted(set(schema["required"]) | {"targets"})
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "attngen-spec",
         **schema,
+    }
+
+
+def _tuning_schema() -> dict[str, Any]:
+    """tuning.<backend>.<arch>.<key>: the keys any registered lowering of that backend takes
+    (the loader checks them against the spec's family)."""
+    tile = {"type": "integer", "minimum": 1, "maximum": 1024}
+    keys: dict[Backend, set[str]] = {}
+    for (_, backend), lowering in registry.lowerings().items():
+        keys.setdefault(backend, set()).update(lowering.tuning_keys)
+    per_arch = {
+        b: {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {k: tile for k in sorted(names)},
+        }
+        for b, names in keys.items()
+    }
+    return {
+        "type": "object",
+        "description": "tile overrides per backend and arch: tuning.<backend>.<arch>.<key>",
+        "additionalProperties": False,
+        "properties": {
+            b.value: {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {a.value: per_arch[b] for a in Arch},
+            }
+            for b in sorted(per_arch, key=list(Backend).index)
+        },
     }
 
 

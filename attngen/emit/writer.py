@@ -5,7 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ARCH_DIRS = ("sm80", "sm90", "sm100")
+from attngen.spec.enums import Arch
+
+ARCH_DIRS = tuple(a.value for a in Arch)
+
+
+class DuplicateWrite(Exception):
+    """Two producers wrote the same generated path."""
+
+
+def write_once(
+    files: dict[str, str], owners: dict[str, str], new: dict[str, str], owner: str
+) -> None:
+    """Add ``new`` to ``files``; a path some other producer already wrote is an error
+    naming both (a second plan must never silently replace the first one's file)."""
+    for rel, text in new.items():
+        if rel in files:
+            raise DuplicateWrite(f"generated/{rel}: written by {owners[rel]} and again by {owner}")
+        files[rel] = text
+        owners[rel] = owner
 
 
 @dataclass

@@ -10,6 +10,7 @@ hand the kernels views of those rows; nothing here ever reallocates.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -23,8 +24,7 @@ class DecodeMetadata:
     page_table: torch.Tensor  # [>=B, pages] int32, physical page of each page index
     seq_lens: torch.Tensor  # [>=B] int32
     num_splits: torch.Tensor  # [>=B] int32 in 1..max_splits, KV splits per request
-    partial_o: torch.Tensor  # [>=B, Hq, max_splits, Dv] fp32, per-split outputs
-    partial_lse: torch.Tensor  # [>=B, Hq, max_splits] fp32, per-split log-sum-exp
+    workspace: tuple[torch.Tensor, ...]  # the kernels' scratch (their decode_workspace layout)
     out: torch.Tensor | None  # static output rows (graph mode); None: a fresh tensor per call
 
 
@@ -141,35 +141,43 @@ def load_page_table(static: torch.Tensor, bs: int, page_table: torch.Tensor) -> 
 
 @dataclass(frozen=True)
 class DecodeGraphBuffers:
-    """Decode metadata for up to ``max_bs`` requests, at fixed addresses."""
+    """Decode metadata for up to ``max_bs`` requests, at fixed addresses.
+
+    The generated ``graph.allocate_decode_buffers`` makes them from the plan: page_table,
+    seq_lens and num_splits are metadata; every other buffer is the kernels' workspace,
+    passed to them in the plan's order.
+    """
 
     page_table: torch.Tensor  # [max_bs, max_pages] int32
     seq_lens: torch.Tensor  # [max_bs] int32
     num_splits: torch.Tensor  # [max_bs] int32
-    partial_o: torch.Tensor  # [max_bs, Hq, max_splits, Dv] fp32
-    partial_lse: torch.Tensor  # [max_bs, Hq, max_splits] fp32
+    workspace: tuple[torch.Tensor, ...]  # each [max_bs, ...]
     # [max_num_tokens, Hq, Dv]: the output of every layer in graph mode, so a layer's
     # result is valid until the next attention call (the model's o_proj reads it first)
     out: torch.Tensor
 
+    METADATA = ("page_table", "seq_lens", "num_splits")
+
     @staticmethod
     def allocate(
-        metadata_buffers: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
         *,
         max_num_tokens: int,
+        num_q_heads: int,
+        v_head_dim: int,
         dtype: torch.dtype,
     ) -> DecodeGraphBuffers:
         """Wrap the buffers a generated ``graph.allocate_decode_buffers`` made, plus ``out``."""
-        page_table = metadata_buffers["page_table"]
+        page_table = buffers["page_table"]
         max_bs = int(page_table.shape[0])
         check_at_least("max_bs", max_bs, 1)
         check_at_least("max_num_tokens", max_num_tokens, max_bs)
-        partial_o = metadata_buffers["partial_o"]
-        num_q_heads, v_head_dim = int(partial_o.shape[1]), int(partial_o.shape[3])
         out = torch.empty(
             (max_num_tokens, num_q_heads, v_head_dim), dtype=dtype, device=page_table.device
         )
-        return DecodeGraphBuffers(out=out, **metadata_buffers)
+        workspace = tuple(b for name, b in buffers.items() if name not in DecodeGraphBuffers.METADATA)
+        metadata = {name: buffers[name] for name in DecodeGraphBuffers.METADATA}
+        return DecodeGraphBuffers(workspace=workspace, out=out, **metadata)
 
     @property
     def max_bs(self) -> int:
@@ -178,17 +186,6 @@ class DecodeGraphBuffers:
     @property
     def max_pages(self) -> int:
         return int(self.page_table.shape[1])
-
-    def check_fits(self, bs: int, num_tokens: int) -> None:
-        if not 1 <= bs <= self.max_bs:
-            raise AttngenInputError(
-                f"bs: expected 1..{self.max_bs} (init_cuda_graph_state's max_bs), got {bs}"
-            )
-        if num_tokens > self.out.shape[0]:
-            raise AttngenInputError(
-                f"num_tokens: expected <= {self.out.shape[0]} (init_cuda_graph_state's "
-                f"max_num_tokens), got {num_tokens}"
-            )
 
     def load(
         self,
@@ -215,8 +212,7 @@ class DecodeGraphBuffers:
             page_table=self.page_table[:bs],
             seq_lens=self.seq_lens[:bs],
             num_splits=self.num_splits[:bs],
-            partial_o=self.partial_o[:bs],
-            partial_lse=self.partial_lse[:bs],
+            workspace=tuple(w[:bs] for w in self.workspace),
             out=self.out[:bs],
         )
 
@@ -306,6 +302,20 @@ def check_graph_call(
     if num_tokens != bs * tokens_per_request:
         what = f"bs * {tokens_per_request} = {bs * tokens_per_request} ({mode.name})"
         fail(f"{where}: num_tokens", what, num_tokens)
+
+
+def check_fits(bufs: Any, bs: int, num_tokens: int) -> None:
+    """``bs`` requests and ``num_tokens`` output rows fit static buffers allocated for
+    ``bufs.max_bs`` requests with ``bufs.out`` rows."""
+    if not 1 <= bs <= bufs.max_bs:
+        raise AttngenInputError(
+            f"bs: expected 1..{bufs.max_bs} (init_cuda_graph_state's max_bs), got {bs}"
+        )
+    if num_tokens > bufs.out.shape[0]:
+        raise AttngenInputError(
+            f"num_tokens: expected <= {bufs.out.shape[0]} (init_cuda_graph_state's "
+            f"max_num_tokens), got {num_tokens}"
+        )
 
 
 def check_graph_rows(name: str, t: object, bs: int, device: torch.device) -> torch.Tensor:

@@ -35,7 +35,7 @@ import torch
 
 from attngen.runtime.batch import ForwardBatch, ForwardMode
 from attngen.runtime.checks import AttngenInputError, fail
-from attngen.selection import HYBRID_MASK_FIELDS
+from attngen.hooks import SAME_ATTENTION_FIELDS
 
 # What both backends must agree on (==), and what they must share (is).
 SHAPE_ATTRS = ("num_q_heads", "num_kv_heads", "head_dim", "v_head_dim", "page_size", "dtype")
@@ -266,16 +266,16 @@ def _check_phase(backend: Any, role: str, wanted: tuple[str, ...]) -> None:
 
 def _check_masks(prefill_backend: Any, decode_backend: Any) -> None:
     """Both phases must compute the same attention: window, softcap and sinks agree."""
-    masks = [
-        getattr(getattr(b, "kernels", None), "MASK", None)
+    hooks = [
+        getattr(getattr(b, "kernels", None), "HOOKS", None)
         for b in (prefill_backend, decode_backend)
     ]
-    if any(m is None for m in masks):
+    if any(h is None for h in hooks):
         return
-    for name in HYBRID_MASK_FIELDS:
-        want, got = (getattr(m, name, None) for m in masks)
+    for name in SAME_ATTENTION_FIELDS:
+        want, got = (getattr(h, name, None) for h in hooks)
         if want != got:
-            fail(f"decode_backend.kernels.MASK.{name}", f"{want} (as the prefill backend)", got)
+            fail(f"decode_backend.kernels.HOOKS.{name}", f"{want} (as the prefill backend)", got)
 
 
 def _missing_graph_methods(backend: Any, extra: tuple[str, ...] = ()) -> list[str]:

@@ -1,7 +1,9 @@
 """Build a generated backend by arch and spec name, or a hybrid of two; detect the arch.
 
 ``make_backend("sm90", "mha_gqa_paged", **kwargs)`` imports
-``generated.sm90.mha.mha_gqa_paged.backend`` and constructs its ``Backend``.
+``generated.sm90.<backend>.<family>.mha_gqa_paged.backend`` and constructs its ``Backend``.
+The family is found from the tree; the kernel backend is ``backend=`` or, when several
+backends generate the spec for the arch, the first of ``attngen.selection.preference(arch)``.
 With ``prefill_spec=`` and/or ``decode_spec=`` it builds one backend per phase (an
 unspecified phase inherits ``spec_name``, as SGLang's ``--prefill-attention-backend`` /
 ``--decode-attention-backend`` inherit ``--attention-backend``) and, when the two specs
@@ -9,8 +11,6 @@ differ, wraps them in a :class:`~attngen.runtime.hybrid.HybridAttnBackend`. Both
 the same ``backend_kwargs``, so they share one KV pool and one ``req_to_token`` table.
 
 The ``generated`` package must be importable (the repository root on ``sys.path``).
-Which backend *kind* serves a variant on an arch (Triton, CuTe DSL) is decided by
-``attngen.selection``; today every generated package is a Triton one.
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ from typing import Any
 
 import torch
 
+from attngen.arch import ARCHS as ARCH_TABLE
+from attngen.arch import arch_for_device
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.hybrid import HybridAttnBackend
-from attngen.spec.enums import Arch
+from attngen.selection import preference
 
 GENERATED_PACKAGE = "generated"
-ARCHS = tuple(a.value for a in Arch)
+ARCHS = tuple(a.value for a in ARCH_TABLE)
 
 
 def arch_from_capability(major: int, minor: int) -> str:
@@ -36,12 +38,9 @@ def arch_from_capability(major: int, minor: int) -> str:
     8.x (A100, and Ampere/Ada parts, which run the sm80 Triton kernels) -> sm80;
     9.0 (H100/H200) -> sm90; 10.x (B200/GB200, B300) -> sm100. Anything else is refused.
     """
-    if major == 8:
-        return "sm80"
-    if (major, minor) == (9, 0):
-        return "sm90"
-    if major == 10:
-        return "sm100"
+    arch = arch_for_device(major, minor)
+    if arch is not None:
+        return arch.value
     raise AttngenInputError(
         f"compute capability {major}.{minor}: attngen generates kernels for "
         f"{', '.join(ARCHS)} (capability 8.x, 9.0, 10.x); this GPU is none of them"
@@ -56,24 +55,35 @@ def detect_arch(device: torch.device | str | int | None = None) -> str:
     return arch_from_capability(major, minor)
 
 
-def available_specs(arch: str, family: str = "mha") -> list[str]:
-    """Spec packages generated for ``arch`` / ``family`` (folders with a ``backend.py``)."""
-    folder = _family_dir(_check_arch(arch), family)
-    if folder is None:
-        return []
-    return sorted(p.parent.name for p in folder.glob("*/backend.py"))
+def available_specs(arch: str) -> dict[str, list[tuple[str, str]]]:
+    """Spec packages generated for ``arch``: spec name -> [(backend, family)], from the tree
+    (folders generated/<arch>/<backend>/<family>/<spec>/ with a ``backend.py``)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for root in _generated_roots():
+        for path in sorted((root / _check_arch(arch)).glob("*/*/*/backend.py")):
+            backend, family, spec = path.parent.relative_to(root / arch).parts
+            found.setdefault(spec, []).append((backend, family))
+    return found
 
 
-def load_backend_class(arch: str, spec_name: str, family: str = "mha") -> type:
-    """The ``Backend`` class of ``generated.<arch>.<family>.<spec_name>.backend``."""
+def load_backend_class(arch: str, spec_name: str, backend: str | None = None) -> type:
+    """The ``Backend`` class of ``generated.<arch>.<backend>.<family>.<spec_name>.backend``."""
     arch = _check_arch(arch)
-    known = available_specs(arch, family)
-    if spec_name not in known:
+    known = available_specs(arch)
+    where = known.get(spec_name, [])
+    if backend is not None:
+        where = [w for w in where if w[0] == backend]
+    if not where:
+        on = f" on {backend}" if backend else ""
         raise AttngenInputError(
-            f"spec {spec_name!r}: no generated {family} backend for {arch}; "
-            f"available: {', '.join(known) or 'none'} (generated/{arch}/{family}/)"
+            f"spec {spec_name!r}: no generated backend{on} for {arch}; "
+            f"available: {', '.join(sorted(known)) or 'none'} (generated/{arch}/)"
         )
-    module = importlib.import_module(f"{GENERATED_PACKAGE}.{arch}.{family}.{spec_name}.backend")
+    order = [b.value for b in preference(arch)]
+    chosen, family = min(where, key=lambda w: order.index(w[0]) if w[0] in order else len(order))
+    module = importlib.import_module(
+        f"{GENERATED_PACKAGE}.{arch}.{chosen}.{family}.{spec_name}.backend"
+    )
     return module.Backend
 
 
@@ -83,7 +93,7 @@ def make_backend(
     *,
     prefill_spec: str | None = None,
     decode_spec: str | None = None,
-    family: str = "mha",
+    backend: str | None = None,
     capture_prefill: bool = False,
     **backend_kwargs: Any,
 ) -> Any:
@@ -100,8 +110,8 @@ def make_backend(
         missing = "prefill_spec" if prefill is None else "decode_spec"
         raise AttngenInputError(f"make_backend: spec_name is None, so {missing} is required")
     # Resolve both classes before constructing anything, so a bad name fails first.
-    prefill_cls = load_backend_class(arch, prefill, family)
-    decode_cls = load_backend_class(arch, decode, family)
+    prefill_cls = load_backend_class(arch, prefill, backend)
+    decode_cls = load_backend_class(arch, decode, backend)
     if prefill == decode:
         return prefill_cls(**backend_kwargs)
     return HybridAttnBackend(
@@ -117,7 +127,7 @@ def _check_arch(arch: str) -> str:
     return arch
 
 
-def _family_dir(arch: str, family: str) -> Path | None:
+def _generated_roots() -> list[Path]:
     try:
         found = importlib.util.find_spec(GENERATED_PACKAGE)
     except (ImportError, ValueError):
@@ -127,8 +137,4 @@ def _family_dir(arch: str, family: str) -> Path | None:
             f"the {GENERATED_PACKAGE!r} package is not importable: put the attngen repository "
             f"root (the folder holding generated/) on sys.path"
         )
-    for root in found.submodule_search_locations:
-        folder = Path(root) / arch / family
-        if folder.is_dir():
-            return folder
-    return None
+    return [Path(root) for root in found.submodule_search_locations]

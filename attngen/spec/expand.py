@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import assert_never
 
 from attngen.spec.enums import DType, Family
 from attngen.spec.model import Spec
@@ -22,7 +23,22 @@ def expand(spec: Spec) -> tuple[Variant, ...]:
     ):
         resolved = dtype if kv_dtype is DType.AUTO else kv_dtype
         scale = kv.scale if kv is not None else None
-        out.append(Variant(spec, shape, dtype, page, resolved, scale, topk))
+        drafts = spec.speculative.num_draft_tokens if spec.speculative else 0
+        out.append(
+            Variant(
+                spec=spec,
+                family=spec.family,
+                shape=shape,
+                phases=spec.phases,
+                dtype=dtype,
+                page_size=page,
+                kv_dtype=resolved,
+                kv_scale=scale,
+                mask=spec.mask,
+                spec_topk=topk,
+                num_draft_tokens=drafts,
+            )
+        )
     return tuple(out)
 
 
@@ -40,10 +56,12 @@ def _shapes(spec: Spec) -> Iterator[Shape]:
             gdn.key_dim, gdn.value_dim, gdn.v_heads_per_k_head, gdn.state_dtype
         ):
             yield GdnShape(k, v, g, s, gdn.chunk_size)
-    else:
+    elif spec.family is Family.DSA:
         dsa = spec.dsa
         for mla, topk in itertools.product(_mla_shapes(spec), dsa.index_topk):
             yield DsaShape(mla, dsa.index_heads, dsa.index_head_dim, topk)
+    else:
+        assert_never(spec.family)
 
 
 def _mla_shapes(spec: Spec) -> Iterator[MlaShape]:

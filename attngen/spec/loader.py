@@ -11,48 +11,31 @@ from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, Sc
 from attngen.spec.errors import Location, SpecError
 from attngen.spec.fields import Int, OneOf, convert_scalar, node_location
 from attngen.spec.model import (
-    DsaIndexer,
-    GdnDims,
+    SECTIONS,
+    SPEC_KEYS,
     KvCache,
     Mask,
-    MhaHeads,
-    MlaDims,
     Spec,
     Speculative,
     Target,
     Tuning,
 )
-from attngen.spec.reader import MapReader, read_section
+from attngen.spec.reader import MapReader, default_section, read_section
 
 # Which shape sections each family takes: required ones, and the rest are forbidden.
+SHAPE_SECTIONS = ("heads", "mla", "gdn", "dsa")
 FAMILY_SECTIONS = {
     Family.MHA: ("heads",),
     Family.MLA: ("mla",),
     Family.GDN: ("gdn",),
     Family.DSA: ("dsa", "mla"),
 }
-SECTION_TYPES = {"heads": MhaHeads, "mla": MlaDims, "gdn": GdnDims, "dsa": DsaIndexer}
 QUANTIZED_KV = {
     DType.FP8_E4M3: (ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD),
     DType.FP8_E5M2: (ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD),
     DType.NVFP4: (ScaleGranularity.PER_BLOCK,),
     DType.MXFP4: (ScaleGranularity.PER_BLOCK,),
 }
-# Tile keys a spec's `tuning` may override (fields of attngen.runtime.configs.MhaTritonConfig).
-TUNING_KEYS = (
-    "decode_block_n",
-    "decode_num_warps",
-    "decode_num_stages",
-    "max_splits",
-    "combine_num_warps",
-    "extend_block_m",
-    "extend_block_n",
-    "extend_num_warps",
-    "extend_num_stages",
-    "verify_block_m",
-    "verify_block_n",
-    "verify_num_warps",
-)
 
 
 def load_spec(path: Path, root: Path | None = None) -> Spec:
@@ -91,7 +74,7 @@ def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
     try:
         reader.finish()
     except SpecError as err:
-        allowed = "name, family, description, phases, dtype, heads, mla, gdn, dsa, kv_cache, mask, speculative, targets, tuning"
+        allowed = ", ".join(SPEC_KEYS)
         raise SpecError(err.location, err.field, f"unknown key (allowed: {allowed})") from None
     if targets_node is None:
         raise SpecError(reader.location, "targets", "required field is missing")
@@ -105,7 +88,7 @@ def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
             read_section(Speculative, spec_node, path, "speculative") if spec_node else None
         ),
         targets=_read_targets(targets_node, path),
-        tuning=_read_tuning(tuning_node, path),
+        tuning=_read_tuning(tuning_node, path, family),
         **top,
         **shapes,
     )
@@ -116,7 +99,8 @@ def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
 def _read_shape_sections(reader: MapReader, family: Family) -> dict[str, object]:
     wanted = FAMILY_SECTIONS[family]
     shapes: dict[str, object] = {}
-    for key, cls in SECTION_TYPES.items():
+    for key in SHAPE_SECTIONS:
+        cls = SECTIONS[key]
         node = reader.pop_node(key)
         if node is None and key in wanted:
             raise SpecError(reader.location, key, f"required for family {family.value}")
@@ -140,7 +124,7 @@ def _read_kv_cache(
             )
         return None
     if node is None:
-        return KvCache(location=loc, page_size=(1,), dtype=(DType.AUTO,), scale=None)
+        return default_section(KvCache, loc)
     kv = read_section(KvCache, node, path, "kv_cache")
     quantized = [d for d in kv.dtype if d in QUANTIZED_KV]
     if quantized and kv.scale is None:
@@ -164,9 +148,7 @@ def _read_kv_cache(
 
 def _read_mask(node: yaml.Node | None, family: Family, path: str, loc: Location) -> Mask:
     if node is None:
-        return Mask(
-            location=loc, kind=MaskKind.CAUSAL, window_left=None, logit_softcap=None, sinks=False
-        )
+        return default_section(Mask, loc)
     mask = read_section(Mask, node, path, "mask")
     if (mask.kind is MaskKind.SLIDING_WINDOW) != (mask.window_left is not None):
         raise SpecError(
@@ -205,33 +187,52 @@ def _read_targets(node: yaml.Node, path: str) -> tuple[Target, ...]:
     return tuple(targets)
 
 
-def _read_tuning(node: yaml.Node | None, path: str) -> tuple[Tuning, ...]:
+def _read_tuning(node: yaml.Node | None, path: str, family: Family) -> tuple[Tuning, ...]:
+    """``tuning.<backend>.<arch>.<key>: value``; keys from that backend's lowering."""
     if node is None:
         return ()
     MapReader(node, path, "tuning")  # shape and duplicate-key checks
+    backend_kind = OneOf(Backend, tuple(Backend))
+    out = []
+    for key_node, value_node in node.value:
+        backend = convert_scalar(backend_kind, key_node, path, "tuning")
+        out += _read_backend_tuning(value_node, path, family, backend)
+    return tuple(out)
+
+
+def _read_backend_tuning(
+    node: yaml.Node, path: str, family: Family, backend: Backend
+) -> list[Tuning]:
+    from attngen import registry  # the lowerings register on first use
+
+    lowering = registry.lowering(family, backend)
+    prefix = f"tuning.{backend.value}"
+    if lowering is None:
+        raise SpecError(
+            node_location(path, node),
+            prefix,
+            f"no {backend.value} lowering of {family.value} to tune",
+        )
+    MapReader(node, path, prefix)
     arch_kind = OneOf(Arch, tuple(Arch))
     value_kind = Int(1, 1024, power_of_two=True)
     out = []
     for key_node, value_node in node.value:
-        arch = convert_scalar(arch_kind, key_node, path, "tuning")
-        reader = MapReader(value_node, path, f"tuning.{arch.value}")
+        arch = convert_scalar(arch_kind, key_node, path, prefix)
+        reader = MapReader(value_node, path, f"{prefix}.{arch.value}")
         values = []
         for key in list(reader.entries):
-            if key not in TUNING_KEYS:
-                key_node2 = reader.entries[key][0]
+            name = f"{prefix}.{arch.value}.{key}"
+            if key not in lowering.tuning_keys:
                 raise SpecError(
-                    node_location(path, key_node2),
-                    f"tuning.{arch.value}.{key}",
-                    f"unknown tile key (allowed: {', '.join(TUNING_KEYS)})",
+                    node_location(path, reader.entries[key][0]),
+                    name,
+                    f"unknown tile key (allowed: {', '.join(lowering.tuning_keys)})",
                 )
-            value_node2 = reader.pop_node(key)
-            values.append(
-                (key, convert_scalar(value_kind, value_node2, path, f"tuning.{arch.value}.{key}"))
-            )
-        out.append(
-            Tuning(location=node_location(path, key_node), arch=arch, values=tuple(sorted(values)))
-        )
-    return tuple(out)
+            values.append((key, convert_scalar(value_kind, reader.pop_node(key), path, name)))
+        loc = node_location(path, key_node)
+        out.append(Tuning(location=loc, backend=backend, arch=arch, values=tuple(sorted(values))))
+    return out
 
 
 def _check_spec(spec: Spec) -> None:
@@ -256,9 +257,11 @@ def _check_spec(spec: Spec) -> None:
         raise SpecError(
             spec.mask.location, "mask.kind", "custom masks come from speculative trees (topk > 1)"
         )
-    target_archs = {a for t in spec.targets for a in t.archs}
+    targets = {(t.backend, a) for t in spec.targets for a in t.archs}
     for tuning in spec.tuning:
-        if tuning.arch not in target_archs:
+        if (tuning.backend, tuning.arch) not in targets:
             raise SpecError(
-                tuning.location, f"tuning.{tuning.arch.value}", "arch is not among the targets"
+                tuning.location,
+                f"tuning.{tuning.backend.value}.{tuning.arch.value}",
+                f"{tuning.backend.value} {tuning.arch.value} is not among the targets",
             )

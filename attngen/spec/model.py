@@ -193,9 +193,11 @@ class Target:
 
 @dataclass(frozen=True)
 class Tuning:
-    """Per-arch overrides of the lowering's tile heuristics (keys of MhaTritonConfig)."""
+    """Overrides of one backend's tile heuristics on one arch (``tuning.<backend>.<arch>``);
+    the keys are the ones that backend's lowering of the family declares."""
 
     location: Location
+    backend: Backend
     arch: Arch
     values: tuple[tuple[str, int], ...]
 
@@ -234,3 +236,23 @@ class Spec:
     targets: tuple[Target, ...]
     tuning: tuple[Tuning, ...]
     sha256: str  # of the spec file's bytes: provenance and cache keys
+
+    def tuning_for(self, backend: Backend, arch: Arch) -> dict[str, int]:
+        """The tile overrides this spec sets for one backend and arch."""
+        return {
+            k: v for t in self.tuning if (t.backend, t.arch) == (backend, arch) for k, v in t.values
+        }
+
+
+# Typed sections of a spec, by key: the loader reads them and the JSON schema describes them.
+SECTIONS: dict[str, type] = {
+    "heads": MhaHeads,
+    "mla": MlaDims,
+    "gdn": GdnDims,
+    "dsa": DsaIndexer,
+    "kv_cache": KvCache,
+    "mask": Mask,
+    "speculative": Speculative,
+}
+# Every top-level key a spec may have, in the order the docs list them.
+SPEC_KEYS: tuple[str, ...] = (*(f.key for f in Spec.FIELDS), *SECTIONS, "targets", "tuning")

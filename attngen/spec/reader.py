@@ -6,7 +6,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from attngen.spec.errors import SpecError
+from attngen.spec.errors import Location, SpecError
 from attngen.spec.fields import Field, convert_scalar, node_location
 
 T = TypeVar("T")
@@ -90,6 +90,15 @@ def read_section(cls: type[T], node: yaml.Node, path: str, prefix: str) -> T:
     except SpecError as err:
         raise SpecError(err.location, err.field, f"unknown key (allowed: {allowed})") from None
     return cls(location=reader.location, **values)  # type: ignore[call-arg]
+
+
+def default_section(cls: type[T], location: Location) -> T:
+    """``cls`` as a spec that leaves the section out gets it: every field at its default."""
+    missing = [f.key for f in cls.FIELDS if f.required]  # type: ignore[attr-defined]
+    if missing:
+        raise ValueError(f"{cls.__name__} has required fields {missing}: no default section")
+    values = {f.key: f.default for f in cls.FIELDS}  # type: ignore[attr-defined]
+    return cls(location=location, **values)  # type: ignore[call-arg]
 
 
 def _is_null(node: yaml.Node) -> bool:

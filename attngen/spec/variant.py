@@ -67,27 +67,28 @@ Shape = MhaShape | MlaShape | GdnShape | DsaShape
 
 @dataclass(frozen=True)
 class Variant:
-    """A spec with every axis fixed."""
+    """A spec with every axis fixed, self-contained: what a kernel is generated for.
 
-    spec: Spec
+    ``spec`` is the spec it came from (None for the probes the docs and selection build);
+    everything a capability rule, a lowering or a docs column reads is a field here, so a
+    probe is a ``dataclasses.replace`` of one, never a fabricated Spec.
+    """
+
+    spec: Spec | None
+    family: Family
     shape: Shape
+    phases: tuple[Phase, ...]
     dtype: DType  # activations (q, o)
     page_size: int | None  # None for families without a KV cache (gdn)
     kv_dtype: DType | None  # resolved: never AUTO
     kv_scale: ScaleGranularity | None
+    mask: Mask
     spec_topk: int | None  # speculative draft branches (None: no speculative decoding)
+    num_draft_tokens: int = 0  # verify rows per request (0 without speculative decoding)
 
     @property
-    def family(self) -> Family:
-        return self.spec.family
-
-    @property
-    def phases(self) -> tuple[Phase, ...]:
-        return self.spec.phases
-
-    @property
-    def mask(self) -> Mask:
-        return self.spec.mask
+    def spec_name(self) -> str:
+        return self.spec.name if self.spec is not None else "<probe>"
 
     @property
     def uri(self) -> str:
@@ -104,7 +105,7 @@ class Variant:
 
     @property
     def qualified_uri(self) -> str:
-        return f"{self.spec.name}/{self.uri}"
+        return f"{self.spec_name}/{self.uri}"
 
 
 def _mask_uri(mask: Mask) -> str:

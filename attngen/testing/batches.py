@@ -20,19 +20,18 @@ from dataclasses import dataclass
 
 import torch
 
-from attngen.runtime.configs import MhaMask
-from attngen.reference.mha import paged_decode_ref, paged_extend_ref
+from attngen.hooks import MaskHooks
+from attngen.families.mha.reference import paged_decode_ref, paged_extend_ref
 from attngen.runtime.batch import (
     FP8_DTYPES,
     AttentionLayer,
     ForwardBatch,
     ForwardMode,
-    PagedKVPool,
     ReqToTokenPool,
-    NvFp4KVPool,
     VerifyInfo,
     pack_tree_masks,
 )
+from attngen.runtime.pools import NvFp4KVPool, PagedKVPool
 from attngen.runtime.nvfp4 import dequantize_nvfp4
 from attngen.runtime.checks import AttngenInputError
 
@@ -69,7 +68,7 @@ def oracle_output(
     v_cache: torch.Tensor,
     sm_scale: float,
     *,
-    mask: MhaMask | None = None,
+    mask: MaskHooks | None = None,
     sinks: torch.Tensor | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,

@@ -34,13 +34,13 @@ from attngen.runtime.batch import (
     AttentionLayer,
     ForwardBatch,
     ForwardMode,
-    NvFp4KVPool,
     VerifyInfo,
     pack_tree_masks,
 )
-from attngen.reference.mha import prefill_ref
-from attngen.runtime.configs import MhaTritonConfig
-from attngen.runtime.mha_backend import TritonMhaBackend
+from attngen.runtime.pools import NvFp4KVPool
+from attngen.families.mha.reference import prefill_ref
+from attngen.families.mha.triton.config import MhaTritonConfig
+from attngen.families.mha.runtime import PagedMhaBackend
 from attngen.testing import (
     PagedBatch,
     PagedBatchBuilder,
@@ -70,7 +70,7 @@ LONG_DECODE = [8192, 1, 3000, 4097, 513]
 # -- discovery ----
 
 
-def discover_backends() -> list[type[TritonMhaBackend]]:
+def discover_backends() -> list[type[PagedMhaBackend]]:
     root = REPO_ROOT / "generated" / ARCH / "mha"
     modules = [
         importlib.import_module(f"generated.{ARCH}.mha.{path.parent.name}.backend")
@@ -79,7 +79,7 @@ def discover_backends() -> list[type[TritonMhaBackend]]:
     return [m.Backend for m in modules]
 
 
-def long_case_uris(backend: type[TritonMhaBackend]) -> set[str]:
+def long_case_uris(backend: type[PagedMhaBackend]) -> set[str]:
     """Per (head_dim, page_size, dtype): the config with the widest GQA group."""
     best: dict[tuple, MhaTritonConfig] = {}
     for config in backend.kernels.CONFIGS.values():
@@ -91,7 +91,7 @@ def long_case_uris(backend: type[TritonMhaBackend]) -> set[str]:
 
 @dataclass(frozen=True)
 class Case:
-    backend: type[TritonMhaBackend]
+    backend: type[PagedMhaBackend]
     config: MhaTritonConfig
     long: bool
 
@@ -114,7 +114,7 @@ CASES = cases()
 
 @dataclass
 class Rig:
-    backend: TritonMhaBackend
+    backend: PagedMhaBackend
     builder: PagedBatchBuilder
     layer: AttentionLayer
     dtype: torch.dtype
@@ -125,7 +125,7 @@ class Rig:
 
     @property
     def mask(self):
-        return self.backend.kernels.MASK
+        return self.backend.kernels.HOOKS
 
     def oracle(self, pb: PagedBatch, q: torch.Tensor) -> torch.Tensor:
         """The oracle's ``[T, Hq*Dv]`` output for ``pb`` (caches already hold its K/V)."""
@@ -211,7 +211,7 @@ def make_rig(
         v_scale=v_scale,
     )
     sinks = None
-    if case.backend.kernels.MASK.has_sinks:  # logits of the same scale as the scores
+    if case.backend.kernels.HOOKS.sinks:  # logits of the same scale as the scores
         sinks = torch.randn(num_q_heads, dtype=torch.float32, device=device) + 1.0
     return Rig(backend, PagedBatchBuilder(req_pool, kv_pool), layer, dtype, sinks)
 

@@ -1,0 +1,1 @@
+"""Kernel DSL backends: one package each, registering a :class:`attngen.registry.BackendInfo`."""

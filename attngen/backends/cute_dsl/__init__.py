@@ -1,0 +1,19 @@
+"""The CuTe DSL backend: kernels on wgmma (sm90) and tcgen05 (sm100). No lowering yet."""
+
+from __future__ import annotations
+
+from attngen.arch import ArchFacts
+from attngen.registry import BackendInfo, register_backend
+from attngen.spec.enums import Backend
+
+
+def arch_limit(arch: ArchFacts) -> str | None:
+    if arch.tensor_core in ("wgmma", "tcgen05"):
+        return None
+    return (
+        "attngen's CuTe DSL kernels are built on wgmma (sm90) and tcgen05 (sm100); "
+        f"{arch.arch.value} has neither"
+    )
+
+
+register_backend(BackendInfo(Backend.CUTE_DSL, arch_limit))

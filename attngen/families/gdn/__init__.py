@@ -1,0 +1,57 @@
+"""Gated delta rule linear attention: a per-head recurrent state, chunked prefill.
+
+No lowering yet: every backend reports GDN as "not lowered" through the registry.
+"""
+
+from __future__ import annotations
+
+from attngen.features import Feature, has_phase, only_phase, phase_checks, probe_mask
+from attngen.features import speculative, topk_is
+from attngen.registry import FamilyInfo, register_family
+from attngen.spec.enums import DType, Family, Phase
+from attngen.spec.variant import GdnShape, Variant
+
+FAMILY = Family.GDN
+
+
+def base_variant() -> Variant:
+    return Variant(
+        spec=None,
+        family=FAMILY,
+        shape=GdnShape(128, 128, 1, DType.FP32, 64),
+        phases=(Phase.EXTEND, Phase.DECODE),
+        dtype=DType.BF16,
+        page_size=None,
+        kv_dtype=None,
+        kv_scale=None,
+        mask=probe_mask(),
+        spec_topk=None,
+    )
+
+
+def features() -> tuple[Feature, ...]:
+    fam = FAMILY
+    return (
+        Feature(
+            "decode", "Decode", fam, has_phase(Phase.DECODE), only_phase(Phase.DECODE), phase_checks
+        ),
+        Feature(
+            "extend",
+            "Prefill / Extend",
+            fam,
+            has_phase(Phase.EXTEND),
+            only_phase(Phase.EXTEND),
+            phase_checks,
+        ),
+        Feature(
+            "spec_topk1",
+            "Spec Decoding (Target Verify)",
+            fam,
+            topk_is(lambda k: k >= 1),
+            lambda v: speculative(v, 1),
+            phase_checks,
+        ),
+    )
+
+
+register_family(FamilyInfo(FAMILY, features, base_variant, title="GDN (gated delta rule) backends"))

@@ -1,0 +1,486 @@
+"""The MHA runtime: paged MHA/GQA attention through one generated kernels module.
+
+A generated ``backend.py`` subclasses :class:`PagedMhaBackend` and sets only class
+attributes (its ``kernels`` and ``graph`` modules, ``spec_name``, ``arch``, ``num_sms``,
+``seq_len_fill_value``). The neutral parts (metadata skeleton, slot checks, graph
+plumbing) are :class:`~attngen.runtime.backend_base.AttentionBackendBase`'s; this module
+holds what is MHA's: config selection by :class:`~attngen.families.mha.key.MhaKey`, page
+tables, KV writes, fp8/NVFP4 scales, the split-KV heuristic and the per-layer forwards.
+
+Per forward, ``init_forward_metadata`` builds what every layer shares: the page table
+(``page_table[b, j]`` = physical page of request ``b``'s tokens ``j*ps .. j*ps+ps-1``),
+``int32`` sequence lengths and, for decode, the per-request KV split counts and the
+kernels' workspace (``kernels.decode_workspace``); for extend, ``qo_indptr``, prefix
+lengths and the longest extend. Per layer, ``forward_extend`` / ``forward_decode`` check
+their inputs, write the new tokens' K/V into the pool at ``out_cache_loc`` and launch the
+kernel. Nothing on these paths reads device values on the host, so decode is CUDA-graph
+capturable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+import torch
+
+from attngen.families.mha.key import MhaKey
+from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, canonical_device
+from attngen.runtime.batch import (
+    INDEX_DTYPES,
+    AttentionLayer,
+    DraftExtendInfo,
+    ForwardBatch,
+    ForwardMode,
+    ReqToTokenPool,
+    VerifyInfo,
+    check_max_seq_len,
+)
+from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
+from attngen.runtime.graph import (
+    DecodeGraphBuffers,
+    DecodeMetadata,
+    DraftExtendGraphBuffers,
+    ExtendMetadata,
+    VerifyGraphBuffers,
+    check_graph_rows,
+)
+from attngen.runtime.pools import PagedKVPool
+
+# -- split-KV decode heuristic ----
+# Splitting one request's KV over n programs costs a combine pass and n partial rows; it
+# pays off only while the unsplit grid (one program per request and KV-head block) leaves
+# SMs idle. So: allow up to ceil(TARGET_WAVES * num_sms / programs) splits (capped by the
+# config's max_splits), and give every split at least MIN_SPLIT_TOKENS tokens, so short
+# requests stay unsplit and long ones in a small batch spread over the whole GPU.
+TARGET_WAVES = 4  # H200, batch 8 x 16k ctx: 8 splits 3.7 TB/s, 4 splits 3.3 TB/s
+MIN_SPLIT_TOKENS = 256
+
+
+
+def decode_split_cap(*, programs_per_split: int, num_sms: int, max_splits: int) -> int:
+    """Most KV splits worth having for a grid of ``programs_per_split`` (host ints only)."""
+    wanted = -(-TARGET_WAVES * num_sms // max(programs_per_split, 1))
+    return max(1, min(max_splits, wanted))
+
+
+def decode_num_splits(seq_lens: torch.Tensor, *, cap: int, min_split_tokens: int) -> torch.Tensor:
+    """Per-request split counts in ``1..cap``, computed on the device (no host sync)."""
+    wanted = (seq_lens + (min_split_tokens - 1)) // min_split_tokens
+    return torch.clamp(wanted, min=1, max=cap).to(torch.int32)
+
+
+# -- config selection ----
+
+
+def select_config(configs: Mapping[str, Any], want: MhaKey) -> Any:
+    # configs: a generated kernels module's CONFIGS (each has .key and .uri)
+    """The one config whose key is ``want``; else an error listing what was generated.
+
+    Fields of ``want`` set to None are free: a unique match on the rest is taken (so a spec
+    that generates one speculative topk needs no ``spec_topk=`` at construction)."""
+    ordered = [configs[uri] for uri in sorted(configs)]
+    given = {
+        f.name: getattr(want, f.name) for f in fields(want) if getattr(want, f.name) is not None
+    }
+    matches = [c for c in ordered if all(getattr(c.key, k) == v for k, v in given.items())]
+    if len(matches) == 1:
+        return matches[0]
+    available = "; ".join(f"{c.key.describe()} ({c.uri})" for c in ordered) or "none"
+    wanted = " ".join(f"{k}={v}" for k, v in given.items())
+    if matches:
+        free = sorted(k for k in (f.name for f in fields(want)) if k not in given)
+        raise AttngenInputError(
+            f"several generated configs for {wanted}: pass {' / '.join(free)} to choose; "
+            f"available: {available}"
+        )
+    raise AttngenInputError(f"no generated config for {wanted}; available: {available}")
+
+
+def _as_heads(name: str, x: object, rows: int, heads: int, dim: int) -> torch.Tensor:
+    """Accept ``[rows, heads*dim]`` or ``[rows, heads, dim]``; return the 3-d view."""
+    if isinstance(x, torch.Tensor) and x.dim() == 2:
+        return check_tensor(name, x, shape=[rows, heads * dim]).reshape(rows, heads, dim)
+    return check_tensor(name, x, shape=[rows, heads, dim])
+
+
+class PagedMhaBackend(AttentionBackendBase):
+    """Paged MHA/GQA attention through one generated kernels module."""
+
+    def __init__(
+        self,
+        *,
+        num_q_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        v_head_dim: int | None = None,
+        page_size: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        req_to_token_pool: ReqToTokenPool,
+        kv_pool: PagedKVPool,
+        kv_cache_dtype: torch.dtype | str | None = None,
+        kv_scale: str | None = None,
+        spec_topk: int | None = None,
+    ) -> None:
+        """``kv_scale`` ("per_tensor", "per_head", ...) and ``spec_topk`` (0 none, 1 draft
+        chains, > 1 trees) are needed only when the spec generates several of them."""
+        self._check_generated()
+        if num_kv_heads < 1 or num_q_heads % num_kv_heads != 0:
+            fail("num_q_heads", f"a multiple of num_kv_heads={num_kv_heads} (>= 1)", num_q_heads)
+        self.num_q_heads = num_q_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.v_head_dim = head_dim if v_head_dim is None else v_head_dim
+        self.page_size = page_size
+        self.dtype = dtype
+        self.kv_cache_dtype = dtype if kv_cache_dtype is None else kv_cache_dtype
+        self.device = canonical_device(device)
+        self.config = select_config(
+            self.kernels.CONFIGS,
+            MhaKey(
+                head_dim=head_dim,
+                v_head_dim=self.v_head_dim,
+                gqa_group=num_q_heads // num_kv_heads,
+                page_size=page_size,
+                dtype=_dtype_name(dtype),
+                kv_dtype=_dtype_name(self.kv_cache_dtype),
+                kv_scale=kv_scale,  # type: ignore[arg-type]
+                spec_topk=spec_topk,  # type: ignore[arg-type]
+            ),
+        )
+        self._check_pools(req_to_token_pool, kv_pool)
+        self.req_to_token_pool = req_to_token_pool
+        self.kv_pool = kv_pool
+        self.max_context_len = req_to_token_pool.max_context_len
+        self.max_pages = -(-self.max_context_len // page_size)
+        self.forward_metadata: DecodeMetadata | ExtendMetadata | None = None
+        self._graph_buffers: dict[str, Any] = {}
+
+    def _check_pools(self, req_pool: ReqToTokenPool, kv_pool: PagedKVPool) -> None:
+        names = ("page_size", "num_kv_heads", "head_dim", "v_head_dim", "device")
+        for pool_name, want in [(n, getattr(self, n)) for n in names] + [
+            ("dtype", self.kv_cache_dtype)
+        ]:
+            got = getattr(kv_pool, pool_name)
+            if got != want:
+                fail(f"kv_pool.{pool_name}", f"{want} (as the backend)", got)
+        if req_pool.device != self.device:
+            fail("req_to_token_pool.device", f"{self.device} (as the backend)", req_pool.device)
+
+    # -- per-forward metadata ----
+
+    def _decode_metadata(self, fb: ForwardBatch) -> DecodeMetadata:
+        bs = fb.batch_size
+        seq_lens = fb.seq_lens.to(torch.int32).contiguous()
+        return DecodeMetadata(
+            batch_size=bs,
+            page_table=self._page_table(fb.req_pool_indices, self._pages_for(fb.seq_lens_cpu)),
+            seq_lens=seq_lens,
+            num_splits=self._num_splits(seq_lens, bs),
+            workspace=self.kernels.decode_workspace(
+                self.config, batch_size=bs, num_q_heads=self.num_q_heads, device=self.device
+            ),
+            out=None,
+        )
+
+    def _extend_metadata(self, fb: ForwardBatch) -> ExtendMetadata:
+        assert fb.extend_seq_lens is not None and fb.extend_seq_lens_cpu is not None
+        assert fb.extend_prefix_lens is not None and fb.extend_prefix_lens_cpu is not None
+        qo_indptr = torch.zeros((fb.batch_size + 1,), dtype=torch.int32, device=self.device)
+        torch.cumsum(fb.extend_seq_lens, dim=0, dtype=torch.int32, out=qo_indptr[1:])
+        verify = fb.forward_mode is ForwardMode.TARGET_VERIFY
+        tree_mask, tree_mask_indptr = self._tree_mask(fb.spec_info) if verify else (None, None)
+        return ExtendMetadata(
+            batch_size=fb.batch_size,
+            num_tokens=sum(fb.extend_seq_lens_cpu),
+            page_table=self._page_table(fb.req_pool_indices, self._pages_for(fb.seq_lens_cpu)),
+            qo_indptr=qo_indptr,
+            prefix_lens=fb.extend_prefix_lens.to(torch.int32).contiguous(),
+            max_extend_len=max(fb.extend_seq_lens_cpu),
+            no_prefix=max(fb.extend_prefix_lens_cpu) == 0,
+            verify=verify,
+            tree_mask=tree_mask,
+            tree_mask_indptr=tree_mask_indptr,
+        )
+
+    def _tree_mask(self, info: VerifyInfo) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The verify mask tensors the config needs (trees), checked; None for chains."""
+        n, want = info.draft_token_num, self.config.num_draft_tokens
+        if n != want:
+            fail("spec_info.draft_token_num", f"{want} (the spec's num_draft_tokens)", n)
+        if self.config.spec_topk <= 1:
+            if info.tree_mask is not None:
+                fail("spec_info.tree_mask", "None (this spec verifies draft chains)", "a tensor")
+            return None, None
+        check_tensor("spec_info.tree_mask", info.tree_mask, dtype=torch.uint8, device=self.device)
+        check_tensor(
+            "spec_info.tree_mask_indptr",
+            info.tree_mask_indptr,
+            dtype=torch.int32,
+            shape=[None],
+            device=self.device,
+            contiguous=True,
+        )
+        return info.tree_mask, info.tree_mask_indptr
+
+    def _pages_for(self, seq_lens_cpu: torch.Tensor) -> int:
+        """Page-table width that covers the longest request."""
+        longest = int(seq_lens_cpu.max()) if seq_lens_cpu.numel() else 0
+        return max(1, -(-longest // self.page_size))
+
+    def _page_table(self, req_pool_indices: torch.Tensor, width: int) -> torch.Tensor:
+        """``[B, width]`` int32: the slot of each page's first token, // page_size."""
+        ps = self.page_size
+        first_slots = self.req_to_token_pool.req_to_token[:, ::ps]
+        return first_slots[req_pool_indices, :width] // ps
+
+    def _num_splits(self, seq_lens: torch.Tensor, bs: int) -> torch.Tensor:
+        group = self.num_q_heads // self.num_kv_heads
+        head_blocks = self.num_kv_heads * -(-group // self.config.decode_block_h)
+        cap = decode_split_cap(
+            programs_per_split=bs * head_blocks,
+            num_sms=self.num_sms,
+            max_splits=self.config.max_splits,
+        )
+        min_tokens = max(MIN_SPLIT_TOKENS, self.config.decode_block_n)
+        return decode_num_splits(seq_lens, cap=cap, min_split_tokens=min_tokens)
+
+    # -- per-layer forward ----
+
+    def forward_extend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
+        layer: AttentionLayer,
+        forward_batch: ForwardBatch,
+        save_kv_cache: bool = True,
+        sinks: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Attention of the new tokens over prefix + new tokens; returns ``[T, Hq*Dv]``.
+
+        EXTEND / DRAFT_EXTEND run the extend kernel, or the cache-free prefill kernel when
+        the spec generates prefill and no request has a cached prefix; TARGET_VERIFY runs
+        verify. ``sinks`` ([Hq] fp32 logits) is required exactly when the spec has sinks.
+        """
+        meta = self._metadata(ExtendMetadata, "forward_extend")
+        rows = meta.num_tokens
+        k_scale, v_scale = self._layer_scales(layer)
+        prefill = not meta.verify and meta.no_prefix and "prefill" in self.kernels.PHASES
+        if prefill and k is not None and v is not None:
+            q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
+            k = _as_heads("k", k, rows, self.num_kv_heads, self.head_dim)
+            v = _as_heads("v", v, rows, self.num_kv_heads, self.v_head_dim)
+            out = self._new_out(rows)
+            self.kernels.prefill(
+                q,
+                k.contiguous(),
+                v.contiguous(),
+                meta.qo_indptr,
+                out,
+                max_seq_len=meta.max_extend_len,
+                config=self.config,
+                sm_scale=layer.scaling,
+                sinks=sinks,
+            )
+            return out.view(rows, self.num_q_heads * self.v_head_dim)
+        self._check_phase("verify" if meta.verify else "extend", forward_batch.forward_mode)
+        q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
+        k_cache, v_cache = self.kv_pool.get_kv_buffer(layer.layer_id)
+        out = self._new_out(rows) if meta.out is None else meta.out
+        common = dict(config=self.config, sm_scale=layer.scaling, sinks=sinks)
+        common.update(k_scale=k_scale, v_scale=v_scale, **self._block_scales(layer))
+        cache = (q, k_cache, v_cache, meta.page_table, meta.qo_indptr, meta.prefix_lens, out)
+        if meta.verify:
+            self.kernels.verify(
+                *cache,
+                tree_mask=meta.tree_mask,
+                tree_mask_indptr=meta.tree_mask_indptr,
+                **common,
+            )
+        else:
+            self.kernels.extend(*cache, max_extend_len=meta.max_extend_len, **common)
+        return out.view(rows, self.num_q_heads * self.v_head_dim)
+
+    def forward_decode(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
+        layer: AttentionLayer,
+        forward_batch: ForwardBatch,
+        save_kv_cache: bool = True,
+        sinks: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Attention of one new token per request over its whole KV; returns ``[B, Hq*Dv]``."""
+        self._check_phase("decode", forward_batch.forward_mode)
+        meta = self._metadata(DecodeMetadata, "forward_decode")
+        rows = meta.batch_size
+        k_scale, v_scale = self._layer_scales(layer)
+        q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
+        k_cache, v_cache = self.kv_pool.get_kv_buffer(layer.layer_id)
+        out = self._new_out(rows) if meta.out is None else meta.out
+        self.kernels.decode(
+            q,
+            k_cache,
+            v_cache,
+            meta.page_table,
+            meta.seq_lens,
+            meta.num_splits,
+            out,
+            *meta.workspace,
+            config=self.config,
+            sm_scale=layer.scaling,
+            sinks=sinks,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            **self._block_scales(layer),
+        )
+        return out.view(rows, self.num_q_heads * self.v_head_dim)
+
+    def _block_scales(self, layer: AttentionLayer) -> dict[str, torch.Tensor]:
+        """NVFP4 caches: the pool's block-scale tensors of this layer, as kernel kwargs."""
+        if self.config.kv_dtype != "nvfp4":
+            return {}
+        k_bs, v_bs = self.kv_pool.get_kv_block_scales(layer.layer_id)
+        return {"k_block_scales": k_bs, "v_block_scales": v_bs}
+
+    def _layer_scales(
+        self, layer: AttentionLayer
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The layer's fp8 dequant scales, checked against the config, before any write."""
+        granularity = self.config.kv_scale
+        if granularity == "none":
+            return None, None
+        rows = self.num_kv_heads if granularity == "per_head" else 1  # per_block: global
+        scales = []
+        for name in ("k_scale", "v_scale"):
+            scale = getattr(layer, name)
+            if scale is None:
+                fail(
+                    f"layer {layer.layer_id}.{name}",
+                    f"a float32 tensor [{rows}] ({granularity} scales of the "
+                    f"{self.config.kv_dtype} KV cache)",
+                    None,
+                )
+            check_tensor(
+                f"layer {layer.layer_id}.{name}",
+                scale,
+                dtype=torch.float32,
+                shape=[rows],
+                device=self.device,
+                contiguous=True,
+            )
+            scales.append(scale)
+        return scales[0], scales[1]
+
+    def _prepare(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
+        layer: AttentionLayer,
+        out_cache_loc: torch.Tensor,
+        rows: int,
+        save_kv_cache: bool,
+    ) -> torch.Tensor:
+        """Check the layer and q/k/v, write the new K/V into the pool; return q [T, Hq, D]."""
+        self._check_layer(layer)
+        q = _as_heads("q", q, rows, self.num_q_heads, self.head_dim)
+        check_tensor("q", q, dtype=self.dtype, device=self.device)
+        if save_kv_cache:
+            k = _as_heads("k", k, rows, self.num_kv_heads, self.head_dim)
+            v = _as_heads("v", v, rows, self.num_kv_heads, self.v_head_dim)
+            self.kv_pool.set_kv_buffer(layer, out_cache_loc, k, v)
+        return q.contiguous()
+
+    def _new_out(self, rows: int) -> torch.Tensor:
+        shape = (rows, self.num_q_heads, self.v_head_dim)
+        return torch.empty(shape, dtype=self.dtype, device=self.device)
+
+    def _check_layer(self, layer: AttentionLayer) -> None:
+        got = (layer.num_q_heads, layer.num_kv_heads, layer.head_dim, layer.v_head_dim)
+        want = (self.num_q_heads, self.num_kv_heads, self.head_dim, self.v_head_dim)
+        if got != want:
+            fail(
+                f"layer {layer.layer_id} (q heads, kv heads, head_dim, v_head_dim)",
+                f"{want} as the backend",
+                got,
+            )
+
+    # -- CUDA graphs (decode, target verify) ----
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+        """Allocate the static metadata buffers of every capturable phase the spec has
+        (decode; verify and draft extend with ``num_draft_tokens`` rows per request), once."""
+        check_at_least("max_bs", max_bs, 1)
+        rows = dict(max_bs=max_bs, max_pages=self.max_pages, num_q_heads=self.num_q_heads)
+        out = dict(v_head_dim=self.v_head_dim, dtype=self.dtype, device=self.device)
+        drafts = self.config.num_draft_tokens
+        if "decode" in self.kernels.PHASES:
+            buffers = self.graph.allocate_decode_buffers(
+                **rows,
+                max_splits=self.config.max_splits,
+                v_head_dim=self.v_head_dim,
+                device=self.device,
+            )
+            self._graph_buffers["decode"] = DecodeGraphBuffers.allocate(
+                buffers,
+                max_num_tokens=max_num_tokens,
+                num_q_heads=self.num_q_heads,
+                v_head_dim=self.v_head_dim,
+                dtype=self.dtype,
+            )
+        if "verify" in self.kernels.PHASES:
+            tree = self.config.spec_topk > 1
+            self._graph_buffers["verify"] = VerifyGraphBuffers.allocate(
+                **rows, **out, draft_token_num=drafts, tree=tree
+            )
+        if "draft_extend" in self.kernels.PHASES and drafts:
+            self._graph_buffers["draft_extend"] = DraftExtendGraphBuffers.allocate(
+                **rows, **out, max_tokens=drafts
+            )
+
+    def _tokens_per_request(self, mode: ForwardMode) -> int:
+        speculative = (ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND)
+        return self.config.num_draft_tokens if mode in speculative else 1
+
+    def _load_graph_rows(
+        self,
+        mode: ForwardMode,
+        bs: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        spec_info: Any,
+        seq_lens_cpu: torch.Tensor | None,
+    ) -> None:
+        width = self.max_pages
+        if seq_lens_cpu is not None:  # replay: copy only the page-table columns in use
+            cpu = torch.device("cpu")
+            check_tensor("seq_lens_cpu", seq_lens_cpu, dtype=INDEX_DTYPES, device=cpu)
+            check_max_seq_len(seq_lens_cpu[:bs], self.max_context_len)
+            width = self._pages_for(seq_lens_cpu[:bs])
+        req_pool_indices = check_graph_rows("req_pool_indices", req_pool_indices, bs, self.device)
+        seq_lens = check_graph_rows("seq_lens", seq_lens, bs, self.device)
+        page_table = self._page_table(req_pool_indices, width)
+        bufs = self._graph_buffers[GRAPH_PHASES[mode]]
+        if mode is ForwardMode.TARGET_VERIFY:
+            if not isinstance(spec_info, VerifyInfo):
+                fail("spec_info", "a VerifyInfo (TARGET_VERIFY)", type(spec_info).__name__)
+            tree_mask, _ = self._tree_mask(spec_info)
+            bufs.load(bs, page_table=page_table, seq_lens=seq_lens, tree_mask=tree_mask)
+        elif mode is ForwardMode.DRAFT_EXTEND:
+            if not isinstance(spec_info, DraftExtendInfo):
+                fail("spec_info", "a DraftExtendInfo (DRAFT_EXTEND)", type(spec_info).__name__)
+            lens = spec_info.extend_lens
+            bufs.load(bs, page_table=page_table, seq_lens=seq_lens, extend_lens=lens)
+        else:
+            num_splits = self._num_splits(seq_lens, bs)
+            bufs.load(bs, page_table=page_table, seq_lens=seq_lens, num_splits=num_splits)
+        self.forward_metadata = bufs.metadata(bs)
+
+
+def _dtype_name(dtype: torch.dtype | str) -> str:
+    return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")

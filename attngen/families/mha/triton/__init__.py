@@ -1,0 +1,58 @@
+"""MHA x Triton: the lowering of MHA variants to Triton kernels, registered on import.
+
+- :mod:`.capability`: what this pair can run (``supports``);
+- :mod:`.lower`: tiles per arch and head dim, the plan; :mod:`.verify`: checks on it;
+- :mod:`.library` (with ``kernels/`` device code and ``host/`` launchers): the kernels every
+  generated ``kernels.py`` binds; ``kernels.py.jinja``: that binding.
+"""
+
+from __future__ import annotations
+
+from attngen.capabilities import Verdict
+from attngen.families.mha.triton import capability, lower, verify
+from attngen.families.mha.triton.config import TUNING_KEYS
+from attngen.evidence import kernel_identity
+from attngen.ir import ModulePlan
+from attngen.registry import register_lowering
+from attngen.spec.enums import Arch, Backend, Family
+from attngen.spec.model import Spec
+from attngen.spec.variant import Variant
+
+BINDING_TEMPLATE = "families/mha/triton/kernels.py.jinja"
+LIBRARY_MODULE = "attngen.families.mha.triton.library"
+
+
+class MhaTritonLowering:
+    family = Family.MHA
+    backend = Backend.TRITON
+    tuning_keys = TUNING_KEYS
+
+    def supports(self, variant: Variant, arch: Arch) -> Verdict:
+        return capability.supports(variant)
+
+    def lower(self, spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
+        plan = lower.lower(spec, variants, arch)
+        verify.verify_plan(plan)
+        return plan
+
+    def files(self, plan: ModulePlan) -> dict[str, str]:
+        # imported here: generated kernels import this package at run time, without the
+        # generator's dependencies (jinja2, black)
+        from attngen.emit.modules import package_files
+        from attngen.families.mha.triton.library import source_sha256
+
+        return package_files(
+            plan,
+            BINDING_TEMPLATE,
+            library_module=LIBRARY_MODULE,
+            library_sha256=source_sha256(),
+        )
+
+    def identities(self, plan: ModulePlan) -> dict[str, str]:
+        from attngen.families.mha.triton.library import source_sha256
+
+        library_sha, traits = source_sha256(), lower.traits(plan)
+        return {k.uri: kernel_identity(library_sha, traits, k.config) for k in plan.kernels}
+
+
+register_lowering(MhaTritonLowering())

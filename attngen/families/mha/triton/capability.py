@@ -1,0 +1,64 @@
+"""What the Triton MHA lowering covers: every phase; causal / bidirectional / sliding-window
+masks, speculative draft chains and trees, logit softcap and attention sinks; bf16/fp16
+activations over a bf16/fp16, fp8 (e4m3, e5m2; per-tensor or per-head scales) or NVFP4
+(e2m1 + e4m3 block scales + a global scale) cache; head dims padded to a power of two."""
+
+from __future__ import annotations
+
+from attngen.capabilities import Verdict, first_failure
+from attngen.spec.enums import DType, MaskKind, Phase
+from attngen.spec.variant import MhaShape, Variant
+
+PHASES = frozenset(Phase)
+HEAD_DIMS = frozenset({64, 80, 96, 128, 192, 256})  # padded to a power of two in the tiles
+DTYPES = frozenset({DType.BF16, DType.FP16})
+MAX_GQA_GROUP = 64  # query-head rows per decode program stay <= 64
+MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW, MaskKind.CUSTOM})
+QUANT_KV = frozenset({DType.FP8_E4M3, DType.FP8_E5M2, DType.NVFP4})
+
+
+def supports(variant: Variant) -> Verdict:
+    shape = variant.shape
+    assert isinstance(shape, MhaShape)
+    extra_phases = set(variant.phases) - PHASES
+    topk = variant.spec_topk or 0
+    kind = variant.mask.kind
+    kv_name = variant.kv_dtype.value if variant.kv_dtype is not None else "no"
+    return first_failure(
+        [
+            (
+                not extra_phases,
+                f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered yet",
+            ),
+            (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+            (
+                variant.kv_dtype is variant.dtype or variant.kv_dtype in QUANT_KV,
+                f"{kv_name} KV cache is not lowered yet",
+            ),
+            (
+                variant.kv_dtype is not DType.NVFP4
+                or all(d & (d - 1) == 0 for d in (shape.head_dim, shape.v_head_dim)),
+                "NVFP4 KV needs power-of-two head dims (its packed rows are not lane-padded)",
+            ),
+            (kind in MASKS, f"mask {kind.value} is not lowered yet"),
+            (
+                kind is not MaskKind.CUSTOM or topk > 1,
+                "custom masks are lowered for speculative draft trees (topk > 1) only",
+            ),
+            (
+                topk <= 1 or kind is not MaskKind.SLIDING_WINDOW,
+                "draft trees with a sliding window are not lowered (tree rows sit at depths, "
+                "not at consecutive positions)",
+            ),
+            (topk <= 1 or kind is not MaskKind.NONE, "draft trees need a causal base mask"),
+            (shape.head_dim in HEAD_DIMS, f"head_dim {shape.head_dim} is not lowered yet"),
+            (
+                shape.v_head_dim in HEAD_DIMS,
+                f"v_head_dim {shape.v_head_dim} is not lowered yet",
+            ),
+            (
+                shape.gqa_group <= MAX_GQA_GROUP,
+                f"gqa_group {shape.gqa_group} > {MAX_GQA_GROUP} is not lowered",
+            ),
+        ]
+    )

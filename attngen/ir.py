@@ -1,0 +1,122 @@
+"""The IR between specs and emitters: what to generate for one spec x backend x arch.
+
+Plans hold final values (tiles, names, buffer shapes); emitters only format them. This is
+the neutral base: a (family, backend) lowering returns a :class:`ModulePlan` (or a subclass
+with its own fields) whose kernels carry that backend's frozen config dataclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from attngen.hooks import MaskHooks
+from attngen.spec.enums import Arch, Backend, Family
+from attngen.spec.model import Spec
+from attngen.spec.variant import Variant
+
+
+class PlanError(Exception):
+    """The lowering produced a plan the kernels cannot run."""
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """One variant's kernels on one target, with the backend's config (tiles, shapes)."""
+
+    variant: Variant
+    config: Any  # a frozen dataclass of the lowering's; its ``uri`` is the variant's
+
+    @property
+    def uri(self) -> str:
+        return self.variant.uri
+
+    @property
+    def fields(self) -> list[tuple[str, str]]:
+        """(name, Python literal) of every config field that differs from its default, in
+        declaration order (defaults are the config class's business, not the reader's)."""
+        out = []
+        for f in fields(self.config):
+            value = getattr(self.config, f.name)
+            if f.default is value or f.default == value and type(f.default) is type(value):
+                continue
+            out.append((f.name, repr(value)))
+        return out
+
+
+@dataclass(frozen=True)
+class GraphBuffer:
+    """One static buffer a CUDA-graph capture needs (shape in symbolic dims)."""
+
+    name: str
+    dtype: str  # torch dtype name
+    shape: tuple[str, ...]  # named dims, e.g. max_bs, max_pages, num_q_heads
+    fill: int  # initial value, safe for padded rows
+    doc: str
+
+    @property
+    def shape_literal(self) -> str:
+        """The shape as a Python tuple expression over the dim names."""
+        return f"({self.shape[0]},)" if len(self.shape) == 1 else f"({', '.join(self.shape)})"
+
+
+@dataclass(frozen=True)
+class MetadataPlan:
+    """What the CUDA-graph metadata builder of one module allocates and fills."""
+
+    num_sms: int
+    seq_len_fill_value: int
+    buffers: tuple[GraphBuffer, ...]
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """The named dims the buffers use, in first-use order (the allocator's arguments)."""
+        return tuple(dict.fromkeys(d for b in self.buffers for d in b.shape))
+
+
+@dataclass(frozen=True)
+class ModulePlan:
+    """Everything generated for one spec on one backend and arch."""
+
+    spec: Spec
+    backend: Backend
+    arch: Arch
+    hooks: MaskHooks
+    kernels: tuple[KernelPlan, ...]
+    metadata: MetadataPlan
+    runtime_class: str  # "module:Class" of the runtime base the generated backend subclasses
+    feature_lines: tuple[str, ...]  # what this package's variants cover (module docstrings)
+
+    @property
+    def family(self) -> Family:
+        return self.spec.family
+
+    @property
+    def phases_literal(self) -> str:
+        """Phases the generated backend serves, in spec order, as a Python tuple literal."""
+        names = [f'"{p.value}"' for p in self.spec.phases]
+        return f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
+
+    @property
+    def package(self) -> str:
+        """Repo-relative directory of the generated package."""
+        parts = (self.arch.value, self.backend.value, self.family.value, self.spec.name)
+        return "generated/" + "/".join(parts)
+
+    @property
+    def runtime_module(self) -> str:
+        return self.runtime_class.split(":")[0]
+
+    @property
+    def runtime_name(self) -> str:
+        return self.runtime_class.split(":")[1]
+
+    @property
+    def class_name(self) -> str:
+        return "".join(part.capitalize() for part in self.spec.name.split("_")) + "Backend"
+
+
+def check_unique_uris(plan: ModulePlan) -> list[str]:
+    uris = [k.uri for k in plan.kernels]
+    dupes = sorted({u for u in uris if uris.count(u) > 1})
+    return [f"{plan.spec.name}: duplicate variant uris {dupes}"] if dupes else []

@@ -1,0 +1,150 @@
+"""The product axes as structure: families, backends, and the (family, backend) lowerings.
+
+Three kinds of package register themselves here when :func:`load` imports them:
+
+- a **family** (``attngen/families/<family>/``): the docs columns it reports, its plainest
+  variant, and the hardware it needs whatever the backend (:class:`FamilyInfo`);
+- a **backend** (``attngen/backends/<backend>/``): the archs its kernels can exist on and its
+  ahead-of-time compile check (:class:`BackendInfo`);
+- a **lowering** (``attngen/families/<family>/<backend>/``): what that pair can run and how
+  to lower and emit it (:class:`Lowering`).
+
+Spine code asks this module and never names a family or a backend. A pair with no lowering
+is "not lowered" with a reason, which is how the support matrix shows it. Adding a family or
+a backend adds a package; nothing here changes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from attngen.arch import ArchFacts
+from attngen.spec.enums import Arch, Backend, Family
+
+if TYPE_CHECKING:
+    from attngen.capabilities import Verdict
+    from attngen.features import Feature
+    from attngen.ir import ModulePlan
+    from attngen.spec.model import Spec
+    from attngen.spec.variant import Variant
+
+
+@dataclass(frozen=True)
+class FamilyInfo:
+    """What a family is, whatever backend lowers it."""
+
+    family: Family
+    features: Callable[[], tuple[Feature, ...]]  # docs-table columns, in order
+    base_variant: Callable[[], Variant]  # its plainest variant (probes start from it)
+    arch_limit: Callable[[ArchFacts], str | None] = lambda facts: None  # why never on an arch
+    title: str = ""  # docs-table title
+    # hybrids: the keys a backend instance (and its pools) is built for, per module plan;
+    # two specs sharing one can serve prefill and decode together
+    layer_keys: Callable[[ModulePlan], set[Hashable]] = lambda plan: set()
+    # a make_backend(...) example for a hybrid (prefill spec, decode spec, arch, layer key)
+    hybrid_example: Callable[[str, str, Arch, Hashable], str] | None = None
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What a kernel DSL can do on each arch, and how its kernels are checked without a GPU."""
+
+    backend: Backend
+    arch_limit: Callable[[ArchFacts], str | None]  # why no kernel of it can exist on an arch
+    aot_main: Callable[[list[str]], int] | None = None  # `python -m attngen.aot` for it
+
+
+class Lowering(Protocol):
+    """One (family, backend) pair: capability rules, lowering to IR and emission."""
+
+    family: Family
+    backend: Backend
+    tuning_keys: tuple[str, ...]  # what a spec's tuning.<backend>.<arch> may override
+
+    def supports(self, variant: Variant, arch: Arch) -> Verdict:
+        """SUPPORTED, or NOT_LOWERED with the reason (hardware limits are asked before)."""
+
+    def lower(self, spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
+        """The checked plan of one spec's supported variants on one arch."""
+
+    def files(self, plan: ModulePlan) -> dict[str, str]:
+        """{path relative to generated/: text} of the plan's package."""
+
+    def identities(self, plan: ModulePlan) -> dict[str, str]:
+        """{variant uri: kernel identity}: equal to ``evidence.module_identity`` of the
+        generated kernels module, computed without importing it."""
+
+
+_FAMILIES: dict[Family, FamilyInfo] = {}
+_BACKENDS: dict[Backend, BackendInfo] = {}
+_LOWERINGS: dict[tuple[Family, Backend], Lowering] = {}
+_PACKAGES = ("attngen.families", "attngen.backends")
+_loaded = False
+
+
+def register_family(info: FamilyInfo) -> None:
+    _add(_FAMILIES, info.family, info, "family")
+
+
+def register_backend(info: BackendInfo) -> None:
+    _add(_BACKENDS, info.backend, info, "backend")
+
+
+def register_lowering(lowering: Lowering) -> None:
+    _add(_LOWERINGS, (lowering.family, lowering.backend), lowering, "lowering")
+
+
+def _add(table: dict, key: object, value: object, what: str) -> None:
+    if key in table and table[key] is not value:
+        raise RuntimeError(f"registry: a second {what} registers {key}")
+    table[key] = value
+
+
+def load() -> None:
+    """Import every package under attngen/families and attngen/backends (each registers)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for root in _PACKAGES:
+        _import_tree(importlib.import_module(root))
+
+
+def _import_tree(package: object) -> None:
+    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):  # type: ignore[attr-defined]
+        if info.ispkg:
+            _import_tree(importlib.import_module(info.name))
+
+
+def family(f: Family) -> FamilyInfo:
+    load()
+    if f not in _FAMILIES:
+        raise KeyError(f"no family package registers {f.value} (attngen/families/{f.value}/)")
+    return _FAMILIES[f]
+
+
+def backend(b: Backend) -> BackendInfo:
+    load()
+    if b not in _BACKENDS:
+        raise KeyError(f"no backend package registers {b.value} (attngen/backends/{b.value}/)")
+    return _BACKENDS[b]
+
+
+def lowering(f: Family, b: Backend) -> Lowering | None:
+    """The registered lowering of the pair, or None (the pair is "not lowered")."""
+    load()
+    return _LOWERINGS.get((f, b))
+
+
+def lowerings() -> Mapping[tuple[Family, Backend], Lowering]:
+    load()
+    return dict(_LOWERINGS)
+
+
+def backends() -> Mapping[Backend, BackendInfo]:
+    load()
+    return dict(_BACKENDS)

@@ -1,0 +1,250 @@
+"""The neutral base of every generated attention backend: what is the same whatever the
+family and the kernel backend.
+
+- the per-forward metadata skeleton: the forward mode must map to a phase the spec
+  generates, the batch is checked (shapes, dtypes, devices, lengths), token slots are
+  checked against the pools (one host sync; ``validate_slots``), then the family builds
+  its decode or extend metadata (``_decode_metadata`` / ``_extend_metadata``);
+- the per-layer guards: the metadata must be of the kind the call needs, the phase must be
+  generated;
+- the CUDA-graph plumbing: capture/replay argument checks, the static buffers per
+  capturable mode (``_graph_buffers``), then the family fills them (``_load_graph_rows``).
+
+A family's runtime (e.g. attngen/families/mha/runtime.py) subclasses it; a generated
+``backend.py`` subclasses that and sets the class attributes below.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+from attngen.runtime.batch import ForwardBatch, ForwardMode
+from attngen.runtime.checks import AttngenInputError, fail
+from attngen.runtime.graph import check_fits, check_graph_call
+
+Metadata = TypeVar("Metadata")
+
+# Modes and the phases of which one must be generated to run them.
+MODE_PHASES: dict[ForwardMode, tuple[str, ...]] = {
+    ForwardMode.DECODE: ("decode",),
+    ForwardMode.EXTEND: ("extend", "prefill"),
+    ForwardMode.TARGET_VERIFY: ("verify",),
+    ForwardMode.DRAFT_EXTEND: ("draft_extend", "extend"),
+}
+# Capturable modes and the phase whose static buffers they use.
+GRAPH_PHASES: dict[ForwardMode, str] = {
+    ForwardMode.DECODE: "decode",
+    ForwardMode.TARGET_VERIFY: "verify",
+    ForwardMode.DRAFT_EXTEND: "draft_extend",
+}
+
+
+def canonical_device(device: torch.device | str) -> torch.device:
+    """``"cuda"`` -> ``cuda:<current>``, so it compares equal to a tensor's ``.device``."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+class AttentionBackendBase:
+    """See the module docstring. Subclasses set ``device``, ``req_to_token_pool``,
+    ``kv_pool`` (with ``num_slots``), ``max_context_len`` and ``_graph_buffers``."""
+
+    kernels: ClassVar[ModuleType]  # generated kernels.py: PHASES, CONFIGS and the launchers
+    graph: ClassVar[ModuleType]  # generated graph.py: static buffer allocators, NUM_SMS
+    spec_name: ClassVar[str]
+    arch: ClassVar[str]  # e.g. "sm90"
+    num_sms: ClassVar[int]  # SM count of the arch's reference part (split heuristics)
+    seq_len_fill_value: ClassVar[int] = 1  # seq_len of padded rows in captured graphs
+    validate_slots: ClassVar[bool] = True  # eager metadata checks token slots (one sync)
+
+    device: torch.device
+    max_context_len: int
+    _graph_buffers: dict[str, Any]  # phase -> static buffers (init_cuda_graph_state)
+
+    def _check_generated(self) -> None:
+        if getattr(type(self), "kernels", None) is None:
+            raise TypeError(f"{type(self).__name__} has no kernels module: use a generated one")
+
+    # -- per-forward metadata ----
+
+    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
+        """Build the metadata every layer of this forward shares.
+
+        With ``validate_slots`` (default), the token slots the kernels will read (through
+        ``req_to_token``) and write (``out_cache_loc``) are checked against the pool here,
+        at the cost of one host sync per forward; the CUDA-graph paths skip that check.
+        """
+        mode = forward_batch.forward_mode
+        if mode is ForwardMode.IDLE:
+            self.forward_metadata = None
+            return
+        phases = MODE_PHASES[mode]
+        if not set(phases) & set(self.kernels.PHASES):
+            raise AttngenInputError(
+                f"forward_mode: {self.spec_name} generates phases "
+                f"{', '.join(self.kernels.PHASES)}; {mode.name} needs {' or '.join(phases)}"
+            )
+        forward_batch.check(device=self.device, max_context_len=self.max_context_len)
+        if self.validate_slots:
+            self._check_slots(forward_batch)
+        if mode is ForwardMode.DECODE:
+            self.forward_metadata = self._decode_metadata(forward_batch)
+        else:
+            self.forward_metadata = self._extend_metadata(forward_batch)
+
+    def _decode_metadata(self, fb: ForwardBatch) -> Any:
+        raise NotImplementedError
+
+    def _extend_metadata(self, fb: ForwardBatch) -> Any:
+        raise NotImplementedError
+
+    def _check_slots(self, fb: ForwardBatch) -> None:
+        """Request rows, cached token slots and out_cache_loc inside the pools (one sync)."""
+        table = self.req_to_token_pool.req_to_token
+        num_slots = self.kv_pool.num_slots
+        rows = fb.req_pool_indices.long()
+        bad_row = (rows < 0) | (rows >= table.shape[0])
+        longest = int(fb.seq_lens_cpu.max())
+        slots = table[rows.clamp(0, table.shape[0] - 1), :longest]
+        used = torch.arange(longest, device=self.device)[None, :] < fb.seq_lens[:, None]
+        bad_slot = used & ((slots < 0) | (slots >= num_slots))
+        loc = fb.out_cache_loc
+        bad_loc = (loc < 0) | (loc >= num_slots)
+        flags = torch.stack([bad_row.any(), bad_slot.any(), bad_loc.any()]).tolist()
+        if flags[0]:
+            b = int(bad_row.nonzero()[0, 0])
+            fail(
+                f"forward_batch.req_pool_indices[{b}]",
+                f"a row of req_to_token (0..{table.shape[0] - 1})",
+                int(rows[b]),
+            )
+        if flags[1]:
+            b, j = (int(x) for x in bad_slot.nonzero()[0])
+            page = getattr(self.kv_pool, "page_size", 1)
+            fail(
+                f"req_to_token[{int(rows[b])}, {j}] (request {b}, page-table entry {j // page})",
+                f"a token slot in 0..{num_slots - 1} (kv_pool: {self.kv_pool.num_pages} pages)",
+                int(slots[b, j]),
+            )
+        if flags[2]:
+            i = int(bad_loc.nonzero()[0, 0])
+            fail(f"forward_batch.out_cache_loc[{i}]", f"a slot in 0..{num_slots - 1}", int(loc[i]))
+
+    # -- per-layer guards ----
+
+    def _metadata(self, kind: type[Metadata], caller: str) -> Metadata:
+        meta = self.forward_metadata
+        if not isinstance(meta, kind):
+            found = "none" if meta is None else type(meta).__name__
+            raise AttngenInputError(
+                f"{caller}: needs {kind.__name__} from init_forward_metadata (or CUDA-graph "
+                f"capture/replay) for this forward; found {found}"
+            )
+        return meta
+
+    def _check_phase(self, phase: str, mode: ForwardMode) -> None:
+        generated = self.kernels.PHASES
+        if phase == "extend" and mode is ForwardMode.DRAFT_EXTEND:
+            ok = "draft_extend" in generated or "extend" in generated
+        else:
+            ok = phase in generated
+        if not ok:
+            hint = ""
+            if phase == "extend" and "prefill" in generated:
+                hint = "; prefill runs only when no request has a cached prefix and k, v are given"
+            raise AttngenInputError(
+                f"{self.spec_name}: phase {phase} is not generated for this spec "
+                f"(phases: {', '.join(generated)}){hint}"
+            )
+
+    # -- CUDA graphs ----
+
+    def init_forward_metadata_capture_cuda_graph(
+        self,
+        bs: int,
+        num_tokens: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        encoder_lens: torch.Tensor | None,
+        forward_mode: ForwardMode,
+        spec_info: Any,
+    ) -> None:
+        """Fill rows ``0..bs-1`` of the static buffers; the metadata points at them.
+
+        TARGET_VERIFY: ``seq_lens`` count the drafts too (prefix + draft_token_num), and
+        ``spec_info`` is a VerifyInfo (trees: its tree_mask packs bs masks back to back).
+        DRAFT_EXTEND: ``seq_lens`` count the new tokens, ``spec_info`` is a DraftExtendInfo
+        (1 .. num_draft_tokens new tokens per request, rows back to back); num_tokens is
+        bs * num_draft_tokens, the room the graph's q/k/v/out rows have.
+        """
+        self._graph_call("capture", bs, num_tokens, forward_mode, encoder_lens)
+        self._load_graph_rows(forward_mode, bs, req_pool_indices, seq_lens, spec_info, None)
+
+    def init_forward_metadata_replay_cuda_graph(
+        self,
+        bs: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_sum: int,
+        encoder_lens: torch.Tensor | None,
+        forward_mode: ForwardMode,
+        spec_info: Any,
+        seq_lens_cpu: torch.Tensor | None = None,
+    ) -> None:
+        """Copy a new (padded) batch into the same buffers, in place, before ``replay()``.
+
+        Rows past the real requests carry the caller's padding (req_pool_index 0, seq_len
+        ``seq_len_fill_value``); their outputs are junk the caller drops. With
+        ``seq_lens_cpu`` only the metadata the longest request needs is copied.
+        """
+        per_request = self._tokens_per_request(forward_mode)
+        self._graph_call("replay", bs, bs * per_request, forward_mode, encoder_lens)
+        self._load_graph_rows(
+            forward_mode, bs, req_pool_indices, seq_lens, spec_info, seq_lens_cpu
+        )
+
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        return self.seq_len_fill_value
+
+    def _tokens_per_request(self, mode: ForwardMode) -> int:
+        """Query rows per request of a capturable mode (speculative modes: the drafts)."""
+        return 1
+
+    def _load_graph_rows(
+        self,
+        mode: ForwardMode,
+        bs: int,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        spec_info: Any,
+        seq_lens_cpu: torch.Tensor | None,
+    ) -> None:
+        raise NotImplementedError
+
+    def _graph_call(
+        self, phase: str, bs: int, num_tokens: int, mode: ForwardMode, encoder_lens: Any
+    ) -> Any:
+        """Check a capture/replay call; returns the mode's static buffers."""
+        check_graph_call(
+            phase,
+            bs=bs,
+            num_tokens=num_tokens,
+            mode=mode,
+            encoder_lens=encoder_lens,
+            tokens_per_request=self._tokens_per_request(mode),
+        )
+        wanted = GRAPH_PHASES[mode]
+        bufs = self._graph_buffers.get(wanted)
+        if bufs is None:
+            if wanted not in self.kernels.PHASES:
+                raise AttngenInputError(
+                    f"cuda graph {phase}: {self.spec_name} does not generate {wanted}"
+                )
+            raise AttngenInputError(f"cuda graph {phase}: call init_cuda_graph_state first")
+        check_fits(bufs, bs, num_tokens)
+        return bufs
