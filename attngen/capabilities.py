@@ -74,7 +74,8 @@ def supports(variant: Variant, backend: Backend, arch: Arch) -> Verdict:
         return Verdict(Status.UNSUPPORTED, hardware)
     lowering = registry.lowering(variant.family, backend)
     if lowering is None:
-        return not_lowered(f"no {backend.value} lowering for {variant.family.value} yet")
+        title = registry.backend(backend).title
+        return not_lowered(f"no {title} lowering for {variant.family.value} yet")
     return lowering.supports(variant, arch)
 
 

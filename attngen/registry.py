@@ -54,6 +54,7 @@ class BackendInfo:
     """What a kernel DSL can do on each arch, and how its kernels are checked without a GPU."""
 
     backend: Backend
+    title: str  # how the docs and messages name it ("Triton", "CuTe DSL")
     arch_limit: Callable[[ArchFacts], str | None]  # why no kernel of it can exist on an arch
     aot_main: Callable[[list[str]], int] | None = None  # `python -m attngen.aot` for it
 

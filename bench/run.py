@@ -9,6 +9,8 @@ Verify (speculative, draft chains): attngen ``verify`` vs FA4 with a page table 
 bottom-right causal; TB/s as for decode.
 Prefill (16k tokens per call): attngen ``extend`` with prefix 0 vs FA4 ``flash_attn_func``,
 cuDNN and FA2 through SDPA; TFLOP/s = 2*B*Hq*S*S*(Dqk+Dv) / time, halved when causal.
+API host cost: attngen's backend (``make_backend``) per decode layer call, eager vs its CUDA
+graph replay, and the metadata calls per step (bench/api_cost.py).
 Run from the repo root: ``python bench/run.py --out bench/results`` (see bench/README.md).
 """
 
@@ -63,10 +65,10 @@ def load_attngen() -> tuple[list, dict]:
     """Every generated sm90 MHA variant as (spec, module, config), and import errors by spec."""
     sys.path.insert(0, str(ROOT))
     variants, errors = [], {}
-    for path in sorted((ROOT / "generated" / "sm90" / "mha").glob("*/kernels.py")):
+    for path in sorted((ROOT / "generated" / "sm90" / "triton" / "mha").glob("*/kernels.py")):
         spec = path.parent.name
         try:
-            mod = importlib.import_module(f"generated.sm90.mha.{spec}.kernels")
+            mod = importlib.import_module(f"generated.sm90.triton.mha.{spec}.kernels")
         except Exception as e:  # a broken module must not stop the peers
             errors[spec] = short(e)
             continue
@@ -103,11 +105,11 @@ def find_variant(variants, phase: str, page_size: int, causal: bool = True, kv: 
 def decode_splits(cfg, seq_lens, num_sms: int):
     """Per-request KV splits [B] int32 as the backend picks them, else the brief's formula."""
     try:
-        from attngen.runtime.mha_backend import TritonMhaBackend
+        from attngen.families.mha.runtime import PagedMhaBackend
 
         shim = SimpleNamespace(num_q_heads=HQ, num_kv_heads=HKV, config=cfg, num_sms=num_sms)
-        splits = TritonMhaBackend._num_splits(shim, seq_lens, seq_lens.shape[0])
-        return splits.to(torch.int32), "attngen.runtime.mha_backend.TritonMhaBackend._num_splits"
+        splits = PagedMhaBackend._num_splits(shim, seq_lens, seq_lens.shape[0])
+        return splits.to(torch.int32), "attngen.families.mha.runtime.PagedMhaBackend._num_splits"
     except Exception as e:
         why = short(e)
     n = max(1, min(math.ceil(2 * num_sms / (seq_lens.shape[0] * HKV)), cfg.max_splits))
@@ -554,6 +556,7 @@ def table(report: dict) -> str:
         lines.append(f"{row['case']:<20} {row['page_size'] or '-':>5} {cell(a, 'tflops')} "
                      f"{peers} {row['ratio'].get('fa4', 0):7.2f} "
                      f"{row['ratio'].get('cudnn', 0):8.2f}  {chk}")
+    lines += api_cost().table_lines(report.get("api", []))
     return "\n".join(lines)
 
 
@@ -630,12 +633,33 @@ def bench_prefill(args, report: dict, variants, fa4, save_report) -> None:
                 progress("prefill", row, "tflops")
 
 
+def api_cost():
+    """bench/api_cost.py, imported when first needed (it imports torch)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module("api_cost")
+
+
+def bench_api(args, report: dict, save_report) -> None:
+    mod = api_cost()
+    for batch in mod.QUICK_BATCHES if args.quick else mod.BATCHES:
+        case = dict(case=f"B{batch} ctx{mod.CTX}", batch=batch, page_size=mod.PAGE)
+        [row] = guarded(mod.run_case, batch, **case)
+        report["api"].append(row)
+        save_report()
+        log(mod.summary(row))
+        torch.cuda.empty_cache()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default="bench/results", help="folder for the JSON and table")
     ap.add_argument("--commit", default=None, help="commit id (else $ATTNGEN_COMMIT, else git)")
-    ap.add_argument("--quick", action="store_true", help="smoke run: B64 ctx4096, S=1024 only")
-    ap.add_argument("--only", choices=("decode", "quantized", "verify", "prefill"), default=None)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: B64 ctx4096, S=1024, api B8 only")
+    ap.add_argument("--only", choices=("decode", "quantized", "verify", "prefill", "api"),
+                    default=None)
     args = ap.parse_args()
     global torch
     import torch
@@ -649,7 +673,7 @@ def main() -> int:
     report = environment(args, fa4_version)
     uris = sorted({c.uri for _, _, c in variants})
     report.update(attngen={"variants": uris, "import_errors": errors}, decode=[], prefill=[],
-                  quantized_decode=[], verify=[])
+                  quantized_decode=[], verify=[], api=[])
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
     path = Path(args.out) / f"h200-{stamp}-{report['commit']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -660,7 +684,10 @@ def main() -> int:
                      ("verify", bench_verify), ("prefill", bench_prefill)):
         if args.only in (None, name):
             fn(args, report, variants, fa4, save_report)
+    if args.only in (None, "api"):
+        bench_api(args, report, save_report)
     every = report["decode"] + report["quantized_decode"] + report["verify"] + report["prefill"]
+    every += report["api"]
     bad = [f"{r['case']} page {r['page_size']}" for r in every
            if r["results"]["attngen"].get("mismatch") or "error" in r["results"]["attngen"]]
     report["attngen_failures"] = bad

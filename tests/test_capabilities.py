@@ -96,7 +96,7 @@ def test_a_pair_without_a_lowering_is_not_lowered_with_a_reason(monkeypatch) -> 
     monkeypatch.setattr(registry, "_LOWERINGS", lowerings)
     verdict = supports(v, Backend.TRITON, Arch.SM90)
     assert verdict.status is Status.NOT_LOWERED
-    assert verdict.reason == "no triton lowering for mha yet"
+    assert verdict.reason == "no Triton lowering for mha yet"
     assert supports(v, Backend.CUTE_DSL, Arch.SM80).status is Status.UNSUPPORTED
 
 

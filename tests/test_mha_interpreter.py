@@ -22,6 +22,8 @@ from attngen.families.mha.triton.config import MhaTritonConfig
 from attngen.hooks import MaskHooks
 from mha_modules import load_kernels_module
 
+from attngen.families.mha.triton.host.options import extend_options
+
 # the interpreter reads 0-d loop bounds through a numpy path that numpy 2.x deprecates
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"
@@ -376,7 +378,7 @@ def test_extend_with_an_empty_request(kernels):
 
 
 def test_extend_noncausal(kernels_noncausal):
-    assert kernels_noncausal.CAUSAL is False
+    assert kernels_noncausal.HOOKS.causal is False
     noncausal = MaskHooks(causal=False)
     run_extend(kernels_noncausal, CASES["p16_g4_n32"], [20, 1, 9], [0, 17, 33], noncausal)
 
@@ -516,8 +518,8 @@ def masked_kernels(tmp_path_factory):
 def test_mask_module_constants(masked_kernels):
     kernels = masked_kernels("all")
     assert kernels.HOOKS == MASKS["all"] and kernels.TRAITS.mask == MASKS["all"]
-    assert kernels.CAUSAL is True and kernels.TRAITS.phases == ("extend", "decode")
-    options = kernels.library._extend_options(CASES["p16_g4_n32"], kernels.TRAITS)
+    assert kernels.HOOKS.causal is True and kernels.TRAITS.phases == ("extend", "decode")
+    options = extend_options(CASES["p16_g4_n32"], kernels.TRAITS)
     assert (options["CAUSAL"], options["WINDOW_LEFT"]) == (True, 21)
     assert (options["LOGIT_SOFTCAP"], options["HAS_SINKS"]) == (5.0, True)
 

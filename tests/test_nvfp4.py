@@ -16,7 +16,6 @@ import os
 if os.environ.get("ATTNGEN_GPU") != "1":
     os.environ["TRITON_INTERPRET"] = "1"
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -287,23 +286,8 @@ def test_other_errors():
 # Triton tile decoder, in the interpreter
 # --------------------------------------------------------------------------------------
 
-HELPER_PATH = Path(__file__).resolve().parent.parent / "attngen/templates/triton/_mha_fp4.py.jinja"
-
-
-def load_helpers() -> dict:
-    """Exec the partial (plain Python, no Jinja tags) into a namespace with triton and tl.
-
-    Compiled under the .jinja file's own name: Triton reads a kernel's source through
-    linecache, which then finds the very same text on disk.
-    """
-    text = HELPER_PATH.read_text(encoding="utf-8")
-    assert "{{" not in text and "{%" not in text and "{#" not in text, "no Jinja tags allowed"
-    namespace = {"triton": triton, "tl": tl, "__name__": "attngen_test_mha_fp4"}
-    exec(compile(text, str(HELPER_PATH), "exec"), namespace)
-    return namespace
-
-
-_nvfp4_tile = load_helpers()["_nvfp4_tile"]
+# the library's own decoder, imported as any kernel module imports it
+from attngen.families.mha.triton.kernels.fp4 import nvfp4_tile as _nvfp4_tile  # noqa: E402
 
 
 @triton.jit

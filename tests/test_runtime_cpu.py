@@ -39,6 +39,8 @@ from attngen.families.mha.triton.config import MhaTritonConfig
 from attngen.hooks import MaskHooks
 from attngen.runtime.graph import DecodeMetadata, ExtendMetadata
 from generated.sm90.triton.mha.mha_gqa_paged import graph as generated_graph
+from attngen.families.mha.key import MhaKey
+from attngen.families.mha.triton import library
 from attngen.families.mha.runtime import (
     PagedMhaBackend,
     decode_num_splits,
@@ -88,13 +90,18 @@ ATOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}  # one rounding of an fp32 
 class OracleKernels:
     """A generated kernels module's API, computed by the oracle, checking its inputs."""
 
-    CAUSAL = True
-    MASK = MaskHooks()
+    HOOKS = MaskHooks()
     PHASES = ("extend", "decode")
 
     def __init__(self, configs: list[MhaTritonConfig]) -> None:
         self.CONFIGS = {c.uri: c for c in configs}
         self.calls: list[str] = []
+
+    @staticmethod
+    def decode_workspace(config, *, batch_size, num_q_heads, device):
+        return library.decode_workspace(
+            config, batch_size=batch_size, num_q_heads=num_q_heads, device=device
+        )
 
     def decode(
         self,
@@ -124,7 +131,7 @@ class OracleKernels:
         assert partial_o.shape[1:] == (hq, config.max_splits, config.v_head_dim)
         assert partial_lse.shape[1:] == (hq, config.max_splits) and partial_o.shape[0] >= bs
         ref = paged_decode_ref(
-            q, k_cache, v_cache, page_table[:bs], seq_lens[:bs], sm_scale, mask=self.MASK
+            q, k_cache, v_cache, page_table[:bs], seq_lens[:bs], sm_scale, mask=self.HOOKS
         )
         out.copy_(ref)
         self.calls.append("decode")
@@ -154,7 +161,7 @@ class OracleKernels:
         assert isinstance(max_extend_len, int)
         assert max_extend_len == int((qo_indptr[1:] - qo_indptr[:-1]).max())
         ref = paged_extend_ref(
-            q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, sm_scale, mask=self.MASK
+            q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, sm_scale, mask=self.HOOKS
         )
         out.copy_(ref)
         self.calls.append("extend")
@@ -450,15 +457,19 @@ def test_builder_rejects_what_does_not_fit() -> None:
 # -- config selection and construction ----
 
 
+def key(**kw: object) -> MhaKey:
+    """A wanted key: dtypes as torch names; kv_dtype the activations' by default."""
+    kw.setdefault("kv_dtype", kw["dtype"])
+    return MhaKey(**{"kv_scale": None, "spec_topk": None, **kw})  # type: ignore[arg-type]
+
+
 def test_select_config() -> None:
     configs = {c.uri: c for c in CONFIGS}
-    got = select_config(
-        configs, head_dim=32, v_head_dim=16, gqa_group=1, page_size=1, dtype=torch.float16
-    )
-    assert got is CONFIGS[2]
+    want = key(head_dim=32, v_head_dim=16, gqa_group=1, page_size=1, dtype="float16")
+    assert select_config(configs, want) is CONFIGS[2]
     with pytest.raises(AttngenInputError) as info:
         select_config(
-            configs, head_dim=32, v_head_dim=32, gqa_group=2, page_size=8, dtype=torch.float16
+            configs, key(head_dim=32, v_head_dim=32, gqa_group=2, page_size=8, dtype="float16")
         )
     message = str(info.value)
     assert "no generated config for head_dim=32 v_head_dim=32 gqa_group=2 page_size=8" in message
@@ -466,7 +477,7 @@ def test_select_config() -> None:
     twice = {"a": CONFIGS[0], "b": CONFIGS[0]}
     with pytest.raises(AttngenInputError, match="several generated configs"):
         select_config(
-            twice, head_dim=32, v_head_dim=32, gqa_group=2, page_size=4, dtype=torch.float16
+            twice, key(head_dim=32, v_head_dim=32, gqa_group=2, page_size=4, dtype="float16")
         )
 
 
@@ -523,8 +534,9 @@ def test_decode_metadata() -> None:
     # 4 requests x 2 kv heads leave the GPU idle: long requests split up to max_splits (4),
     # each split keeps >= 256 tokens, short requests stay whole
     assert meta.num_splits.tolist() == [4, 2, 1, 1]
-    assert meta.partial_o.shape == (4, 4, config.max_splits, 32)
-    assert meta.partial_lse.shape == (4, 4, config.max_splits)
+    partial_o, partial_lse = meta.workspace  # the kernels' decode_workspace layout
+    assert partial_o.shape == (4, 4, config.max_splits, 32)
+    assert partial_lse.shape == (4, 4, config.max_splits)
 
 
 def test_extend_metadata() -> None:
@@ -656,8 +668,9 @@ def test_forward_modes() -> None:
 
 
 def metadata_addresses(meta: DecodeMetadata) -> dict[str, int]:
-    names = ("page_table", "seq_lens", "num_splits", "partial_o", "partial_lse", "out")
-    return {name: getattr(meta, name).data_ptr() for name in names}
+    names = ("page_table", "seq_lens", "num_splits", "out")
+    found = {name: getattr(meta, name).data_ptr() for name in names}
+    return found | {f"workspace{i}": w.data_ptr() for i, w in enumerate(meta.workspace)}
 
 
 @pytest.mark.parametrize("config", [CONFIGS[0], CONFIGS[2], CONFIGS[3]], ids=lambda c: c.uri)

@@ -204,9 +204,7 @@ class AttentionBackendBase:
         """
         per_request = self._tokens_per_request(forward_mode)
         self._graph_call("replay", bs, bs * per_request, forward_mode, encoder_lens)
-        self._load_graph_rows(
-            forward_mode, bs, req_pool_indices, seq_lens, spec_info, seq_lens_cpu
-        )
+        self._load_graph_rows(forward_mode, bs, req_pool_indices, seq_lens, spec_info, seq_lens_cpu)
 
     def get_cuda_graph_seq_len_fill_value(self) -> int:
         return self.seq_len_fill_value

@@ -175,7 +175,9 @@ class DecodeGraphBuffers:
         out = torch.empty(
             (max_num_tokens, num_q_heads, v_head_dim), dtype=dtype, device=page_table.device
         )
-        workspace = tuple(b for name, b in buffers.items() if name not in DecodeGraphBuffers.METADATA)
+        workspace = tuple(
+            b for name, b in buffers.items() if name not in DecodeGraphBuffers.METADATA
+        )
         metadata = {name: buffers[name] for name in DecodeGraphBuffers.METADATA}
         return DecodeGraphBuffers(workspace=workspace, out=out, **metadata)
 

@@ -23,7 +23,6 @@ import torch
 from attngen.hooks import MaskHooks
 from attngen.families.mha.reference import paged_decode_ref, paged_extend_ref
 from attngen.runtime.batch import (
-    FP8_DTYPES,
     AttentionLayer,
     ForwardBatch,
     ForwardMode,
@@ -31,7 +30,7 @@ from attngen.runtime.batch import (
     VerifyInfo,
     pack_tree_masks,
 )
-from attngen.runtime.pools import NvFp4KVPool, PagedKVPool
+from attngen.runtime.pools import FP8_DTYPES, NvFp4KVPool, PagedKVPool
 from attngen.runtime.nvfp4 import dequantize_nvfp4
 from attngen.runtime.checks import AttngenInputError
 

@@ -5,10 +5,11 @@ assertions passed. At the end of the session, when ``ATTNGEN_EVIDENCE_OUT`` is s
 records are written there as JSON (what the support matrix reads to mark a cell verified):
 
     {"arch", "device", "commit", "date", "torch", "triton",
-     "results": [{"module", "sha256", "variant", "check", "passed": true, "detail"}, ...]}
+     "results": [{"identity", "module", "variant", "check", "passed": true, "detail"}, ...]}
 
-``module`` is the kernels file's path relative to the repository root and ``sha256`` the
-hash of its bytes, so evidence goes stale when the kernels change. Results are sorted and
+``identity`` is the variant's kernel identity (attngen.evidence.kernel_identity: library
+sources, module traits, config), so evidence goes stale when the kernels change and
+survives a move; ``module`` says which generated file the check ran through. Results are sorted and
 de-duplicated. Under pytest-xdist each worker ships its records to the controller, which
 writes the one file. Nothing is written when no check passed.
 """
@@ -16,7 +17,6 @@ writes the one file. Nothing is written when no check passed.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -25,26 +25,17 @@ from types import ModuleType
 
 import pytest
 
+from attngen.evidence import GPU_CHECKS, module_identity
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHECKS = (
-    "decode",
-    "extend",
-    "cuda_graph",
-    "prefill",
-    "draft_extend",
-    "verify",
-    "cuda_graph_verify",
-    "quantized_vs_bf16",
-    "mqa",
-    "cuda_graph_draft_extend",
-)
+CHECKS = GPU_CHECKS
 WORKER_KEY = "attngen_evidence"
 
 
 @dataclass(frozen=True, order=True)
 class Result:
+    identity: str  # the variant's kernel identity
     module: str  # kernels.py, relative to the repository root
-    sha256: str
     variant: str
     check: str
     passed: bool = True
@@ -64,11 +55,15 @@ class Evidence:
             raise ValueError(f"check: expected one of {CHECKS}, got {check!r}")
         if variant_uri not in kernels_module.CONFIGS:
             raise ValueError(f"variant {variant_uri!r} is not in {kernels_module.__name__}")
-        path = Path(kernels_module.__file__).resolve()
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if kernels_module.LIBRARY_SHA256 != kernels_module.library.SOURCE_SHA256:
+            raise ValueError(
+                f"{kernels_module.__name__} was generated against another kernel library: "
+                "run make generate before recording evidence"
+            )
+        identity = module_identity(kernels_module, variant_uri)
         note = " ".join(f"{k}={v}" for k, v in sorted(detail.items()))
-        module = path.relative_to(REPO_ROOT).as_posix()
-        self.results.add(Result(module, digest, variant_uri, check, True, note))
+        module = Path(kernels_module.__file__).resolve().relative_to(REPO_ROOT).as_posix()
+        self.results.add(Result(identity, module, variant_uri, check, True, note))
 
     def to_json(self) -> list[dict]:
         return [asdict(r) for r in sorted(self.results)]

@@ -1,6 +1,6 @@
 """GPU numerics and CUDA-graph tests of every generated MHA backend, against the oracle.
 
-Discovery: every ``generated/<ARCH>/mha/<spec>/backend.py`` (``ARCH`` = sm90 unless
+Discovery: every ``generated/<ARCH>/triton/mha/<spec>/backend.py`` (``ARCH`` = sm90 unless
 ``ATTNGEN_GPU_ARCH`` says otherwise) and every config of its kernels module. Each config
 gets, through its backend (KV writes, metadata, kernels):
 
@@ -29,7 +29,6 @@ import pytest
 import torch
 
 from attngen.runtime.batch import (
-    FP8_DTYPES,
     DraftExtendInfo,
     AttentionLayer,
     ForwardBatch,
@@ -37,7 +36,7 @@ from attngen.runtime.batch import (
     VerifyInfo,
     pack_tree_masks,
 )
-from attngen.runtime.pools import NvFp4KVPool
+from attngen.runtime.pools import FP8_DTYPES, NvFp4KVPool
 from attngen.families.mha.reference import prefill_ref
 from attngen.families.mha.triton.config import MhaTritonConfig
 from attngen.families.mha.runtime import PagedMhaBackend
@@ -71,9 +70,9 @@ LONG_DECODE = [8192, 1, 3000, 4097, 513]
 
 
 def discover_backends() -> list[type[PagedMhaBackend]]:
-    root = REPO_ROOT / "generated" / ARCH / "mha"
+    root = REPO_ROOT / "generated" / ARCH / "triton" / "mha"
     modules = [
-        importlib.import_module(f"generated.{ARCH}.mha.{path.parent.name}.backend")
+        importlib.import_module(f"generated.{ARCH}.triton.mha.{path.parent.name}.backend")
         for path in sorted(root.glob("*/backend.py"))
     ]
     return [m.Backend for m in modules]
@@ -159,7 +158,7 @@ class Rig:
 
 def require(case: Case | None, phase: str) -> Case:
     if case is None:
-        pytest.skip(f"no generated backends under generated/{ARCH}/mha")
+        pytest.skip(f"no generated backends under generated/{ARCH}/triton/mha")
     if phase not in case.backend.kernels.PHASES:
         pytest.skip(f"{case.backend.spec_name} does not generate phase {phase}")
     return case
@@ -357,7 +356,7 @@ def test_cuda_graph(case: Case | None, evidence) -> None:
     rig = make_rig(case, max_context_len=GRAPH_TABLE_WIDTH, max_reqs=MAX_BS + 1, num_pages=pages)
     static = static_inputs(rig)
     graph, out_static = capture_decode(rig, static)
-    bufs = rig.backend.graph_buffers
+    bufs = rig.backend._graph_buffers["decode"]
     rng = random.Random(rig.builder.seed)
     for step in range(REPLAYS):
         lens = replay_lens(rng, step)
@@ -367,7 +366,7 @@ def test_cuda_graph(case: Case | None, evidence) -> None:
         eager = rig.backend.forward_decode(q, k, v, rig.layer, pb.batch, sinks=rig.sinks).clone()
         padded = pad_decode_batch(pb.batch, MAX_BS, rig.backend.get_cuda_graph_seq_len_fill_value())
         static.load(q, k, v, padded)
-        for scratch in (bufs.out, bufs.partial_o, bufs.partial_lse):
+        for scratch in (bufs.out, *bufs.workspace):
             scratch.fill_(float("nan"))
         rig.backend.init_forward_metadata_replay_cuda_graph(
             MAX_BS,
@@ -504,7 +503,7 @@ def test_cuda_graph_verify(case: Case | None, evidence) -> None:
         rig, mode, static_batch, (q, k, v), rows, lens, info, n
     )
     rng = random.Random(rig.builder.seed)
-    bufs = backend.verify_graph_buffers
+    bufs = backend._graph_buffers["verify"]
     for step in range(12):
         real = MAX_BS if step % 4 == 0 else rng.randint(1, MAX_BS - 1)
         prefix = [rng.choice([0, rng.randint(1, GRAPH_TABLE_WIDTH - n)]) for _ in range(real)]
@@ -586,7 +585,7 @@ def test_quantized_vs_bf16(case: Case | None, evidence) -> None:
 def test_mqa(case: Case | None, evidence) -> None:
     """The same kernels with a single kv head (Hq = gqa_group): every phase it generates."""
     if case is None:
-        pytest.skip(f"no generated backends under generated/{ARCH}/mha")
+        pytest.skip(f"no generated backends under generated/{ARCH}/triton/mha")
     phases = set(case.backend.kernels.PHASES)
     if not phases & {"decode", "extend", "prefill"}:
         pytest.skip("no decode, extend or prefill phase")
@@ -647,7 +646,7 @@ def test_cuda_graph_draft_extend(case: Case | None, evidence) -> None:
         lens[:real] = pb.batch.seq_lens
         extend_lens.fill_(1)
         extend_lens[:real] = pb.batch.extend_seq_lens
-        backend.draft_graph_buffers.out.fill_(float("nan"))
+        backend._graph_buffers["draft_extend"].out.fill_(float("nan"))
         backend.init_forward_metadata_replay_cuda_graph(
             MAX_BS, rows, lens, int(lens.sum()), None, ForwardMode.DRAFT_EXTEND, info, lens.cpu()
         )

@@ -16,4 +16,4 @@ def arch_limit(arch: ArchFacts) -> str | None:
     )
 
 
-register_backend(BackendInfo(Backend.CUTE_DSL, arch_limit))
+register_backend(BackendInfo(Backend.CUTE_DSL, "CuTe DSL", arch_limit))

@@ -21,4 +21,4 @@ def _aot_main(argv: list[str]) -> int:
     return aot.main(argv)
 
 
-register_backend(BackendInfo(Backend.TRITON, arch_limit, _aot_main))
+register_backend(BackendInfo(Backend.TRITON, "Triton", arch_limit, _aot_main))

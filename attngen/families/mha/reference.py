@@ -106,7 +106,9 @@ def paged_decode_ref(
         v = gather_kv(v_cache, page_table[b], length)
         query_pos = torch.tensor([length - 1], device=q.device)
         visible = visible_keys(query_pos, length, mask)
-        out[b] = attention(q[b : b + 1], k, v, sm_scale, visible, mask.logit_softcap or 0.0, sinks)[0]
+        out[b] = attention(q[b : b + 1], k, v, sm_scale, visible, mask.logit_softcap or 0.0, sinks)[
+            0
+        ]
     return out
 
 
@@ -147,7 +149,9 @@ def paged_extend_ref(
         if tree_masks is not None:
             visible[:, :prefix] = True
             visible[:, prefix:] = tree_masks[b].to(visible.device)
-        out[start:end] = attention(q[start:end], k, v, sm_scale, visible, mask.logit_softcap or 0.0, sinks)
+        out[start:end] = attention(
+            q[start:end], k, v, sm_scale, visible, mask.logit_softcap or 0.0, sinks
+        )
     return out
 
 
@@ -172,6 +176,12 @@ def prefill_ref(
             continue
         visible = visible_keys(torch.arange(end - start, device=q.device), end - start, mask)
         out[start:end] = attention(
-            q[start:end], k[start:end], v[start:end], sm_scale, visible, mask.logit_softcap or 0.0, sinks
+            q[start:end],
+            k[start:end],
+            v[start:end],
+            sm_scale,
+            visible,
+            mask.logit_softcap or 0.0,
+            sinks,
         )
     return out

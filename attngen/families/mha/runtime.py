@@ -58,7 +58,6 @@ TARGET_WAVES = 4  # H200, batch 8 x 16k ctx: 8 splits 3.7 TB/s, 4 splits 3.3 TB/
 MIN_SPLIT_TOKENS = 256
 
 
-
 def decode_split_cap(*, programs_per_split: int, num_sms: int, max_splits: int) -> int:
     """Most KV splits worth having for a grid of ``programs_per_split`` (host ints only)."""
     wanted = -(-TARGET_WAVES * num_sms // max(programs_per_split, 1))
