@@ -22,10 +22,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `pytest` (not `python -m pytest`) puts only tests/ on the path
     sys.path.insert(0, str(REPO))
 
-from attngen import aot  # noqa: E402
+from attngen.backends.triton import aot  # noqa: E402
 
 GENERATED = REPO / "generated"
-EVIDENCE = REPO / "evidence" / "compile"
+EVIDENCE = REPO / "evidence" / "compile" / "triton"
 REGENERATE = "run `make evidence-compile` and commit evidence/compile/"
 
 
@@ -33,7 +33,8 @@ def run_aot(arch: str, generated: Path, out: Path, cache: Path) -> subprocess.Co
     """``python -m attngen.aot`` from the repo root, outside interpreter mode."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(cache)
-    cmd = [sys.executable, "-m", "attngen.aot", "--arch", arch, "--generated", str(generated)]
+    cmd = [sys.executable, "-m", "attngen.backends.triton.aot", "--arch", arch]
+    cmd += ["--generated", str(generated)]
     cmd += ["--out", str(out)]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
 
@@ -43,7 +44,7 @@ def failure_text(proc: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", sorted(aot.ARCH_CAPABILITY))
+@pytest.mark.parametrize("arch", aot.ARCH_NAMES)
 def test_generated_kernels_compile_and_match_evidence(arch: str, tmp_path: Path) -> None:
     if not aot.discover(arch, GENERATED):
         pytest.skip(f"no generated kernels under generated/{arch}/ yet")
@@ -53,7 +54,7 @@ def test_generated_kernels_compile_and_match_evidence(arch: str, tmp_path: Path)
     result = json.loads(out.read_text())
     spills = [r for r in result["kernels"] if r["spill_bytes"] > 0]
     assert not spills, f"kernels spill registers on {arch}: {spills}"
-    # every (module, variant, kernel) of the tree is in the fresh result, with the current sha256
+    # every (module, variant, kernel) of the tree is in the fresh result, with its identity
     assert aot.check_evidence(arch, GENERATED, out) == []
     evidence = EVIDENCE / f"{arch}.json"
     assert evidence.exists(), f"{evidence.relative_to(REPO)} is missing: {REGENERATE}"
@@ -63,7 +64,8 @@ def test_generated_kernels_compile_and_match_evidence(arch: str, tmp_path: Path)
             recorded.splitlines(), fresh.splitlines(), "checked-in", "fresh compile", lineterm=""
         )
         pytest.fail(
-            f"evidence/compile/{arch}.json is stale: {REGENERATE}\n" + "\n".join(list(diff)[:60])
+            f"evidence/compile/triton/{arch}.json is stale: {REGENERATE}\n"
+            + "\n".join(list(diff)[:60])
         )
 
 
@@ -73,7 +75,14 @@ TINY_KERNELS = """
 import triton
 import triton.language as tl
 
-from attngen.runtime.configs import CompileSpec, MhaTritonConfig
+from types import SimpleNamespace
+
+from attngen.families.mha.triton.config import CompileSpec, MhaTritonConfig
+
+# the binding contract the checker reads (kernel identities): a library sha and traits
+library = SimpleNamespace(SOURCE_SHA256="0" * 64)
+LIBRARY_SHA256 = library.SOURCE_SHA256
+TRAITS = "tiny"
 
 
 @triton.jit
@@ -101,9 +110,10 @@ def compile_specs(config: MhaTritonConfig) -> list[CompileSpec]:
 
 
 def write_tiny_tree(root: Path, arch: str) -> Path:
-    """``<root>/aotgen_tiny/<arch>/tiny/t1/kernels.py``: a package name no real module uses."""
+    """``<root>/aotgen_tiny/<arch>/triton/tiny/t1/kernels.py``: a package name no real
+    module uses."""
     generated = root / "aotgen_tiny"
-    module = generated / arch / "tiny" / "t1" / "kernels.py"
+    module = generated / arch / "triton" / "tiny" / "t1" / "kernels.py"
     module.parent.mkdir(parents=True)
     module.write_text(textwrap.dedent(TINY_KERNELS))
     return generated
@@ -139,9 +149,11 @@ def test_checker_on_a_tiny_tree(tmp_path: Path) -> None:
     assert aot.check_evidence("sm90", generated, out) == []
 
     stale = dict(result, kernels=[dict(r) for r in result["kernels"][1:]])
-    stale["kernels"][0]["sha256"] = "0" * 64
+    stale["kernels"][0]["identity"] = "0" * 64
     stale["kernels"][1]["spill_bytes"] = 8
-    stale["kernels"].append(dict(stale["kernels"][2], module="aotgen_tiny/sm90/gone/x/kernels.py"))
+    stale["kernels"].append(
+        dict(stale["kernels"][2], module="aotgen_tiny/sm90/triton/gone/x/kernels.py")
+    )
     out.write_text(aot.dumps(stale))
     problems = aot.check_evidence("sm90", generated, out)
     assert len(problems) == 4, problems
