@@ -89,8 +89,9 @@ def load_api() -> SimpleNamespace:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # make_backend imports the `generated` package
     [make_backend] = import_names("attngen.runtime.select", "make_backend")
-    types = ("AttentionLayer", "ForwardBatch", "ForwardMode", "PagedKVPool", "ReqToTokenPool")
+    types = ("AttentionLayer", "ForwardBatch", "ForwardMode", "ReqToTokenPool")
     api = SimpleNamespace(make_backend=make_backend)
+    [api.PagedKVPool] = import_names("attngen.runtime.pools", "PagedKVPool")
     for name, value in zip(types, import_names("attngen.runtime.batch", *types)):
         setattr(api, name, value)
     try:
