@@ -120,8 +120,10 @@ class OracleKernels:
         sinks=None,
         k_scale=None,
         v_scale=None,
+        trusted_metadata=False,
     ) -> None:
         assert sinks is None and k_scale is None and v_scale is None  # no sinks, no fp8
+        assert trusted_metadata  # the backend vouches for the metadata these asserts check
         bs, hq = q.shape[:2]
         _check_common(q, k_cache, v_cache, page_table, out, config, rows=bs)
         for t in (seq_lens, num_splits):
@@ -152,8 +154,9 @@ class OracleKernels:
         sinks=None,
         k_scale=None,
         v_scale=None,
+        trusted_metadata=False,
     ) -> None:
-        assert sinks is None and k_scale is None and v_scale is None
+        assert sinks is None and k_scale is None and v_scale is None and trusted_metadata
         bs = qo_indptr.shape[0] - 1
         _check_common(q, k_cache, v_cache, page_table, out, config, rows=bs)
         assert qo_indptr.dtype == prefix_lens.dtype == torch.int32

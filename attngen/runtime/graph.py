@@ -189,24 +189,6 @@ class DecodeGraphBuffers:
     def max_pages(self) -> int:
         return int(self.page_table.shape[1])
 
-    def load(
-        self,
-        bs: int,
-        *,
-        page_table: torch.Tensor,
-        seq_lens: torch.Tensor,
-        num_splits: torch.Tensor,
-    ) -> None:
-        """Copy one batch's metadata into rows ``0..bs-1``, in place.
-
-        ``page_table`` may be narrower than the buffer ([bs, w], w <= max_pages): columns
-        beyond ``w`` keep stale but valid page ids that no kernel reads, because every
-        request's ``seq_len`` fits in its first ``w`` pages.
-        """
-        load_page_table(self.page_table, bs, page_table)
-        self.seq_lens[:bs].copy_(seq_lens)
-        self.num_splits[:bs].copy_(num_splits)
-
     def metadata(self, bs: int) -> DecodeMetadata:
         """Views of rows ``0..bs-1``: the same addresses at capture and at every replay."""
         return DecodeMetadata(

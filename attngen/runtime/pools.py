@@ -106,8 +106,8 @@ class PagedKVPool:
         if self.dtype in FP8_DTYPES:
             k = quantize_fp8(k, kv_scale("layer.k_scale", layer.k_scale, k), self.dtype)
             v = quantize_fp8(v, kv_scale("layer.v_scale", layer.v_scale, v), self.dtype)
-        k_cache.view(self.num_slots, self.num_kv_heads, self.head_dim)[loc] = k
-        v_cache.view(self.num_slots, self.num_kv_heads, self.v_head_dim)[loc] = v
+        _scatter(k_cache.view(self.num_slots, self.num_kv_heads, self.head_dim), loc, k)
+        _scatter(v_cache.view(self.num_slots, self.num_kv_heads, self.v_head_dim), loc, v)
 
 
 class NvFp4KVPool(PagedKVPool):
@@ -182,11 +182,24 @@ class NvFp4KVPool(PagedKVPool):
                     tuple(global_scale.shape),
                 )
             codes, scales = quantize_nvfp4(x, global_scale)
-            cache.view(self.num_slots, self.num_kv_heads, dim // 2)[loc] = codes
-            block_scales.view(self.num_slots, self.num_kv_heads, dim // 16)[loc] = scales
+            _scatter(cache.view(self.num_slots, self.num_kv_heads, dim // 2), loc, codes)
+            _scatter(block_scales.view(self.num_slots, self.num_kv_heads, dim // 16), loc, scales)
 
 
 # -- fp8 KV cache ----
+
+
+def _scatter(dst: torch.Tensor, loc: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst[loc] = src`` along dim 0; index_copy_ (one cheap launch) takes int64 indices and
+    no fp8 dtypes, so one-byte elements travel as their bytes."""
+    src = src.to(dst.dtype)
+    if loc.dtype != torch.int64:
+        dst[loc] = src
+    elif dst.element_size() == 1:
+        dst.view(torch.uint8).index_copy_(0, loc, src.view(torch.uint8))
+    else:
+        dst.index_copy_(0, loc, src)
+
 
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)

@@ -64,10 +64,19 @@ def decode_split_cap(*, programs_per_split: int, num_sms: int, max_splits: int) 
     return max(1, min(max_splits, wanted))
 
 
-def decode_num_splits(seq_lens: torch.Tensor, *, cap: int, min_split_tokens: int) -> torch.Tensor:
-    """Per-request split counts in ``1..cap``, computed on the device (no host sync)."""
-    wanted = (seq_lens + (min_split_tokens - 1)) // min_split_tokens
-    return torch.clamp(wanted, min=1, max=cap).to(torch.int32)
+def decode_num_splits(
+    seq_lens: torch.Tensor,
+    *,
+    cap: int,
+    min_split_tokens: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-request int32 split counts in ``1..cap``, on the device (no host sync), in three
+    ops (into ``out`` when given: a graph replay writes its static buffer in place)."""
+    wanted = torch.div(
+        seq_lens.int() + (min_split_tokens - 1), min_split_tokens, rounding_mode="floor"
+    )
+    return torch.clamp(wanted, min=1, max=cap, out=out)
 
 
 # -- config selection ----
@@ -172,7 +181,7 @@ class PagedMhaBackend(AttentionBackendBase):
 
     def _decode_metadata(self, fb: ForwardBatch) -> DecodeMetadata:
         bs = fb.batch_size
-        seq_lens = fb.seq_lens.to(torch.int32).contiguous()
+        seq_lens = fb.seq_lens.to(torch.int32)  # [B] 1-d: contiguous already
         return DecodeMetadata(
             batch_size=bs,
             page_table=self._page_table(fb.req_pool_indices, self._pages_for(fb.seq_lens_cpu)),
@@ -229,13 +238,21 @@ class PagedMhaBackend(AttentionBackendBase):
         longest = int(seq_lens_cpu.max()) if seq_lens_cpu.numel() else 0
         return max(1, -(-longest // self.page_size))
 
-    def _page_table(self, req_pool_indices: torch.Tensor, width: int) -> torch.Tensor:
-        """``[B, width]`` int32: the slot of each page's first token, // page_size."""
+    def _page_table(
+        self, req_pool_indices: torch.Tensor, width: int, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``[B, width]`` int32: the slot of each page's first token, // page_size (two ops;
+        into ``out`` when given)."""
         ps = self.page_size
-        first_slots = self.req_to_token_pool.req_to_token[:, ::ps]
-        return first_slots[req_pool_indices, :width] // ps
+        first_slots = self.req_to_token_pool.req_to_token[:, ::ps][:, :width]
+        gathered = torch.index_select(first_slots, 0, req_pool_indices)
+        if ps == 1:  # token slots are pages
+            return gathered if out is None else out.copy_(gathered)
+        return torch.div(gathered, ps, rounding_mode="floor", out=out)
 
-    def _num_splits(self, seq_lens: torch.Tensor, bs: int) -> torch.Tensor:
+    def _num_splits(
+        self, seq_lens: torch.Tensor, bs: int, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         group = self.num_q_heads // self.num_kv_heads
         head_blocks = self.num_kv_heads * -(-group // self.config.decode_block_h)
         cap = decode_split_cap(
@@ -244,7 +261,7 @@ class PagedMhaBackend(AttentionBackendBase):
             max_splits=self.config.max_splits,
         )
         min_tokens = max(MIN_SPLIT_TOKENS, self.config.decode_block_n)
-        return decode_num_splits(seq_lens, cap=cap, min_split_tokens=min_tokens)
+        return decode_num_splits(seq_lens, cap=cap, min_split_tokens=min_tokens, out=out)
 
     # -- per-layer forward ----
 
@@ -289,7 +306,9 @@ class PagedMhaBackend(AttentionBackendBase):
         q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
         k_cache, v_cache = self.kv_pool.get_kv_buffer(layer.layer_id)
         out = self._new_out(rows) if meta.out is None else meta.out
-        common = dict(config=self.config, sm_scale=layer.scaling, sinks=sinks)
+        common = dict(
+            config=self.config, sm_scale=layer.scaling, sinks=sinks, trusted_metadata=True
+        )
         common.update(k_scale=k_scale, v_scale=v_scale, **self._block_scales(layer))
         cache = (q, k_cache, v_cache, meta.page_table, meta.qo_indptr, meta.prefix_lens, out)
         if meta.verify:
@@ -331,6 +350,7 @@ class PagedMhaBackend(AttentionBackendBase):
             out,
             *meta.workspace,
             config=self.config,
+            trusted_metadata=True,
             sm_scale=layer.scaling,
             sinks=sinks,
             k_scale=k_scale,
@@ -463,21 +483,24 @@ class PagedMhaBackend(AttentionBackendBase):
             width = self._pages_for(seq_lens_cpu[:bs])
         req_pool_indices = check_graph_rows("req_pool_indices", req_pool_indices, bs, self.device)
         seq_lens = check_graph_rows("seq_lens", seq_lens, bs, self.device)
-        page_table = self._page_table(req_pool_indices, width)
         bufs = self._graph_buffers[GRAPH_PHASES[mode]]
+        if mode is ForwardMode.DECODE:  # straight into the static buffers: six ops
+            bufs.seq_lens[:bs].copy_(seq_lens)
+            self._num_splits(bufs.seq_lens[:bs], bs, out=bufs.num_splits[:bs])
+            self._page_table(req_pool_indices, width, out=bufs.page_table[:bs, :width])
+            self.forward_metadata = bufs.metadata(bs)
+            return
+        page_table = self._page_table(req_pool_indices, width)
         if mode is ForwardMode.TARGET_VERIFY:
             if not isinstance(spec_info, VerifyInfo):
                 fail("spec_info", "a VerifyInfo (TARGET_VERIFY)", type(spec_info).__name__)
             tree_mask, _ = self._tree_mask(spec_info)
             bufs.load(bs, page_table=page_table, seq_lens=seq_lens, tree_mask=tree_mask)
-        elif mode is ForwardMode.DRAFT_EXTEND:
+        else:
             if not isinstance(spec_info, DraftExtendInfo):
                 fail("spec_info", "a DraftExtendInfo (DRAFT_EXTEND)", type(spec_info).__name__)
             lens = spec_info.extend_lens
             bufs.load(bs, page_table=page_table, seq_lens=seq_lens, extend_lens=lens)
-        else:
-            num_splits = self._num_splits(seq_lens, bs)
-            bufs.load(bs, page_table=page_table, seq_lens=seq_lens, num_splits=num_splits)
         self.forward_metadata = bufs.metadata(bs)
 
 

@@ -63,6 +63,7 @@ def decode(
     v_scale: torch.Tensor | None = None,
     k_block_scales: torch.Tensor | None = None,
     v_block_scales: torch.Tensor | None = None,
+    trusted_metadata: bool = False,
 ) -> None:
     """Paged decode of q [B, Hq, D] into out [B, Hq, Dv]; no host sync (graph-capturable).
 
@@ -74,18 +75,24 @@ def decode(
     (kv_dtype "nvfp4": uint8 [pages, ps, Hkv, D/2] codes) also takes k_block_scales /
     v_block_scales (float8_e4m3fn [pages, ps, Hkv, D/16]); k_scale / v_scale are then its
     per-tensor global scales.
+
+    trusted_metadata: the caches, page table, lengths, splits, out and workspace come from
+    an attngen backend that built or checked them (pool at construction, metadata per
+    forward); only q, sinks and the scales are checked here, once per layer call.
     """
-    check_config(config, sm_scale)
     check_io("q", q, [None, None, config.head_dim], config)
     batch, num_heads = q.shape[0], q.shape[1]
-    num_kv_heads = check_paged_kv(q, k_cache, v_cache, page_table, batch, config)
-    check_lengths("seq_lens", seq_lens, batch, q.device)
-    check_lengths("num_splits", num_splits, batch, q.device)
-    check_io("out", out, [batch, num_heads, config.v_head_dim], config, q.device)
-    check_split_buffers(partial_o, partial_lse, q, config)
+    num_kv_heads = num_heads // config.gqa_group
+    if not trusted_metadata:
+        check_config(config, sm_scale)
+        num_kv_heads = check_paged_kv(q, k_cache, v_cache, page_table, batch, config)
+        check_lengths("seq_lens", seq_lens, batch, q.device)
+        check_lengths("num_splits", num_splits, batch, q.device)
+        check_io("out", out, [batch, num_heads, config.v_head_dim], config, q.device)
+        check_split_buffers(partial_o, partial_lse, q, config)
+        check_block_scales(k_block_scales, v_block_scales, k_cache, v_cache, config)
     check_sinks(sinks, q, traits.mask.sinks)
     check_kv_scales(k_scale, v_scale, num_kv_heads, config, q.device)
-    check_block_scales(k_block_scales, v_block_scales, k_cache, v_cache, config)
     if batch == 0:
         return
 
@@ -145,6 +152,7 @@ def extend(
     v_scale: torch.Tensor | None = None,
     k_block_scales: torch.Tensor | None = None,
     v_block_scales: torch.Tensor | None = None,
+    trusted_metadata: bool = False,
 ) -> None:
     """Ragged extend of q [T, Hq, D] into out [T, Hq, Dv] over the paged cache.
 
@@ -153,6 +161,7 @@ def extend(
     request's extend length: it sizes the grid, and rows beyond it are not computed.
     sinks: fp32 [Hq] when the mask has sinks, else None. k_scale / v_scale as for decode. Also
     serves draft_extend (the draft model's causal extend over accepted tokens).
+    trusted_metadata: as for decode.
     """
     check_config(config, sm_scale)
     if isinstance(max_extend_len, bool) or not isinstance(max_extend_len, int):
@@ -175,6 +184,7 @@ def extend(
         None,
         None,
         verify=False,
+        trusted_metadata=trusted_metadata,
     )
 
 
@@ -197,6 +207,7 @@ def verify(
     v_block_scales: torch.Tensor | None = None,
     tree_mask: torch.Tensor | None = None,
     tree_mask_indptr: torch.Tensor | None = None,
+    trusted_metadata: bool = False,
 ) -> None:
     """Speculative target verify: config.num_draft_tokens draft rows per request.
 
@@ -206,12 +217,13 @@ def verify(
     tree_mask_indptr (int32 [>= B], byte offset of each request's mask): draft row i sees
     draft j when bit i * n + j of the request's mask is set (n its draft count; little-
     endian bits within a byte); every draft row sees the whole cached prefix.
+    trusted_metadata: as for decode (the tree mask included).
     """
     check_config(config, sm_scale)
     if config.spec_topk < 1:
         fail("config.spec_topk", ">= 1 (a speculative config)", config.spec_topk)
     tree = config.spec_topk > 1
-    if tree:
+    if tree and not trusted_metadata:
         check_tensor("tree_mask", tree_mask, dtype=torch.uint8, shape=[None], device=q.device)
         check_lengths("tree_mask_indptr", tree_mask_indptr, qo_indptr.shape[0] - 1, q.device)
     elif tree_mask is not None or tree_mask_indptr is not None:
@@ -233,6 +245,7 @@ def verify(
         tree_mask,
         tree_mask_indptr,
         verify=True,
+        trusted_metadata=trusted_metadata,
     )
 
 
@@ -254,20 +267,25 @@ def _launch_paged_extend(
     tree_mask_indptr,
     *,
     verify: bool,
+    trusted_metadata: bool,
 ) -> None:
     """Check what extend and verify share, then launch (verify: tree_mask or chain).
 
     scales: (k_scale, v_scale, k_block_scales, v_block_scales), as decode takes them."""
     k_scale, v_scale, k_block_scales, v_block_scales = scales
     check_io("q", q, [None, None, config.head_dim], config)
-    check_lengths("qo_indptr", qo_indptr, 1, q.device)
-    batch, num_heads = qo_indptr.shape[0] - 1, q.shape[1]
-    num_kv_heads = check_paged_kv(q, k_cache, v_cache, page_table, batch, config)
-    check_lengths("prefix_lens", prefix_lens, batch, q.device)
-    check_io("out", out, [q.shape[0], num_heads, config.v_head_dim], config, q.device)
+    num_heads = q.shape[1]
+    num_kv_heads = num_heads // config.gqa_group
+    if not trusted_metadata:
+        check_lengths("qo_indptr", qo_indptr, 1, q.device)
+        batch = qo_indptr.shape[0] - 1
+        num_kv_heads = check_paged_kv(q, k_cache, v_cache, page_table, batch, config)
+        check_lengths("prefix_lens", prefix_lens, batch, q.device)
+        check_io("out", out, [q.shape[0], num_heads, config.v_head_dim], config, q.device)
+        check_block_scales(k_block_scales, v_block_scales, k_cache, v_cache, config)
+    batch = qo_indptr.shape[0] - 1
     check_sinks(sinks, q, traits.mask.sinks)
     check_kv_scales(k_scale, v_scale, num_kv_heads, config, q.device)
-    check_block_scales(k_block_scales, v_block_scales, k_cache, v_cache, config)
     if batch == 0 or max_extend_len == 0 or q.shape[0] == 0:
         return
     block_scales = block_scale_args(config, traits, k_block_scales, v_block_scales)

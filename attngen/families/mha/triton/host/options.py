@@ -1,10 +1,15 @@
 """Launch options (constexprs, warps, stages) of the MHA kernels, by config and traits.
 
+Memoized: configs and traits are frozen (hashable), so each launch looks its options up
+instead of rebuilding them; callers must not mutate the returned dicts.
+
 The launchers (:mod:`.launch`) and the ahead-of-time compile specs (:mod:`.compile`) share
 them, so what is compiled is what runs.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -50,6 +55,7 @@ def block_scale_args(
     )
 
 
+@functools.cache
 def decode_split_options(config: MhaTritonConfig, traits: MhaTraits) -> dict[str, int | float]:
     return {
         "GQA_GROUP": config.gqa_group,
@@ -68,6 +74,7 @@ def decode_split_options(config: MhaTritonConfig, traits: MhaTraits) -> dict[str
     }
 
 
+@functools.cache
 def decode_combine_options(config: MhaTritonConfig, traits: MhaTraits) -> dict[str, int | bool]:
     return {
         "V_HEAD_DIM": config.v_head_dim,
@@ -82,6 +89,7 @@ def decode_combine_options(config: MhaTritonConfig, traits: MhaTraits) -> dict[s
 NO_KV_SCALES = {"KV_SCALED": False, "SCALE_PER_HEAD": False, "KV_FP4": False}
 
 
+@functools.cache
 def extend_options(
     config: MhaTritonConfig,
     traits: MhaTraits,

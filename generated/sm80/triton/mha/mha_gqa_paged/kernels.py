@@ -34,7 +34,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "0d134feeefe14c0d73da8e635f459785cd817ef5f0e2cb43c18fc0cf5b70fec8"
+LIBRARY_SHA256 = "7ca60583e8d396eacf37a320417776cf2349f2048b3488b82e5075eb2f1fa4de"
 HOOKS = MaskHooks(
     causal=True,
     window_left=None,
