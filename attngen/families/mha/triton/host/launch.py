@@ -80,11 +80,12 @@ def decode(
     an attngen backend that built or checked them (pool at construction, metadata per
     forward); only q, sinks and the scales are checked here, once per layer call.
     """
+    if not trusted_metadata:
+        check_config(config, sm_scale)
     check_io("q", q, [None, None, config.head_dim], config)
     batch, num_heads = q.shape[0], q.shape[1]
     num_kv_heads = num_heads // config.gqa_group
     if not trusted_metadata:
-        check_config(config, sm_scale)
         num_kv_heads = check_paged_kv(q, k_cache, v_cache, page_table, batch, config)
         check_lengths("seq_lens", seq_lens, batch, q.device)
         check_lengths("num_splits", num_splits, batch, q.device)

@@ -34,7 +34,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "7ca60583e8d396eacf37a320417776cf2349f2048b3488b82e5075eb2f1fa4de"
+LIBRARY_SHA256 = "4e497c829905261e1a0dd0f36ad78fd6e99ce1de264e34906ac02174313952ef"
 HOOKS = MaskHooks(
     causal=False,
     window_left=None,
