@@ -224,9 +224,10 @@ def verify(
     if config.spec_topk < 1:
         fail("config.spec_topk", ">= 1 (a speculative config)", config.spec_topk)
     tree = config.spec_topk > 1
-    if tree and not trusted_metadata:
-        check_tensor("tree_mask", tree_mask, dtype=torch.uint8, shape=[None], device=q.device)
-        check_lengths("tree_mask_indptr", tree_mask_indptr, qo_indptr.shape[0] - 1, q.device)
+    if tree:
+        if not trusted_metadata:
+            check_tensor("tree_mask", tree_mask, dtype=torch.uint8, shape=[None], device=q.device)
+            check_lengths("tree_mask_indptr", tree_mask_indptr, qo_indptr.shape[0] - 1, q.device)
     elif tree_mask is not None or tree_mask_indptr is not None:
         fail("tree_mask", "None for a draft chain (spec_topk 1: causal drafts)", "a tensor")
     _launch_paged_extend(

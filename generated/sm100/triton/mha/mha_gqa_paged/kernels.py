@@ -34,7 +34,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "4e497c829905261e1a0dd0f36ad78fd6e99ce1de264e34906ac02174313952ef"
+LIBRARY_SHA256 = "98aa8ad343a3ca0c5b6d5d0466e40b2cbce2955287c1b92e78b8d1a54bda5cf2"
 HOOKS = MaskHooks(
     causal=True,
     window_left=None,
