@@ -3,6 +3,11 @@
 CPU runs (the default, and CI) execute Triton kernels in the interpreter, which must be
 switched on before the first ``import triton`` in the process. GPU runs set
 ``ATTNGEN_GPU=1`` (``make test-gpu``) and run only tests marked ``gpu``.
+
+Layout: tests/spec (loader, bad specs), tests/emit (generation, drift, capabilities and the
+docs), tests/runtime (batch, pools, backends over an oracle, hybrids, selection),
+tests/families/<family> (interpreter numerics, end-to-end backends; gpu/ on a device),
+tests/backends/<backend> (ahead-of-time compile checks). Tolerances: attngen.testing.tolerance.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ import pytest
 GPU_RUN = os.environ.get("ATTNGEN_GPU") == "1"
 if not GPU_RUN:
     os.environ["TRITON_INTERPRET"] = "1"
+
+# GPU evidence: the `evidence` fixture and the session hooks that write the record
+from gpu_evidence import evidence, pytest_sessionfinish, pytest_testnodedown  # noqa: E402,F401
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

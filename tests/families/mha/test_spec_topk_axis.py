@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +13,8 @@ from attngen.generate import generate
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.pools import PagedKVPool
 from attngen.runtime.batch import ReqToTokenPool
+from attngen.testing.paths import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SPEC = """\
 name: mha_topk_axis
 family: mha

@@ -23,7 +23,6 @@ import importlib
 import os
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
@@ -47,19 +46,14 @@ from attngen.testing import (
     oracle_output,
     pad_decode_batch,
 )
+from attngen.testing.paths import REPO_ROOT
+from attngen.testing.tolerance import KERNEL, assert_close
 
 ARCH = os.environ.get("ATTNGEN_GPU_ARCH", "sm90")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 NUM_KV_HEADS = 2
 MAX_BS = 8  # the graph test's captured batch size
 GRAPH_TABLE_WIDTH = 2048  # tokens per request row in the graph test (req_to_token width)
 REPLAYS = 24
-
-# Output tolerance vs the fp32 oracle, per dtype (q, k, v and out in that dtype).
-TOLERANCE = {
-    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
-    torch.float16: dict(atol=1e-2, rtol=1e-2),
-}
 
 # (prefix_lens, extend_lens) and decode seq_lens of the long cases
 LONG_EXTEND = ([4096, 0, 1000, 37], [1536, 2048, 1, 300])
@@ -150,10 +144,8 @@ class Rig:
         ).flatten(1)
 
     def check(self, got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-        msg = f"seed {self.builder.seed}, {what}"
-        torch.testing.assert_close(
-            got.float(), want.float(), **TOLERANCE[self.dtype], msg=lambda m: f"{msg}: {m}"
-        )
+        assert got.dtype == self.dtype
+        assert_close(got, want, KERNEL, msg=f"seed {self.builder.seed}, {what}")
 
 
 def require(case: Case | None, phase: str) -> Case:

@@ -40,6 +40,7 @@ from attngen.hooks import MaskHooks
 from attngen.runtime.graph import DecodeMetadata, ExtendMetadata
 from generated.sm90.triton.mha.mha_gqa_paged import graph as generated_graph
 from attngen.families.mha.key import MhaKey
+from attngen.testing.tolerance import ONE_ROUNDING, assert_close
 from attngen.families.mha.triton import library
 from attngen.families.mha.runtime import (
     PagedMhaBackend,
@@ -84,7 +85,6 @@ CONFIGS = [
     make_config(32, 16, 1, 1, "float16"),
     make_config(16, 16, 4, 8, "bfloat16"),
 ]
-ATOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}  # one rounding of an fp32 result
 
 
 class OracleKernels:
@@ -278,9 +278,7 @@ def run_forward(rig: Rig, pb: PagedBatch, q, k, v) -> torch.Tensor:
 
 
 def assert_matches(got: torch.Tensor, want: torch.Tensor, seed: int) -> None:
-    torch.testing.assert_close(
-        got.float(), want, atol=ATOL[got.dtype], rtol=0, msg=lambda m: f"seed {seed}: {m}"
-    )
+    assert_close(got, want, ONE_ROUNDING, msg=f"seed {seed}")
 
 
 class GraphEmulator:

@@ -18,11 +18,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # `pytest` (not `python -m pytest`) puts only tests/ on the path
-    sys.path.insert(0, str(REPO))
-
-from attngen.backends.triton import aot  # noqa: E402
+from attngen.backends.triton import aot
+from attngen.testing.paths import REPO_ROOT as REPO
 
 GENERATED = REPO / "generated"
 EVIDENCE = REPO / "evidence" / "compile" / "triton"

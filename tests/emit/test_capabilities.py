@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,7 @@ from attngen import registry
 from attngen.features import base_variant, family_features, probe_verdict
 from attngen.generate import build
 from attngen.spec.enums import Arch, Backend, DType, Family, ScaleGranularity
-
-ROOT = Path(__file__).resolve().parent.parent
+from attngen.testing.paths import REPO_ROOT as ROOT
 
 
 def test_base_mha_is_lowered_for_triton_on_every_arch() -> None:

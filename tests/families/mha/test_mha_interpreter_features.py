@@ -17,9 +17,9 @@ from attngen.runtime.checks import AttngenInputError
 from attngen.hooks import MaskHooks
 from attngen.runtime.nvfp4 import dequantize_nvfp4
 from mha_modules import load_kernels_module
+from attngen.testing.tolerance import assert_close
 from test_mha_interpreter import (
     NUM_KV_HEADS,
-    assert_close,
     make_config,
     make_decode_args,
     make_paged_kv,

@@ -8,7 +8,6 @@ kernel runs). Selection is checked against the capability model's own reasons.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -36,12 +35,12 @@ from attngen.selection import (
     for_phase,
     select_backend,
 )
-from attngen.spec.enums import TORCH_DTYPE_NAME, Arch, Backend, Family, Phase
+from attngen.spec.enums import Arch, Backend, Family, Phase
 from attngen.spec.loader import load_spec
 from attngen.testing import PagedBatchBuilder, make_pools
 from attngen.validate import validate
+from attngen.testing.paths import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
 NO_CUTE = "cute_dsl: no CuTe DSL lowering for mha yet"
 

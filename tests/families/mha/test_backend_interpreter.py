@@ -9,8 +9,6 @@ backend's own launches (metadata it vouches for, trusted_metadata=True) into the
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,10 +16,6 @@ import torch
 from attngen.runtime.batch import AttentionLayer, ForwardMode
 from attngen.testing import PagedBatchBuilder, make_pools, oracle_output
 from attngen.testing.tolerance import assert_close
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 HEADS_KV = 1
 # (spec, variant): fp16 variants with small tiles' shapes (the interpreter runs numpy)

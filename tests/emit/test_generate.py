@@ -13,8 +13,8 @@ import pytest
 
 from attngen.emit.modules import sha256_text
 from attngen.generate import build
+from attngen.testing.paths import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "generated"
 
 
@@ -111,7 +111,7 @@ def test_schema_accepts_the_specs_and_rejects_a_typo(files: dict[str, str]) -> N
     schema = json.loads(files["schema/attngen-spec.schema.json"])
     for spec in sorted((ROOT / "specs").rglob("*.yaml")):
         jsonschema.validate(yaml.safe_load(spec.read_text()), schema)
-    bad = yaml.safe_load((ROOT / "tests/bad_specs/mha_unknown_key.yaml").read_text())
+    bad = yaml.safe_load((ROOT / "tests/spec/bad_specs/mha_unknown_key.yaml").read_text())
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
 

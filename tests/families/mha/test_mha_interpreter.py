@@ -22,6 +22,8 @@ from attngen.families.mha.triton.config import MhaTritonConfig
 from attngen.hooks import MaskHooks
 from mha_modules import load_kernels_module
 
+from attngen.testing.tolerance import assert_close
+
 from attngen.families.mha.triton.host.options import extend_options
 
 # the interpreter reads 0-d loop bounds through a numpy path that numpy 2.x deprecates
@@ -29,8 +31,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"
 )
 
-ATOL = {torch.float16: 1e-2}
-RTOL = {torch.float16: 1e-2}
 NUM_KV_HEADS = 2
 MAX_SPLITS = 4
 
@@ -171,12 +171,6 @@ def padding_of(view: torch.Tensor) -> torch.Tensor:
     width = view.stride(-2) if view.dim() > 1 else view.shape[-1]
     base = torch.as_strided(view, (*view.shape[:-1], width), view.stride())
     return base[..., view.shape[-1] :]
-
-
-def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    torch.testing.assert_close(
-        actual.float(), expected, atol=ATOL[actual.dtype], rtol=RTOL[actual.dtype]
-    )
 
 
 # -- decode ----

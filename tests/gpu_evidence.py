@@ -26,8 +26,8 @@ from types import ModuleType
 import pytest
 
 from attngen.evidence import GPU_CHECKS, module_identity
+from attngen.testing.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CHECKS = GPU_CHECKS
 WORKER_KEY = "attngen_evidence"
 

@@ -1,0 +1,107 @@
+"""Bad specs: each fixture in tests/spec/bad_specs/ fails with exactly this message (file:line)."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from attngen.spec.errors import SpecError
+from attngen.spec.loader import load_spec
+from attngen.validate import validate
+from attngen.testing.paths import REPO_ROOT as ROOT
+
+FIXTURES = ROOT / "tests" / "spec" / "bad_specs"
+
+# The one list of known failures: fixture name -> the exact error text.
+EXPECTED = {
+    "bad_yaml": (
+        "tests/spec/bad_specs/bad_yaml.yaml:4: not valid YAML: expected ',' or ']', but got '<stream end>'"
+    ),
+    "dsa_missing_mla": (
+        "tests/spec/bad_specs/dsa_missing_mla.yaml:1: mla: required for family dsa"
+    ),
+    "dsa_sm80": (
+        "tests/spec/bad_specs/dsa_sm80.yaml:12: targets.triton: sm80 cannot run variant r512_rope64_h16_ix64x128_top2048_ps64_bf16_causal: DSA's lightning indexer scores keys in fp8 e4m3, which sm80 lacks (possible on: triton sm90, triton sm100, cute_dsl sm90, cute_dsl sm100)"
+    ),
+    "dsa_topk": (
+        "tests/spec/bad_specs/dsa_topk.yaml:8: dsa.index_topk: 3000 is not allowed: expected an integer in 64..8192 and a power of two"
+    ),
+    "gdn_chunk_size": (
+        "tests/spec/bad_specs/gdn_chunk_size.yaml:6: gdn.chunk_size: 48 is not allowed: expected an integer in 16..128 and a power of two"
+    ),
+    "gdn_kv_cache": (
+        "tests/spec/bad_specs/gdn_kv_cache.yaml:8: kv_cache: gdn keeps a recurrent state, not a KV cache"
+    ),
+    "gdn_sinks": (
+        "tests/spec/bad_specs/gdn_sinks.yaml:8: mask: gdn is causal linear attention: no other mask kind, softcap or sinks"
+    ),
+    "mha_bad_name": (
+        "tests/spec/bad_specs/mha_bad_name.yaml:1: name: 'Bad-Name' is not an identifier ([a-z][a-z0-9_]*)"
+    ),
+    "mha_cute_sm80": (
+        "tests/spec/bad_specs/mha_cute_sm80.yaml:9: targets.cute_dsl: sm80 cannot run variant d128_g1_ps1_bf16_causal: attngen's CuTe DSL kernels are built on wgmma (sm90) and tcgen05 (sm100); sm80 has neither (possible on: triton sm80, triton sm90, triton sm100, cute_dsl sm90, cute_dsl sm100)"
+    ),
+    "mha_duplicate_axis_value": (
+        "tests/spec/bad_specs/mha_duplicate_axis_value.yaml:6: heads.head_dim: 128 is listed twice"
+    ),
+    "mha_duplicate_key": ("tests/spec/bad_specs/mha_duplicate_key.yaml:5: phases: duplicate key"),
+    "mha_fp8_e4m3_sm80": (
+        "tests/spec/bad_specs/mha_fp8_e4m3_sm80.yaml:11: targets.triton: sm80 cannot run variant d128_g1_ps1_bf16_kvfp8_e4m3_causal: fp8 e4m3 conversion needs sm89+; sm80 has no e4m3 hardware type (possible on: triton sm90, triton sm100, cute_dsl sm90, cute_dsl sm100)"
+    ),
+    "mha_fp8_no_scale": (
+        "tests/spec/bad_specs/mha_fp8_no_scale.yaml:8: kv_cache.scale: required when kv_cache.dtype includes fp8_e4m3"
+    ),
+    "mha_head_dim": (
+        "tests/spec/bad_specs/mha_head_dim.yaml:6: heads.head_dim: 100 is not allowed: expected one of 64, 80, 96, 128, 192, 256"
+    ),
+    "mha_missing_targets": (
+        "tests/spec/bad_specs/mha_missing_targets.yaml:1: targets: required field is missing"
+    ),
+    "mha_page_not_pow2": (
+        "tests/spec/bad_specs/mha_page_not_pow2.yaml:8: kv_cache.page_size: 48 is not allowed: expected an integer in 1..128 and a power of two"
+    ),
+    "mha_spec_topk_gt_drafts": (
+        "tests/spec/bad_specs/mha_spec_topk_gt_drafts.yaml:10: speculative.num_draft_tokens: must be >= topk"
+    ),
+    "mha_tuning_key": (
+        "tests/spec/bad_specs/mha_tuning_key.yaml:12: tuning.triton.sm90.block_q: unknown tile key (allowed: decode_block_n, decode_num_warps, decode_num_stages, max_splits, combine_num_warps, extend_block_m, extend_block_n, extend_num_warps, extend_num_stages, verify_block_m, verify_block_n, verify_num_warps)"
+    ),
+    "mha_tuning_without_backend": (
+        "tests/spec/bad_specs/mha_tuning_without_backend.yaml:10: tuning: unknown value 'sm90': expected one of triton, cute_dsl"
+    ),
+    "mha_unknown_key": (
+        "tests/spec/bad_specs/mha_unknown_key.yaml:7: heads.gqa_groups: unknown key (allowed: head_dim, v_head_dim, gqa_group)"
+    ),
+    "mha_verify_without_speculative": (
+        "tests/spec/bad_specs/mha_verify_without_speculative.yaml:1: speculative: required when phases include verify or draft_extend"
+    ),
+    "mha_window_without_size": (
+        "tests/spec/bad_specs/mha_window_without_size.yaml:8: mask.window_left: required when mask.kind is sliding_window, and only then"
+    ),
+    "mha_wrong_type": (
+        "tests/spec/bad_specs/mha_wrong_type.yaml:7: heads.gqa_group: expected an integer in 1..128, got 'four'"
+    ),
+    "mla_heads_section": (
+        "tests/spec/bad_specs/mla_heads_section.yaml:8: heads: not used by family mla (it takes: mla)"
+    ),
+    "mla_latent_rank": (
+        "tests/spec/bad_specs/mla_latent_rank.yaml:6: mla.kv_lora_rank: 500 is not allowed: expected an integer in 64..1024 and a power of two"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bad_spec_message(name: str) -> None:
+    with pytest.raises(SpecError) as info:
+        validate(load_spec(FIXTURES / f"{name}.yaml", ROOT))
+    assert str(info.value) == EXPECTED[name]
+
+
+def test_every_fixture_is_listed() -> None:
+    assert sorted(p.stem for p in FIXTURES.glob("*.yaml")) == sorted(EXPECTED)
+
+
+def test_fixtures_cover_every_family() -> None:
+    families = {name.split("_", 1)[0] for name in EXPECTED}
+    assert {"mha", "mla", "gdn", "dsa"} <= families
+    assert len(set(EXPECTED.values())) >= 12
