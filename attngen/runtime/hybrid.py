@@ -156,44 +156,18 @@ class HybridAttnBackend:
         if self.capture_prefill and prefill is not self.decode_backend:
             prefill.init_cuda_graph_state(max_bs, max_num_tokens)
 
-    def init_forward_metadata_capture_cuda_graph(
-        self,
-        bs: int,
-        num_tokens: int,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        encoder_lens: torch.Tensor | None,
-        forward_mode: ForwardMode,
-        spec_info: Any,
-    ) -> None:
-        backend = self._graph_backend(forward_mode, "capture")
-        backend.init_forward_metadata_capture_cuda_graph(
-            bs, num_tokens, req_pool_indices, seq_lens, encoder_lens, forward_mode, spec_info
-        )
+    # The graph calls take AttentionBackend's arguments (attngen.runtime.protocol), passed on
+    # unchanged to the backend their forward_mode goes to.
+    CAPTURE_MODE_ARG, REPLAY_MODE_ARG = 5, 5  # positions of forward_mode
+
+    def init_forward_metadata_capture_cuda_graph(self, *args: Any, **kwargs: Any) -> None:
+        backend = self._graph_backend(_mode_arg(args, kwargs, self.CAPTURE_MODE_ARG), "capture")
+        backend.init_forward_metadata_capture_cuda_graph(*args, **kwargs)
         self._active = backend
 
-    def init_forward_metadata_replay_cuda_graph(
-        self,
-        bs: int,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_sum: int,
-        encoder_lens: torch.Tensor | None,
-        forward_mode: ForwardMode,
-        spec_info: Any,
-        seq_lens_cpu: torch.Tensor | None = None,
-    ) -> None:
-        backend = self._graph_backend(forward_mode, "replay")
-        backend.init_forward_metadata_replay_cuda_graph(
-            bs,
-            req_pool_indices,
-            seq_lens,
-            seq_lens_sum,
-            encoder_lens,
-            forward_mode,
-            spec_info,
-            seq_lens_cpu=seq_lens_cpu,
-        )
+    def init_forward_metadata_replay_cuda_graph(self, *args: Any, **kwargs: Any) -> None:
+        backend = self._graph_backend(_mode_arg(args, kwargs, self.REPLAY_MODE_ARG), "replay")
+        backend.init_forward_metadata_replay_cuda_graph(*args, **kwargs)
         self._active = backend
 
     def get_cuda_graph_seq_len_fill_value(self) -> int:
@@ -210,6 +184,13 @@ class HybridAttnBackend:
                 f"{_describe(prefill)}, which has no CUDA-graph methods ({', '.join(missing)})"
             )
         return prefill
+
+
+def _mode_arg(args: tuple, kwargs: dict, position: int) -> ForwardMode:
+    mode = kwargs["forward_mode"] if "forward_mode" in kwargs else args[position]
+    if not isinstance(mode, ForwardMode):
+        fail("forward_mode", "a ForwardMode", type(mode).__name__)
+    return mode
 
 
 def check_compatible(prefill_backend: Any, decode_backend: Any) -> None:

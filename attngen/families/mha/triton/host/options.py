@@ -18,6 +18,19 @@ from attngen.families.mha.triton.config import MhaTraits, MhaTritonConfig
 from attngen.hooks import MaskHooks
 
 
+def shape_options(config: MhaTritonConfig) -> dict[str, int]:
+    """The variant's shapes: HEAD_DIM / V_HEAD_DIM are the true head dims; BLOCK_D /
+    BLOCK_DV, the next powers of two, the kernels' tile widths (no lane masks when equal)."""
+    return {
+        "GQA_GROUP": config.gqa_group,
+        "HEAD_DIM": config.head_dim,
+        "V_HEAD_DIM": config.v_head_dim,
+        "BLOCK_D": triton.next_power_of_2(config.head_dim),
+        "BLOCK_DV": triton.next_power_of_2(config.v_head_dim),
+        "PAGE_SIZE": config.page_size,
+    }
+
+
 def mask_options(mask: MaskHooks) -> dict[str, int | float]:
     """The window and softcap hooks as Triton constexprs: -1 is no window, 0.0 no cap (a
     float constexpr also for 0, so the kernels specialise on it once)."""
@@ -58,12 +71,7 @@ def block_scale_args(
 @functools.cache
 def decode_split_options(config: MhaTritonConfig, traits: MhaTraits) -> dict[str, int | float]:
     return {
-        "GQA_GROUP": config.gqa_group,
-        "HEAD_DIM": config.head_dim,
-        "V_HEAD_DIM": config.v_head_dim,
-        "BLOCK_D": triton.next_power_of_2(config.head_dim),
-        "BLOCK_DV": triton.next_power_of_2(config.v_head_dim),
-        "PAGE_SIZE": config.page_size,
+        **shape_options(config),
         "BLOCK_H": config.decode_block_h,
         "BLOCK_N": config.decode_block_n,
         "MAX_SPLITS": config.max_splits,
@@ -107,12 +115,7 @@ def extend_options(
         block_m, block_n = config.verify_block_m, config.verify_block_n
         warps = config.verify_num_warps
     return {
-        "GQA_GROUP": config.gqa_group,
-        "HEAD_DIM": config.head_dim,
-        "V_HEAD_DIM": config.v_head_dim,
-        "BLOCK_D": triton.next_power_of_2(config.head_dim),
-        "BLOCK_DV": triton.next_power_of_2(config.v_head_dim),
-        "PAGE_SIZE": config.page_size,
+        **shape_options(config),
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
         "CAUSAL": traits.mask.causal and not tree,

@@ -101,40 +101,17 @@ def attend_kv_blocks(
     m_i,
     q,
     q_pos,
-    mask_row,
-    tree_lo,
-    tree_len,
-    k_base,
-    v_base,
-    ks_base,
-    vs_base,
-    page_row,
-    stride_kp,
-    stride_ks,
-    stride_vp,
-    stride_vs,
-    stride_ksp,
-    stride_kss,
-    stride_vsp,
-    stride_vss,
     qk_scale,
-    lo,
-    hi,
-    kv_lo,
-    kv_len,
-    HEAD_DIM: tl.constexpr,
-    V_HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-    PAGE_SIZE: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    kv,  # (k_base, v_base, ks_base, vs_base, page_row): this kv head's caches, its page row
+    strides,  # page and slot strides of K, V and their block scales (kp, ks, vp, vs, ...)
+    tree,  # (mask_row, tree_lo, tree_len): the request's tree mask, for MASK_TREE
+    span,  # (lo, hi, kv_lo, kv_len): the key blocks to visit and the visible key range
+    TILE: tl.constexpr,  # (HEAD_DIM, V_HEAD_DIM, BLOCK_D, BLOCK_DV, PAGE_SIZE, BLOCK_N, PAGED, KV_FP4)
     MASK_KV_LEN: tl.constexpr,
     MASK_CAUSAL: tl.constexpr,
     WINDOW_LEFT: tl.constexpr,
     LOGIT_SOFTCAP: tl.constexpr,
     MASK_TREE: tl.constexpr,
-    PAGED: tl.constexpr,
-    KV_FP4: tl.constexpr,
 ):
     """Online-softmax update of (acc, l_i, m_i) over key blocks lo, lo+BLOCK_N, .. < hi.
 
@@ -152,6 +129,20 @@ def attend_kv_blocks(
     padded dims) is decoded here. The per-tensor scales are the callers' (K in qk_scale,
     V on the output).
     """
+    HEAD_DIM: tl.constexpr = TILE[0]
+    V_HEAD_DIM: tl.constexpr = TILE[1]
+    BLOCK_D: tl.constexpr = TILE[2]
+    BLOCK_DV: tl.constexpr = TILE[3]
+    PAGE_SIZE: tl.constexpr = TILE[4]
+    BLOCK_N: tl.constexpr = TILE[5]
+    PAGED: tl.constexpr = TILE[6]
+    KV_FP4: tl.constexpr = TILE[7]
+    k_base, v_base, ks_base, vs_base, page_row = kv
+    stride_kp, stride_ks, stride_vp, stride_vs, stride_ksp, stride_kss, stride_vsp, stride_vss = (
+        strides
+    )
+    mask_row, tree_lo, tree_len = tree
+    lo, hi, kv_lo, kv_len = span
     tl.static_assert(MASK_KV_LEN or not MASK_CAUSAL)
     tl.static_assert(MASK_KV_LEN or not MASK_TREE)
     offs_d = tl.arange(0, BLOCK_D)

@@ -112,20 +112,14 @@ def decode_split_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
-    acc, l_i, m_i = attend_kv_blocks(
-        acc,
-        l_i,
-        m_i,
-        q,
-        tl.full([BLOCK_H], seq_len - 1, dtype=tl.int32),  # every head's query position
-        None,  # no tree mask
-        0,
-        0,
+    kv = (
         K_CACHE + off_kvh * stride_kh,
         V_CACHE + off_kvh * stride_vh,
         ks_base,
         vs_base,
         PAGE_TABLE + off_b.to(tl.int64) * stride_ptb,
+    )
+    strides = (
         stride_kp,
         stride_ks,
         stride_vp,
@@ -134,24 +128,25 @@ def decode_split_kernel(
         stride_kss,
         stride_vsp,
         stride_vss,
+    )
+    TILE: tl.constexpr = (HEAD_DIM, V_HEAD_DIM, BLOCK_D, BLOCK_DV, PAGE_SIZE, BLOCK_N, True, KV_FP4)
+    acc, l_i, m_i = attend_kv_blocks(
+        acc,
+        l_i,
+        m_i,
+        q,
+        tl.full([BLOCK_H], seq_len - 1, dtype=tl.int32),  # every head's query position
         qk_scale,
-        lo=kv_start,
-        hi=kv_end,
-        kv_lo=kv_lo,
-        kv_len=kv_end,
-        HEAD_DIM=HEAD_DIM,
-        V_HEAD_DIM=V_HEAD_DIM,
-        BLOCK_D=BLOCK_D,
-        BLOCK_DV=BLOCK_DV,
-        PAGE_SIZE=PAGE_SIZE,
-        BLOCK_N=BLOCK_N,
+        kv,
+        strides,
+        (None, 0, 0),  # no tree mask
+        (kv_start, kv_end, kv_lo, kv_end),
+        TILE,
         MASK_KV_LEN=True,
         MASK_CAUSAL=False,
         WINDOW_LEFT=WINDOW_LEFT,
         LOGIT_SOFTCAP=LOGIT_SOFTCAP,
         MASK_TREE=False,
-        PAGED=True,
-        KV_FP4=KV_FP4,
     )
 
     # -- write the split's normalised output and natural-log LSE (-inf when empty) ----

@@ -34,7 +34,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "98aa8ad343a3ca0c5b6d5d0466e40b2cbce2955287c1b92e78b8d1a54bda5cf2"
+LIBRARY_SHA256 = "e56e5498843af605a2dee2567016c384c67b9fe09f2cec24a755100b1753d762"
 HOOKS = MaskHooks(
     causal=True,
     window_left=127,
