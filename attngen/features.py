@@ -17,7 +17,7 @@ from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, Sc
 from attngen.spec.errors import Location
 from attngen.spec.model import Mask
 from attngen.spec.reader import default_section
-from attngen.spec.variant import Variant
+from attngen.spec.variant import Shape, Variant
 
 PROBE = Location("<probe>", 0)
 
@@ -41,6 +41,23 @@ def phase_checks(v: Variant) -> frozenset[str]:
 def probe_mask() -> Mask:
     """The mask a spec without a mask section gets (the loader's default)."""
     return default_section(Mask, PROBE)
+
+
+def plain_variant(family: Family, shape: Shape, *, paged: bool = True) -> Variant:
+    """A family's plainest variant: bf16, page 1 and a bf16 cache (``paged``), the default
+    (causal) mask, extend + decode, no speculative decoding. Probes start from it."""
+    return Variant(
+        spec=None,
+        family=family,
+        shape=shape,
+        phases=(Phase.EXTEND, Phase.DECODE),
+        dtype=DType.BF16,
+        page_size=1 if paged else None,
+        kv_dtype=DType.BF16 if paged else None,
+        kv_scale=None,
+        mask=probe_mask(),
+        spec_topk=None,
+    )
 
 
 def with_mask(v: Variant, **kw: object) -> Variant:

@@ -213,15 +213,9 @@ class AttentionBackendBase:
         """Query rows per request of a capturable mode (speculative modes: the drafts)."""
         return 1
 
-    def _load_graph_rows(
-        self,
-        mode: ForwardMode,
-        bs: int,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        spec_info: Any,
-        seq_lens_cpu: torch.Tensor | None,
-    ) -> None:
+    def _load_graph_rows(self, *args: Any) -> None:
+        """(mode, bs, req_pool_indices, seq_lens, spec_info, seq_lens_cpu): fill the mode's
+        static buffers for ``bs`` requests and point ``forward_metadata`` at them."""
         raise NotImplementedError
 
     def _graph_call(

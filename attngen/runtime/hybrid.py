@@ -114,22 +114,15 @@ class HybridAttnBackend:
         self._check_active(self.decode_backend, "forward_decode")
         return self.decode_backend.forward_decode(*args, **kwargs)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor | None,
-        v: torch.Tensor | None,
-        layer: Any,
-        forward_batch: ForwardBatch,
-        *args: Any,
-        **kwargs: Any,
-    ) -> torch.Tensor:
-        """``forward_decode`` or ``forward_extend``, by ``forward_batch.forward_mode``."""
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """``forward_decode`` or ``forward_extend`` (a LayerForward's arguments: q, k, v,
+        layer, forward_batch, ...), by ``forward_batch.forward_mode``."""
+        forward_batch = kwargs["forward_batch"] if "forward_batch" in kwargs else args[4]
         mode = forward_batch.forward_mode
         if mode.is_decode():
-            return self.forward_decode(q, k, v, layer, forward_batch, *args, **kwargs)
+            return self.forward_decode(*args, **kwargs)
         if mode.is_extend():
-            return self.forward_extend(q, k, v, layer, forward_batch, *args, **kwargs)
+            return self.forward_extend(*args, **kwargs)
         raise AttngenInputError(f"forward: forward_mode {mode.name} has no attention to run")
 
     def _check_active(self, backend: Any, caller: str) -> None:

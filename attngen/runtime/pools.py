@@ -122,28 +122,20 @@ class NvFp4KVPool(PagedKVPool):
     def __init__(
         self,
         *,
-        num_layers: int,
-        num_pages: int,
-        page_size: int,
-        num_kv_heads: int,
         head_dim: int,
         v_head_dim: int | None = None,
         device: torch.device | str,
+        **dims: int,
     ) -> None:
+        """``dims``: num_layers, num_pages, page_size, num_kv_heads, as PagedKVPool takes them."""
         v_head_dim = head_dim if v_head_dim is None else v_head_dim
         for name, dim in (("head_dim", head_dim), ("v_head_dim", v_head_dim)):
             if dim % 16:
                 fail(name, "a multiple of 16 (NVFP4 scales blocks of 16 elements)", dim)
-        super().__init__(
-            num_layers=num_layers,
-            num_pages=num_pages,
-            page_size=page_size,
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim // 2,
-            v_head_dim=v_head_dim // 2,
-            dtype=torch.uint8,
-            device=device,
-        )
+        codes = dict(head_dim=head_dim // 2, v_head_dim=v_head_dim // 2)  # two per byte
+        super().__init__(**codes, **dims, dtype=torch.uint8, device=device)
+        num_layers, num_pages = self.num_layers, self.num_pages
+        page_size, num_kv_heads = self.page_size, self.num_kv_heads
         self.head_dim, self.v_head_dim = head_dim, v_head_dim
         self.dtype = "nvfp4"  # type: ignore[assignment]
         shape = (num_pages, page_size, num_kv_heads)

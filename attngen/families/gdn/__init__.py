@@ -5,7 +5,7 @@ No lowering yet: every backend reports GDN as "not lowered" through the registry
 
 from __future__ import annotations
 
-from attngen.features import Feature, has_phase, only_phase, phase_checks, probe_mask
+from attngen.features import Feature, has_phase, only_phase, phase_checks, plain_variant
 from attngen.features import speculative, topk_is
 from attngen.registry import FamilyInfo, register_family
 from attngen.spec.enums import DType, Family, Phase
@@ -15,18 +15,7 @@ FAMILY = Family.GDN
 
 
 def base_variant() -> Variant:
-    return Variant(
-        spec=None,
-        family=FAMILY,
-        shape=GdnShape(128, 128, 1, DType.FP32, 64),
-        phases=(Phase.EXTEND, Phase.DECODE),
-        dtype=DType.BF16,
-        page_size=None,
-        kv_dtype=None,
-        kv_scale=None,
-        mask=probe_mask(),
-        spec_topk=None,
-    )
+    return plain_variant(FAMILY, GdnShape(128, 128, 1, DType.FP32, 64), paged=False)
 
 
 def features() -> tuple[Feature, ...]:

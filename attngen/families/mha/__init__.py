@@ -9,29 +9,18 @@ from attngen.features import (
     kv_cache_columns,
     only_phase,
     phase_checks,
-    probe_mask,
+    plain_variant,
     with_mask,
 )
 from attngen.registry import FamilyInfo, register_family
-from attngen.spec.enums import DType, Family, MaskKind, Phase
+from attngen.spec.enums import Family, MaskKind, Phase
 from attngen.spec.variant import MhaShape, Variant
 
 FAMILY = Family.MHA
 
 
 def base_variant() -> Variant:
-    return Variant(
-        spec=None,
-        family=FAMILY,
-        shape=MhaShape(128, 128, 4),
-        phases=(Phase.EXTEND, Phase.DECODE),
-        dtype=DType.BF16,
-        page_size=1,
-        kv_dtype=DType.BF16,
-        kv_scale=None,
-        mask=probe_mask(),
-        spec_topk=None,
-    )
+    return plain_variant(FAMILY, MhaShape(128, 128, 4))
 
 
 def _shape(v: Variant) -> MhaShape:
@@ -41,6 +30,31 @@ def _shape(v: Variant) -> MhaShape:
 
 def _windowed(v: Variant) -> Variant:
     return with_mask(v, kind=MaskKind.SLIDING_WINDOW, window_left=4096)
+
+
+def _mask_column(key: str, label: str, **mask: object) -> Feature:
+    """A score/mask modifier column: variants whose mask sets it, probed by setting it."""
+    ((name, _),) = mask.items()
+    return Feature(
+        key,
+        label,
+        FAMILY,
+        lambda v: getattr(v.mask, name) not in (None, False),  # a cap set, or sinks on
+        lambda v: with_mask(v, **mask),
+        phase_checks,
+    )
+
+
+def _phase_mask(key: str, label: str, phase: Phase, kind: MaskKind) -> Feature:
+    """A (phase, mask kind) column, e.g. bidirectional prefill."""
+    return Feature(
+        key,
+        label,
+        FAMILY,
+        lambda v: v.mask.kind is kind and phase in v.phases,
+        lambda v: with_mask(only_phase(phase)(v), kind=kind),
+        phase_checks,
+    )
 
 
 def features() -> tuple[Feature, ...]:
@@ -56,38 +70,12 @@ def features() -> tuple[Feature, ...]:
                 _windowed,
                 phase_checks,
             ),
-            Feature(
-                "multimodal",
-                "MultiModal (bidirectional prefill)",
-                fam,
-                lambda v: v.mask.kind is MaskKind.NONE and Phase.PREFILL in v.phases,
-                lambda v: with_mask(only_phase(Phase.PREFILL)(v), kind=MaskKind.NONE),
-                phase_checks,
+            _phase_mask(
+                "multimodal", "MultiModal (bidirectional prefill)", Phase.PREFILL, MaskKind.NONE
             ),
-            Feature(
-                "softcap",
-                "Logit softcap",
-                fam,
-                lambda v: v.mask.logit_softcap is not None,
-                lambda v: with_mask(v, logit_softcap=50.0),
-                phase_checks,
-            ),
-            Feature(
-                "sinks",
-                "Attention sinks",
-                fam,
-                lambda v: v.mask.sinks,
-                lambda v: with_mask(v, sinks=True),
-                phase_checks,
-            ),
-            Feature(
-                "non_causal",
-                "Non-causal extend",
-                fam,
-                lambda v: v.mask.kind is MaskKind.NONE and Phase.EXTEND in v.phases,
-                lambda v: with_mask(only_phase(Phase.EXTEND)(v), kind=MaskKind.NONE),
-                phase_checks,
-            ),
+            _mask_column("softcap", "Logit softcap", logit_softcap=50.0),
+            _mask_column("sinks", "Attention sinks", sinks=True),
+            _phase_mask("non_causal", "Non-causal extend", Phase.EXTEND, MaskKind.NONE),
             Feature(
                 "decode",
                 "Decode",

@@ -283,7 +283,7 @@ class PagedMhaBackend(AttentionBackendBase):
         """
         meta = self._metadata(ExtendMetadata, "forward_extend")
         rows = meta.num_tokens
-        k_scale, v_scale = self._layer_scales(layer)
+        self._layer_scales(layer)  # every path: a missing scale fails before any K/V write
         prefill = not meta.verify and meta.no_prefix and "prefill" in self.kernels.PHASES
         if prefill and k is not None and v is not None:
             q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
@@ -303,23 +303,15 @@ class PagedMhaBackend(AttentionBackendBase):
             )
             return out.view(rows, self.num_q_heads * self.v_head_dim)
         self._check_phase("verify" if meta.verify else "extend", forward_batch.forward_mode)
-        q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
-        k_cache, v_cache = self.kv_pool.get_kv_buffer(layer.layer_id)
-        out = self._new_out(rows) if meta.out is None else meta.out
-        common = dict(
-            config=self.config, sm_scale=layer.scaling, sinks=sinks, trusted_metadata=True
+        q, k_cache, v_cache, out, launch = self._cached_call(
+            meta, q, k, v, layer, forward_batch, rows, save_kv_cache, sinks
         )
-        common.update(k_scale=k_scale, v_scale=v_scale, **self._block_scales(layer))
         cache = (q, k_cache, v_cache, meta.page_table, meta.qo_indptr, meta.prefix_lens, out)
         if meta.verify:
-            self.kernels.verify(
-                *cache,
-                tree_mask=meta.tree_mask,
-                tree_mask_indptr=meta.tree_mask_indptr,
-                **common,
-            )
+            tree = dict(tree_mask=meta.tree_mask, tree_mask_indptr=meta.tree_mask_indptr)
+            self.kernels.verify(*cache, **tree, **launch)
         else:
-            self.kernels.extend(*cache, max_extend_len=meta.max_extend_len, **common)
+            self.kernels.extend(*cache, max_extend_len=meta.max_extend_len, **launch)
         return out.view(rows, self.num_q_heads * self.v_head_dim)
 
     def forward_decode(
@@ -336,28 +328,36 @@ class PagedMhaBackend(AttentionBackendBase):
         self._check_phase("decode", forward_batch.forward_mode)
         meta = self._metadata(DecodeMetadata, "forward_decode")
         rows = meta.batch_size
+        q, k_cache, v_cache, out, launch = self._cached_call(
+            meta, q, k, v, layer, forward_batch, rows, save_kv_cache, sinks
+        )
+        lengths = (meta.page_table, meta.seq_lens, meta.num_splits)
+        self.kernels.decode(q, k_cache, v_cache, *lengths, out, *meta.workspace, **launch)
+        return out.view(rows, self.num_q_heads * self.v_head_dim)
+
+    def _cached_call(
+        self,
+        meta: DecodeMetadata | ExtendMetadata,
+        q: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
+        layer: AttentionLayer,
+        fb: ForwardBatch,
+        rows: int,
+        save_kv_cache: bool,
+        sinks: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """What a layer call over the cache shares: the layer's scales are checked before
+        anything is written, the new K/V go into the pool; returns q [rows, Hq, D], the
+        layer's caches, the output rows and the launch keywords (the metadata is the
+        backend's own, so the launcher need not check it again)."""
         k_scale, v_scale = self._layer_scales(layer)
-        q = self._prepare(q, k, v, layer, forward_batch.out_cache_loc, rows, save_kv_cache)
+        launch = dict(config=self.config, sm_scale=layer.scaling, sinks=sinks)
+        launch.update(k_scale=k_scale, v_scale=v_scale, **self._block_scales(layer))
+        q = self._prepare(q, k, v, layer, fb.out_cache_loc, rows, save_kv_cache)
         k_cache, v_cache = self.kv_pool.get_kv_buffer(layer.layer_id)
         out = self._new_out(rows) if meta.out is None else meta.out
-        self.kernels.decode(
-            q,
-            k_cache,
-            v_cache,
-            meta.page_table,
-            meta.seq_lens,
-            meta.num_splits,
-            out,
-            *meta.workspace,
-            config=self.config,
-            trusted_metadata=True,
-            sm_scale=layer.scaling,
-            sinks=sinks,
-            k_scale=k_scale,
-            v_scale=v_scale,
-            **self._block_scales(layer),
-        )
-        return out.view(rows, self.num_q_heads * self.v_head_dim)
+        return q, k_cache, v_cache, out, dict(launch, trusted_metadata=True)
 
     def _block_scales(self, layer: AttentionLayer) -> dict[str, torch.Tensor]:
         """NVFP4 caches: the pool's block-scale tensors of this layer, as kernel kwargs."""

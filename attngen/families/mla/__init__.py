@@ -6,28 +6,17 @@ No lowering yet: every backend reports MLA as "not lowered" through the registry
 from __future__ import annotations
 
 from attngen.features import Feature, has_phase, kv_cache_columns, only_phase, phase_checks
-from attngen.features import probe_mask
+from attngen.features import plain_variant
 from attngen.registry import FamilyInfo, register_family
-from attngen.spec.enums import DType, Family, Phase
-from attngen.spec.variant import MlaShape, Variant
+from attngen.spec.enums import Family, Phase
+from attngen.spec.variant import MlaShape, Shape, Variant
 
 DEEPSEEK_V3 = MlaShape(512, 64, 128, 128, 16)  # latent 512 + rope 64, 16 heads per rank
 
 
-def latent_variant(family: Family, shape: object) -> Variant:
-    """The plainest variant of a latent-cache family: bf16, page 1, causal, extend + decode."""
-    return Variant(
-        spec=None,
-        family=family,
-        shape=shape,  # type: ignore[arg-type]
-        phases=(Phase.EXTEND, Phase.DECODE),
-        dtype=DType.BF16,
-        page_size=1,
-        kv_dtype=DType.BF16,
-        kv_scale=None,
-        mask=probe_mask(),
-        spec_topk=None,
-    )
+def latent_variant(family: Family, shape: Shape) -> Variant:
+    """The plainest variant of a latent-cache family (MLA, DSA)."""
+    return plain_variant(family, shape)
 
 
 def latent_features(family: Family) -> tuple[Feature, ...]:

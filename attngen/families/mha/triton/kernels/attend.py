@@ -102,9 +102,14 @@ def attend_kv_blocks(
     q,
     q_pos,
     qk_scale,
-    kv,  # (k_base, v_base, ks_base, vs_base, page_row): this kv head's caches, its page row
+    k_base,  # this kv head's K and V cache rows
+    v_base,
+    ks_base,  # their NVFP4 block scales (None: not KV_FP4)
+    vs_base,
+    page_row,  # the request's page-table row (None: not PAGED)
     strides,  # page and slot strides of K, V and their block scales (kp, ks, vp, vs, ...)
-    tree,  # (mask_row, tree_lo, tree_len): the request's tree mask, for MASK_TREE
+    mask_row,  # the request's tree mask (None: not MASK_TREE)
+    tree,  # (tree_lo, tree_len): where the drafts sit among the keys, for MASK_TREE
     span,  # (lo, hi, kv_lo, kv_len): the key blocks to visit and the visible key range
     TILE: tl.constexpr,  # (HEAD_DIM, V_HEAD_DIM, BLOCK_D, BLOCK_DV, PAGE_SIZE, BLOCK_N, PAGED, KV_FP4)
     MASK_KV_LEN: tl.constexpr,
@@ -137,11 +142,10 @@ def attend_kv_blocks(
     BLOCK_N: tl.constexpr = TILE[5]
     PAGED: tl.constexpr = TILE[6]
     KV_FP4: tl.constexpr = TILE[7]
-    k_base, v_base, ks_base, vs_base, page_row = kv
     stride_kp, stride_ks, stride_vp, stride_vs, stride_ksp, stride_kss, stride_vsp, stride_vss = (
         strides
     )
-    mask_row, tree_lo, tree_len = tree
+    tree_lo, tree_len = tree
     lo, hi, kv_lo, kv_len = span
     tl.static_assert(MASK_KV_LEN or not MASK_CAUSAL)
     tl.static_assert(MASK_KV_LEN or not MASK_TREE)

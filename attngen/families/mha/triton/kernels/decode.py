@@ -112,13 +112,6 @@ def decode_split_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
-    kv = (
-        K_CACHE + off_kvh * stride_kh,
-        V_CACHE + off_kvh * stride_vh,
-        ks_base,
-        vs_base,
-        PAGE_TABLE + off_b.to(tl.int64) * stride_ptb,
-    )
     strides = (
         stride_kp,
         stride_ks,
@@ -137,9 +130,14 @@ def decode_split_kernel(
         q,
         tl.full([BLOCK_H], seq_len - 1, dtype=tl.int32),  # every head's query position
         qk_scale,
-        kv,
+        K_CACHE + off_kvh * stride_kh,
+        V_CACHE + off_kvh * stride_vh,
+        ks_base,
+        vs_base,
+        PAGE_TABLE + off_b.to(tl.int64) * stride_ptb,
         strides,
-        (None, 0, 0),  # no tree mask
+        None,  # no tree mask
+        (0, 0),
         (kv_start, kv_end, kv_lo, kv_end),
         TILE,
         MASK_KV_LEN=True,

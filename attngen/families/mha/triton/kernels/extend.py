@@ -120,7 +120,6 @@ def extend_kernel(
     if MASK_TREE:
         mask_row += tl.load(TREE_MASK_INDPTR + off_b).to(tl.int64)
     # what every key-block pass shares (attend_kv_blocks' grouped arguments)
-    kv = (k_base, v_base, ks_base, vs_base, page_row)
     strides = (
         stride_kp,
         stride_ks,
@@ -131,7 +130,7 @@ def extend_kernel(
         stride_vsp,
         stride_vss,
     )
-    tree = (mask_row, prefix_len, extend_len)
+    tree = (prefix_len, extend_len)
     TILE: tl.constexpr = (
         HEAD_DIM,
         V_HEAD_DIM,
@@ -194,8 +193,13 @@ def extend_kernel(
             q,
             q_pos,
             qk_scale,
-            kv,
+            k_base,
+            v_base,
+            ks_base,
+            vs_base,
+            page_row,
             strides,
+            mask_row,
             tree,
             (kv_lo // BLOCK_N * BLOCK_N, full_start, kv_lo, kv_len),
             TILE,
@@ -212,8 +216,13 @@ def extend_kernel(
         q,
         q_pos,
         qk_scale,
-        kv,
+        k_base,
+        v_base,
+        ks_base,
+        vs_base,
+        page_row,
         strides,
+        mask_row,
         tree,
         (full_start, full_end, kv_lo, kv_len),
         TILE,
@@ -230,8 +239,13 @@ def extend_kernel(
         q,
         q_pos,
         qk_scale,
-        kv,
+        k_base,
+        v_base,
+        ks_base,
+        vs_base,
+        page_row,
         strides,
+        mask_row,
         tree,
         (full_end, masked_end, kv_lo, kv_len),
         TILE,

@@ -34,7 +34,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "e56e5498843af605a2dee2567016c384c67b9fe09f2cec24a755100b1753d762"
+LIBRARY_SHA256 = "380e920e861e398a4fc224d94dfd82d23441a6982d85a645c391e66d245ba147"
 HOOKS = MaskHooks(
     causal=True,
     window_left=4095,
