@@ -27,9 +27,11 @@ def assert_close(
     expected: torch.Tensor,
     table: dict[torch.dtype, dict[str, float]] = KERNEL,
     msg: str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> None:
-    """``actual`` (in its dtype) matches ``expected`` within ``table[actual.dtype]``."""
-    bounds = table[actual.dtype]
+    """``actual`` matches ``expected`` within ``table[dtype]``: the dtype the inputs and the
+    output were computed in (default: ``actual``'s)."""
+    bounds = table[actual.dtype if dtype is None else dtype]
     torch.testing.assert_close(
         actual.float(),
         expected.float(),

@@ -144,8 +144,7 @@ class Rig:
         ).flatten(1)
 
     def check(self, got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-        assert got.dtype == self.dtype
-        assert_close(got, want, KERNEL, msg=f"seed {self.builder.seed}, {what}")
+        assert_close(got, want, KERNEL, f"seed {self.builder.seed}, {what}", dtype=self.dtype)
 
 
 def require(case: Case | None, phase: str) -> Case:
