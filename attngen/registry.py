@@ -26,11 +26,11 @@ from attngen.arch import ArchFacts
 from attngen.spec.enums import Arch, Backend, Family
 
 if TYPE_CHECKING:
-    from attngen.capabilities import Verdict
     from attngen.features import Feature
     from attngen.ir import ModulePlan
     from attngen.spec.model import Spec
     from attngen.spec.variant import Variant
+    from attngen.verdict import Verdict
 
 
 @dataclass(frozen=True)

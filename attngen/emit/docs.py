@@ -16,7 +16,8 @@ from attngen import registry
 from attngen.capabilities import Status
 from attngen.emit.header import Provenance
 from attngen.evidence import GPU_CHECKS, CompileEvidence, GpuEvidence
-from attngen.features import Feature, base_variant, family_features, probe_verdict
+from attngen.features import Feature
+from attngen.probes import base_variant, family_features, probe_verdict
 from attngen.ir import KernelPlan, ModulePlan
 from attngen.hooks import SAME_ATTENTION_FIELDS
 from attngen.selection import (

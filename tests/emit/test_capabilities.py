@@ -9,7 +9,7 @@ import pytest
 from attngen.capabilities import Status, Verdict, alternatives, supports
 from attngen.emit.docs import NOT_LOWERED, UNSUPPORTED
 from attngen import registry
-from attngen.features import base_variant, family_features, probe_verdict
+from attngen.probes import base_variant, family_features, probe_verdict
 from attngen.generate import build
 from attngen.spec.enums import Arch, Backend, DType, Family, ScaleGranularity
 from attngen.testing.paths import REPO_ROOT as ROOT

@@ -17,7 +17,7 @@ import torch
 import attngen.selection as selection
 from attngen.capabilities import SUPPORTED, Status, Verdict
 from attngen.emit.docs import hybrid_pairs
-from attngen.features import base_variant
+from attngen.probes import base_variant
 from attngen.runtime.batch import ForwardBatch, ForwardMode
 from attngen.runtime.checks import AttngenInputError
 from attngen.hooks import MaskHooks

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from attngen.capabilities import Verdict
+from attngen.verdict import Verdict
 from attngen.families.mha.triton import capability, lower, verify
 from attngen.families.mha.triton.config import TUNING_KEYS
 from attngen.evidence import kernel_identity

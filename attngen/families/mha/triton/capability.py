@@ -5,7 +5,7 @@ activations over a bf16/fp16, fp8 (e4m3, e5m2; per-tensor or per-head scales) or
 
 from __future__ import annotations
 
-from attngen.capabilities import Verdict, first_failure
+from attngen.verdict import Verdict, first_failure
 from attngen.spec.enums import DType, MaskKind, Phase
 from attngen.spec.variant import MhaShape, Variant
 

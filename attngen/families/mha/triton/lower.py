@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from attngen.arch import facts
 from attngen.families.mha.key import MhaKey
 from attngen.families.mha.triton.config import MhaTraits, MhaTritonConfig
-from attngen.features import feature_lines
+from attngen.probes import feature_lines
 from attngen.hooks import MaskHooks
 from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
 from attngen.spec.enums import Arch, Backend, DType
