@@ -29,7 +29,7 @@ def main() -> None:
     table = bench.shuffled_page_table(B, CTX // PS, B * CTX // PS, seed=1)
     seq_lens = torch.full((B,), CTX, dtype=torch.int32, device="cuda")
     for kv_name, spec in SPECS.items():
-        mod = importlib.import_module(f"generated.sm90.mha.{spec}.kernels")
+        mod = importlib.import_module(f"generated.sm90.triton.mha.{spec}.kernels")
         [base] = [c for c in mod.CONFIGS.values()
                   if (c.head_dim, c.gqa_group, c.page_size, c.kv_dtype, c.dtype)
                   == (128, 4, PS, kv_name, "bfloat16")]
