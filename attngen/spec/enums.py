@@ -1,8 +1,8 @@
 """Closed vocabularies of the spec language. Each member says what it means.
 
-Backend-specific spellings (torch dtype names, Triton pointer types, GPU targets) live in
-the tables at the bottom of this module and nowhere else: templates receive them
-precomputed.
+Spellings shared by every backend (torch dtype names) live in the tables at the bottom of
+this module; a backend's own (Triton pointer types) live in its package, hardware facts in
+attngen/arch.py. Templates receive them precomputed.
 """
 
 from __future__ import annotations
@@ -58,21 +58,10 @@ class Arch(str, Enum):
     SM80 = "sm80"  # Ampere (A100)
     SM90 = "sm90"  # Hopper (H100 / H200)
     SM100 = "sm100"  # Blackwell (B200)
-
-    @property
-    def capability(self) -> int:
-        return ARCH_CAPABILITY[self]
-
-    @property
-    def num_sms(self) -> int:
-        return ARCH_NUM_SMS[self]
+    # their hardware facts: attngen/arch.py (the one table)
 
 
-# -- backend spellings: one table each ----
-
-ARCH_CAPABILITY = {Arch.SM80: 80, Arch.SM90: 90, Arch.SM100: 100}
-ARCH_NUM_SMS = {Arch.SM80: 108, Arch.SM90: 132, Arch.SM100: 148}  # A100, H100/H200, B200
-ARCH_CUBIN_TARGET = {Arch.SM80: "sm_80", Arch.SM90: "sm_90a", Arch.SM100: "sm_100a"}
+# -- spellings: one table each (a backend's own live in its package) ----
 
 TORCH_DTYPE_NAME = {
     DType.BF16: "bfloat16",
@@ -80,13 +69,6 @@ TORCH_DTYPE_NAME = {
     DType.FP32: "float32",
     DType.FP8_E4M3: "float8_e4m3fn",
     DType.FP8_E5M2: "float8_e5m2",
-}
-TRITON_DTYPE_NAME = {
-    DType.BF16: "bf16",
-    DType.FP16: "fp16",
-    DType.FP32: "fp32",
-    DType.FP8_E4M3: "fp8e4nv",
-    DType.FP8_E5M2: "fp8e5",
 }
 # what a generated config's kv_dtype field says: torch's name, or "nvfp4" (uint8 code pairs
 # plus separate e4m3 block scales; torch has no dtype for it)
