@@ -11,8 +11,7 @@ import torch
 
 from attngen.generate import generate
 from attngen.runtime.checks import AttngenInputError
-from attngen.runtime.pools import PagedKVPool
-from attngen.runtime.batch import ReqToTokenPool
+from attngen.testing import make_pools
 from attngen.testing.paths import REPO_ROOT as ROOT
 
 SPEC = """\
@@ -54,28 +53,11 @@ def backend_cls(tmp_path_factory: pytest.TempPathFactory) -> type:
 
 
 def make(backend_cls: type, **kw: object) -> object:
-    pools = dict(
-        req_to_token_pool=ReqToTokenPool(max_reqs=2, max_context_len=64, device="cpu"),
-        kv_pool=PagedKVPool(
-            num_layers=1,
-            num_pages=64,
-            page_size=1,
-            num_kv_heads=2,
-            head_dim=128,
-            dtype=torch.bfloat16,
-            device="cpu",
-        ),
+    dims = dict(num_kv_heads=2, head_dim=128, page_size=1, dtype=torch.bfloat16, device="cpu")
+    req_pool, kv_pool = make_pools(
+        num_layers=1, max_reqs=2, max_context_len=64, num_pages=64, **dims
     )
-    return backend_cls(
-        num_q_heads=8,
-        num_kv_heads=2,
-        head_dim=128,
-        page_size=1,
-        dtype=torch.bfloat16,
-        device="cpu",
-        **pools,
-        **kw,
-    )
+    return backend_cls(num_q_heads=8, req_to_token_pool=req_pool, kv_pool=kv_pool, **dims, **kw)
 
 
 def test_both_topk_configs_are_generated(backend_cls: type) -> None:
