@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from attngen import registry
 from attngen.capabilities import Status, alternatives, supports
 from attngen.spec.errors import SpecError
 from attngen.spec.expand import expand
@@ -10,8 +11,18 @@ from attngen.spec.variant import Variant
 
 
 def validate(spec: Spec) -> tuple[Variant, ...]:
-    """Expand ``spec`` and reject targets that cannot run one of its variants."""
+    """Expand ``spec``; reject targets that cannot run one of its variants (UNSUPPORTED),
+    and variants that no lowered target of the spec lowers (a lowering exists for the
+    family and backend, and it says why not); a family with no lowering for a backend yet
+    is documented as such, not refused."""
     variants = expand(spec)
+    _check_hardware(spec, variants)
+    for variant in variants:
+        _check_lowered_somewhere(spec, variant)
+    return variants
+
+
+def _check_hardware(spec: Spec, variants: tuple[Variant, ...]) -> None:
     for target in spec.targets:
         for arch in target.archs:
             for variant in variants:
@@ -27,4 +38,18 @@ def validate(spec: Spec) -> tuple[Variant, ...]:
                         f"{arch.value} cannot run variant {variant.uri}: {verdict.reason}"
                         f" (possible on: {can})",
                     )
-    return variants
+
+
+def _check_lowered_somewhere(spec: Spec, variant: Variant) -> None:
+    lowered = [t for t in spec.targets if registry.lowering(spec.family, t.backend) is not None]
+    verdicts = [(t, a, supports(variant, t.backend, a)) for t in lowered for a in t.archs]
+    if not verdicts or any(v.ok for _, _, v in verdicts):
+        return
+    target, arch, verdict = verdicts[0]
+    where = [f"{b.value} {a.value}" for b, a in alternatives(variant) if supports(variant, b, a).ok]
+    raise SpecError(
+        target.location,
+        f"targets.{target.backend.value}",
+        f"no target lowers variant {variant.uri}: {verdict.reason} ({target.backend.value} "
+        f"{arch.value}; lowered on: {', '.join(where) or 'none yet'})",
+    )

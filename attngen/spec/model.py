@@ -11,7 +11,6 @@ from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, Sc
 from attngen.spec.errors import Location
 from attngen.spec.fields import Bool, Field, Float, Int, OneOf, Text
 
-HEAD_DIMS = (64, 80, 96, 128, 192, 256)
 ACT_DTYPES = (DType.BF16, DType.FP16)
 KV_DTYPES = (
     DType.AUTO,
@@ -29,10 +28,11 @@ class MhaHeads:
     """MHA/GQA/MQA head shapes."""
 
     FIELDS = (
-        Field("head_dim", Int(1, 512, choices=HEAD_DIMS), "q/k head dim", required=True, axis=True),
+        # any size the language can say; which ones a backend lowers is supports()' answer
+        Field("head_dim", Int(1, 512), "q/k head dim", required=True, axis=True),
         Field(
             "v_head_dim",
-            Int(1, 512, choices=HEAD_DIMS),
+            Int(1, 512),
             "v head dim (default: head_dim)",
             axis=True,
         ),

@@ -52,7 +52,10 @@ EXPECTED = {
         "tests/spec/bad_specs/mha_fp8_no_scale.yaml:8: kv_cache.scale: required when kv_cache.dtype includes fp8_e4m3"
     ),
     "mha_head_dim": (
-        "tests/spec/bad_specs/mha_head_dim.yaml:6: heads.head_dim: 100 is not allowed: expected one of 64, 80, 96, 128, 192, 256"
+        "tests/spec/bad_specs/mha_head_dim.yaml:8: targets.triton: no target lowers variant d100_g1_ps1_bf16_causal: head_dim 100 is not lowered yet (triton sm90; lowered on: none yet)"
+    ),
+    "mha_gqa_group_not_lowered": (
+        "tests/spec/bad_specs/mha_gqa_group_not_lowered.yaml:9: targets.triton: no target lowers variant d128_g100_ps1_bf16_causal: gqa_group 100 > 64 is not lowered (triton sm80; lowered on: none yet)"
     ),
     "mha_missing_targets": (
         "tests/spec/bad_specs/mha_missing_targets.yaml:1: targets: required field is missing"
