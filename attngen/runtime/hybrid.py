@@ -37,11 +37,13 @@ from attngen.runtime.batch import ForwardBatch, ForwardMode
 from attngen.runtime.checks import AttngenInputError, fail
 from attngen.hooks import SAME_ATTENTION_FIELDS
 
-# What both backends must agree on (==), and what they must share (is).
-SHAPE_ATTRS = ("num_q_heads", "num_kv_heads", "head_dim", "v_head_dim", "page_size", "dtype")
+# What both backends must agree on (==): the attributes the prefill backend's family names
+# as describing its layer (``LAYER_ATTRS``; every backend has a dtype and a device), and
+# what they must share (is).
+BASE_LAYER_ATTRS = ("dtype",)
 SHARED_ATTRS = ("kv_pool", "req_to_token_pool")
-# Compared when both backends have them (attngen's generated backends do).
-OPTIONAL_ATTRS = ("kv_cache_dtype", "config.kv_scale")
+# Compared when both backends have them (the family's ``OPTIONAL_LAYER_ATTRS``).
+BASE_OPTIONAL_ATTRS = ("kv_cache_dtype",)
 GRAPH_METHODS = (
     "init_forward_metadata_capture_cuda_graph",
     "init_forward_metadata_replay_cuda_graph",
@@ -69,7 +71,7 @@ class HybridAttnBackend:
         self.prefill_backend = prefill_backend
         self.decode_backend = decode_backend
         self.capture_prefill = capture_prefill
-        for name in SHAPE_ATTRS + ("device",) + SHARED_ATTRS + ("kv_cache_dtype",):
+        for name in layer_attrs(decode_backend) + ("device",) + SHARED_ATTRS + ("kv_cache_dtype",):
             if hasattr(decode_backend, name):
                 setattr(self, name, getattr(decode_backend, name))
         self._active: Any = None  # the backend the current forward's metadata went to
@@ -189,7 +191,7 @@ def _mode_arg(args: tuple, kwargs: dict, position: int) -> ForwardMode:
 def check_compatible(prefill_backend: Any, decode_backend: Any) -> None:
     """Raise :class:`AttngenInputError` naming the first attribute the backends disagree on."""
     pair = {"prefill_backend": prefill_backend, "decode_backend": decode_backend}
-    for name in SHAPE_ATTRS + ("device",):
+    for name in layer_attrs(prefill_backend) + ("device",):
         want, got = (_required(role, b, name) for role, b in pair.items())
         if name == "device":
             want, got = torch.device(want), torch.device(got)
@@ -203,13 +205,19 @@ def check_compatible(prefill_backend: Any, decode_backend: Any) -> None:
                 f"the same object as prefill_backend.{name} (both backends share one)",
                 f"a different {type(got).__name__}",
             )
-    for name in OPTIONAL_ATTRS:
+    optional = getattr(prefill_backend, "OPTIONAL_LAYER_ATTRS", BASE_OPTIONAL_ATTRS)
+    for name in optional:
         want, got = (_lookup(b, name) for b in pair.values())
         if want is not _MISSING and got is not _MISSING and want != got:
             fail(f"decode_backend.{name}", f"{want} (as prefill_backend.{name})", got)
     _check_phase(prefill_backend, "prefill_backend", ("extend", "prefill"))
     _check_phase(decode_backend, "decode_backend", ("decode",))
     _check_masks(prefill_backend, decode_backend)
+
+
+def layer_attrs(backend: Any) -> tuple[str, ...]:
+    """What describes a backend's attention layer: its family runtime's ``LAYER_ATTRS``."""
+    return tuple(getattr(backend, "LAYER_ATTRS", BASE_LAYER_ATTRS))
 
 
 def _required(role: str, backend: Any, name: str) -> Any:

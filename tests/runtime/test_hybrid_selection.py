@@ -18,6 +18,7 @@ import attngen.selection as selection
 from attngen.capabilities import SUPPORTED, Status, Verdict
 from attngen.emit.docs import hybrid_pairs
 from attngen.probes import base_variant
+from attngen.families.mha.runtime import PagedMhaBackend
 from attngen.runtime.batch import ForwardBatch, ForwardMode
 from attngen.runtime.checks import AttngenInputError
 from attngen.hooks import MaskHooks
@@ -50,6 +51,9 @@ NO_CUTE = "cute_dsl: no CuTe DSL lowering for mha yet"
 
 class FakeBackend:
     """Records every call; shaped like a generated backend (attributes and methods)."""
+
+    LAYER_ATTRS = PagedMhaBackend.LAYER_ATTRS
+    OPTIONAL_LAYER_ATTRS = PagedMhaBackend.OPTIONAL_LAYER_ATTRS
 
     def __init__(
         self, name: str, pools: tuple[object, object], *, phases=("extend", "decode"), **over

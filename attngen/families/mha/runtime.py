@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -115,6 +115,17 @@ def _as_heads(name: str, x: object, rows: int, heads: int, dim: int) -> torch.Te
 
 class PagedMhaBackend(AttentionBackendBase):
     """Paged MHA/GQA attention through one generated kernels module."""
+
+    # what two backends sharing this layer's pools must agree on (hybrids check it)
+    LAYER_ATTRS: ClassVar[tuple[str, ...]] = (
+        "num_q_heads",
+        "num_kv_heads",
+        "head_dim",
+        "v_head_dim",
+        "page_size",
+        "dtype",
+    )
+    OPTIONAL_LAYER_ATTRS: ClassVar[tuple[str, ...]] = ("kv_cache_dtype", "config.kv_scale")
 
     def __init__(
         self,
