@@ -21,17 +21,23 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
+from attngen import registry
+from attngen.arch import facts
 from attngen.capabilities import Status, Verdict, supports
 from attngen.spec.enums import Arch, Backend, Phase
 from attngen.spec.variant import Variant
 
-# Ordered preference per arch, best first. CuTe DSL first where it can exist (its kernels
-# are built on wgmma / tcgen05); Triton is the portable fallback. sm80 has Triton only.
-PREFERENCE: dict[Arch, tuple[Backend, ...]] = {
-    Arch.SM100: (Backend.CUTE_DSL, Backend.TRITON),
-    Arch.SM90: (Backend.CUTE_DSL, Backend.TRITON),
-    Arch.SM80: (Backend.TRITON,),
-}
+
+def _preference() -> dict[Arch, tuple[Backend, ...]]:
+    """Per arch, the registered backends that can exist there, by their ``rank`` (a DSL
+    built on the arch's own tensor cores before the portable one)."""
+    infos = sorted(registry.backends().values(), key=lambda b: (b.rank, b.backend.value))
+    return {
+        arch: tuple(b.backend for b in infos if b.arch_limit(facts(arch)) is None) for arch in Arch
+    }
+
+
+PREFERENCE: dict[Arch, tuple[Backend, ...]] = _preference()
 
 # Phases a serving engine runs through a backend, in the order the docs list them.
 SELECTION_PHASES: tuple[Phase, ...] = (Phase.EXTEND, Phase.DECODE)

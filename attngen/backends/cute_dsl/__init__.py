@@ -16,4 +16,5 @@ def arch_limit(arch: ArchFacts) -> str | None:
     )
 
 
-register_backend(BackendInfo(Backend.CUTE_DSL, "CuTe DSL", arch_limit))
+# rank 0: auto-selection tries it first wherever it can exist (the arch's own tensor cores)
+register_backend(BackendInfo(Backend.CUTE_DSL, "CuTe DSL", arch_limit, 0))

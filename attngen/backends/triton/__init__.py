@@ -21,4 +21,5 @@ def _aot_main(argv: list[str]) -> int:
     return aot.main(argv)
 
 
-register_backend(BackendInfo(Backend.TRITON, "Triton", arch_limit, _aot_main))
+# rank 1: the portable fallback after a backend built for the arch
+register_backend(BackendInfo(Backend.TRITON, "Triton", arch_limit, 1, _aot_main))
