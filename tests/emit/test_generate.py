@@ -167,3 +167,17 @@ def test_packages_have_the_backend_in_their_path(files: dict[str, str]) -> None:
     packages = {rel.rsplit("/", 1)[0] for rel in files if rel.endswith("/kernels.py")}
     assert packages and all(len(p.split("/")) == 4 for p in packages)  # arch/backend/family/spec
     assert all(p.split("/")[1] in ("triton", "cute_dsl") for p in packages)
+
+
+def test_generation_needs_neither_torch_nor_triton() -> None:
+    """`make generate` installs only the generator's dependencies: importing torch or triton
+    anywhere on the generate path must not happen."""
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
+        "sys.modules['triton'] = None\n"
+        "from attngen.cli import main\n"
+        "sys.exit(main(['generate', '--arch', 'all', '--check']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]

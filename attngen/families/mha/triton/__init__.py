@@ -11,6 +11,7 @@ from __future__ import annotations
 from attngen.verdict import Verdict
 from attngen.families.mha.triton import capability, lower, verify
 from attngen.families.mha.triton.config import TUNING_KEYS
+from attngen.families.mha.triton.source import source_sha256
 from attngen.evidence import kernel_identity
 from attngen.ir import ModulePlan
 from attngen.registry import register_lowering
@@ -37,9 +38,9 @@ class MhaTritonLowering:
 
     def files(self, plan: ModulePlan) -> dict[str, str]:
         # imported here: generated kernels import this package at run time, without the
-        # generator's dependencies (jinja2, black)
+        # generator's dependencies (jinja2, black); the generator has no torch or triton,
+        # so the library's sha comes from .source, not from the library module
         from attngen.emit.modules import package_files
-        from attngen.families.mha.triton.library import source_sha256
 
         return package_files(
             plan,
@@ -49,8 +50,6 @@ class MhaTritonLowering:
         )
 
     def identities(self, plan: ModulePlan) -> dict[str, str]:
-        from attngen.families.mha.triton.library import source_sha256
-
         library_sha, traits = source_sha256(), lower.traits(plan)
         return {k.uri: kernel_identity(library_sha, traits, k.config) for k in plan.kernels}
 

@@ -40,9 +40,6 @@ the softmax denominator only. A row with no visible key gives zeros.
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 from attngen.families.mha.triton.host.compile import compile_specs
 from attngen.families.mha.triton.host.launch import (
     decode,
@@ -51,6 +48,7 @@ from attngen.families.mha.triton.host.launch import (
     prefill,
     verify,
 )
+from attngen.families.mha.triton.source import source_sha256
 
 __all__ = [
     "SOURCE_SHA256",
@@ -62,20 +60,5 @@ __all__ = [
     "source_sha256",
     "verify",
 ]
-
-PACKAGE_DIR = Path(__file__).resolve().parent
-# What the library is made of: its device and host code (config.py is bound data, and its
-# values travel in each generated kernels.py).
-SOURCE_FILES = ("library.py", "config.py", "kernels/*.py", "host/*.py")
-
-
-def source_sha256() -> str:
-    """sha256 over the library's source files (sorted relative paths and bytes)."""
-    digest = hashlib.sha256()
-    for rel in sorted({p for pattern in SOURCE_FILES for p in PACKAGE_DIR.glob(pattern)}):
-        digest.update(rel.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0")
-        digest.update(rel.read_bytes() + b"\0")
-    return digest.hexdigest()
-
 
 SOURCE_SHA256 = source_sha256()  # generated kernels.py files record the one they bind

@@ -34,7 +34,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "380e920e861e398a4fc224d94dfd82d23441a6982d85a645c391e66d245ba147"
+LIBRARY_SHA256 = "f10c99c13d16e5971362ffe1d0d1314d9c59109f0ef8e7885b654c9f087e06a9"
 HOOKS = MaskHooks(
     causal=True,
     window_left=None,
