@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from attngen.emit.header import regenerate_command
-from attngen.generate import ALL_ARCHS, generate, log
+from attngen.generate import ALL_ARCHS, GenerateError, find_specs, generate, log
 from attngen.emit.writer import DuplicateWrite
 from attngen.ir import PlanError
 from attngen.spec.errors import SpecError
@@ -18,10 +18,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    paths: list[Path] = []
+    failed = 0
     for raw in args.paths:
-        p = Path(raw)
-        paths += sorted(p.rglob("*.yaml")) if p.is_dir() else [p]
+        try:
+            paths = find_specs(Path(raw))
+        except GenerateError as err:
+            print(f"error: {err}", file=sys.stderr)
+            failed += 1
+            continue
+        failed += _validate_files(paths)
+    return 1 if failed else 0
+
+
+def _validate_files(paths: list[Path]) -> int:
     failed = 0
     for path in paths:
         try:
@@ -31,14 +40,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
             failed += 1
             continue
         print(f"{path}: ok ({len(variants)} variants)")
-    return 1 if failed else 0
+    return failed
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     archs = ALL_ARCHS if args.arch == "all" else (args.arch,)
     try:
         drift = generate(REPO_ROOT, Path(args.specs), Path(args.out), archs, check=args.check)
-    except (SpecError, PlanError, DuplicateWrite) as err:
+    except (SpecError, PlanError, DuplicateWrite, GenerateError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     if args.check and not drift.clean:

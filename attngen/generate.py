@@ -37,8 +37,29 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def find_specs(specs_dir: Path) -> list[Path]:
-    return sorted(specs_dir.rglob("*.yaml")) + sorted(specs_dir.rglob("*.yml"))
+class GenerateError(Exception):
+    """Generation refused before touching generated/ (the message says why)."""
+
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def find_specs(path: Path) -> list[Path]:
+    """The spec files of ``path`` (a file, or a folder searched recursively): the one
+    discovery rule of validate and generate. Hidden files and broken links (editor lock
+    files) are passed over; a missing path, or a folder with no spec, is an error."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise GenerateError(f"{path}: no such spec file or folder")
+    found = sorted(
+        p
+        for p in path.rglob("*")
+        if p.suffix in SPEC_SUFFIXES and p.is_file() and not p.name.startswith(".")
+    )
+    if not found:
+        raise GenerateError(f"{path}: no spec files ({', '.join(SPEC_SUFFIXES)}) in this folder")
+    return found
 
 
 def load_all(specs_dir: Path, root: Path) -> list[Spec]:
@@ -51,6 +72,24 @@ def load_all(specs_dir: Path, root: Path) -> list[Spec]:
             )
         seen[spec.name] = spec
     return specs
+
+
+def check_families_kept(specs: list[Spec], out: Path, archs: tuple[str, ...]) -> None:
+    """Refuse a run that would delete every package of a family generated/ holds (a wrong
+    --specs path, a half-copied tree): remove those packages by hand if that is meant."""
+    have = {s.family.value for s in specs}
+    held = {
+        p.name
+        for a in archs
+        for p in (out / a).glob("*/*")
+        if p.is_dir() and p.name != "__pycache__"
+    }
+    held = sorted(held - have)
+    if held:
+        raise GenerateError(
+            f"{out} holds {', '.join(held)} packages but the specs have no {' or '.join(held)} "
+            "spec: nothing was written (delete those packages by hand if that is meant)"
+        )
 
 
 def lower_all(specs: list[Spec], verbose: bool) -> list[ModulePlan]:
@@ -126,6 +165,7 @@ def manifest(files: dict[str, str], digest: str) -> str:
 
 def generate(root: Path, specs_dir: Path, out: Path, archs: tuple[str, ...], check: bool) -> Drift:
     result = build(root, specs_dir)
+    check_families_kept(list(result.specs), out, archs)
     if check:
         return check_tree(out, result.files, archs)
     drift = write_tree(out, result.files, archs)

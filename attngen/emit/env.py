@@ -7,6 +7,8 @@ from pathlib import Path
 
 import jinja2
 
+from attngen.emit.python import docstring_text
+
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # attngen/
 TEMPLATE_DIR = PACKAGE_DIR / "templates"  # the spine's templates (wrappers, docs)
 
@@ -18,7 +20,7 @@ def environment() -> jinja2.Environment:
     Names resolve under attngen/templates/ first, then under attngen/ itself, so a family x
     backend package keeps its binding templates beside its code
     ("families/mha/triton/kernels.py.jinja")."""
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(TEMPLATE_DIR), str(PACKAGE_DIR)], encoding="utf-8"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -27,6 +29,8 @@ def environment() -> jinja2.Environment:
         autoescape=False,
         newline_sequence="\n",
     )
+    env.filters["docstring"] = docstring_text  # every spec string inside a docstring
+    return env
 
 
 def render(template: str, **context: object) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attngen.emit.python import comment_text
+
 
 @dataclass(frozen=True)
 class Provenance:
@@ -20,7 +22,7 @@ class Provenance:
         ]
 
     def python(self) -> str:
-        return "".join(f"# {line}\n" for line in self.lines())
+        return "".join(f"# {comment_text(line)}\n" for line in self.lines())
 
     def markdown(self) -> str:
         return "<!--\n" + "".join(f"  {line}\n" for line in self.lines()) + "-->\n"

@@ -7,6 +7,9 @@ reads the same tables, so the schema cannot disagree with the loader.
 
 from __future__ import annotations
 
+import keyword
+import math
+
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -99,16 +102,34 @@ def convert_scalar(kind: Kind, node: yaml.Node, path: str, name: str) -> Any:
     if isinstance(kind, Float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise SpecError(loc, name, f"expected {kind.describe()}, got {node.value!r}")
+        if not math.isfinite(value):
+            raise SpecError(loc, name, f"{node.value} is not a finite number")
         if value <= kind.minimum_exclusive:
             raise SpecError(loc, name, f"{value:g} is out of range: expected {kind.describe()}")
         return float(value)
     if isinstance(kind, Text):
         if not isinstance(value, str):
             raise SpecError(loc, name, f"expected {kind.describe()}, got {node.value!r}")
-        if kind.identifier and not IDENT.match(value):
-            raise SpecError(loc, name, f"{value!r} is not {kind.describe()}")
+        if kind.identifier:
+            _check_identifier(value, loc, name, kind)
+        elif not value.isprintable():
+            raise SpecError(loc, name, f"{value!r}: one line of printable text expected")
         return value
     return _check_enum(kind, str(node.value), loc, name)
+
+
+# A spec name becomes a Python package and a folder: a keyword cannot be imported, and a
+# path component has at most 255 bytes on common file systems (this leaves room to spare).
+MAX_IDENTIFIER = 64
+
+
+def _check_identifier(value: str, loc: Location, name: str, kind: Text) -> None:
+    if not IDENT.match(value):
+        raise SpecError(loc, name, f"{value!r} is not {kind.describe()}")
+    if keyword.iskeyword(value):
+        raise SpecError(loc, name, f"{value!r} is a Python keyword (the generated package name)")
+    if len(value) > MAX_IDENTIFIER:
+        raise SpecError(loc, name, f"{len(value)} characters: at most {MAX_IDENTIFIER}")
 
 
 def _check_int(kind: Int, value: Any, loc: Location, name: str, raw: str) -> int:

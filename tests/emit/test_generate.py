@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from attngen.emit.modules import sha256_text
 from attngen.generate import build
@@ -181,3 +182,56 @@ def test_generation_needs_neither_torch_nor_triton() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_a_wrong_specs_path_touches_nothing(tmp_path: Path) -> None:
+    """A missing or empty specs path, or one that would drop a family generated/ holds,
+    fails before anything is written or removed."""
+    out = tmp_path / "generated"
+    shutil.copytree(GENERATED, out, ignore=shutil.ignore_patterns("__pycache__"))
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "mla").mkdir()
+    shutil.copy(ROOT / "specs/mla/deepseek_v3.yaml", tmp_path / "mla")
+    for specs, message in [
+        (tmp_path / "nope", "no such spec file or folder"),
+        (tmp_path / "empty", "no spec files (.yaml, .yml) in this folder"),
+        (tmp_path / "mla", "holds mha packages but the specs have no mha spec"),
+    ]:
+        result = run_cli("generate", "--specs", str(specs), "--out", str(out))
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_validate_and_generate_find_the_same_specs(tmp_path: Path) -> None:
+    """.yml files count; hidden files and broken links (editor lock files) do not."""
+    from attngen.generate import find_specs
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    shutil.copy(ROOT / "specs/mha/gqa_paged.yaml", specs / "a.yml")
+    (specs / ".#a.yml").symlink_to(specs / "gone.yml")
+    assert find_specs(specs) == [specs / "a.yml"]
+    result = run_cli("validate", str(specs), str(tmp_path / "missing.yaml"))
+    assert result.returncode == 1
+    assert "a.yml: ok" in result.stdout and "missing.yaml: no such spec file" in result.stderr
+
+
+def test_a_description_holding_code_stays_inert_text(tmp_path: Path) -> None:
+    """Spec strings reach generated code only through one escaping function."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    text = (ROOT / "specs/mha/sliding_window.yaml").read_text(encoding="utf-8")
+    payload = '"""; import os; os.system("echo injected") # \\N{DASH} """ end'
+    quoted = yaml.safe_dump({"description": payload}, width=1000).strip()
+    lines = [quoted if line.startswith("description:") else line for line in text.splitlines()]
+    (specs / "x.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_cli("generate", "--specs", str(specs), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    for path in (tmp_path / "out").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "system"]
+        assert not calls, path
+        doc = ast.get_docstring(tree) or ""
+        if path.name in ("backend.py", "__init__.py") and path.parent.name == "mha_sliding_window":
+            assert 'os.system("echo injected")' in doc, path

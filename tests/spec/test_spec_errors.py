@@ -57,6 +57,15 @@ EXPECTED = {
     "mha_gqa_group_not_lowered": (
         "tests/spec/bad_specs/mha_gqa_group_not_lowered.yaml:9: targets.triton: no target lowers variant d128_g100_ps1_bf16_causal: gqa_group 100 > 64 is not lowered (triton sm80; lowered on: none yet)"
     ),
+    "mha_name_keyword": (
+        "tests/spec/bad_specs/mha_name_keyword.yaml:1: name: 'class' is a Python keyword (the generated package name)"
+    ),
+    "mha_softcap_nan": (
+        "tests/spec/bad_specs/mha_softcap_nan.yaml:8: mask.logit_softcap: .nan is not a finite number"
+    ),
+    "mha_description_two_lines": (
+        "tests/spec/bad_specs/mha_description_two_lines.yaml:3: description: 'first line\\nsecond line': one line of printable text expected"
+    ),
     "mha_missing_targets": (
         "tests/spec/bad_specs/mha_missing_targets.yaml:1: targets: required field is missing"
     ),
