@@ -18,7 +18,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    failed = 0
+    """Every spec file of the paths, as generate would load them (one discovery rule, spec
+    names unique across them), each reported; exit 1 if any fails."""
+    failed, seen = 0, {}
     for raw in args.paths:
         try:
             paths = find_specs(Path(raw))
@@ -26,21 +28,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"error: {err}", file=sys.stderr)
             failed += 1
             continue
-        failed += _validate_files(paths)
+        for path in paths:
+            failed += _validate_file(path, seen)
     return 1 if failed else 0
 
 
-def _validate_files(paths: list[Path]) -> int:
-    failed = 0
-    for path in paths:
-        try:
-            variants = validate(load_spec(path, Path.cwd()))
-        except SpecError as err:
-            print(err, file=sys.stderr)
-            failed += 1
-            continue
-        print(f"{path}: ok ({len(variants)} variants)")
-    return failed
+def _validate_file(path: Path, seen: dict[str, str]) -> int:
+    try:
+        spec = load_spec(path, Path.cwd())
+        if spec.name in seen:
+            raise SpecError(
+                spec.location, "name", f"{spec.name!r} is already used by {seen[spec.name]}"
+            )
+        seen[spec.name] = spec.path
+        variants = validate(spec)
+    except SpecError as err:
+        print(err, file=sys.stderr)
+        return 1
+    print(f"{path}: ok ({len(variants)} variants)")
+    return 0
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from attngen.arch import ArchFacts
+from attngen.spec.fields import Int
 from attngen.spec.enums import Arch, Backend, Family
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ class Lowering(Protocol):
 
     family: Family
     backend: Backend
-    tuning_keys: tuple[str, ...]  # what a spec's tuning.<backend>.<arch> may override
+    # what a spec's tuning.<backend>.<arch> may override, and the values each key takes
+    tuning_keys: Mapping[str, Int]
 
     def supports(self, variant: Variant, arch: Arch) -> Verdict:
         """SUPPORTED, or NOT_LOWERED with the reason (hardware limits are asked before)."""

@@ -16,10 +16,27 @@ def validate(spec: Spec) -> tuple[Variant, ...]:
     family and backend, and it says why not); a family with no lowering for a backend yet
     is documented as such, not refused."""
     variants = expand(spec)
+    _check_unique(spec, variants)
     _check_hardware(spec, variants)
     for variant in variants:
         _check_lowered_somewhere(spec, variant)
     return variants
+
+
+def _check_unique(spec: Spec, variants: tuple[Variant, ...]) -> None:
+    """Two axis values that name one variant (kv_cache.dtype ``auto`` next to the activation
+    dtype, a v_head_dim equal to the head_dim) would generate it twice."""
+    seen: set[str] = set()
+    for v in variants:
+        if v.uri in seen:
+            where = spec.kv_cache.location if spec.kv_cache is not None else spec.location
+            raise SpecError(
+                where,
+                "axes",
+                f"two axis values give the same variant {v.uri} (e.g. kv_cache.dtype auto "
+                "next to the activation dtype): list each variant once",
+            )
+        seen.add(v.uri)
 
 
 def _check_hardware(spec: Spec, variants: tuple[Variant, ...]) -> None:

@@ -93,15 +93,15 @@ def spec_schema() -> dict[str, Any]:
 def _tuning_schema() -> dict[str, Any]:
     """tuning.<backend>.<arch>.<key>: the keys any registered lowering of that backend takes
     (the loader checks them against the spec's family)."""
-    tile = {"type": "integer", "minimum": 1, "maximum": 1024}
-    keys: dict[Backend, set[str]] = {}
-    for (_, backend), lowering in registry.lowerings().items():
-        keys.setdefault(backend, set()).update(lowering.tuning_keys)
+    keys: dict[Backend, dict[str, Any]] = {}
+    for (_, backend), lowering in sorted(registry.lowerings().items(), key=lambda kv: str(kv[0])):
+        for key, kind in lowering.tuning_keys.items():
+            keys.setdefault(backend, {}).setdefault(key, _kind_schema(kind))
     per_arch = {
         b: {
             "type": "object",
             "additionalProperties": False,
-            "properties": {k: tile for k in sorted(names)},
+            "properties": dict(sorted(names.items())),
         }
         for b, names in keys.items()
     }

@@ -9,7 +9,7 @@ import yaml
 
 from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
 from attngen.spec.errors import Location, SpecError
-from attngen.spec.fields import Int, OneOf, convert_scalar, node_location
+from attngen.spec.fields import OneOf, convert_scalar, node_location
 from attngen.spec.model import (
     SECTIONS,
     SPEC_KEYS,
@@ -215,7 +215,6 @@ def _read_backend_tuning(
         )
     MapReader(node, path, prefix)
     arch_kind = OneOf(Arch, tuple(Arch))
-    value_kind = Int(1, 1024, power_of_two=True)
     out = []
     for key_node, value_node in node.value:
         arch = convert_scalar(arch_kind, key_node, path, prefix)
@@ -229,6 +228,7 @@ def _read_backend_tuning(
                     name,
                     f"unknown tile key (allowed: {', '.join(lowering.tuning_keys)})",
                 )
+            value_kind = lowering.tuning_keys[key]
             values.append((key, convert_scalar(value_kind, reader.pop_node(key), path, name)))
         loc = node_location(path, key_node)
         out.append(Tuning(location=loc, backend=backend, arch=arch, values=tuple(sorted(values))))

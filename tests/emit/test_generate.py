@@ -215,6 +215,9 @@ def test_validate_and_generate_find_the_same_specs(tmp_path: Path) -> None:
     result = run_cli("validate", str(specs), str(tmp_path / "missing.yaml"))
     assert result.returncode == 1
     assert "a.yml: ok" in result.stdout and "missing.yaml: no such spec file" in result.stderr
+    shutil.copy(ROOT / "specs/mha/gqa_paged.yaml", specs / "b.yaml")  # the same name again
+    result = run_cli("validate", str(specs))
+    assert result.returncode == 1 and "'mha_gqa_paged' is already used by" in result.stderr
 
 
 def test_a_description_holding_code_stays_inert_text(tmp_path: Path) -> None:

@@ -66,6 +66,9 @@ EXPECTED = {
     "mha_description_two_lines": (
         "tests/spec/bad_specs/mha_description_two_lines.yaml:3: description: 'first line\\nsecond line': one line of printable text expected"
     ),
+    "mha_kv_dtype_twice": (
+        "tests/spec/bad_specs/mha_kv_dtype_twice.yaml:9: axes: two axis values give the same variant d128_g1_ps1_bf16_causal (e.g. kv_cache.dtype auto next to the activation dtype): list each variant once"
+    ),
     "mha_missing_targets": (
         "tests/spec/bad_specs/mha_missing_targets.yaml:1: targets: required field is missing"
     ),
@@ -77,6 +80,9 @@ EXPECTED = {
     ),
     "mha_tuning_key": (
         "tests/spec/bad_specs/mha_tuning_key.yaml:12: tuning.triton.sm90.block_q: unknown tile key (allowed: decode_block_n, decode_num_warps, decode_num_stages, max_splits, combine_num_warps, extend_block_m, extend_block_n, extend_num_warps, extend_num_stages, verify_block_m, verify_block_n, verify_num_warps)"
+    ),
+    "mha_tuning_value": (
+        "tests/spec/bad_specs/mha_tuning_value.yaml:13: tuning.triton.sm90.decode_num_warps: 32 is not allowed: expected one of 1, 2, 4, 8, 16"
     ),
     "mha_tuning_without_backend": (
         "tests/spec/bad_specs/mha_tuning_without_backend.yaml:10: tuning: unknown value 'sm90': expected one of triton, cute_dsl"

@@ -15,18 +15,37 @@ from attngen.families.mha.triton.source import source_sha256
 from attngen.evidence import kernel_identity
 from attngen.ir import ModulePlan
 from attngen.registry import register_lowering
+from attngen.spec.fields import Int
 from attngen.spec.enums import Arch, Backend, Family
 from attngen.spec.model import Spec
 from attngen.spec.variant import Variant
 
 BINDING_TEMPLATE = "families/mha/triton/kernels.py.jinja"
+
+# What each tile key a spec may tune takes (config.TUNING_KEYS): Triton's warp counts, the
+# pipeline depths it schedules, power-of-two split counts and tiles that tl.dot takes.
+WARPS = Int(1, 16, choices=(1, 2, 4, 8, 16))
+STAGES = Int(1, 8)
+SPLITS = Int(1, 64, power_of_two=True)
+TILE_ROWS = Int(16, 256, power_of_two=True)
+
+
+def _tuning_value(key: str) -> Int:
+    if key.endswith("num_warps"):
+        return WARPS
+    if key.endswith("num_stages"):
+        return STAGES
+    return SPLITS if key == "max_splits" else TILE_ROWS
+
+
+TUNING_VALUES: dict[str, Int] = {key: _tuning_value(key) for key in TUNING_KEYS}
 LIBRARY_MODULE = "attngen.families.mha.triton.library"
 
 
 class MhaTritonLowering:
     family = Family.MHA
     backend = Backend.TRITON
-    tuning_keys = TUNING_KEYS
+    tuning_keys = TUNING_VALUES
 
     def supports(self, variant: Variant, arch: Arch) -> Verdict:
         return capability.supports(variant)
