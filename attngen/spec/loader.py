@@ -63,6 +63,7 @@ def _relative(path: Path, root: Path | None) -> str:
 
 def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
     reader = MapReader(node, path, "")
+    reader.check_known(SPEC_KEYS)
     top = {f.key: reader.pop(f) for f in Spec.FIELDS}
     family: Family = top["family"]
     shapes = _read_shape_sections(reader, family)
@@ -71,11 +72,6 @@ def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
     spec_node = reader.pop_node("speculative")
     targets_node = reader.pop_node("targets")
     tuning_node = reader.pop_node("tuning")
-    try:
-        reader.finish()
-    except SpecError as err:
-        allowed = ", ".join(SPEC_KEYS)
-        raise SpecError(err.location, err.field, f"unknown key (allowed: {allowed})") from None
     if targets_node is None:
         raise SpecError(reader.location, "targets", "required field is missing")
     spec = Spec(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import yaml
@@ -10,6 +12,7 @@ from attngen.spec.errors import Location, SpecError
 from attngen.spec.fields import Field, convert_scalar, node_location
 
 T = TypeVar("T")
+MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *anchor`
 
 
 class MapReader:
@@ -24,6 +27,12 @@ class MapReader:
         self.entries: dict[str, tuple[yaml.Node, yaml.Node]] = {}
         for key_node, value_node in node.value:
             key = str(key_node.value)
+            if key_node.tag == MERGE_TAG:
+                raise SpecError(
+                    node_location(path, key_node),
+                    self.name(key),
+                    "YAML merge keys are not supported: write the keys out",
+                )
             if key in self.entries:
                 raise SpecError(node_location(path, key_node), self.name(key), "duplicate key")
             self.entries[key] = (key_node, value_node)
@@ -70,25 +79,27 @@ class MapReader:
             values.append(value)
         return tuple(values)
 
-    def finish(self) -> None:
-        """Reject keys nobody asked for, naming the allowed ones."""
-        if not self.entries:
+    def check_known(self, allowed: Sequence[str]) -> None:
+        """Name the first key (in file order) that is not ``allowed``, before any field is
+        read: a misspelled key is reported as itself, not as the right one missing."""
+        unknown = [k for k in self.entries if k not in allowed]
+        if not unknown:
             return
-        key, (key_node, _) = sorted(self.entries.items(), key=lambda kv: kv[1][0].start_mark.line)[
-            0
-        ]
-        raise SpecError(node_location(self.path, key_node), self.name(key), "unknown key")
+        key = min(unknown, key=lambda k: self.entries[k][0].start_mark.line)
+        close = difflib.get_close_matches(key, allowed, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise SpecError(
+            node_location(self.path, self.entries[key][0]),
+            self.name(key),
+            f"unknown key (allowed: {', '.join(allowed)}){hint}",
+        )
 
 
 def read_section(cls: type[T], node: yaml.Node, path: str, prefix: str) -> T:
     """Build the frozen dataclass ``cls`` from its ``FIELDS`` table."""
     reader = MapReader(node, path, prefix)
+    reader.check_known([f.key for f in cls.FIELDS])  # type: ignore[attr-defined]
     values = {f.key: reader.pop(f) for f in cls.FIELDS}  # type: ignore[attr-defined]
-    allowed = ", ".join(f.key for f in cls.FIELDS)  # type: ignore[attr-defined]
-    try:
-        reader.finish()
-    except SpecError as err:
-        raise SpecError(err.location, err.field, f"unknown key (allowed: {allowed})") from None
     return cls(location=reader.location, **values)  # type: ignore[call-arg]
 
 

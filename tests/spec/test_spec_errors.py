@@ -69,6 +69,12 @@ EXPECTED = {
     "mha_kv_dtype_twice": (
         "tests/spec/bad_specs/mha_kv_dtype_twice.yaml:9: axes: two axis values give the same variant d128_g1_ps1_bf16_causal (e.g. kv_cache.dtype auto next to the activation dtype): list each variant once"
     ),
+    "mha_misspelled_required_key": (
+        "tests/spec/bad_specs/mha_misspelled_required_key.yaml:6: heads.head_dims: unknown key (allowed: head_dim, v_head_dim, gqa_group); did you mean head_dim?"
+    ),
+    "mha_merge_key": (
+        "tests/spec/bad_specs/mha_merge_key.yaml:10: heads.<<: YAML merge keys are not supported: write the keys out"
+    ),
     "mha_missing_targets": (
         "tests/spec/bad_specs/mha_missing_targets.yaml:1: targets: required field is missing"
     ),
@@ -88,7 +94,7 @@ EXPECTED = {
         "tests/spec/bad_specs/mha_tuning_without_backend.yaml:10: tuning: unknown value 'sm90': expected one of triton, cute_dsl"
     ),
     "mha_unknown_key": (
-        "tests/spec/bad_specs/mha_unknown_key.yaml:7: heads.gqa_groups: unknown key (allowed: head_dim, v_head_dim, gqa_group)"
+        "tests/spec/bad_specs/mha_unknown_key.yaml:7: heads.gqa_groups: unknown key (allowed: head_dim, v_head_dim, gqa_group); did you mean gqa_group?"
     ),
     "mha_verify_without_speculative": (
         "tests/spec/bad_specs/mha_verify_without_speculative.yaml:1: speculative: required when phases include verify or draft_extend"
