@@ -290,12 +290,15 @@ class HybridPair:
     shared: tuple[Hashable, ...]  # layer keys both specs generate, sorted
 
 
+DOCS_PAIR_FIELDS = ("causal", *SAME_ATTENTION_FIELDS)
+
+
 def hybrid_pairs(plans: list[ModulePlan]) -> list[HybridPair]:
     """Pairs of different generated specs that ``HybridAttnBackend`` accepts together.
 
     Same family, backend and arch, an extend spec and a decode spec, at least one layer key
     in common (the family's: what a backend instance and its KV pool are built for) and
-    hooks that compute the same attention.
+    hooks that compute the same attention (causal included).
     """
     found: dict[tuple[str, str], tuple[Family, list[Arch], set[Hashable]]] = {}
     for p in plans:
@@ -308,7 +311,9 @@ def hybrid_pairs(plans: list[ModulePlan]) -> list[HybridPair]:
                 continue
             if Phase.EXTEND not in p.spec.phases or Phase.DECODE not in d.spec.phases:
                 continue
-            if any(getattr(p.hooks, f) != getattr(d.hooks, f) for f in SAME_ATTENTION_FIELDS):
+            # the same attention, causal included: a decoder's prefill is causal (the runtime
+            # lets causal differ, since decode alone does not see it; an example must not)
+            if any(getattr(p.hooks, f) != getattr(d.hooks, f) for f in DOCS_PAIR_FIELDS):
                 continue
             layer_keys = registry.family(p.family).layer_keys
             shared = layer_keys(p) & layer_keys(d)

@@ -656,3 +656,17 @@ def test_docs_hybrid_pairs_are_accepted_by_the_runtime() -> None:
                 **extra,
             )
             assert isinstance(hybrid, HybridAttnBackend), pair
+
+
+def test_docs_hybrid_pairs_compute_one_attention() -> None:
+    """The matrix's hybrid pairs (and its example) never pair a bidirectional prefill with a
+    causal decode: the hooks agree, causal included."""
+    from attngen.generate import build
+
+    plans = build(ROOT, ROOT / "specs", verbose=False).plans
+    hooks = {p.spec.name: p.hooks for p in plans}
+    pairs = hybrid_pairs(list(plans))
+    assert pairs
+    for pair in pairs:
+        assert hooks[pair.prefill].causal == hooks[pair.decode].causal, pair
+    assert "mha_bidirectional" not in {p.prefill for p in pairs}
