@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from attngen import registry
+from attngen.evidence import compile_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         if info.aot_main is None:
             continue
         extra = (
-            ["--out", str(args.out_dir / backend.value / f"{args.arch}.json")]
+            ["--out", str(args.out_dir / compile_file(backend.value, args.arch))]
             if args.out_dir
             else []
         )

@@ -2,7 +2,7 @@
 
 - evidence/gpu/<arch>.json: GPU numerical and CUDA-graph checks that passed on a device,
   written by the GPU test suite (tests/gpu/conftest.py) with commit, date and device.
-- evidence/compile/<arch>.json: ahead-of-time compile results of every generated kernel
+- evidence/compile/<backend>/<arch>.json: ahead-of-time compile results of every generated kernel
   (registers, spills, shared memory), written by ``python -m attngen.aot``.
 
 Each record is keyed by what was proved: the **kernel identity** of one variant, a sha256
@@ -89,8 +89,12 @@ def gpu_path(arch: str) -> str:
     return f"evidence/gpu/{arch}.json"
 
 
-def compile_path(backend: str, arch: str) -> str:
-    return f"evidence/compile/{backend}/{arch}.json"
+COMPILE_DIR = "evidence/compile"  # one file per backend and arch below it
+
+
+def compile_file(backend: str, arch: str) -> str:
+    """A backend's compile evidence for an arch, relative to COMPILE_DIR."""
+    return f"{backend}/{arch}.json"
 
 
 def load_gpu(root: Path, arch: str) -> GpuEvidence | None:
@@ -108,7 +112,8 @@ def load_compile(root: Path, arch: str) -> CompileEvidence | None:
     """Every backend's compile evidence for ``arch``, merged (identities never collide:
     they hash the backend's library)."""
     rels = sorted(
-        p.relative_to(root).as_posix() for p in root.glob(f"evidence/compile/*/{arch}.json")
+        p.relative_to(root).as_posix()
+        for p in root.glob(f"{COMPILE_DIR}/{compile_file('*', arch)}")
     )
     if not rels:
         return None
