@@ -1,0 +1,78 @@
+"""Triton MLA: the per-variant launch configuration a generated ``kernels.py`` holds.
+
+``CONFIGS: dict[str, MlaTritonConfig]``: one entry per variant (keyed by its uri), filled in
+by the lowering's tile heuristics for one arch; the runtime and the launchers read shapes
+and tiles from it and re-derive nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from attngen.families.mla.key import MlaKey
+
+
+@dataclass(frozen=True)
+class MlaTritonConfig:
+    """Shapes and tiles of one MLA variant's Triton kernels on one arch.
+
+    The identity fields come first (:class:`~attngen.families.mla.key.MlaKey`); the tiles
+    after them are what a spec's ``tuning.triton.<arch>`` may override.
+    """
+
+    uri: str
+    num_heads: int  # query heads per rank
+    kv_lora_rank: int  # latent width (the absorbed key/value dim): 512
+    qk_rope_head_dim: int  # decoupled rope key width: 64
+    qk_nope_head_dim: int  # non-absorbed per-head key width: 128
+    v_head_dim: int  # non-absorbed per-head value width: 128
+    page_size: int  # latent rows per KV-cache page
+    dtype: str  # torch dtype name of q and out: "bfloat16" | "float16"
+    kv_dtype: str  # latent cache: the activations' dtype name or "float8_e4m3fn"
+    spec_topk: int  # speculative verify: 0 none, 1 draft chains
+    num_draft_tokens: int  # verify rows per request (0 without speculative decoding)
+    # -- absorbed attention (decode, extend, verify): split-KV, then combine ----
+    decode_block_h: int  # query heads per program (the M of both products)
+    decode_block_n: int  # latent rows per inner iteration
+    decode_num_warps: int
+    decode_num_stages: int
+    max_splits: int  # upper bound of KV splits per row (grid dim)
+    combine_num_warps: int
+    # -- ragged MHA with LSE (prefill, prefix chunks) ----
+    ragged_block_m: int
+    ragged_block_n: int
+    ragged_num_warps: int
+    ragged_num_stages: int
+
+    @property
+    def key(self) -> MlaKey:
+        return MlaKey.of(self)
+
+    @property
+    def kv_width(self) -> int:
+        """Elements of one latent cache row: latent plus rope (576)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+IDENTITY_FIELDS = ("uri", "num_draft_tokens", *(f.name for f in fields(MlaKey)))
+TUNING_KEYS = tuple(f.name for f in fields(MlaTritonConfig) if f.name not in IDENTITY_FIELDS)
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """Everything ``triton.compile`` needs to build one kernel ahead of time (no GPU)."""
+
+    name: str
+    fn: Any
+    signature: dict[str, str] = field(default_factory=dict)
+    constexprs: dict[str, Any] = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class MlaTraits:
+    """What one generated kernels module fixes for all its configs."""
+
+    phases: tuple[str, ...]  # phases the spec generates

@@ -1,0 +1,215 @@
+"""Absorbed MLA attention over the paged latent cache: every query head of a row attends
+one shared KV head whose key is the 576-wide latent row (512 latent + 64 rope) and whose
+value is its first 512 columns.
+
+One program holds BLOCK_H query heads of one query row (a decode request, or one new token
+of an extend / verify): the heads are the M dimension of both tensor-core products, so a
+latent tile read once serves BLOCK_H heads. Stage 1 attends one split of the row's visible
+keys; with one split it writes the final output and LSE itself, else a partial that stage
+2 (``absorbed_combine_kernel``) merges.
+"""
+
+import triton
+import triton.language as tl
+
+LN2 = 0.6931471805599453  # ln(2)
+LOG2E = 1.4426950408889634  # 1/ln(2)
+
+
+@triton.jit
+def _latent_rows(page_row, start_n, kv_end, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Token-slot offsets (in rows of the cache) of keys start_n .. start_n+BLOCK_N-1.
+
+    A block inside one page needs one page-table read (PAGE_SIZE a multiple of BLOCK_N);
+    otherwise one read per key. Keys at or past kv_end point at page 0, a real page (the
+    loads are masked anyway)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    if PAGE_SIZE % BLOCK_N == 0:
+        page = tl.load(page_row + start_n // PAGE_SIZE).to(tl.int64)
+        return page * PAGE_SIZE + (offs_n % PAGE_SIZE)
+    page = tl.load(page_row + offs_n // PAGE_SIZE, mask=offs_n < kv_end, other=0).to(tl.int64)
+    return page * PAGE_SIZE + (offs_n % PAGE_SIZE)
+
+
+@triton.jit
+def absorbed_split_kernel(
+    Q_NOPE,
+    Q_ROPE,
+    KV_CACHE,
+    PAGE_TABLE,
+    ROW_LENS,
+    ROW_REQ,
+    NUM_SPLITS,
+    KV_SCALE,
+    OUT,
+    LSE,
+    PARTIAL_O,
+    PARTIAL_LSE,
+    sm_scale,
+    stride_qt,
+    stride_qh,
+    stride_rt,
+    stride_rh,
+    stride_kv,
+    stride_ptb,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_pot,
+    stride_poh,
+    stride_pos,
+    stride_plt,
+    stride_plh,
+    NUM_HEADS: tl.constexpr,
+    LORA: tl.constexpr,
+    ROPE: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MAX_SPLITS: tl.constexpr,
+    KV_SCALED: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
+    """Stage 1: heads h0 .. h0+BLOCK_H-1 of query row t over one split of its keys.
+
+    Row t reads request ROW_REQ[t] (t itself when ROW_REQ is None: decode) and sees its
+    keys 0 .. ROW_LENS[t]-1 (decode: the sequence length; extend and verify: the causal
+    limit of that token). KV_CACHE rows are stride_kv elements apart, token slot s at row
+    s (page s // PAGE_SIZE). KV_SCALED: the cache is fp8 with the fp32 per-tensor scale
+    KV_SCALE (folded into the score scale and the output).
+    """
+    off_t = tl.program_id(0)
+    off_hb = tl.program_id(1)
+    split = tl.program_id(2)
+    num_splits = tl.minimum(tl.maximum(tl.load(NUM_SPLITS + off_t), 1), MAX_SPLITS)
+    if split < num_splits:
+        if ROW_REQ is None:
+            off_b = off_t
+        else:
+            off_b = tl.load(ROW_REQ + off_t)
+        kv_len = tl.load(ROW_LENS + off_t)
+
+        # -- this split's BLOCK_N-aligned slice of the visible keys (may be empty) ----
+        split_len = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
+        kv_start = tl.minimum(split * split_len, kv_len)
+        kv_end = tl.minimum(kv_start + split_len, kv_len)
+
+        # -- the row's query heads: latent and rope parts ----
+        heads = off_hb * BLOCK_H + tl.arange(0, BLOCK_H)
+        mask_h = heads < NUM_HEADS
+        offs_c = tl.arange(0, LORA)
+        offs_r = tl.arange(0, ROPE)
+        q_row = off_t.to(tl.int64) * stride_qt
+        r_row = off_t.to(tl.int64) * stride_rt
+        q_nope = tl.load(
+            Q_NOPE + q_row + heads[:, None] * stride_qh + offs_c[None, :],
+            mask=mask_h[:, None],
+            other=0.0,
+        )
+        q_rope = tl.load(
+            Q_ROPE + r_row + heads[:, None] * stride_rh + offs_r[None, :],
+            mask=mask_h[:, None],
+            other=0.0,
+        )
+
+        # -- online softmax over the split's latent rows (base 2) ----
+        kv_scale = 1.0
+        if KV_SCALED:
+            kv_scale = tl.load(KV_SCALE)
+        qk_scale = sm_scale * kv_scale * LOG2E
+        m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_H, LORA], dtype=tl.float32)
+        page_row = PAGE_TABLE + off_b.to(tl.int64) * stride_ptb
+        for start_n in range(kv_start, kv_end, BLOCK_N):
+            rows = _latent_rows(page_row, start_n, kv_end, PAGE_SIZE, BLOCK_N)
+            mask_n = start_n + tl.arange(0, BLOCK_N) < kv_end
+            row_ptrs = KV_CACHE + rows * stride_kv
+            latent = tl.load(row_ptrs[:, None] + offs_c[None, :], mask=mask_n[:, None], other=0.0)
+            k_rope = tl.load(
+                row_ptrs[:, None] + LORA + offs_r[None, :], mask=mask_n[:, None], other=0.0
+            )
+            if KV_SCALED:
+                latent = latent.to(Q_NOPE.dtype.element_ty)
+                k_rope = k_rope.to(Q_NOPE.dtype.element_ty)
+            # -- scores: q_nope . latent + q_rope . k_rope ----
+            s = tl.dot(q_nope, tl.trans(latent))
+            s = tl.dot(q_rope, tl.trans(k_rope), s)
+            s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.math.exp2(s - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            # -- values: the latent itself ----
+            acc = tl.dot(p.to(latent.dtype), latent, acc * alpha[:, None])
+            m_i = m_new
+
+        # -- normalised output and natural-log LSE (no key: zeros and -inf) ----
+        has_keys = l_i > 0.0
+        l_safe = tl.where(has_keys, l_i, 1.0)
+        lse = tl.where(has_keys, (m_i + tl.math.log2(l_safe)) * LN2, float("-inf"))
+        o = acc * (kv_scale / l_safe)[:, None]
+        if num_splits == 1:
+            o_ptrs = OUT + off_t.to(tl.int64) * stride_ot + heads[:, None] * stride_oh
+            tl.store(o_ptrs + offs_c[None, :], o.to(OUT.dtype.element_ty), mask=mask_h[:, None])
+            if WRITE_LSE:
+                tl.store(LSE + off_t.to(tl.int64) * stride_lt + heads, lse, mask=mask_h)
+        else:
+            po_ptrs = (
+                PARTIAL_O
+                + off_t.to(tl.int64) * stride_pot
+                + heads[:, None] * stride_poh
+                + split * stride_pos
+            )
+            tl.store(po_ptrs + offs_c[None, :], o, mask=mask_h[:, None])
+            pl_ptrs = PARTIAL_LSE + off_t.to(tl.int64) * stride_plt + heads * stride_plh + split
+            tl.store(pl_ptrs, lse, mask=mask_h)
+
+
+@triton.jit
+def absorbed_combine_kernel(
+    PARTIAL_O,
+    PARTIAL_LSE,
+    NUM_SPLITS,
+    OUT,
+    LSE,
+    stride_pot,
+    stride_poh,
+    stride_pos,
+    stride_plt,
+    stride_plh,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    LORA: tl.constexpr,
+    MAX_SPLITS: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
+    """Stage 2: merge one (row, head)'s splits by their LSEs; rows of one split were written
+    by stage 1 directly and are left alone."""
+    off_t = tl.program_id(0)
+    off_h = tl.program_id(1)
+    num_splits = tl.minimum(tl.maximum(tl.load(NUM_SPLITS + off_t), 1), MAX_SPLITS)
+    if num_splits > 1:
+        offs_c = tl.arange(0, LORA)
+        po_row = PARTIAL_O + off_t.to(tl.int64) * stride_pot + off_h * stride_poh
+        pl_row = PARTIAL_LSE + off_t.to(tl.int64) * stride_plt + off_h * stride_plh
+        m = float("-inf")
+        l = 0.0
+        acc = tl.zeros([LORA], dtype=tl.float32)
+        for split in range(0, num_splits):
+            lse = tl.load(pl_row + split) * LOG2E
+            if lse > float("-inf"):  # empty splits add nothing
+                o = tl.load(po_row + split * stride_pos + offs_c)
+                m_new = tl.maximum(m, lse)
+                alpha = tl.math.exp2(m - m_new)
+                weight = tl.math.exp2(lse - m_new)
+                acc = acc * alpha + o * weight
+                l = l * alpha + weight
+                m = m_new
+        l_safe = tl.where(l > 0.0, l, 1.0)
+        out_ptrs = OUT + off_t.to(tl.int64) * stride_ot + off_h * stride_oh + offs_c
+        tl.store(out_ptrs, (acc / l_safe).to(OUT.dtype.element_ty))
+        if WRITE_LSE:
+            lse_out = tl.where(l > 0.0, (m + tl.math.log2(l_safe)) * LN2, float("-inf"))
+            tl.store(LSE + off_t.to(tl.int64) * stride_lt + off_h, lse_out)
