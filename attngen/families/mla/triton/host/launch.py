@@ -112,6 +112,12 @@ def absorbed(
         shape=[None, config.page_size, 1, config.kv_width],
         last_dim_contiguous=True,
     )
+    if kv_cache.stride(1) % 16 or kv_cache.data_ptr() % 16:
+        fail(
+            "kv_cache",
+            "rows starting on 16 elements (stride(1) % 16 == 0, aligned data)",
+            kv_cache.stride(),
+        )
     if kv_cache.stride(0) != config.page_size * kv_cache.stride(1):
         fail(
             "kv_cache",

@@ -12,8 +12,8 @@ keys; with one split it writes the final output and LSE itself, else a partial t
 import triton
 import triton.language as tl
 
-LN2 = 0.6931471805599453  # ln(2)
-LOG2E = 1.4426950408889634  # 1/ln(2)
+LN2 = tl.constexpr(0.6931471805599453)  # ln(2)
+LOG2E = tl.constexpr(1.4426950408889634)  # 1/ln(2)
 
 
 @triton.jit
@@ -82,88 +82,93 @@ def absorbed_split_kernel(
     off_hb = tl.program_id(1)
     split = tl.program_id(2)
     num_splits = tl.minimum(tl.maximum(tl.load(NUM_SPLITS + off_t), 1), MAX_SPLITS)
-    if split < num_splits:
-        if ROW_REQ is None:
-            off_b = off_t
-        else:
-            off_b = tl.load(ROW_REQ + off_t)
-        kv_len = tl.load(ROW_LENS + off_t)
+    if ROW_REQ is None:
+        off_b = off_t
+    else:
+        off_b = tl.load(ROW_REQ + off_t)
+    kv_len = tl.load(ROW_LENS + off_t)
 
-        # -- this split's BLOCK_N-aligned slice of the visible keys (may be empty) ----
-        split_len = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
-        kv_start = tl.minimum(split * split_len, kv_len)
-        kv_end = tl.minimum(kv_start + split_len, kv_len)
+    # -- this split's BLOCK_N-aligned slice of the visible keys (may be empty) ----
+    split_len = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
+    kv_start = tl.minimum(split * split_len, kv_len)
+    kv_end = tl.minimum(kv_start + split_len, kv_len)
 
-        # -- the row's query heads: latent and rope parts ----
-        heads = off_hb * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_h = heads < NUM_HEADS
-        offs_c = tl.arange(0, LORA)
-        offs_r = tl.arange(0, ROPE)
-        q_row = off_t.to(tl.int64) * stride_qt
-        r_row = off_t.to(tl.int64) * stride_rt
-        q_nope = tl.load(
-            Q_NOPE + q_row + heads[:, None] * stride_qh + offs_c[None, :],
-            mask=mask_h[:, None],
-            other=0.0,
+    # -- the row's query heads: latent and rope parts ----
+    heads = off_hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = heads < NUM_HEADS
+    offs_c = tl.arange(0, LORA)
+    offs_r = tl.arange(0, ROPE)
+    q_row = off_t.to(tl.int64) * stride_qt
+    r_row = off_t.to(tl.int64) * stride_rt
+    q_nope = tl.load(
+        Q_NOPE + q_row + heads[:, None] * stride_qh + offs_c[None, :],
+        mask=mask_h[:, None],
+        other=0.0,
+    )
+    q_rope = tl.load(
+        Q_ROPE + r_row + heads[:, None] * stride_rh + offs_r[None, :],
+        mask=mask_h[:, None],
+        other=0.0,
+    )
+
+    # -- online softmax over the split's latent rows (base 2) ----
+    kv_scale = 1.0
+    if KV_SCALED:
+        kv_scale = tl.load(KV_SCALE)
+    qk_scale = sm_scale * kv_scale * LOG2E
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, LORA], dtype=tl.float32)
+    page_row = PAGE_TABLE + off_b.to(tl.int64) * stride_ptb
+    for start_n in range(kv_start, kv_end, BLOCK_N):
+        rows = _latent_rows(page_row, start_n, kv_end, PAGE_SIZE, BLOCK_N)
+        mask_n = start_n + tl.arange(0, BLOCK_N) < kv_end
+        # latent rows start on 16 elements (the launcher checks the stride): vector loads
+        row_ptrs = KV_CACHE + tl.multiple_of(rows * stride_kv, 16)
+        latent = tl.load(row_ptrs[:, None] + offs_c[None, :], mask=mask_n[:, None], other=0.0)
+        k_rope = tl.load(
+            row_ptrs[:, None] + LORA + offs_r[None, :], mask=mask_n[:, None], other=0.0
         )
-        q_rope = tl.load(
-            Q_ROPE + r_row + heads[:, None] * stride_rh + offs_r[None, :],
-            mask=mask_h[:, None],
-            other=0.0,
-        )
-
-        # -- online softmax over the split's latent rows (base 2) ----
-        kv_scale = 1.0
         if KV_SCALED:
-            kv_scale = tl.load(KV_SCALE)
-        qk_scale = sm_scale * kv_scale * LOG2E
-        m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_H, LORA], dtype=tl.float32)
-        page_row = PAGE_TABLE + off_b.to(tl.int64) * stride_ptb
-        for start_n in range(kv_start, kv_end, BLOCK_N):
-            rows = _latent_rows(page_row, start_n, kv_end, PAGE_SIZE, BLOCK_N)
-            mask_n = start_n + tl.arange(0, BLOCK_N) < kv_end
-            row_ptrs = KV_CACHE + rows * stride_kv
-            latent = tl.load(row_ptrs[:, None] + offs_c[None, :], mask=mask_n[:, None], other=0.0)
-            k_rope = tl.load(
-                row_ptrs[:, None] + LORA + offs_r[None, :], mask=mask_n[:, None], other=0.0
-            )
-            if KV_SCALED:
-                latent = latent.to(Q_NOPE.dtype.element_ty)
-                k_rope = k_rope.to(Q_NOPE.dtype.element_ty)
-            # -- scores: q_nope . latent + q_rope . k_rope ----
-            s = tl.dot(q_nope, tl.trans(latent))
-            s = tl.dot(q_rope, tl.trans(k_rope), s)
-            s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            # -- values: the latent itself ----
-            acc = tl.dot(p.to(latent.dtype), latent, acc * alpha[:, None])
-            m_i = m_new
+            latent = latent.to(Q_NOPE.dtype.element_ty)
+            k_rope = k_rope.to(Q_NOPE.dtype.element_ty)
+        # -- scores: q_nope . latent + q_rope . k_rope ----
+        s = tl.dot(q_nope, tl.trans(latent))
+        s = tl.dot(q_rope, tl.trans(k_rope), s)
+        s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # -- values: the latent itself ----
+        acc = tl.dot(p.to(latent.dtype), latent, acc * alpha[:, None])
+        m_i = m_new
 
-        # -- normalised output and natural-log LSE (no key: zeros and -inf) ----
-        has_keys = l_i > 0.0
-        l_safe = tl.where(has_keys, l_i, 1.0)
-        lse = tl.where(has_keys, (m_i + tl.math.log2(l_safe)) * LN2, float("-inf"))
-        o = acc * (kv_scale / l_safe)[:, None]
-        if num_splits == 1:
-            o_ptrs = OUT + off_t.to(tl.int64) * stride_ot + heads[:, None] * stride_oh
-            tl.store(o_ptrs + offs_c[None, :], o.to(OUT.dtype.element_ty), mask=mask_h[:, None])
+    # -- normalised output and natural-log LSE (no key: zeros and -inf) ----
+    has_keys = l_i > 0.0
+    l_safe = tl.where(has_keys, l_i, 1.0)
+    lse = tl.where(has_keys, (m_i + tl.math.log2(l_safe)) * LN2, float("-inf"))
+    o = acc * (kv_scale / l_safe)[:, None]
+    # rows of out and partial_o start on 16 elements (the launcher checks): vector stores
+    if num_splits == 1:  # one split: the final output (splits past num_splits: nothing)
+        if split == 0:
+            o_rows = off_t.to(tl.int64) * stride_ot + heads * stride_oh
+            o_ptrs = OUT + tl.multiple_of(o_rows, 16)[:, None] + offs_c[None, :]
+            if NUM_HEADS % BLOCK_H == 0:
+                tl.store(o_ptrs, o.to(OUT.dtype.element_ty))
+            else:
+                tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=mask_h[:, None])
             if WRITE_LSE:
                 tl.store(LSE + off_t.to(tl.int64) * stride_lt + heads, lse, mask=mask_h)
+    elif split < num_splits:
+        po_rows = off_t.to(tl.int64) * stride_pot + heads * stride_poh + split * stride_pos
+        po_ptrs = PARTIAL_O + tl.multiple_of(po_rows, 16)[:, None] + offs_c[None, :]
+        if NUM_HEADS % BLOCK_H == 0:
+            tl.store(po_ptrs, o)
         else:
-            po_ptrs = (
-                PARTIAL_O
-                + off_t.to(tl.int64) * stride_pot
-                + heads[:, None] * stride_poh
-                + split * stride_pos
-            )
-            tl.store(po_ptrs + offs_c[None, :], o, mask=mask_h[:, None])
-            pl_ptrs = PARTIAL_LSE + off_t.to(tl.int64) * stride_plt + heads * stride_plh + split
-            tl.store(pl_ptrs, lse, mask=mask_h)
+            tl.store(po_ptrs, o, mask=mask_h[:, None])
+        pl_ptrs = PARTIAL_LSE + off_t.to(tl.int64) * stride_plt + heads * stride_plh + split
+        tl.store(pl_ptrs, lse, mask=mask_h)
 
 
 @triton.jit

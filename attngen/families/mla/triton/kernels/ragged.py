@@ -10,8 +10,8 @@ rows of one request and one head; a request's keys are rows kv_indptr[b] .. kv_i
 import triton
 import triton.language as tl
 
-LN2 = 0.6931471805599453  # ln(2)
-LOG2E = 1.4426950408889634  # 1/ln(2)
+LN2 = tl.constexpr(0.6931471805599453)  # ln(2)
+LOG2E = tl.constexpr(1.4426950408889634)  # 1/ln(2)
 
 
 @triton.jit
