@@ -88,3 +88,135 @@ def latent_batch(
             torch.tensor(pages, dtype=torch.int64)[pos // page_size] * page_size + pos % page_size
         )
     return LatentBatch(cache, page_table.to(device), list(seq_lens), slots)
+
+
+# -- backends end to end ----
+
+
+@dataclass
+class MlaRig:
+    """A backend with its pools and the two layer descriptions (absorbed, ragged)."""
+
+    backend: object
+    req_pool: object
+    kv_pool: object
+    absorbed_layer: object
+    ragged_layer: object
+    kv_scale: float
+
+
+def make_rig(
+    backend_cls: type,
+    *,
+    num_heads: int,
+    page_size: int,
+    dtype: torch.dtype,
+    device: str | torch.device,
+    kv_cache_dtype: torch.dtype | None = None,
+    max_reqs: int = 8,
+    max_context_len: int = 1024,
+    num_pages: int | None = None,
+    spec_topk: int | None = None,
+    kv_scale: float = 0.5,
+) -> MlaRig:
+    from attngen.families.mla.pool import MlaLatentPool
+    from attngen.runtime.batch import AttentionLayer, ReqToTokenPool
+
+    kv_dtype = dtype if kv_cache_dtype is None else kv_cache_dtype
+    num_pages = num_pages or -(-4 * max_context_len // page_size) + 1  # room for 4 requests
+    req_pool = ReqToTokenPool(max_reqs, max_context_len, device)
+    kv_pool = MlaLatentPool(
+        num_layers=1, num_pages=num_pages, page_size=page_size, dtype=kv_dtype, device=device
+    )
+    # fresh random rows everywhere: a kernel reading an unwritten slot sees garbage, not 0
+    kv_pool.kv_buffer[0].copy_(torch.randn(kv_pool.kv_buffer[0].shape, device=device))
+    backend = backend_cls(
+        num_heads=num_heads,
+        page_size=page_size,
+        dtype=dtype,
+        device=device,
+        req_to_token_pool=req_pool,
+        kv_pool=kv_pool,
+        kv_cache_dtype=kv_cache_dtype,
+        spec_topk=spec_topk,
+    )
+    quant = kv_dtype == torch.float8_e4m3fn
+    scale = torch.tensor([kv_scale], dtype=torch.float32, device=device) if quant else None
+    absorbed = AttentionLayer(0, num_heads, 1, 576, 512, 192**-0.5, k_scale=scale)
+    ragged = AttentionLayer(0, num_heads, num_heads, 192, 128, 192**-0.5)
+    return MlaRig(backend, req_pool, kv_pool, absorbed, ragged, kv_scale if quant else 1.0)
+
+
+@dataclass
+class RigBatch:
+    batch: object  # ForwardBatch (MlaForwardBatch)
+    page_table: torch.Tensor  # [B, pages] int32, as allocated
+    prefix_lens: list[int]
+    extend_lens: list[int]
+    new_latent: torch.Tensor  # [T, 1, 512] the new tokens' latent rows
+    new_rope: torch.Tensor  # [T, 1, 64]
+
+
+def rig_batch(
+    rig: MlaRig,
+    prefix_lens: list[int],
+    extend_lens: list[int],
+    mode,
+    *,
+    seed: int = 0,
+    spec_info=None,
+    **extra,
+) -> RigBatch:
+    """Requests on rows 1.. of req_to_token, on shuffled pages 1.. of the pool (row 0 and
+    page 0 stay for graph padding); the prefix rows written through set_mla_kv_buffer."""
+    from attngen.families.mla.runtime import MlaForwardBatch
+    from attngen.runtime.batch import ForwardMode
+
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    ps, device = rig.kv_pool.page_size, rig.kv_pool.device
+    dtype = rig.backend.dtype
+    pages = list(range(1, rig.kv_pool.num_pages))
+    rng.shuffle(pages)
+    seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
+    width = max(1, max(-(-n // ps) for n in seq_lens))
+    page_table = torch.zeros(len(seq_lens), width, dtype=torch.int32)
+    new_slots, prefix_slots = [], []
+    for b, n in enumerate(seq_lens):
+        mine = [pages.pop() for _ in range(-(-n // ps))]
+        page_table[b, : len(mine)] = torch.tensor(mine, dtype=torch.int32)
+        pos = torch.arange(n)
+        slots = torch.tensor(mine, dtype=torch.int64)[pos // ps] * ps + pos % ps
+        rig.req_pool.write(b + 1, 0, slots)
+        prefix_slots.append(slots[: prefix_lens[b]])
+        new_slots.append(slots[prefix_lens[b] :])
+    pre = torch.cat(prefix_slots).to(device)
+    if pre.numel():
+        lat = torch.randn(pre.shape[0], 512, generator=gen).to(dtype).to(device)
+        rope = torch.randn(pre.shape[0], 64, generator=gen).to(dtype).to(device)
+        rig.kv_pool.set_mla_kv_buffer(rig.absorbed_layer, pre, lat, rope)
+    rows = sum(extend_lens)
+    i32 = dict(dtype=torch.int32, device=device)
+    extend = mode is not ForwardMode.DECODE
+    batch = MlaForwardBatch(
+        batch_size=len(seq_lens),
+        forward_mode=mode,
+        req_pool_indices=torch.arange(1, len(seq_lens) + 1, **i32),
+        seq_lens=torch.tensor(seq_lens, **i32),
+        seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32),
+        out_cache_loc=torch.cat(new_slots).to(device),
+        extend_prefix_lens=torch.tensor(prefix_lens, **i32) if extend else None,
+        extend_seq_lens=torch.tensor(extend_lens, **i32) if extend else None,
+        extend_prefix_lens_cpu=list(prefix_lens) if extend else None,
+        extend_seq_lens_cpu=list(extend_lens) if extend else None,
+        spec_info=spec_info,
+        **extra,
+    )
+    return RigBatch(
+        batch,
+        page_table.to(device),
+        list(prefix_lens),
+        list(extend_lens),
+        torch.randn(rows, 1, 512, generator=gen).to(dtype).to(device),
+        torch.randn(rows, 1, 64, generator=gen).to(dtype).to(device),
+    )

@@ -80,10 +80,10 @@ def absorbed(
     kv_cache: torch.Tensor,
     page_table: torch.Tensor,
     row_lens: torch.Tensor,
-    num_splits: torch.Tensor,
+    num_splits: torch.Tensor | None,
     out: torch.Tensor,
-    partial_o: torch.Tensor,
-    partial_lse: torch.Tensor,
+    partial_o: torch.Tensor | None,
+    partial_lse: torch.Tensor | None,
     *,
     config: MlaTritonConfig,
     sm_scale: float,
@@ -97,33 +97,15 @@ def absorbed(
     q ``[T, H, LORA + ROPE]`` (or q ``[T, H, LORA]`` and q_rope ``[T, H, ROPE]``);
     kv_cache ``[pages, page_size, 1, LORA + ROPE]`` (the config's kv dtype; fp8 needs
     kv_scale fp32 ``[1]``); row t reads request ``row_req[t]`` (``t`` when None: decode)
-    through ``page_table [>= B, pages]`` and sees its keys ``0 .. row_lens[t]-1``;
-    num_splits ``[T]`` int32 in 1 .. max_splits. out ``[T, H, LORA]``; lse ``[T, H]`` fp32
-    (natural log) when given. partial_o / partial_lse: ``absorbed_workspace`` rows >= T.
+    through ``page_table [>= B, pages]`` and sees its keys ``0 .. row_lens[t]-1``.
+    num_splits ``[T]`` int32 in 1 .. max_splits, with partial_o / partial_lse from
+    ``absorbed_workspace`` (>= T rows); or None: one split per row, no partials. out
+    ``[T, H, LORA]``; lse ``[T, H]`` fp32 (natural log) when given.
     """
     q_nope, q_rope = split_q(q, q_rope, config)
     rows, device = q_nope.shape[0], q_nope.device
     h, lora = config.num_heads, config.kv_lora_rank
-    check_tensor(
-        "kv_cache",
-        kv_cache,
-        dtype=kv_dtype(config),
-        device=device,
-        shape=[None, config.page_size, 1, config.kv_width],
-        last_dim_contiguous=True,
-    )
-    if kv_cache.stride(1) % 16 or kv_cache.data_ptr() % 16:
-        fail(
-            "kv_cache",
-            "rows starting on 16 elements (stride(1) % 16 == 0, aligned data)",
-            kv_cache.stride(),
-        )
-    if kv_cache.stride(0) != config.page_size * kv_cache.stride(1):
-        fail(
-            "kv_cache",
-            "pages laid out back to back (stride(0) = page_size * stride(1))",
-            kv_cache.stride(),
-        )
+    _check_latent_cache(kv_cache, config, device)
     check_tensor(
         "out",
         out,
@@ -132,6 +114,8 @@ def absorbed(
         device=device,
         last_dim_contiguous=True,
     )
+    if out.stride(1) % 16:
+        fail("out", "rows starting on 16 elements (stride(1) % 16 == 0)", out.stride())
     if lse is not None:
         check_tensor(
             "lse", lse, dtype=torch.float32, shape=[rows, h], device=device, contiguous=True
@@ -141,48 +125,20 @@ def absorbed(
     elif kv_scale is not None:
         fail("kv_scale", f"None (the {config.kv_dtype} cache is not quantized)", "a tensor")
     if not trusted_metadata:
-        check_tensor(
-            "page_table",
-            page_table,
-            dtype=I32,
-            shape=[None, None],
-            device=device,
-            last_dim_contiguous=True,
-        )
-        check_tensor("row_lens", row_lens, dtype=I32, shape=[rows], device=device, contiguous=True)
-        check_tensor(
-            "num_splits", num_splits, dtype=I32, shape=[rows], device=device, contiguous=True
-        )
-        if row_req is not None:
-            check_tensor(
-                "row_req", row_req, dtype=I32, shape=[rows], device=device, contiguous=True
-            )
-        elif page_table.shape[0] < rows:
-            fail("page_table", f">= {rows} rows (one per decode request)", page_table.shape[0])
-        s = config.max_splits
-        check_tensor(
-            "partial_o",
-            partial_o,
-            dtype=torch.float32,
-            shape=[None, h, s, lora],
-            device=device,
-            contiguous=True,
-        )
-        check_tensor(
-            "partial_lse",
-            partial_lse,
-            dtype=torch.float32,
-            shape=[None, h, s],
-            device=device,
-            contiguous=True,
-        )
-        if partial_o.shape[0] < rows or partial_lse.shape[0] < rows:
-            fail("partial_o / partial_lse", f">= {rows} rows", partial_o.shape[0])
+        _check_rows(page_table, row_lens, num_splits, row_req, rows, device)
+    if num_splits is not None:
+        _check_partials(partial_o, partial_lse, config, rows, device)
+    else:  # no partials: the kernel never touches them
+        partial_o = partial_lse = out
     if rows == 0:
         return out
+    split = num_splits is not None
+    po_strides = partial_o.stride()[:3] if split else (0, 0, 0)
+    pl_strides = partial_lse.stride()[:2] if split else (0, 0)
+    lse_arg = lse if lse is not None else out  # not written without WRITE_LSE
+    lse_stride = lse.stride(0) if lse is not None else 0
     head_blocks = triton.cdiv(h, config.decode_block_h)
-    lse_arg = lse if lse is not None else partial_lse  # unused when WRITE_LSE is off
-    absorbed_split_kernel[(rows, head_blocks, config.max_splits)](
+    absorbed_split_kernel[(rows, head_blocks, config.max_splits if split else 1)](
         q_nope,
         q_rope,
         kv_cache,
@@ -204,31 +160,91 @@ def absorbed(
         page_table.stride(0),
         out.stride(0),
         out.stride(1),
-        lse_arg.stride(0),
-        partial_o.stride(0),
-        partial_o.stride(1),
-        partial_o.stride(2),
-        partial_lse.stride(0),
-        partial_lse.stride(1),
+        lse_stride,
+        *po_strides,
+        *pl_strides,
         **absorbed_options(config, write_lse=lse is not None),
     )
-    absorbed_combine_kernel[(rows, h)](
-        partial_o,
-        partial_lse,
-        num_splits,
-        out,
-        lse_arg,
-        partial_o.stride(0),
-        partial_o.stride(1),
-        partial_o.stride(2),
-        partial_lse.stride(0),
-        partial_lse.stride(1),
-        out.stride(0),
-        out.stride(1),
-        lse_arg.stride(0),
-        **combine_options(config, write_lse=lse is not None),
-    )
+    if split:
+        absorbed_combine_kernel[(rows, h)](
+            partial_o,
+            partial_lse,
+            num_splits,
+            out,
+            lse_arg,
+            *po_strides,
+            *pl_strides,
+            out.stride(0),
+            out.stride(1),
+            lse_stride,
+            **combine_options(config, write_lse=lse is not None),
+        )
     return out
+
+
+def _check_latent_cache(kv_cache: torch.Tensor, config: MlaTritonConfig, device) -> None:
+    check_tensor(
+        "kv_cache",
+        kv_cache,
+        dtype=kv_dtype(config),
+        device=device,
+        shape=[None, config.page_size, 1, config.kv_width],
+        last_dim_contiguous=True,
+    )
+    if kv_cache.stride(1) % 16 or kv_cache.data_ptr() % 16:
+        fail(
+            "kv_cache",
+            "rows starting on 16 elements (stride(1) % 16 == 0, aligned data)",
+            kv_cache.stride(),
+        )
+    if kv_cache.stride(0) != config.page_size * kv_cache.stride(1):
+        fail(
+            "kv_cache",
+            "pages laid out back to back (stride(0) = page_size * stride(1))",
+            kv_cache.stride(),
+        )
+
+
+def _check_rows(page_table, row_lens, num_splits, row_req, rows: int, device) -> None:
+    check_tensor(
+        "page_table",
+        page_table,
+        dtype=I32,
+        shape=[None, None],
+        device=device,
+        last_dim_contiguous=True,
+    )
+    check_tensor("row_lens", row_lens, dtype=I32, shape=[rows], device=device, contiguous=True)
+    if num_splits is not None:
+        check_tensor(
+            "num_splits", num_splits, dtype=I32, shape=[rows], device=device, contiguous=True
+        )
+    if row_req is not None:
+        check_tensor("row_req", row_req, dtype=I32, shape=[rows], device=device, contiguous=True)
+    elif page_table.shape[0] < rows:
+        fail("page_table", f">= {rows} rows (one per decode request)", page_table.shape[0])
+
+
+def _check_partials(partial_o, partial_lse, config: MlaTritonConfig, rows: int, device) -> None:
+    h, s, lora = config.num_heads, config.max_splits, config.kv_lora_rank
+    check_tensor(
+        "partial_o",
+        partial_o,
+        dtype=torch.float32,
+        shape=[None, h, s, lora],
+        device=device,
+        contiguous=True,
+    )
+    check_tensor(
+        "partial_lse",
+        partial_lse,
+        dtype=torch.float32,
+        shape=[None, h, s],
+        device=device,
+        contiguous=True,
+    )
+    if partial_o.shape[0] < rows or partial_lse.shape[0] < rows:
+        fail("partial_o / partial_lse", f">= {rows} rows", partial_o.shape[0])
 
 
 def absorbed_options(config: MlaTritonConfig, *, write_lse: bool) -> dict:

@@ -74,14 +74,17 @@ def absorbed_split_kernel(
 
     Row t reads request ROW_REQ[t] (t itself when ROW_REQ is None: decode) and sees its
     keys 0 .. ROW_LENS[t]-1 (decode: the sequence length; extend and verify: the causal
-    limit of that token). KV_CACHE rows are stride_kv elements apart, token slot s at row
+    limit of that token). NUM_SPLITS [T] int32 (None: one split each, nothing partial). KV_CACHE rows are stride_kv elements apart, token slot s at row
     s (page s // PAGE_SIZE). KV_SCALED: the cache is fp8 with the fp32 per-tensor scale
     KV_SCALE (folded into the score scale and the output).
     """
     off_t = tl.program_id(0)
     off_hb = tl.program_id(1)
     split = tl.program_id(2)
-    num_splits = tl.minimum(tl.maximum(tl.load(NUM_SPLITS + off_t), 1), MAX_SPLITS)
+    if NUM_SPLITS is None:  # one split per row: no partials, no combine
+        num_splits = 1
+    else:
+        num_splits = tl.minimum(tl.maximum(tl.load(NUM_SPLITS + off_t), 1), MAX_SPLITS)
     if ROW_REQ is None:
         off_b = off_t
     else:

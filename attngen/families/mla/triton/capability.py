@@ -1,0 +1,46 @@
+"""What the Triton MLA lowering covers: absorbed decode, extend and draft-chain verify over
+a bf16/fp16 or fp8 e4m3 (per-tensor scale) latent cache of DeepSeek's dims, and the ragged
+192/128 path with LSE for new tokens and prefix chunks; any page size; up to 128 heads."""
+
+from __future__ import annotations
+
+from attngen.spec.enums import DType, MaskKind, Phase, ScaleGranularity
+from attngen.spec.variant import MlaShape, Variant
+from attngen.verdict import Verdict, first_failure
+
+PHASES = frozenset({Phase.DECODE, Phase.EXTEND, Phase.VERIFY})
+DTYPES = frozenset({DType.BF16, DType.FP16})
+# The kernels' tiles are these dims (tl.arange extents), measured spill-free at them.
+DIMS = (512, 64, 128, 128)  # kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim
+MAX_HEADS = 128
+
+
+def supports(variant: Variant) -> Verdict:
+    shape = variant.shape
+    assert isinstance(shape, MlaShape)
+    extra = set(variant.phases) - PHASES
+    dims = (shape.kv_lora_rank, shape.qk_rope_head_dim, shape.qk_nope_head_dim, shape.v_head_dim)
+    kv = variant.kv_dtype
+    kv_name = kv.value if kv is not None else "no"
+    topk = variant.spec_topk or 0
+    return first_failure(
+        [
+            (not extra, f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet"),
+            (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+            (
+                kv is variant.dtype or kv is DType.FP8_E4M3,
+                f"{kv_name} latent cache is not lowered yet",
+            ),
+            (
+                kv is not DType.FP8_E4M3 or variant.kv_scale is ScaleGranularity.PER_TENSOR,
+                "an fp8 latent cache takes one per-tensor scale (one KV head)",
+            ),
+            (
+                dims == DIMS,
+                f"latent/rope/nope/v dims {dims} are not lowered (DeepSeek's {DIMS} are)",
+            ),
+            (shape.num_heads <= MAX_HEADS, f"num_heads {shape.num_heads} > {MAX_HEADS}"),
+            (topk <= 1, "draft trees (topk > 1) are not lowered for MLA yet"),
+            (variant.mask.kind is MaskKind.CAUSAL, "MLA is lowered with a causal mask only"),
+        ]
+    )

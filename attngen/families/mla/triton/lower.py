@@ -1,0 +1,135 @@
+"""Lowering of MLA variants to Triton plans: tiles per head count, latent dtype and arch,
+the decode capture's static buffers, and the module plan.
+
+The tiles were measured spill-free with Triton 3.6 (AOT, registers from ptxas) on sm_80,
+sm_90a and sm_100a; a spec's ``tuning`` section overrides them per arch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from attngen.arch import facts
+from attngen.families.mla.key import MlaKey
+from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
+from attngen.hooks import MaskHooks
+from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
+from attngen.probes import feature_lines
+from attngen.spec.enums import KV_DTYPE_NAME, TORCH_DTYPE_NAME, Arch, Backend, DType
+from attngen.spec.model import Spec
+from attngen.spec.variant import MlaShape, Variant
+
+SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed decode batch read one (valid) latent row
+RUNTIME_CLASS = "attngen.families.mla.runtime:PagedMlaBackend"
+# KV splits per row: B x head blocks programs below ~4 waves of SMs split long rows (the
+# partials cost rows x H x MAX_SPLITS x 2 KiB of fp32 workspace).
+MAX_SPLITS = 8
+
+# Absorbed tiles (BLOCK_H query heads, BLOCK_N latent rows, warps, stages) by the padded
+# head count. The accumulator is BLOCK_H x 512 fp32 (128 registers a thread at 64 heads on
+# 8 warps); q stays in shared memory. bf16/fp16 latent: 64 heads x 32 rows on 8 warps is
+# 222 registers on sm_90a (3 stages spilled 8 bytes); fp8 latent is upcast in registers,
+# which spilled at 64 heads (404 B): it runs 32-head tiles (254 registers).
+ABSORBED_TILES = {16: (16, 64, 4, 2), 32: (32, 64, 8, 2), 64: (64, 32, 8, 2)}
+FP8_ABSORBED_TILES = {16: (16, 32, 8, 2), 32: (32, 32, 8, 2), 64: (32, 32, 8, 2)}
+# Ragged 192/128 tiles (BLOCK_M, BLOCK_N, warps, stages).
+RAGGED_TILES = (64, 64, 4, 2)
+
+
+def next_power_of_two(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def absorbed_tiles(num_heads: int, kv_dtype: DType) -> dict[str, int]:
+    rows = min(64, max(16, next_power_of_two(num_heads)))
+    table = FP8_ABSORBED_TILES if kv_dtype is DType.FP8_E4M3 else ABSORBED_TILES
+    block_h, block_n, warps, stages = table[rows]
+    return {
+        "decode_block_h": block_h,
+        "decode_block_n": block_n,
+        "decode_num_warps": warps,
+        "decode_num_stages": stages,
+        "max_splits": MAX_SPLITS,
+        "combine_num_warps": 4,
+    }
+
+
+def ragged_tiles() -> dict[str, int]:
+    block_m, block_n, warps, stages = RAGGED_TILES
+    return {
+        "ragged_block_m": block_m,
+        "ragged_block_n": block_n,
+        "ragged_num_warps": warps,
+        "ragged_num_stages": stages,
+    }
+
+
+def kernel_config(
+    variant: Variant, arch: Arch, overrides: dict[str, int] | None = None
+) -> MlaTritonConfig:
+    shape = variant.shape
+    assert isinstance(shape, MlaShape)
+    assert variant.kv_dtype is not None and variant.page_size is not None
+    key = MlaKey(
+        num_heads=shape.num_heads,
+        kv_lora_rank=shape.kv_lora_rank,
+        qk_rope_head_dim=shape.qk_rope_head_dim,
+        qk_nope_head_dim=shape.qk_nope_head_dim,
+        v_head_dim=shape.v_head_dim,
+        page_size=variant.page_size,
+        dtype=TORCH_DTYPE_NAME[variant.dtype],
+        kv_dtype=KV_DTYPE_NAME[variant.kv_dtype],
+        spec_topk=variant.spec_topk or 0,
+    )
+    config = MlaTritonConfig(
+        uri=variant.uri,
+        **dataclasses.asdict(key),
+        num_draft_tokens=variant.num_draft_tokens,
+        **absorbed_tiles(shape.num_heads, variant.kv_dtype),
+        **ragged_tiles(),
+    )
+    return dataclasses.replace(config, **(overrides or {}))
+
+
+def decode_graph_buffers(fill: int) -> tuple[GraphBuffer, ...]:
+    """Static buffers of a decode capture: metadata and the split partials."""
+    return (
+        GraphBuffer(
+            "page_table", "int32", ("max_bs", "max_pages"), 0, "physical page of each page"
+        ),
+        GraphBuffer(
+            "seq_lens", "int32", ("max_bs",), fill, "latent rows per request (padded: fill)"
+        ),
+        GraphBuffer("num_splits", "int32", ("max_bs",), 1, "KV splits per request, on device"),
+        GraphBuffer(
+            "partial_o",
+            "float32",
+            ("max_bs", "num_q_heads", "max_splits", "kv_lora_rank"),
+            0,
+            "split outputs",
+        ),
+        GraphBuffer(
+            "partial_lse", "float32", ("max_bs", "num_q_heads", "max_splits"), 0, "split LSEs"
+        ),
+    )
+
+
+def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
+    overrides = spec.tuning_for(Backend.TRITON, arch)
+    return ModulePlan(
+        spec=spec,
+        backend=Backend.TRITON,
+        arch=arch,
+        hooks=MaskHooks.from_mask(spec.mask),
+        kernels=tuple(KernelPlan(v, kernel_config(v, arch, overrides)) for v in variants),
+        metadata=MetadataPlan(
+            facts(arch).num_sms, SEQ_LEN_FILL_VALUE, decode_graph_buffers(SEQ_LEN_FILL_VALUE)
+        ),
+        runtime_class=RUNTIME_CLASS,
+        feature_lines=feature_lines(variants, spec.family, Backend.TRITON, arch),
+    )
+
+
+def traits(plan: ModulePlan) -> MlaTraits:
+    """The TRAITS the plan's generated kernels.py binds."""
+    return MlaTraits(tuple(p.value for p in plan.spec.phases))

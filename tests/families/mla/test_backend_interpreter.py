@@ -1,0 +1,260 @@
+"""The MLA backend end to end on CPU: PagedMlaBackend with the real Triton kernels in the
+interpreter, against the float64 oracle: absorbed decode and extend (eager and through the
+CUDA-graph buffers), chain verify, the ragged path with chunked prefix and merge, the fp8
+latent pool, and bad inputs.
+
+fp16 (the interpreter's bf16 is wrong): the backend class binds the library with fp16
+configs built from a generated bf16 config; the generated packages' own bf16 configs run
+in the GPU suite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import pytest
+import torch
+
+from attngen.families.mla import reference as ref
+from attngen.families.mla.runtime import PagedMlaBackend
+from attngen.families.mla.testing import check_close, check_lse, make_rig, rig_batch
+from attngen.families.mla.triton import library
+from attngen.runtime.batch import ForwardMode, VerifyInfo
+from attngen.runtime.checks import AttngenInputError
+from generated.sm90.triton.mla.mla_deepseek_v3_mtp import graph as generated_graph
+from generated.sm90.triton.mla.mla_deepseek_v3_mtp import kernels as generated
+
+F16 = torch.float16
+
+
+def backend_class(page_size: int, kv_dtype: str = "float16", drafts: int = 3) -> type:
+    """A backend over fp16 versions of the generated h16 config (small interpreter tiles)."""
+    base = generated.CONFIGS[f"r512_rope64_h16_ps64_bf16_causal_topk1"]
+    config = dataclasses.replace(
+        base,
+        uri="test",
+        page_size=page_size,
+        dtype="float16",
+        kv_dtype=kv_dtype,
+        num_draft_tokens=drafts,
+        decode_block_n=16,
+        ragged_block_m=16,
+        ragged_block_n=16,
+    )
+    kernels = types.SimpleNamespace(
+        PHASES=("extend", "decode", "verify"),
+        CONFIGS={"test": config},
+        absorbed=library.absorbed,
+        absorbed_workspace=library.absorbed_workspace,
+        ragged=library.ragged,
+        merge_state=library.merge_state,
+    )
+    attrs = dict(kernels=kernels, graph=generated_graph, spec_name="test", arch="sm90")
+    return type("TestMlaBackend", (PagedMlaBackend,), dict(attrs, num_sms=4))
+
+
+def rig(page_size=16, kv=None, **kw):
+    cls = backend_class(page_size, "float8_e4m3fn" if kv is not None else "float16")
+    return make_rig(
+        cls, num_heads=16, page_size=page_size, dtype=F16, device="cpu", kv_cache_dtype=kv, **kw
+    )
+
+
+def absorbed_oracle(r, rb, q, decode: bool):
+    cache = r.kv_pool.get_key_buffer(0)
+    if decode:
+        lens = [p + e for p, e in zip(rb.prefix_lens, rb.extend_lens)]
+        return ref.absorbed_decode(q, cache, rb.page_table, lens, 192**-0.5, kv_scale=r.kv_scale)
+    return ref.absorbed_extend(
+        q, cache, rb.page_table, rb.prefix_lens, rb.extend_lens, 192**-0.5, kv_scale=r.kv_scale
+    )
+
+
+@pytest.mark.parametrize("page_size,kv", [(1, None), (16, None), (16, torch.float8_e4m3fn)])
+def test_decode(page_size, kv):
+    torch.manual_seed(0)
+    r = rig(page_size, kv)
+    rb = rig_batch(r, [300, 7, 40], [1, 1, 1], ForwardMode.DECODE)  # 300: two splits
+    q = torch.randn(3, 16, 576).to(F16)
+    r.backend.init_forward_metadata(rb.batch)
+    assert int(r.backend.forward_metadata.num_splits.max()) > 1
+    out, lse = r.backend.forward_decode(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope, return_lse=True
+    )
+    want, want_lse = absorbed_oracle(r, rb, q, decode=True)
+    check_close(out.view(3, 16, 512), want, F16, "decode")
+    check_lse(lse, want_lse, "decode lse")
+
+
+def test_decode_writes_the_new_latent_quantized():
+    r = rig(16, torch.float8_e4m3fn)
+    rb = rig_batch(r, [5], [1], ForwardMode.DECODE)
+    r.backend.init_forward_metadata(rb.batch)
+    r.backend.forward_decode(
+        torch.randn(1, 16, 576).to(F16),
+        rb.new_latent,
+        None,
+        r.absorbed_layer,
+        rb.batch,
+        k_rope=rb.new_rope,
+    )
+    slot = int(rb.batch.out_cache_loc[0])
+    row = r.kv_pool.get_key_buffer(0).view(-1, 576)[slot].double() * 0.5
+    want = torch.cat([rb.new_latent[0, 0], rb.new_rope[0, 0]]).double()
+    # e4m3 rounding: 2^-4 relative, below the subnormal range 2^-9 absolute (x scale)
+    assert (row - want).abs().le(want.abs() * 2.0**-4 + 2.0**-10).all()
+
+
+def test_absorbed_extend_and_verify_chain():
+    torch.manual_seed(1)
+    r = rig(16)
+    for mode, prefix, ext in (
+        (ForwardMode.EXTEND, [20, 0], [5, 3]),
+        (ForwardMode.TARGET_VERIFY, [33, 2], [3, 3]),
+    ):
+        info = VerifyInfo(3) if mode is ForwardMode.TARGET_VERIFY else None
+        rb = rig_batch(r, prefix, ext, mode, spec_info=info, seed=2)
+        q = torch.randn(sum(ext), 16, 512).to(F16)
+        q_rope = torch.randn(sum(ext), 16, 64).to(F16)
+        r.backend.init_forward_metadata(rb.batch)
+        out = r.backend.forward_extend(
+            q, rb.new_latent, None, r.absorbed_layer, rb.batch, q_rope=q_rope, k_rope=rb.new_rope
+        )
+        want, _ = absorbed_oracle(r, rb, torch.cat([q, q_rope], -1), decode=False)
+        check_close(out.view(-1, 16, 512), want, F16, mode.name)
+
+
+def test_graph_buffers_decode_and_verify_replay():
+    """Capture once (bs 2), replay smaller and larger batches (up to max_bs 3) in place."""
+    torch.manual_seed(3)
+    r = rig(16)
+    r.backend.init_cuda_graph_state(max_bs=3, max_num_tokens=12)
+    for mode, n in ((ForwardMode.DECODE, 1), (ForwardMode.TARGET_VERIFY, 3)):
+        info = VerifyInfo(3) if n > 1 else None
+        for seed, prefix in enumerate(([40, 290], [3], [17, 1, 64])):
+            rb = rig_batch(r, prefix, [n] * len(prefix), mode, spec_info=info, seed=seed)
+            bs = len(prefix)
+            b = rb.batch
+            if seed == 0:
+                r.backend.init_forward_metadata_capture_cuda_graph(
+                    bs, bs * n, b.req_pool_indices, b.seq_lens, None, mode, info
+                )
+            else:
+                r.backend.init_forward_metadata_replay_cuda_graph(
+                    bs,
+                    b.req_pool_indices,
+                    b.seq_lens,
+                    b.seq_lens_sum,
+                    None,
+                    mode,
+                    info,
+                    seq_lens_cpu=b.seq_lens_cpu,
+                )
+            rows = bs * n
+            q = torch.randn(rows, 16, 576).to(F16)
+            forward = r.backend.forward_decode if n == 1 else r.backend.forward_extend
+            out = forward(q, rb.new_latent, None, r.absorbed_layer, b, k_rope=rb.new_rope)
+            want, _ = absorbed_oracle(r, rb, q, decode=n == 1)
+            check_close(out.view(rows, 16, 512), want, F16, f"{mode.name} replay {seed}")
+
+
+def test_ragged_new_tokens_and_prefix_chunks_merge():
+    """Causal new tokens, two prefix chunks (the first ending inside a page), merged by LSE
+    = causal attention over prefix + new tokens."""
+    torch.manual_seed(4)
+    r = rig(16)
+    prefix, ext, h = [21, 9], [6, 4], 16
+    chunks = [[13, 5], [8, 4]]  # chunk sizes per request (13: a boundary inside a page)
+    cu = torch.tensor([[0, 13, 18], [0, 8, 12]], dtype=torch.int32)
+    rb = rig_batch(
+        r, prefix, ext, ForwardMode.EXTEND, prefix_chunk_cu_seq_lens=cu, mha_return_lse=True
+    )
+    tq = sum(ext)
+    q = torch.randn(tq, h, 192).to(F16)
+    k_new, v_new = torch.randn(tq, h, 192).to(F16), torch.randn(tq, h, 128).to(F16)
+    tk = sum(prefix)
+    k_pre_nope, k_pre_rope = torch.randn(tk, h, 128).to(F16), torch.randn(tk, 1, 64).to(F16)
+    v_pre = torch.randn(tk, h, 128).to(F16)
+    b = rb.batch
+    r.backend.init_forward_metadata(b)
+    out, lse = r.backend.forward_extend(q, k_new, v_new, r.ragged_layer, b, save_kv_cache=False)
+    # the prefix rows of chunk c: request 0's then request 1's
+    starts = [0, prefix[0]]
+    done = [0, 0]
+    for c in range(2):
+        idx = torch.cat(
+            [
+                torch.arange(starts[i] + done[i], starts[i] + done[i] + chunks[c][i])
+                for i in range(2)
+            ]
+        )
+        done = [done[i] + chunks[c][i] for i in range(2)]
+        fb = dataclasses.replace(b, attn_attend_prefix_cache=True, prefix_chunk_idx=c)
+        o_c, lse_c = r.backend.forward_extend(
+            q,
+            k_pre_nope[idx],
+            v_pre[idx],
+            r.ragged_layer,
+            fb,
+            save_kv_cache=False,
+            k_rope=k_pre_rope[idx],
+        )
+        out, lse = r.backend.merge_state(out, lse, o_c, lse_c)
+    # oracle: per request keys = prefix rows then new rows, causal aligned to the end
+    ks, vs, qo, kv = [], [], [], []
+    row = 0
+    for i in range(2):
+        pre = torch.arange(starts[i], starts[i] + prefix[i])
+        new = torch.arange(row, row + ext[i])
+        k_full = torch.cat(
+            [torch.cat([k_pre_nope[pre], k_pre_rope[pre].expand(-1, h, -1)], -1), k_new[new]]
+        )
+        ks.append(k_full)
+        vs.append(torch.cat([v_pre[pre], v_new[new]]))
+        row += ext[i]
+        qo.append(ext[i])
+        kv.append(prefix[i] + ext[i])
+    k_all = torch.cat(ks)
+    want, want_lse = ref.ragged_mha(
+        q, k_all[..., :128], k_all[..., 128:], torch.cat(vs), qo, kv, 192**-0.5, causal=True
+    )
+    check_close(out.view(tq, h, 128), want, F16, "chunked prefix")
+    check_lse(lse, want_lse, "chunked prefix lse")
+
+
+def test_bad_inputs():
+    r = rig(16)
+    rb = rig_batch(r, [4], [2], ForwardMode.EXTEND)
+    r.backend.init_forward_metadata(rb.batch)
+    q = torch.randn(2, 16, 192).to(F16)
+    k, v = torch.randn(2, 16, 192).to(F16), torch.randn(2, 16, 128).to(F16)
+    with pytest.raises(AttngenInputError, match="writes no latent cache"):
+        r.backend.forward_extend(q, k, v, r.ragged_layer, rb.batch)
+    with pytest.raises(AttngenInputError, match="absorbed path"):
+        bad = dataclasses.replace(r.absorbed_layer, num_q_heads=8)
+        r.backend.forward_extend(q, k, v, bad, rb.batch)
+    with pytest.raises(AttngenInputError, match="q: expected dtype"):
+        r.backend.forward_extend(q.float(), k, v, r.ragged_layer, rb.batch, save_kv_cache=False)
+    r8 = rig(16, torch.float8_e4m3fn)
+    rb = rig_batch(r8, [4], [1], ForwardMode.DECODE)
+    r8.backend.init_forward_metadata(rb.batch)
+    no_scale = dataclasses.replace(r8.absorbed_layer, k_scale=None)
+    with pytest.raises(AttngenInputError, match="k_scale"):
+        r8.backend.forward_decode(
+            torch.randn(1, 16, 576).to(F16),
+            rb.new_latent,
+            None,
+            no_scale,
+            rb.batch,
+            k_rope=rb.new_rope,
+        )
+    with pytest.raises(AttngenInputError, match="tree_mask"):
+        rb = rig_batch(
+            r,
+            [4],
+            [3],
+            ForwardMode.TARGET_VERIFY,
+            spec_info=VerifyInfo(3, tree_mask=torch.zeros(2, dtype=torch.uint8)),
+        )
+        r.backend.init_forward_metadata(rb.batch)
