@@ -84,9 +84,12 @@ def compile_specs(config: MlaTritonConfig, traits: MlaTraits) -> list[CompileSpe
                 "decode_split", absorbed_split_kernel, options, config, ("ROW_REQ", *scale)
             )
         )
-    if phases != ("decode",):  # extend / verify: absorbed rows with their own request
+    if phases != ("decode",):  # extend / verify: absorbed rows, split or not
         options = absorbed_options(config, write_lse=False)
-        specs.append(_compile_spec("absorbed_rows", absorbed_split_kernel, options, config, scale))
+        rows = absorbed_split_kernel
+        specs.append(_compile_spec("absorbed_rows", rows, options, config, scale))
+        nosplit = (*scale, "NUM_SPLITS")
+        specs.append(_compile_spec("absorbed_rows_nosplit", rows, options, config, nosplit))
     specs.append(
         _compile_spec(
             "combine", absorbed_combine_kernel, combine_options(config, write_lse=False), config

@@ -341,6 +341,8 @@ def ragged(
             device=device,
             contiguous=True,
         )
+    for name, x in (("q", q), ("k_nope", k_nope), ("k_rope", k_rope), ("v", v), ("out", out)):
+        _check_rows_aligned(name, x)
     batch = qo_indptr.shape[0] - 1
     if tq == 0 or batch < 1 or max_q_len < 1:
         return out
@@ -370,6 +372,16 @@ def ragged(
         **ragged_options(config, causal=causal),
     )
     return out
+
+
+def _check_rows_aligned(name: str, x: torch.Tensor) -> None:
+    """Rows (per token and head) start on 16 elements and 16 bytes: the kernels say so."""
+    if any(st % 16 for st in x.stride()[:2] if st) or x.data_ptr() % 16:
+        fail(
+            name,
+            "token and head strides that are multiples of 16 and 16-byte aligned data",
+            f"strides {x.stride()}",
+        )
 
 
 def ragged_options(config: MlaTritonConfig, *, causal: bool) -> dict:

@@ -65,7 +65,13 @@ def ragged_attend_kernel(
         offs_v = tl.arange(0, V_DIM)
 
         # -- load q: nope and rope parts ----
-        q_rows = Q + (q_lo + offs_m).to(tl.int64)[:, None] * stride_qt + off_h * stride_qh
+        # every row starts on 16 elements (the launcher checks the strides): vector loads
+        q_rows = (
+            Q
+            + tl.multiple_of((q_lo + offs_m).to(tl.int64) * stride_qt + off_h * stride_qh, 16)[
+                :, None
+            ]
+        )
         q_nope = tl.load(q_rows + offs_d[None, :], mask=mask_m[:, None], other=0.0)
         q_rope = tl.load(q_rows + NOPE + offs_r[None, :], mask=mask_m[:, None], other=0.0)
 
@@ -84,18 +90,21 @@ def ragged_attend_kernel(
             offs_n = start_n + tl.arange(0, BLOCK_N)
             mask_n = offs_n < kv_len
             tok = (kv_lo + offs_n).to(tl.int64)
+            k_rows = tl.multiple_of(tok * stride_kt + off_h * stride_kh, 16)
+            r_rows = tl.multiple_of(tok * stride_rt + off_h * stride_rh, 16)
+            v_rows = tl.multiple_of(tok * stride_vt + off_h * stride_vh, 16)
             k_nope = tl.load(
-                K_NOPE + tok[:, None] * stride_kt + off_h * stride_kh + offs_d[None, :],
+                K_NOPE + k_rows[:, None] + offs_d[None, :],
                 mask=mask_n[:, None],
                 other=0.0,
             )
             k_rope = tl.load(
-                K_ROPE + tok[:, None] * stride_rt + off_h * stride_rh + offs_r[None, :],
+                K_ROPE + r_rows[:, None] + offs_r[None, :],
                 mask=mask_n[:, None],
                 other=0.0,
             )
             v = tl.load(
-                V + tok[:, None] * stride_vt + off_h * stride_vh + offs_v[None, :],
+                V + v_rows[:, None] + offs_v[None, :],
                 mask=mask_n[:, None],
                 other=0.0,
             )
@@ -120,7 +129,8 @@ def ragged_attend_kernel(
         l_safe = tl.where(has_keys, l_i, 1.0)
         lse = tl.where(has_keys, (m_i + tl.math.log2(l_safe)) * LN2, float("-inf"))
         rows = (q_lo + offs_m).to(tl.int64)
-        o_ptrs = OUT + rows[:, None] * stride_ot + off_h * stride_oh + offs_v[None, :]
+        o_rows = tl.multiple_of(rows * stride_ot + off_h * stride_oh, 16)
+        o_ptrs = OUT + o_rows[:, None] + offs_v[None, :]
         tl.store(o_ptrs, (acc / l_safe[:, None]).to(OUT.dtype.element_ty), mask=mask_m[:, None])
         tl.store(LSE + rows * stride_lt + off_h, lse, mask=mask_m)
 

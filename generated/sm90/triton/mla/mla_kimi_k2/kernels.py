@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "7180139944163337d0037616c8ccf4fd5aad621e3e29256ca2d6b903c8f39cec"
+LIBRARY_SHA256 = "c6dc4fb1a11fc72d88b984663469fc067882772657ca7648406621205b35f461"
 PHASES = ("extend", "decode")  # phases the spec generates; the backend serves only these
 TRAITS = MlaTraits(PHASES)
 
@@ -47,9 +47,9 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_num_stages=2,
         max_splits=8,
         combine_num_warps=4,
-        ragged_block_m=64,
+        ragged_block_m=128,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h64_ps64_bf16_causal": MlaTritonConfig(
@@ -70,9 +70,9 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_num_stages=2,
         max_splits=8,
         combine_num_warps=4,
-        ragged_block_m=64,
+        ragged_block_m=128,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
 }

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""GPU benchmark of attngen's MLA Triton kernels against FlashMLA, in one process.
+
+Absorbed decode (one query per request, page 64, bf16 q): attngen ``absorbed`` (splits from
+PagedMlaBackend's heuristic) vs FlashMLA ``flash_mla_with_kvcache`` on the same latent
+cache, B64 ctx4096 and B128 ctx8192 at h_q 128 and 16, bf16 and fp8 e4m3 latent (FlashMLA's
+fp8 path takes an fp8 q; attngen keeps q bf16, so the fp8 rows compare speed only).
+TFLOP/s = 2 B H ctx (576 + 512) / time; TB/s = B ctx 576 bytes-per-element / time.
+Ragged prefill 192/128 with LSE (causal, 16k tokens of S = 4096): attngen's TFLOP/s,
+FLOPs = 2 B H S^2 (192 + 128) / 2. Outputs of attngen and FlashMLA are compared.
+
+Run on the H200 from the repo root, FlashMLA packed by ../shared/gpu/pack-flashmla.sh DIR:
+``python3 bench/mla.py --flashmla DIR --out bench/results``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import glob
+import json
+import os
+import site
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CASES = ((64, 4096), (128, 8192))
+HEADS = (128, 16)
+PAGE = 64
+SCALE = 192**-0.5
+
+
+def load_flashmla(path: str | None):
+    if not path:
+        return None, "no --flashmla"
+    try:
+        for base in site.getsitepackages():
+            libs = glob.glob(f"{base}/nvidia/cu13/lib/libnvrtc.so.13*")
+            if libs:
+                ctypes.CDLL(libs[0], mode=ctypes.RTLD_GLOBAL)
+                break
+        sys.path.insert(0, path)
+        from sgl_kernel import flash_mla
+
+        return flash_mla, ""
+    except Exception as e:  # noqa: BLE001  (a missing peer is reported, not fatal)
+        return None, f"{type(e).__name__}: {e}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--flashmla")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args()
+    import torch
+    import triton
+    from triton.testing import do_bench
+
+    from attngen.families.mha.runtime import decode_num_splits, decode_split_cap
+    from generated.sm90.triton.mla.mla_deepseek_v3 import kernels as k16
+    from generated.sm90.triton.mla.mla_deepseek_v3_fp8 import kernels as k8
+
+    fm, fm_err = load_flashmla(args.flashmla)
+    rows, dev = [], "cuda"
+    for heads in HEADS:
+        for b, ctx in CASES:
+            pages = b * ctx // PAGE
+            perm = torch.randperm(pages, device=dev).to(torch.int32) + 1
+            table = perm.view(b, ctx // PAGE).contiguous()
+            lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
+            q = torch.randn(b, heads, 576, device=dev, dtype=torch.bfloat16)
+            cache16 = torch.randn(pages + 1, PAGE, 1, 576, device=dev, dtype=torch.bfloat16)
+            for kv in ("bf16", "fp8"):
+                mod = k16 if kv == "bf16" else k8
+                uri = f"r512_rope64_h{heads}_ps{PAGE}_bf16" + ("_kvfp8_e4m3" if kv == "fp8" else "")
+                cfg = mod.CONFIGS[uri + "_causal"]
+                cache = cache16 if kv == "bf16" else (cache16 * 4).to(torch.float8_e4m3fn)
+                scale = torch.tensor([0.25], device=dev) if kv == "fp8" else None
+                blocks = triton.cdiv(heads, cfg.decode_block_h)
+                cap = decode_split_cap(
+                    programs_per_split=b * blocks, num_sms=132, max_splits=cfg.max_splits
+                )
+                splits = decode_num_splits(lens, cap=cap, min_split_tokens=256)
+                po, pl = mod.absorbed_workspace(cfg, rows=b, device=dev)
+                out = torch.empty(b, heads, 512, device=dev, dtype=torch.bfloat16)
+
+                def ours():
+                    mod.absorbed(
+                        q,
+                        None,
+                        cache,
+                        table,
+                        lens,
+                        splits,
+                        out,
+                        po,
+                        pl,
+                        config=cfg,
+                        sm_scale=SCALE,
+                        kv_scale=scale,
+                        trusted_metadata=True,
+                    )
+
+                ours()
+                t_ours = do_bench(ours, warmup=50, rep=200)
+                row = dict(
+                    part="decode",
+                    heads=heads,
+                    batch=b,
+                    ctx=ctx,
+                    kv=kv,
+                    page=PAGE,
+                    splits=cap,
+                    attngen_ms=t_ours,
+                )
+                flops = 2 * b * heads * ctx * (576 + 512)
+                nbytes = b * ctx * 576 * cache.element_size()
+                row["attngen_tflops"] = flops / t_ours / 1e9
+                row["attngen_tbs"] = nbytes / t_ours / 1e9
+                if fm is not None:
+                    try:
+                        row.update(
+                            _flashmla(
+                                fm, q, cache, table, lens, heads, kv, out, do_bench, flops, nbytes
+                            )
+                        )
+                    except Exception as e:  # noqa: BLE001
+                        row["flashmla_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+                else:
+                    row["flashmla_error"] = fm_err
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    rows += _prefill(torch, do_bench, k16)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = dict(
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        commit=os.environ.get("ATTNGEN_COMMIT", ""),
+        rows=rows,
+    )
+    (out_dir / f"mla-h200-{stamp}.json").write_text(json.dumps(result, indent=1))
+    print(
+        f"{'part':8}{'H':>5}{'B':>5}{'ctx':>6}{'kv':>5}{'ours ms':>9}{'TF/s':>7}{'TB/s':>6}"
+        f"{'FMLA ms':>9}{'ratio':>7}"
+    )
+    for r in rows:
+        print(
+            f"{r['part']:8}{r['heads']:5}{r['batch']:5}{r['ctx']:6}{r.get('kv', ''):>5}"
+            f"{r['attngen_ms']:9.3f}{r.get('attngen_tflops', 0):7.0f}"
+            f"{r.get('attngen_tbs', 0):6.2f}{r.get('flashmla_ms', float('nan')):9.3f}"
+            f"{r.get('flashmla_ms', float('nan')) / r['attngen_ms']:7.2f}"
+        )
+
+
+def _flashmla(fm, q, cache, table, lens, heads, kv, ours_out, do_bench, flops, nbytes):
+    import torch
+
+    b = q.shape[0]
+    q4 = q.view(b, 1, heads, 576)
+    if kv == "fp8":
+        meta, splits = fm.get_mla_metadata(lens, heads, 1, is_fp8_kvcache=True)
+        one = torch.ones(b, device=q.device)
+        q8 = q4.to(torch.float8_e4m3fn)
+
+        def peer():
+            return fm.flash_mla_with_kvcache(
+                q8,
+                cache,
+                table,
+                lens,
+                512,
+                meta,
+                splits,
+                softmax_scale=SCALE,
+                causal=False,
+                descale_q=one,
+                descale_k=one * 0.25,
+                is_fp8_kvcache=True,
+            )
+
+    else:
+        meta, splits = fm.get_mla_metadata(lens, heads, 1)
+
+        def peer():
+            return fm.flash_mla_with_kvcache(
+                q4, cache, table, lens, 512, meta, splits, softmax_scale=SCALE, causal=False
+            )
+
+    o, _ = peer()
+    diff = (o.view(b, heads, 512).float() - ours_out.float()).abs().max().item()
+    t = do_bench(peer, warmup=50, rep=200)
+    return dict(
+        flashmla_ms=t,
+        flashmla_tflops=flops / t / 1e9,
+        flashmla_tbs=nbytes / t / 1e9,
+        max_diff_vs_flashmla=diff,
+    )
+
+
+def _prefill(torch, do_bench, mod):
+    rows = []
+    cfg = mod.CONFIGS["r512_rope64_h128_ps64_bf16_causal"]
+    s, b, h = 4096, 4, 128
+    t = s * b
+    q = torch.randn(t, h, 192, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(t, h, 192, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(t, h, 128, device="cuda", dtype=torch.bfloat16)
+    indptr = torch.arange(b + 1, device="cuda", dtype=torch.int32) * s
+    out = torch.empty(t, h, 128, device="cuda", dtype=torch.bfloat16)
+    lse = torch.empty(t, h, device="cuda", dtype=torch.float32)
+
+    def ours():
+        mod.ragged(
+            q,
+            k[..., :128],
+            k[..., 128:],
+            v,
+            indptr,
+            indptr,
+            out,
+            lse,
+            max_q_len=s,
+            causal=True,
+            config=cfg,
+            sm_scale=SCALE,
+            trusted_metadata=True,
+        )
+
+    ours()
+    ms = do_bench(ours, warmup=50, rep=200)
+    flops = 2 * b * h * s * s * (192 + 128) / 2
+    rows.append(
+        dict(
+            part="prefill", heads=h, batch=b, ctx=s, attngen_ms=ms, attngen_tflops=flops / ms / 1e9
+        )
+    )
+    print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

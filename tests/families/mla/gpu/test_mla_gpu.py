@@ -1,0 +1,308 @@
+"""MLA on the GPU: the generated sm90 backends (bf16 activations) against the float64
+oracle: absorbed decode over ragged lengths up to 16k at every generated head count and
+page size (with LSE), fp8 latent (against the dequantized cache, and against bf16 with a
+derived bound), absorbed extend, chunked-prefix ragged extend with merge, chain verify,
+and CUDA-graph capture + replay of >= 20 batches for decode and verify.
+
+Run: ``ATTNGEN_GPU=1 python -m pytest -q -n 8 tests/families/mla/gpu``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import random
+
+import pytest
+import torch
+
+from attngen.families.mla import reference as ref
+from attngen.families.mla.testing import check_close, check_lse, make_rig, rig_batch
+from attngen.runtime.batch import ForwardMode, VerifyInfo
+
+BF16 = torch.bfloat16
+SCALE = 192**-0.5
+LONG = [1, 63, 1000, 4099, 16384]  # ragged decode lengths (16384: split-KV)
+# fp8 e4m3 vs the bf16 cache it was quantized from (rows of rms 0.5, scale 0.25: codes of
+# rms 2, normal e4m3 numbers): each element carries a relative rounding error of rms
+# 2^-4 / sqrt(3) = 0.036; it reaches the output through V directly (0.036 rms(o)) and
+# through the scores (s = q.k * 192^-0.5 over 576 elements has rms 0.87, so ds has rms
+# 0.031, which moves the softmax-weighted output by about as much relative to rms(o)):
+# ~0.048 rms(o) in rms, bounded at 0.15 (3x).
+FP8_VS_BF16_RMS = 0.15
+
+
+def backend(spec: str):
+    return importlib.import_module(f"generated.sm90.triton.mla.{spec}.backend").Backend
+
+
+def rig(spec, heads, page_size, kv=None, **kw):
+    return make_rig(
+        backend(spec),
+        num_heads=heads,
+        page_size=page_size,
+        dtype=BF16,
+        device="cuda",
+        kv_cache_dtype=kv,
+        max_context_len=16384 + 64,
+        **kw,
+    )
+
+
+def oracle(r, rb, q, decode):
+    cache = r.kv_pool.get_key_buffer(0)
+    if decode:
+        lens = [p + e for p, e in zip(rb.prefix_lens, rb.extend_lens)]
+        return ref.absorbed_decode(q, cache, rb.page_table, lens, SCALE, kv_scale=r.kv_scale)
+    return ref.absorbed_extend(
+        q, cache, rb.page_table, rb.prefix_lens, rb.extend_lens, SCALE, kv_scale=r.kv_scale
+    )
+
+
+def decode(r, rb, q):
+    r.backend.init_forward_metadata(rb.batch)
+    out, lse = r.backend.forward_decode(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope, return_lse=True
+    )
+    return out.view(q.shape[0], -1, 512), lse
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [16, 32, 64, 128])
+@pytest.mark.parametrize("page_size", [1, 64, 128])
+def test_decode(heads, page_size, evidence):
+    torch.manual_seed(heads + page_size)
+    r = rig("mla_deepseek_v3", heads, page_size)
+    rb = rig_batch(r, [n - 1 for n in LONG], [1] * len(LONG), ForwardMode.DECODE)
+    q = torch.randn(len(LONG), heads, 576, device="cuda").to(BF16)
+    out, lse = decode(r, rb, q)
+    want, want_lse = oracle(r, rb, q, decode=True)
+    check_close(out, want, BF16, f"decode h{heads} ps{page_size}")
+    check_lse(lse, want_lse, "decode lse")
+    # a large batch of short rows (no splits), q given as latent + rope parts
+    lens = [random.Random(heads).randint(1, 600) for _ in range(64)]
+    rb = rig_batch(r, [n - 1 for n in lens], [1] * 64, ForwardMode.DECODE, seed=1)
+    q = torch.randn(64, heads, 576, device="cuda").to(BF16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_decode(
+        q[..., :512],
+        rb.new_latent,
+        None,
+        r.absorbed_layer,
+        rb.batch,
+        q_rope=q[..., 512:],
+        k_rope=rb.new_rope,
+    )
+    check_close(out.view(64, heads, 512), oracle(r, rb, q, True)[0], BF16, "decode B64")
+    evidence.record(r.backend.kernels, r.backend.config.uri, "decode")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_decode_fp8(heads, page_size, evidence):
+    torch.manual_seed(7)
+    r8 = rig("mla_deepseek_v3_fp8", heads, page_size, torch.float8_e4m3fn, kv_scale=0.25)
+    rb = rig_batch(r8, [n - 1 for n in LONG], [1] * len(LONG), ForwardMode.DECODE)
+    q = torch.randn(len(LONG), heads, 576, device="cuda").to(BF16)
+    out, lse = decode(r8, rb, q)
+    want, want_lse = oracle(r8, rb, q, decode=True)  # the dequantized cache
+    check_close(out, want, BF16, f"fp8 decode h{heads} ps{page_size}")
+    check_lse(lse, want_lse, "fp8 decode lse")
+    # against bf16: the same latent rows written to a bf16 pool
+    rb16 = rig("mla_deepseek_v3", heads, 64 if page_size == 64 else 1)
+    rbb = rig_batch(rb16, [n - 1 for n in LONG], [1] * len(LONG), ForwardMode.DECODE)
+    cache8 = r8.kv_pool.get_key_buffer(0)
+    bf16_rows = (torch.randn(sum(LONG), 576, device="cuda") * 0.5).to(BF16)
+    slots8 = torch.cat([r8.req_pool.req_to_token[b + 1, :n].long() for b, n in enumerate(LONG)])
+    slots16 = torch.cat([rb16.req_pool.req_to_token[b + 1, :n].long() for b, n in enumerate(LONG)])
+    r8.kv_pool.set_mla_kv_buffer(r8.absorbed_layer, slots8, bf16_rows[:, :512], bf16_rows[:, 512:])
+    rb16.kv_pool.set_mla_kv_buffer(
+        rb16.absorbed_layer, slots16, bf16_rows[:, :512], bf16_rows[:, 512:]
+    )
+    r8.backend.init_forward_metadata(rb.batch)
+    out8 = r8.backend.forward_decode(
+        q, None, None, r8.absorbed_layer, rb.batch, save_kv_cache=False
+    )
+    want16, _ = oracle(rb16, rbb, q, decode=True)
+    err = (out8.view_as(want16).double() - want16).pow(2).mean().sqrt()
+    rms = want16.pow(2).mean().sqrt()
+    assert not torch.isnan(out8).any() and err <= FP8_VS_BF16_RMS * rms, (err, rms)
+    assert cache8.dtype == torch.float8_e4m3fn
+    evidence.record(r8.backend.kernels, r8.backend.config.uri, "decode")
+    evidence.record(
+        r8.backend.kernels,
+        r8.backend.config.uri,
+        "quantized_vs_bf16",
+        rms_error=round(float(err / rms), 4),
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("page_size", [1, 64, 128])
+def test_extend(heads, page_size, evidence):
+    """Absorbed extend (short extends over long prefixes), then the ragged path: causal new
+    tokens plus the prefix in chunks of several sizes, merged."""
+    torch.manual_seed(11)
+    r = rig("mla_deepseek_v3", heads, page_size)
+    prefix, ext = [0, 100, 3000, 9000], [7, 1, 33, 5]
+    rb = rig_batch(r, prefix, ext, ForwardMode.EXTEND)
+    t = sum(ext)
+    q = torch.randn(t, heads, 576, device="cuda").to(BF16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_extend(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
+    )
+    check_close(out.view(t, heads, 512), oracle(r, rb, q, False)[0], BF16, "absorbed extend")
+    for chunk in (100, 1000, 4096):
+        _ragged_chunks(r, heads, prefix=[0, 130, 2000, 5000], ext=[50, 9, 300, 17], chunk=chunk)
+    evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
+
+
+def _ragged_chunks(r, h, prefix, ext, chunk):
+    cuda = dict(device="cuda")
+    nchunks = max(-(-p // chunk) for p in prefix)
+    sizes = [[max(0, min(chunk, p - c * chunk)) for p in prefix] for c in range(nchunks)]
+    cu = torch.tensor(
+        [[0, *torch.tensor(s).cumsum(0).tolist()] for s in sizes], dtype=torch.int32, **cuda
+    )
+    rb = rig_batch(
+        r,
+        prefix,
+        ext,
+        ForwardMode.EXTEND,
+        prefix_chunk_cu_seq_lens=cu,
+        mha_return_lse=True,
+        seed=chunk,
+    )
+    tq, tk = sum(ext), sum(prefix)
+    q = torch.randn(tq, h, 192, **cuda).to(BF16)
+    k_new, v_new = torch.randn(tq, h, 192, **cuda).to(BF16), torch.randn(tq, h, 128, **cuda).to(
+        BF16
+    )
+    k_nope, k_rope = torch.randn(tk, h, 128, **cuda).to(BF16), torch.randn(tk, 1, 64, **cuda).to(
+        BF16
+    )
+    v_pre = torch.randn(tk, h, 128, **cuda).to(BF16)
+    b = rb.batch
+    r.backend.init_forward_metadata(b)
+    out, lse = r.backend.forward_extend(q, k_new, v_new, r.ragged_layer, b, save_kv_cache=False)
+    starts = [sum(prefix[:i]) for i in range(len(prefix))]
+    for c in range(nchunks):
+        idx = torch.cat(
+            [
+                torch.arange(starts[i] + c * chunk, starts[i] + c * chunk + sizes[c][i])
+                for i in range(len(prefix))
+            ]
+        ).cuda()
+        fb = dataclasses.replace(b, attn_attend_prefix_cache=True, prefix_chunk_idx=c)
+        o_c, lse_c = r.backend.forward_extend(
+            q, k_nope[idx], v_pre[idx], r.ragged_layer, fb, save_kv_cache=False, k_rope=k_rope[idx]
+        )
+        out, lse = r.backend.merge_state(out, lse, o_c, lse_c)
+    ks, vs, row = [], [], 0
+    for i, (p, e) in enumerate(zip(prefix, ext)):
+        pre = torch.arange(starts[i], starts[i] + p).cuda()
+        ks.append(
+            torch.cat(
+                [torch.cat([k_nope[pre], k_rope[pre].expand(-1, h, -1)], -1), k_new[row : row + e]]
+            )
+        )
+        vs.append(torch.cat([v_pre[pre], v_new[row : row + e]]))
+        row += e
+    k_all = torch.cat(ks)
+    want, want_lse = ref.ragged_mha(
+        q,
+        k_all[..., :128],
+        k_all[..., 128:],
+        torch.cat(vs),
+        ext,
+        [p + e for p, e in zip(prefix, ext)],
+        SCALE,
+        causal=True,
+    )
+    check_close(out.view(tq, h, 128), want, BF16, f"chunked prefix (chunk {chunk})")
+    check_lse(lse, want_lse, f"chunked prefix lse (chunk {chunk})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_verify_and_cuda_graphs(heads, page_size, evidence):
+    """Chain verify eager, then decode and verify graphs captured once and replayed over 24
+    batches each (sizes 1..max_bs, lengths up to 5000), against the oracle."""
+    torch.manual_seed(13)
+    r = rig("mla_deepseek_v3_mtp", heads, page_size)
+    n = r.backend.config.num_draft_tokens
+    rb = rig_batch(r, [40, 3000], [n, n], ForwardMode.TARGET_VERIFY, spec_info=VerifyInfo(n))
+    q = torch.randn(2 * n, heads, 576, device="cuda").to(BF16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_extend(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
+    )
+    check_close(out.view(2 * n, heads, 512), oracle(r, rb, q, False)[0], BF16, "verify")
+    evidence.record(r.backend.kernels, r.backend.config.uri, "verify")
+    max_bs = 8
+    r.backend.init_cuda_graph_state(max_bs=max_bs, max_num_tokens=max_bs * n)
+    for mode, per in ((ForwardMode.DECODE, 1), (ForwardMode.TARGET_VERIFY, n)):
+        _graph_replays(r, heads, mode, per, max_bs)
+        check = "cuda_graph" if per == 1 else "cuda_graph_verify"
+        evidence.record(r.backend.kernels, r.backend.config.uri, check)
+
+
+def _graph_replays(r, heads, mode, per, max_bs, replays=24):
+    info = VerifyInfo(per) if per > 1 else None
+    rows = max_bs * per
+    q_static = torch.zeros(rows, heads, 576, device="cuda", dtype=BF16)
+    lat_static = torch.zeros(rows, 1, 512, device="cuda", dtype=BF16)
+    rope_static = torch.zeros(rows, 1, 64, device="cuda", dtype=BF16)
+    rng = random.Random(per)
+    forward = r.backend.forward_decode if per == 1 else r.backend.forward_extend
+
+    def batch(seed, bs):
+        prefix = [rng.randint(0, 5000) for _ in range(bs)]
+        return rig_batch(r, prefix, [per] * bs, mode, spec_info=info, seed=seed)
+
+    rb = batch(0, max_bs)
+    b = rb.batch
+    r.backend.init_forward_metadata_capture_cuda_graph(
+        max_bs, rows, b.req_pool_indices, b.seq_lens, None, mode, info
+    )
+    loc_static = b.out_cache_loc.clone()
+    fb_static = dataclasses.replace(b, out_cache_loc=loc_static)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up (compiles) outside the graph
+        forward(q_static, lat_static, None, r.absorbed_layer, fb_static, k_rope=rope_static)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_static = forward(
+            q_static, lat_static, None, r.absorbed_layer, fb_static, k_rope=rope_static
+        )
+    for i in range(replays):
+        bs = 1 + i % max_bs
+        rb = batch(i + 1, bs)
+        b = rb.batch
+        real = bs * per
+        # pad to the captured batch: padding rows read request 0, write slot 0
+        pad = max_bs - bs
+        idx = torch.cat([b.req_pool_indices, torch.zeros(pad, dtype=torch.int32, device="cuda")])
+        lens = torch.cat([b.seq_lens, torch.full((pad,), per, dtype=torch.int32, device="cuda")])
+        loc_static.zero_()
+        loc_static[:real].copy_(b.out_cache_loc)
+        q = torch.randn(real, heads, 576, device="cuda").to(BF16)
+        q_static.zero_()
+        q_static[:real].copy_(q)
+        lat_static.zero_()
+        rope_static.zero_()
+        lat_static[:real].copy_(rb.new_latent)
+        rope_static[:real].copy_(rb.new_rope)
+        r.backend.init_forward_metadata_replay_cuda_graph(
+            max_bs, idx, lens, int(lens.sum()), None, mode, info, seq_lens_cpu=lens.cpu()
+        )
+        graph.replay()
+        got = out_static.view(rows, heads, 512)[:real]
+        want, _ = oracle(r, rb, q, decode=per == 1)
+        check_close(got, want, BF16, f"{mode.name} replay {i} (bs {bs})")
