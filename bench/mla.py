@@ -54,6 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--flashmla")
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--sweep", action="store_true", help="decode tiles at B64 ctx4096 too")
     args = ap.parse_args()
     import torch
     import triton
@@ -134,6 +135,8 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     rows += _prefill(torch, do_bench, k16)
+    if args.sweep:
+        rows += _sweep(torch, triton, do_bench, k16, k8)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +153,12 @@ def main() -> None:
         f"{'FMLA ms':>9}{'ratio':>7}"
     )
     for r in rows:
+        if r["part"] == "sweep":
+            print(
+                f"sweep {r['heads']} {r['kv']} tile {r['tile']}: {r['attngen_ms']:.3f} ms "
+                f"{r['attngen_tflops']:.0f} TF/s {r['attngen_tbs']:.2f} TB/s"
+            )
+            continue
         print(
             f"{r['part']:8}{r['heads']:5}{r['batch']:5}{r['ctx']:6}{r.get('kv', ''):>5}"
             f"{r['attngen_ms']:9.3f}{r.get('attngen_tflops', 0):7.0f}"
@@ -165,7 +174,7 @@ def _flashmla(fm, q, cache, table, lens, heads, kv, ours_out, do_bench, flops, n
     q4 = q.view(b, 1, heads, 576)
     if kv == "fp8":
         meta, splits = fm.get_mla_metadata(lens, heads, 1, is_fp8_kvcache=True)
-        one = torch.ones(b, device=q.device)
+        one = torch.ones(1, device=q.device)
         q8 = q4.to(torch.float8_e4m3fn)
 
         def peer():
@@ -201,6 +210,91 @@ def _flashmla(fm, q, cache, table, lens, heads, kv, ours_out, do_bench, flops, n
         flashmla_tbs=nbytes / t / 1e9,
         max_diff_vs_flashmla=diff,
     )
+
+
+# (heads, kv, BLOCK_H, BLOCK_N, warps, stages): the generated tiles and alternatives that
+# compile spill-free on sm_90a (shared memory <= 227 KB)
+SWEEP = (
+    (128, "bf16", 64, 32, 8, 2),
+    (128, "bf16", 64, 64, 8, 2),
+    (128, "bf16", 32, 64, 8, 2),
+    (16, "bf16", 16, 64, 4, 2),
+    (16, "bf16", 16, 64, 4, 3),
+    (16, "bf16", 16, 32, 4, 2),
+    (16, "fp8", 16, 32, 8, 2),
+    (16, "fp8", 16, 64, 8, 2),
+    (128, "fp8", 32, 32, 8, 2),
+)
+
+
+def _sweep(torch, triton, do_bench, k16, k8):
+    import dataclasses
+
+    from attngen.families.mha.runtime import decode_num_splits, decode_split_cap
+
+    rows, dev, b, ctx = [], "cuda", 64, 4096
+    pages = b * ctx // PAGE
+    table = (torch.randperm(pages, device=dev).to(torch.int32) + 1).view(b, -1).contiguous()
+    lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
+    cache16 = torch.randn(pages + 1, PAGE, 1, 576, device=dev, dtype=torch.bfloat16)
+    cache8 = (cache16 * 4).to(torch.float8_e4m3fn)
+    for heads, kv, bh, bn, warps, stages in SWEEP:
+        mod = k16 if kv == "bf16" else k8
+        uri = f"r512_rope64_h{heads}_ps{PAGE}_bf16" + ("_kvfp8_e4m3" if kv == "fp8" else "")
+        cfg = dataclasses.replace(
+            mod.CONFIGS[uri + "_causal"],
+            decode_block_h=bh,
+            decode_block_n=bn,
+            decode_num_warps=warps,
+            decode_num_stages=stages,
+        )
+        cache = cache16 if kv == "bf16" else cache8
+        scale = torch.tensor([0.25], device=dev) if kv == "fp8" else None
+        q = torch.randn(b, heads, 576, device=dev, dtype=torch.bfloat16)
+        cap = decode_split_cap(
+            programs_per_split=b * triton.cdiv(heads, bh), num_sms=132, max_splits=cfg.max_splits
+        )
+        splits = decode_num_splits(lens, cap=cap, min_split_tokens=256)
+        po, pl = mod.absorbed_workspace(cfg, rows=b, device=dev)
+        out = torch.empty(b, heads, 512, device=dev, dtype=torch.bfloat16)
+
+        def ours():
+            mod.absorbed(
+                q,
+                None,
+                cache,
+                table,
+                lens,
+                splits,
+                out,
+                po,
+                pl,
+                config=cfg,
+                sm_scale=SCALE,
+                kv_scale=scale,
+                trusted_metadata=True,
+            )
+
+        try:
+            ours()
+            ms = do_bench(ours, warmup=25, rep=100)
+        except Exception as e:  # noqa: BLE001
+            print(f"sweep {heads} {kv} {(bh, bn, warps, stages)}: {type(e).__name__}: {e}")
+            continue
+        row = dict(
+            part="sweep",
+            heads=heads,
+            batch=b,
+            ctx=ctx,
+            kv=kv,
+            tile=[bh, bn, warps, stages],
+            attngen_ms=ms,
+            attngen_tflops=2 * b * heads * ctx * 1088 / ms / 1e9,
+            attngen_tbs=b * ctx * 576 * cache.element_size() / ms / 1e9,
+        )
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
 
 
 def _prefill(torch, do_bench, mod):

@@ -117,7 +117,12 @@ def absorbed_split_kernel(
     # -- online softmax over the split's latent rows (base 2) ----
     kv_scale = 1.0
     if KV_SCALED:
+        # fp8 rows become fp16 (one cvt per pair of e4m3 on sm89+; bf16 takes a longer
+        # path), so both products run in fp16: q's bf16 values convert exactly while
+        # |q| < 65504 (and above fp16's subnormals), P in [0, 1] loses nothing
         kv_scale = tl.load(KV_SCALE)
+        q_nope = q_nope.to(tl.float16)
+        q_rope = q_rope.to(tl.float16)
     qk_scale = sm_scale * kv_scale * LOG2E
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -133,8 +138,8 @@ def absorbed_split_kernel(
             row_ptrs[:, None] + LORA + offs_r[None, :], mask=mask_n[:, None], other=0.0
         )
         if KV_SCALED:
-            latent = latent.to(Q_NOPE.dtype.element_ty)
-            k_rope = k_rope.to(Q_NOPE.dtype.element_ty)
+            latent = latent.to(tl.float16)
+            k_rope = k_rope.to(tl.float16)
         # -- scores: q_nope . latent + q_rope . k_rope ----
         s = tl.dot(q_nope, tl.trans(latent))
         s = tl.dot(q_rope, tl.trans(k_rope), s)

@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "c6dc4fb1a11fc72d88b984663469fc067882772657ca7648406621205b35f461"
+LIBRARY_SHA256 = "bf59bf94dd8f53f0c5bc66a9764eb7f21b7ac3b5ee23b918edc40d91deb053c6"
 PHASES = ("extend", "decode")  # phases the spec generates; the backend serves only these
 TRAITS = MlaTraits(PHASES)
 
