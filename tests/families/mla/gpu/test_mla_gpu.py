@@ -80,7 +80,8 @@ def test_decode(heads, page_size, evidence):
     check_close(out, want, BF16, f"decode h{heads} ps{page_size}")
     check_lse(lse, want_lse, "decode lse")
     # a large batch of short rows (no splits), q given as latent + rope parts
-    lens = [random.Random(heads).randint(1, 600) for _ in range(64)]
+    rng = random.Random(heads)
+    lens = [rng.randint(1, 600) for _ in range(64)]
     rb = rig_batch(r, [n - 1 for n in lens], [1] * 64, ForwardMode.DECODE, seed=1)
     q = torch.randn(64, heads, 576, device="cuda").to(BF16)
     r.backend.init_forward_metadata(rb.batch)
