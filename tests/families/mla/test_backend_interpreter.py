@@ -219,7 +219,7 @@ def test_ragged_new_tokens_and_prefix_chunks_merge():
     want, want_lse = ref.ragged_mha(
         q, k_all[..., :128], k_all[..., 128:], torch.cat(vs), qo, kv, 192**-0.5, causal=True
     )
-    check_close(out.view(tq, h, 128), want, F16, "chunked prefix")
+    check_close(out.view(tq, h, 128), want, F16, "chunked prefix", merges=2)
     check_lse(lse, want_lse, "chunked prefix lse")
 
 

@@ -189,6 +189,12 @@ def _ragged_chunks(r, h, prefix, ext, chunk):
     b = rb.batch
     r.backend.init_forward_metadata(b)
     out, lse = r.backend.forward_extend(q, k_new, v_new, r.ragged_layer, b, save_kv_cache=False)
+    # the new tokens alone (one stage, the plain bound)
+    alone, alone_lse = ref.ragged_mha(
+        q, k_new[..., :128], k_new[..., 128:], v_new, ext, ext, SCALE, causal=True
+    )
+    check_close(out.view(tq, h, 128), alone, BF16, "ragged new tokens")
+    check_lse(lse, alone_lse, "ragged new tokens lse")
     starts = [sum(prefix[:i]) for i in range(len(prefix))]
     for c in range(nchunks):
         idx = torch.cat(
@@ -223,7 +229,7 @@ def _ragged_chunks(r, h, prefix, ext, chunk):
         SCALE,
         causal=True,
     )
-    check_close(out.view(tq, h, 128), want, BF16, f"chunked prefix (chunk {chunk})")
+    check_close(out.view(tq, h, 128), want, BF16, f"chunked prefix (chunk {chunk})", nchunks)
     check_lse(lse, want_lse, f"chunked prefix lse (chunk {chunk})")
 
 
