@@ -5,7 +5,8 @@ a bf16/fp16 or fp8 e4m3 (per-tensor scale) latent cache of DeepSeek's dims, and 
 from __future__ import annotations
 
 from attngen.spec.enums import DType, MaskKind, Phase, ScaleGranularity
-from attngen.spec.variant import MlaShape, Variant
+from attngen.families.mla.spec import MlaShape
+from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
 
 PHASES = frozenset({Phase.DECODE, Phase.EXTEND, Phase.VERIFY})

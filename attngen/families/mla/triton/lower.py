@@ -17,7 +17,8 @@ from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
 from attngen.probes import feature_lines
 from attngen.spec.enums import KV_DTYPE_NAME, TORCH_DTYPE_NAME, Arch, Backend, DType
 from attngen.spec.model import Spec
-from attngen.spec.variant import MlaShape, Variant
+from attngen.families.mla.spec import MlaShape
+from attngen.spec.variant import Variant
 
 SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed decode batch read one (valid) latent row
 RUNTIME_CLASS = "attngen.families.mla.runtime:PagedMlaBackend"

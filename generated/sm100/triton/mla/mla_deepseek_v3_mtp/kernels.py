@@ -25,6 +25,12 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_SHA256 = "bf59bf94dd8f53f0c5bc66a9764eb7f21b7ac3b5ee23b918edc40d91deb053c6"
+if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
+    raise ImportError(
+        f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
+        f"library is now {library.SOURCE_SHA256[:12]}: run `make generate` (its kernels and "
+        "their evidence would not match)"
+    )
 PHASES = ("extend", "decode", "verify")  # phases the spec generates; the backend serves only these
 TRAITS = MlaTraits(PHASES)
 
