@@ -154,3 +154,32 @@ def merge_state(
     w_a = torch.where(seen, torch.exp(lse_a - safe), 0.0)[..., None]
     w_b = torch.where(seen, torch.exp(lse_b - safe), 0.0)[..., None]
     return o_a.to(F64) * w_a + o_b.to(F64) * w_b, lse
+
+
+def absorbed_tree(
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    page_table: torch.Tensor,
+    prefix_lens: list[int],
+    masks: list[torch.Tensor],
+    sm_scale: float,
+    *,
+    lora: int = 512,
+    kv_scale: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tree verify: ``q [B * n, H, LORA + ROPE]``, request b's n drafts back to back, its
+    drafts the cached tokens ``prefix .. prefix + n - 1``; draft i sees the whole prefix and
+    the drafts j with ``masks[b][i, j]``."""
+    outs, lses, row = [], [], 0
+    for b, (prefix, mask) in enumerate(zip(prefix_lens, masks)):
+        n = mask.shape[0]
+        kv = gather_latent(cache, page_table[b], prefix + n, kv_scale)
+        visible = torch.ones(n, prefix + n, dtype=torch.bool)
+        visible[:, prefix:] = mask.cpu()
+        o, lse = softmax_attention(
+            q[row : row + n], kv, kv[:, :lora], sm_scale, visible.to(q.device)
+        )
+        outs.append(o)
+        lses.append(lse)
+        row += n
+    return torch.cat(outs), torch.cat(lses)

@@ -42,6 +42,7 @@ from attngen.runtime.batch import (
     ReqToTokenPool,
     VerifyInfo,
     check_max_seq_len,
+    tree_mask_bytes,
 )
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
 from attngen.runtime.graph import DecodeGraphBuffers, DecodeMetadata, check_graph_rows
@@ -77,12 +78,15 @@ class MlaExtendMetadata:
     max_extend_len: int
     verify: bool = False
     out: torch.Tensor | None = None  # static output rows (graph mode)
+    tree_mask: torch.Tensor | None = None  # tree verify: bit-packed uint8 masks
+    tree_mask_indptr: torch.Tensor | None = None  # [B + 1] int32 byte offsets
 
 
 @dataclass(frozen=True)
 class MlaVerifyGraphBuffers:
-    """Chain-verify metadata for up to ``max_bs`` requests of ``draft_token_num`` rows each,
-    at fixed addresses: row t is request t // n's draft t % n."""
+    """Verify metadata for up to ``max_bs`` requests of ``draft_token_num`` rows each, at
+    fixed addresses: row t is request t // n's draft t % n (trees: request b's mask bytes
+    at b * mask bytes)."""
 
     draft_token_num: int
     page_table: torch.Tensor  # [max_bs, max_pages] int32
@@ -93,6 +97,8 @@ class MlaVerifyGraphBuffers:
     num_splits: torch.Tensor  # [max_bs * n] int32
     workspace: tuple[torch.Tensor, ...]
     out: torch.Tensor  # [max_bs * n, H, LORA]
+    tree_mask: torch.Tensor | None = None  # [max_bs * mask bytes] uint8 (trees)
+    tree_mask_indptr: torch.Tensor | None = None  # [max_bs + 1] int32: b * mask bytes
 
     @property
     def max_bs(self) -> int:
@@ -113,6 +119,8 @@ class MlaVerifyGraphBuffers:
             max_extend_len=n,
             verify=True,
             out=self.out[:rows],
+            tree_mask=self.tree_mask,
+            tree_mask_indptr=None if self.tree_mask is None else self.tree_mask_indptr[: bs + 1],
         )
 
 
@@ -219,8 +227,9 @@ class PagedMlaBackend(AttentionBackendBase):
         assert fb.extend_prefix_lens is not None
         bs, rows = fb.batch_size, sum(fb.extend_seq_lens_cpu)
         verify = fb.forward_mode is ForwardMode.TARGET_VERIFY
+        tree_mask = tree_indptr = None
         if verify:
-            self._check_chain(fb.spec_info)
+            tree_mask, tree_indptr = self._verify_masks(fb.spec_info, bs)
         ext = fb.extend_seq_lens.to(torch.int32)
         qo_indptr = torch.zeros((bs + 1,), dtype=torch.int32, device=self.device)
         torch.cumsum(ext, dim=0, dtype=torch.int32, out=qo_indptr[1:])
@@ -230,9 +239,11 @@ class PagedMlaBackend(AttentionBackendBase):
         within = (
             torch.arange(rows, dtype=torch.int32, device=self.device) - qo_indptr[row_req.long()]
         )
-        row_lens = (fb.extend_prefix_lens.to(torch.int32)[row_req.long()] + within + 1).to(
-            torch.int32
-        )
+        if tree_mask is not None:  # every draft row spans the prefix and all the drafts
+            row_lens = fb.seq_lens.to(torch.int32)[row_req.long()]
+        else:  # causal: new token i sees the prefix and new tokens 0..i
+            prefix = fb.extend_prefix_lens.to(torch.int32)[row_req.long()]
+            row_lens = (prefix + within + 1).to(torch.int32)
         cap = self._split_cap(rows)
         split = cap > 1
         return MlaExtendMetadata(
@@ -246,16 +257,64 @@ class PagedMlaBackend(AttentionBackendBase):
             workspace=self._workspace(rows) if split else (),
             max_extend_len=max(fb.extend_seq_lens_cpu),
             verify=verify,
+            tree_mask=tree_mask,
+            tree_mask_indptr=tree_indptr,
         )
 
-    def _check_chain(self, info: Any) -> None:
+    def _verify_masks(self, info: Any, bs: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Check a verify's spec_info; the tree mask tensors (trees) or None (chains)."""
         if not isinstance(info, VerifyInfo):
             fail("forward_batch.spec_info", "a VerifyInfo (TARGET_VERIFY)", type(info).__name__)
-        want = self.config.num_draft_tokens
-        if info.draft_token_num != want:
-            fail("spec_info.draft_token_num", f"{want} (the spec's)", info.draft_token_num)
-        if info.tree_mask is not None:
-            fail("spec_info.tree_mask", "None (MLA verifies draft chains, topk 1)", "a tensor")
+        n = self.config.num_draft_tokens
+        if info.draft_token_num != n:
+            fail("spec_info.draft_token_num", f"{n} (the spec's)", info.draft_token_num)
+        if self.config.spec_topk <= 1:
+            if info.tree_mask is not None:
+                fail("spec_info.tree_mask", "None (this spec verifies draft chains)", "a tensor")
+            return None, None
+        check_tensor(
+            "spec_info.tree_mask",
+            info.tree_mask,
+            dtype=torch.uint8,
+            shape=[None],
+            device=self.device,
+        )
+        check_tensor(
+            "spec_info.tree_mask_indptr",
+            info.tree_mask_indptr,
+            dtype=torch.int32,
+            shape=[bs + 1],
+            device=self.device,
+            contiguous=True,
+        )
+        want = bs * tree_mask_bytes(n)
+        if info.tree_mask.numel() != want:
+            fail(
+                "spec_info.tree_mask",
+                f"{want} bytes ({bs} requests x {n}x{n} bits, see " "pack_tree_masks)",
+                f"{info.tree_mask.numel()} bytes",
+            )
+        return info.tree_mask, info.tree_mask_indptr
+
+    def _device_checks(self, fb: ForwardBatch) -> list[tuple[torch.Tensor, Any]]:
+        """A tree verify's mask offsets: request b's mask starts at byte b * mask bytes."""
+        info = fb.spec_info
+        if not (fb.forward_mode.is_target_verify() and self.config.spec_topk > 1):
+            return []
+        if not isinstance(info, VerifyInfo) or info.tree_mask_indptr is None:
+            return []  # the metadata builder names what is missing
+        per = tree_mask_bytes(self.config.num_draft_tokens)
+        want = torch.arange(fb.batch_size + 1, device=self.device, dtype=torch.int32) * per
+        indptr = info.tree_mask_indptr
+        if indptr.shape != want.shape or indptr.device != want.device:
+            return []  # _verify_masks reports the shape or device
+
+        def report() -> None:
+            got = indptr.tolist()
+            b = next(i for i, (g, w) in enumerate(zip(got, want.tolist())) if g != w)
+            fail(f"spec_info.tree_mask_indptr[{b}]", f"{b * per} (b x {per} mask bytes)", got[b])
+
+        return [((indptr != want).any(), report)]
 
     def _pages_for(self, seq_lens_cpu: torch.Tensor) -> int:
         longest = int(seq_lens_cpu.max()) if seq_lens_cpu.numel() else 0
@@ -341,6 +400,8 @@ class PagedMlaBackend(AttentionBackendBase):
             out,
             *(meta.workspace or (None, None)),
             row_req=meta.row_req,
+            tree_mask=meta.tree_mask,
+            tree_mask_indptr=meta.tree_mask_indptr,
             **launch,
         )
         return out.view(rows, self.num_heads * self.config.kv_lora_rank)
@@ -518,16 +579,25 @@ class PagedMlaBackend(AttentionBackendBase):
         n, rows = self.config.num_draft_tokens, max_bs * self.config.num_draft_tokens
         i32 = dict(dtype=torch.int32, device=self.device)
         t = torch.arange(rows, **i32)
+        tree = self.config.spec_topk > 1
+        per = tree_mask_bytes(n)
         return MlaVerifyGraphBuffers(
             draft_token_num=n,
             page_table=torch.zeros((max_bs, self.max_pages), **i32),
             qo_indptr=torch.arange(max_bs + 1, **i32) * n,
             row_req=t // n,
-            row_offset=t % n + 1 - n,
+            # chains: row t sees seq_len - n + t % n + 1 keys; trees: all seq_len of them
+            row_offset=torch.zeros((rows,), **i32) if tree else t % n + 1 - n,
             row_lens=torch.ones((rows,), **i32),
             num_splits=torch.ones((rows,), **i32),
             workspace=self._workspace(rows),
             out=self._new_out(rows),
+            tree_mask=(
+                torch.zeros((max_bs * per,), dtype=torch.uint8, device=self.device)
+                if tree
+                else None
+            ),
+            tree_mask_indptr=torch.arange(max_bs + 1, **i32) * per if tree else None,
         )
 
     def _tokens_per_request(self, mode: ForwardMode) -> int:
@@ -561,7 +631,9 @@ class PagedMlaBackend(AttentionBackendBase):
             self._num_splits(bufs.seq_lens[:bs], cap, out=bufs.num_splits[:bs])
             self.forward_metadata = bufs.metadata(bs)
             return
-        self._check_chain(spec_info)
+        tree_mask, _ = self._verify_masks(spec_info, bs)
+        if tree_mask is not None:  # graph replays trust the offsets: b * mask bytes
+            bufs.tree_mask[: tree_mask.numel()].copy_(tree_mask)
         rows = bs * bufs.draft_token_num
         # row t of request b sees its seq_len (prefix + n drafts) - n + (t % n) + 1 keys
         lens = torch.index_select(seq_lens.to(torch.int32), 0, bufs.row_req[:rows])

@@ -258,3 +258,77 @@ def test_bad_inputs():
             spec_info=VerifyInfo(3, tree_mask=torch.zeros(2, dtype=torch.uint8)),
         )
         r.backend.init_forward_metadata(rb.batch)
+
+
+def test_tree_verify_eager_and_graph_buffers():
+    """Draft trees (topk 4, page 1): eager verify, then capture + replays through the static
+    tree-mask buffers, each batch with fresh masks."""
+    from attngen.runtime.batch import pack_tree_masks
+    from generated.sm90.triton.mla.mla_deepseek_v3_tree import kernels as tree_kernels
+
+    n = 8
+    base = tree_kernels.CONFIGS["r512_rope64_h16_ps1_bf16_custom_topk4"]
+    config = dataclasses.replace(
+        base, uri="tree", dtype="float16", kv_dtype="float16", decode_block_n=16
+    )
+    kernels = types.SimpleNamespace(
+        PHASES=("extend", "decode", "verify"),
+        CONFIGS={"tree": config},
+        absorbed=library.absorbed,
+        absorbed_workspace=library.absorbed_workspace,
+    )
+    attrs = dict(kernels=kernels, graph=generated_graph, spec_name="t", arch="sm90", num_sms=4)
+    cls = type("TreeBackend", (PagedMlaBackend,), attrs)
+    r = make_rig(cls, num_heads=16, page_size=1, dtype=F16, device="cpu")
+    gen = torch.Generator().manual_seed(8)
+
+    def tree_batch(prefix, seed):
+        masks = [
+            (torch.rand(n, n, generator=gen) < 0.5) | torch.eye(n, dtype=torch.bool) for _ in prefix
+        ]
+        packed, indptr = pack_tree_masks(masks)
+        info = VerifyInfo(n, packed, indptr)
+        rb = rig_batch(
+            r, prefix, [n] * len(prefix), ForwardMode.TARGET_VERIFY, spec_info=info, seed=seed
+        )
+        return rb, masks
+
+    def check(rb, masks, out, what):
+        q = rb.q
+        want, _ = ref.absorbed_tree(
+            q, r.kv_pool.get_key_buffer(0), rb.page_table, rb.prefix_lens, masks, 192**-0.5
+        )
+        check_close(out.view(-1, 16, 512), want, F16, what)
+
+    rb, masks = tree_batch([30, 3], 0)
+    rb.q = torch.randn(2 * n, 16, 576).to(F16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_extend(
+        rb.q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
+    )
+    check(rb, masks, out, "tree verify eager")
+    r.backend.init_cuda_graph_state(max_bs=3, max_num_tokens=3 * n)
+    for i, prefix in enumerate(([5, 300, 1], [40], [17, 2, 9])):
+        rb, masks = tree_batch(prefix, i + 1)
+        rb.q = torch.randn(len(prefix) * n, 16, 576).to(F16)
+        b, bs = rb.batch, len(prefix)
+        mode, info = ForwardMode.TARGET_VERIFY, b.spec_info
+        if i == 0:
+            r.backend.init_forward_metadata_capture_cuda_graph(
+                bs, bs * n, b.req_pool_indices, b.seq_lens, None, mode, info
+            )
+        else:
+            r.backend.init_forward_metadata_replay_cuda_graph(
+                bs,
+                b.req_pool_indices,
+                b.seq_lens,
+                b.seq_lens_sum,
+                None,
+                mode,
+                info,
+                seq_lens_cpu=b.seq_lens_cpu,
+            )
+        out = r.backend.forward_extend(
+            rb.q, rb.new_latent, None, r.absorbed_layer, b, k_rope=rb.new_rope
+        )
+        check(rb, masks, out, f"tree verify replay {i}")

@@ -205,3 +205,49 @@ def test_bad_tensors_fail_before_launch():
     q = torch.randn(1, 8, 576).to(F16)  # 8 heads, config says 16
     with pytest.raises(AttngenInputError, match="q: expected shape"):
         run_absorbed(cfg, batch, q, None, lens, lens)
+
+
+def test_absorbed_verify_tree():
+    """Draft trees: each draft sees the prefix and the drafts its mask row names (here a
+    mask that hides whole 16-key blocks of drafts from some rows, and a row seeing no draft)."""
+    from attngen.runtime.batch import pack_tree_masks
+
+    torch.manual_seed(6)
+    n = 20  # drafts: more than one 16-key block
+    cfg = config(page_size=1, spec_topk=4, num_draft_tokens=n)
+    prefix = [9, 0]
+    batch = latent_batch([p + n for p in prefix], page_size=1, dtype=F16, device="cpu")
+    masks = []
+    for b in range(2):
+        m = torch.rand(n, n) < 0.4
+        m |= torch.eye(n, dtype=torch.bool)
+        m[3, :] = False  # draft 3 sees no draft (request 1: no key at all -> zeros)
+        masks.append(m)
+    packed, indptr = pack_tree_masks(masks)
+    q = torch.randn(2 * n, 16, 576).to(F16)
+    row_req = torch.arange(2 * n, dtype=torch.int32) // n
+    row_lens = torch.tensor([p + n for p in prefix], dtype=torch.int32)[row_req.long()]
+    splits = torch.full((2 * n,), 2, dtype=torch.int32)
+    out, lse = nan(2 * n, 16, 512), nan(2 * n, 16, dtype=torch.float32)
+    po, pl = launch.absorbed_workspace(cfg, rows=2 * n, device="cpu")
+    launch.absorbed(
+        q,
+        None,
+        batch.cache,
+        batch.page_table,
+        row_lens,
+        splits,
+        out,
+        po,
+        pl,
+        config=cfg,
+        sm_scale=SM_SCALE,
+        row_req=row_req,
+        lse=lse,
+        tree_mask=packed,
+        tree_mask_indptr=indptr,
+    )
+    want, want_lse = ref.absorbed_tree(q, batch.cache, batch.page_table, prefix, masks, SM_SCALE)
+    assert torch.equal(out[n + 3].float(), torch.zeros(16, 512))
+    check_close(out, want, F16, "tree verify")
+    check_lse(lse, want_lse, "tree verify lse")

@@ -1,4 +1,5 @@
-"""What the Triton MLA lowering covers: absorbed decode, extend and draft-chain verify over
+"""What the Triton MLA lowering covers: absorbed decode, extend and draft-chain verify (and
+draft trees at page size 1) over
 a bf16/fp16 or fp8 e4m3 (per-tensor scale) latent cache of DeepSeek's dims, and the ragged
 192/128 path with LSE for new tokens and prefix chunks; any page size; up to 128 heads."""
 
@@ -41,7 +42,13 @@ def supports(variant: Variant) -> Verdict:
                 f"latent/rope/nope/v dims {dims} are not lowered (DeepSeek's {DIMS} are)",
             ),
             (shape.num_heads <= MAX_HEADS, f"num_heads {shape.num_heads} > {MAX_HEADS}"),
-            (topk <= 1, "draft trees (topk > 1) are not lowered for MLA yet"),
-            (variant.mask.kind is MaskKind.CAUSAL, "MLA is lowered with a causal mask only"),
+            (
+                topk <= 1 or variant.page_size == 1,
+                "MLA draft trees (topk > 1) are lowered at page size 1 only",
+            ),
+            (
+                variant.mask.kind is (MaskKind.CUSTOM if topk > 1 else MaskKind.CAUSAL),
+                "MLA takes a causal mask, or a custom one for draft trees (topk > 1)",
+            ),
         ]
     )

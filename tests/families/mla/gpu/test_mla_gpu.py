@@ -313,3 +313,96 @@ def _graph_replays(r, heads, mode, per, max_bs, replays=24):
         got = out_static.view(rows, heads, 512)[:real]
         want, _ = oracle(r, rb, q, decode=per == 1)
         check_close(got, want, BF16, f"{mode.name} replay {i} (bs {bs})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [16, 128])
+def test_tree_verify_and_cuda_graph(heads, evidence):
+    """Draft trees (topk 4, 8 drafts, page 1): eager verify, then one capture replayed over
+    24 padded batches with fresh masks, against the oracle."""
+    from attngen.runtime.batch import pack_tree_masks
+
+    torch.manual_seed(17)
+    r = rig("mla_deepseek_v3_tree", heads, 1)
+    n, max_bs, rows = r.backend.config.num_draft_tokens, 8, 8 * r.backend.config.num_draft_tokens
+    rng = random.Random(heads)
+
+    def tree_batch(bs, seed, pad_to=None):
+        masks = [(torch.rand(n, n) < 0.5) | torch.eye(n, dtype=torch.bool) for _ in range(bs)]
+        prefix = [rng.randint(0, 5000) for _ in range(bs)]
+        packed, indptr = pack_tree_masks([m.cuda() for m in masks])
+        rb = rig_batch(
+            r,
+            prefix,
+            [n] * bs,
+            ForwardMode.TARGET_VERIFY,
+            spec_info=VerifyInfo(n, packed, indptr),
+            seed=seed,
+        )
+        return rb, masks
+
+    def want(rb, masks, q):
+        return ref.absorbed_tree(
+            q, r.kv_pool.get_key_buffer(0), rb.page_table, rb.prefix_lens, masks, SCALE
+        )[0]
+
+    rb, masks = tree_batch(3, 0)
+    q = torch.randn(3 * n, heads, 576, device="cuda").to(BF16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_extend(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
+    )
+    check_close(out.view(3 * n, heads, 512), want(rb, masks, q), BF16, "tree verify")
+    evidence.record(r.backend.kernels, r.backend.config.uri, "verify")
+
+    r.backend.init_cuda_graph_state(max_bs=max_bs, max_num_tokens=rows)
+    mode = ForwardMode.TARGET_VERIFY
+    rb, masks = tree_batch(max_bs, 1)
+    b = rb.batch
+    r.backend.init_forward_metadata_capture_cuda_graph(
+        max_bs, rows, b.req_pool_indices, b.seq_lens, None, mode, b.spec_info
+    )
+    q_s = torch.zeros(rows, heads, 576, device="cuda", dtype=BF16)
+    lat_s = torch.zeros(rows, 1, 512, device="cuda", dtype=BF16)
+    rope_s = torch.zeros(rows, 1, 64, device="cuda", dtype=BF16)
+    loc_s = b.out_cache_loc.clone()
+    fb = dataclasses.replace(b, out_cache_loc=loc_s)
+
+    def forward():
+        return r.backend.forward_extend(q_s, lat_s, None, r.absorbed_layer, fb, k_rope=rope_s)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        forward()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_s = forward()
+    eye = torch.eye(n, dtype=torch.bool)
+    for i in range(24):
+        bs = 1 + i % max_bs
+        rb, masks = tree_batch(bs, i + 2)
+        real, pad = bs * n, max_bs - bs
+        # padding requests: row 0, n keys (slot 0), an identity mask
+        packed, indptr = pack_tree_masks([m.cuda() for m in masks] + [eye.cuda()] * pad)
+        info = VerifyInfo(n, packed, indptr)
+        idx = torch.cat(
+            [rb.batch.req_pool_indices, torch.zeros(pad, dtype=torch.int32, device="cuda")]
+        )
+        lens = torch.cat(
+            [rb.batch.seq_lens, torch.full((pad,), n, dtype=torch.int32, device="cuda")]
+        )
+        loc_s.zero_()
+        loc_s[:real].copy_(rb.batch.out_cache_loc)
+        q = torch.randn(real, heads, 576, device="cuda").to(BF16)
+        for static, src in ((q_s, q), (lat_s, rb.new_latent), (rope_s, rb.new_rope)):
+            static.zero_()
+            static[:real].copy_(src)
+        r.backend.init_forward_metadata_replay_cuda_graph(
+            max_bs, idx, lens, int(lens.sum()), None, mode, info, seq_lens_cpu=lens.cpu()
+        )
+        graph.replay()
+        got = out_s.view(rows, heads, 512)[:real]
+        check_close(got, want(rb, masks, q), BF16, f"tree replay {i} (bs {bs})")
+    evidence.record(r.backend.kernels, r.backend.config.uri, "cuda_graph_verify")

@@ -30,6 +30,8 @@ ARG_TYPES = {
     "PAGE_TABLE": "*i32",
     "ROW_LENS": "*i32",
     "ROW_REQ": "*i32",
+    "TREE_MASK": "*u8",
+    "TREE_MASK_INDPTR": "*i32",
     "NUM_SPLITS": "*i32",
     "QO_INDPTR": "*i32",
     "KV_INDPTR": "*i32",
@@ -76,7 +78,7 @@ def _compile_spec(
 def compile_specs(config: MlaTritonConfig, traits: MlaTraits) -> list[CompileSpec]:
     """Every kernel the spec's phases launch for ``config``, as the runtime launches it."""
     phases, specs = traits.phases, []
-    scale = () if quantized(config) else ("KV_SCALE",)
+    scale = ("TREE_MASK", "TREE_MASK_INDPTR") + (() if quantized(config) else ("KV_SCALE",))
     if "decode" in phases:
         options = absorbed_options(config, write_lse=False)
         specs.append(
@@ -90,6 +92,10 @@ def compile_specs(config: MlaTritonConfig, traits: MlaTraits) -> list[CompileSpe
         specs.append(_compile_spec("absorbed_rows", rows, options, config, scale))
         nosplit = (*scale, "NUM_SPLITS")
         specs.append(_compile_spec("absorbed_rows_nosplit", rows, options, config, nosplit))
+    if "verify" in phases and config.spec_topk > 1:  # draft trees: the mask hook on
+        options = absorbed_options(config, write_lse=False, tree=True)
+        nones = tuple(n for n in scale if not n.startswith("TREE"))
+        specs.append(_compile_spec("verify_tree", absorbed_split_kernel, options, config, nones))
     specs.append(
         _compile_spec(
             "combine", absorbed_combine_kernel, combine_options(config, write_lse=False), config

@@ -90,6 +90,8 @@ def absorbed(
     row_req: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
     kv_scale: torch.Tensor | None = None,
+    tree_mask: torch.Tensor | None = None,
+    tree_mask_indptr: torch.Tensor | None = None,
     trusted_metadata: bool = False,
 ) -> torch.Tensor:
     """Absorbed attention of ``T`` query rows over the paged latent cache, into ``out``.
@@ -101,6 +103,10 @@ def absorbed(
     num_splits ``[T]`` int32 in 1 .. max_splits, with partial_o / partial_lse from
     ``absorbed_workspace`` (>= T rows); or None: one split per row, no partials. out
     ``[T, H, LORA]``; lse ``[T, H]`` fp32 (natural log) when given.
+    Draft trees (tree_mask given; config.spec_topk > 1): row t is draft ``t % num_draft_tokens`` of request
+    ``row_req[t]``, ``row_lens[t]`` its sequence length (prefix + drafts), tree_mask uint8
+    the requests' bit-packed masks (``pack_tree_masks``) at byte offsets
+    ``tree_mask_indptr [B + 1]`` int32.
     """
     q_nope, q_rope = split_q(q, q_rope, config)
     rows, device = q_nope.shape[0], q_nope.device
@@ -124,6 +130,23 @@ def absorbed(
         check_tensor("kv_scale", kv_scale, dtype=torch.float32, shape=[1], device=device)
     elif kv_scale is not None:
         fail("kv_scale", f"None (the {config.kv_dtype} cache is not quantized)", "a tensor")
+    tree = tree_mask is not None
+    if tree:
+        if config.spec_topk <= 1 or row_req is None:
+            fail(
+                "tree_mask",
+                "None (the config verifies no draft trees; decode has none)",
+                "a tensor",
+            )
+        check_tensor("tree_mask", tree_mask, dtype=torch.uint8, shape=[None], device=device)
+        check_tensor(
+            "tree_mask_indptr",
+            tree_mask_indptr,
+            dtype=I32,
+            shape=[None],
+            device=device,
+            contiguous=True,
+        )
     if not trusted_metadata:
         _check_rows(page_table, row_lens, num_splits, row_req, rows, device)
     if num_splits is not None:
@@ -145,6 +168,8 @@ def absorbed(
         page_table,
         row_lens,
         row_req,
+        tree_mask if tree else None,
+        tree_mask_indptr if tree else None,
         num_splits,
         kv_scale,
         out,
@@ -163,7 +188,7 @@ def absorbed(
         lse_stride,
         *po_strides,
         *pl_strides,
-        **absorbed_options(config, write_lse=lse is not None),
+        **absorbed_options(config, write_lse=lse is not None, tree=tree),
     )
     if split:
         absorbed_combine_kernel[(rows, h)](
@@ -247,8 +272,9 @@ def _check_partials(partial_o, partial_lse, config: MlaTritonConfig, rows: int, 
         fail("partial_o / partial_lse", f">= {rows} rows", partial_o.shape[0])
 
 
-def absorbed_options(config: MlaTritonConfig, *, write_lse: bool) -> dict:
+def absorbed_options(config: MlaTritonConfig, *, write_lse: bool, tree: bool = False) -> dict:
     return dict(
+        NUM_DRAFTS=config.num_draft_tokens if tree else 0,
         NUM_HEADS=config.num_heads,
         LORA=config.kv_lora_rank,
         ROPE=config.qk_rope_head_dim,

@@ -39,6 +39,8 @@ def absorbed_split_kernel(
     PAGE_TABLE,
     ROW_LENS,
     ROW_REQ,
+    TREE_MASK,
+    TREE_MASK_INDPTR,
     NUM_SPLITS,
     KV_SCALE,
     OUT,
@@ -69,12 +71,13 @@ def absorbed_split_kernel(
     MAX_SPLITS: tl.constexpr,
     KV_SCALED: tl.constexpr,
     WRITE_LSE: tl.constexpr,
+    NUM_DRAFTS: tl.constexpr,
 ):
     """Stage 1: heads h0 .. h0+BLOCK_H-1 of query row t over one split of its keys.
 
     Row t reads request ROW_REQ[t] (t itself when ROW_REQ is None: decode) and sees its
     keys 0 .. ROW_LENS[t]-1 (decode: the sequence length; extend and verify: the causal
-    limit of that token). NUM_SPLITS [T] int32 (None: one split each, nothing partial). KV_CACHE rows are stride_kv elements apart, token slot s at row
+    limit of that token; trees: the sequence length, with TREE_MASK as below). NUM_SPLITS [T] int32 (None: one split each, nothing partial). KV_CACHE rows are stride_kv elements apart, token slot s at row
     s (page s // PAGE_SIZE). KV_SCALED: the cache is fp8 with the fp32 per-tensor scale
     KV_SCALE (folded into the score scale and the output).
     """
@@ -90,6 +93,13 @@ def absorbed_split_kernel(
     else:
         off_b = tl.load(ROW_REQ + off_t)
     kv_len = tl.load(ROW_LENS + off_t)
+    if TREE_MASK is not None:
+        # -- draft tree: row t is draft t % NUM_DRAFTS of its request; the drafts are the
+        # last NUM_DRAFTS keys, seen as the request's bit mask says (row-major n x n bits,
+        # little-endian in bytes from TREE_MASK_INDPTR[b]); the prefix is seen whole ----
+        draft = off_t % NUM_DRAFTS
+        tree_lo = kv_len - NUM_DRAFTS
+        mask_row = TREE_MASK + tl.load(TREE_MASK_INDPTR + off_b)
 
     # -- this split's BLOCK_N-aligned slice of the visible keys (may be empty) ----
     split_len = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
@@ -143,10 +153,20 @@ def absorbed_split_kernel(
         # -- scores: q_nope . latent + q_rope . k_rope ----
         s = tl.dot(q_nope, tl.trans(latent))
         s = tl.dot(q_rope, tl.trans(k_rope), s)
-        s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
+        visible = mask_n
+        if TREE_MASK is not None:
+            col = start_n + tl.arange(0, BLOCK_N) - tree_lo
+            in_tree = mask_n & (col >= 0)
+            bit = draft * NUM_DRAFTS + col
+            bits = tl.load(mask_row + bit // 8, mask=in_tree, other=0).to(tl.int32)
+            visible = mask_n & ((col < 0) | (((bits >> (bit % 8)) & 1) != 0))
+        s = tl.where(visible[None, :], s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
+        m_use = m_new
+        if TREE_MASK is not None:  # a tree may hide every key of a block: keep exp2 finite
+            m_use = tl.where(m_new > float("-inf"), m_new, 0.0)
+        p = tl.math.exp2(s - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         # -- values: the latent itself ----
         acc = tl.dot(p.to(latent.dtype), latent, acc * alpha[:, None])

@@ -9,7 +9,7 @@ Covers (mla on triton sm100; one line per docs column):
   not here:      FP8 KV Cache (lowered for this target; not in this spec)
   not lowered:   FP4 KV Cache (nvfp4 latent cache is not lowered yet)
   not here:      Spec topk=1 (lowered for this target; not in this spec)
-  not lowered:   Spec topk>1 (draft trees (topk > 1) are not lowered for MLA yet)
+  not here:      Spec topk>1 (lowered for this target; not in this spec)
   yes:           Decode
   yes:           Chunked Prefix Cache (extend)
 
@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "bf59bf94dd8f53f0c5bc66a9764eb7f21b7ac3b5ee23b918edc40d91deb053c6"
+LIBRARY_SHA256 = "7f1372d0ae6b93223f9c9593968d87b3fb754ce593da8f73f3b0dc05cce3693b"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
