@@ -3,7 +3,9 @@ latent (``kv_lora_rank`` = 512) and its rope key (64), 576 elements, as SGLang's
 
 ``kv_buffer[layer]`` is ``[num_pages, page_size, 1, 576]`` in bf16/fp16, or float8_e4m3fn
 holding ``x / scale`` with one fp32 per-tensor scale per layer (``layer.k_scale``, ``[1]``);
-readers dequantize with ``cache * scale``. Addressed by token slot like every attngen pool
+readers dequantize with ``cache * scale``. ``dtype="nvfp4"``: uint8 ``[..., 288]`` e2m1
+code pairs (low nibble first) plus ``block_scales[layer]`` float8_e4m3fn ``[..., 36]`` (one
+per 16 elements), ``layer.k_scale`` the global scale (attngen.runtime.nvfp4). Addressed by token slot like every attngen pool
 (page ``s // page_size``, offset ``s % page_size``).
 """
 
@@ -13,9 +15,10 @@ import torch
 
 from attngen.runtime.batch import INDEX_DTYPES, AttentionLayer
 from attngen.runtime.checks import check_at_least, check_tensor, fail
+from attngen.runtime.nvfp4 import quantize_nvfp4
 from attngen.runtime.pools import ACTIVATION_DTYPES, _scatter, quantize_fp8
 
-LATENT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
+LATENT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, "nvfp4")
 
 
 class MlaLatentPool:
@@ -29,7 +32,7 @@ class MlaLatentPool:
         page_size: int,
         kv_lora_rank: int = 512,
         qk_rope_head_dim: int = 64,
-        dtype: torch.dtype,
+        dtype: torch.dtype | str,
         device: torch.device | str,
     ) -> None:
         for name, value in (
@@ -46,8 +49,21 @@ class MlaLatentPool:
         self.kv_lora_rank = kv_lora_rank
         self.qk_rope_head_dim = qk_rope_head_dim
         self.dtype = dtype
-        shape = (num_pages, page_size, 1, kv_lora_rank + qk_rope_head_dim)
-        self.kv_buffer = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        width = kv_lora_rank + qk_rope_head_dim
+        rows = (num_pages, page_size, 1)
+        if dtype == "nvfp4":
+            if width % 16:
+                fail("kv_lora_rank + qk_rope_head_dim", "a multiple of 16 (NVFP4 blocks)", width)
+            codes = dict(dtype=torch.uint8, device=device)
+            self.kv_buffer = [torch.empty(rows + (width // 2,), **codes) for _ in range(num_layers)]
+            e4m3 = dict(dtype=torch.float8_e4m3fn, device=device)
+            self.block_scales = [
+                torch.zeros(rows + (width // 16,), **e4m3) for _ in range(num_layers)
+            ]
+        else:
+            self.kv_buffer = [
+                torch.empty(rows + (width,), dtype=dtype, device=device) for _ in range(num_layers)
+            ]
 
     @property
     def width(self) -> int:
@@ -71,7 +87,16 @@ class MlaLatentPool:
 
     @property
     def quantized(self) -> bool:
-        return self.dtype == torch.float8_e4m3fn
+        return self.dtype in (torch.float8_e4m3fn, "nvfp4")
+
+    @property
+    def fp4(self) -> bool:
+        return self.dtype == "nvfp4"
+
+    def get_block_scales(self, layer_id: int) -> torch.Tensor | None:
+        """NVFP4: the layer's e4m3 block scales ``[pages, page_size, 1, 36]``; else None."""
+        self.get_key_buffer(layer_id)  # checks layer_id
+        return self.block_scales[layer_id] if self.fp4 else None
 
     def get_key_buffer(self, layer_id: int) -> torch.Tensor:
         """The layer's ``[num_pages, page_size, 1, 576]`` cache (SGLang's name)."""
@@ -85,7 +110,11 @@ class MlaLatentPool:
             return None
         scale = layer.k_scale
         if scale is None:
-            fail(f"layer {layer.layer_id}.k_scale", "a float32 tensor [1] (fp8 latent cache)", None)
+            fail(
+                f"layer {layer.layer_id}.k_scale",
+                f"a float32 tensor [1] ({self.dtype} latent cache)",
+                None,
+            )
         return check_tensor(
             f"layer {layer.layer_id}.k_scale",
             scale,
@@ -119,6 +148,12 @@ class MlaLatentPool:
             parts.append(check_tensor(name, x, dtype=src, shape=[rows, dim], device=self.device))
         row = torch.cat(parts, dim=-1)
         scale = self.layer_scale(layer)
+        if self.fp4:
+            codes, scales = quantize_nvfp4(row, scale)
+            _scatter(cache.view(self.num_slots, self.width // 2), loc, codes)
+            bs = self.block_scales[layer.layer_id]
+            _scatter(bs.view(self.num_slots, self.width // 16), loc, scales)
+            return
         if scale is not None:
             row = quantize_fp8(row[:, None, :], scale, self.dtype)[:, 0]
         _scatter(cache.view(self.num_slots, self.width), loc, row)

@@ -440,6 +440,7 @@ class PagedMlaBackend(AttentionBackendBase):
             self.kv_pool.set_mla_kv_buffer(layer, fb.out_cache_loc, latent, k_rope)
         out = self._new_out(rows) if static_out is None else static_out
         launch = dict(config=c, sm_scale=layer.scaling, kv_scale=kv_scale, trusted_metadata=True)
+        launch["kv_block_scales"] = self.kv_pool.get_block_scales(layer.layer_id)
         return q, q_rope, out, launch
 
     def _split_k(

@@ -124,7 +124,7 @@ def make_rig(
     page_size: int,
     dtype: torch.dtype,
     device: str | torch.device,
-    kv_cache_dtype: torch.dtype | None = None,
+    kv_cache_dtype: torch.dtype | str | None = None,
     max_reqs: int = 128,
     max_context_len: int = 1024,
     num_pages: int | None = None,
@@ -152,7 +152,7 @@ def make_rig(
         kv_cache_dtype=kv_cache_dtype,
         spec_topk=spec_topk,
     )
-    quant = kv_dtype == torch.float8_e4m3fn
+    quant = kv_dtype in (torch.float8_e4m3fn, "nvfp4")
     scale = torch.tensor([kv_scale], dtype=torch.float32, device=device) if quant else None
     absorbed = AttentionLayer(0, num_heads, 1, 576, 512, 192**-0.5, k_scale=scale)
     ragged = AttentionLayer(0, num_heads, num_heads, 192, 128, 192**-0.5)
@@ -232,3 +232,15 @@ def rig_batch(
         torch.randn(rows, 1, 512, generator=gen).to(dtype).to(device),
         torch.randn(rows, 1, 64, generator=gen).to(dtype).to(device),
     )
+
+
+def oracle_cache(rig: MlaRig) -> tuple[torch.Tensor, float]:
+    """The rig's latent cache as the oracle reads it, and the scale to apply: NVFP4 pools
+    are dequantized here (their global scale included), fp8 ones read with their scale."""
+    cache = rig.kv_pool.get_key_buffer(0)
+    if getattr(rig.kv_pool, "fp4", False):
+        from attngen.runtime.nvfp4 import dequantize_nvfp4
+
+        scales = rig.kv_pool.get_block_scales(0)
+        return dequantize_nvfp4(cache, scales, rig.absorbed_layer.k_scale), 1.0
+    return cache, rig.kv_scale

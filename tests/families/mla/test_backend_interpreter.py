@@ -18,7 +18,7 @@ import torch
 
 from attngen.families.mla import reference as ref
 from attngen.families.mla.runtime import PagedMlaBackend
-from attngen.families.mla.testing import check_close, check_lse, make_rig, rig_batch
+from attngen.families.mla.testing import check_close, check_lse, make_rig, oracle_cache, rig_batch
 from attngen.families.mla.triton import library
 from attngen.runtime.batch import ForwardMode, VerifyInfo
 from attngen.runtime.checks import AttngenInputError
@@ -55,23 +55,26 @@ def backend_class(page_size: int, kv_dtype: str = "float16", drafts: int = 3) ->
 
 
 def rig(page_size=16, kv=None, **kw):
-    cls = backend_class(page_size, "float8_e4m3fn" if kv is not None else "float16")
+    names = {None: "float16", torch.float8_e4m3fn: "float8_e4m3fn", "nvfp4": "nvfp4"}
+    cls = backend_class(page_size, names[kv])
     return make_rig(
         cls, num_heads=16, page_size=page_size, dtype=F16, device="cpu", kv_cache_dtype=kv, **kw
     )
 
 
 def absorbed_oracle(r, rb, q, decode: bool):
-    cache = r.kv_pool.get_key_buffer(0)
+    cache, kv_scale = oracle_cache(r)
     if decode:
         lens = [p + e for p, e in zip(rb.prefix_lens, rb.extend_lens)]
-        return ref.absorbed_decode(q, cache, rb.page_table, lens, 192**-0.5, kv_scale=r.kv_scale)
+        return ref.absorbed_decode(q, cache, rb.page_table, lens, 192**-0.5, kv_scale=kv_scale)
     return ref.absorbed_extend(
-        q, cache, rb.page_table, rb.prefix_lens, rb.extend_lens, 192**-0.5, kv_scale=r.kv_scale
+        q, cache, rb.page_table, rb.prefix_lens, rb.extend_lens, 192**-0.5, kv_scale=kv_scale
     )
 
 
-@pytest.mark.parametrize("page_size,kv", [(1, None), (16, None), (16, torch.float8_e4m3fn)])
+@pytest.mark.parametrize(
+    "page_size,kv", [(1, None), (16, None), (16, torch.float8_e4m3fn), (16, "nvfp4")]
+)
 def test_decode(page_size, kv):
     torch.manual_seed(0)
     r = rig(page_size, kv)

@@ -6,7 +6,7 @@ import dataclasses
 
 from attngen.capabilities import supports
 from attngen.probes import base_variant
-from attngen.spec.enums import Arch, Backend, DType, Family, ScaleGranularity
+from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, ScaleGranularity
 from attngen.verdict import Status
 
 
@@ -25,13 +25,20 @@ def test_latent_dtypes():
     per_head = dataclasses.replace(fp8, kv_scale=ScaleGranularity.PER_HEAD)
     assert "per-tensor" in supports(per_head, Backend.TRITON, Arch.SM90).reason
     fp4 = dataclasses.replace(v, kv_dtype=DType.NVFP4, kv_scale=ScaleGranularity.PER_BLOCK)
-    verdict = supports(fp4, Backend.TRITON, Arch.SM90)
-    assert verdict.status is Status.NOT_LOWERED and "nvfp4" in verdict.reason
+    assert supports(fp4, Backend.TRITON, Arch.SM90).ok
+    assert supports(fp4, Backend.TRITON, Arch.SM100).ok
+    assert "sm90" in supports(fp4, Backend.TRITON, Arch.SM80).reason
+    mx = dataclasses.replace(v, kv_dtype=DType.MXFP4, kv_scale=ScaleGranularity.PER_BLOCK)
+    verdict = supports(mx, Backend.TRITON, Arch.SM90)
+    assert verdict.status is Status.NOT_LOWERED and "mxfp4" in verdict.reason
 
 
-def test_trees_and_other_dims_not_lowered():
+def test_trees_at_page_1_and_other_dims():
     v = base_variant(Family.MLA)
     tree = dataclasses.replace(v, spec_topk=4, num_draft_tokens=8)
-    assert "trees" in supports(tree, Backend.TRITON, Arch.SM90).reason
+    assert "trees" in supports(tree, Backend.TRITON, Arch.SM90).reason  # page size 64
+    custom = dataclasses.replace(tree.mask, kind=MaskKind.CUSTOM)
+    page1 = dataclasses.replace(tree, page_size=1, mask=custom)
+    assert supports(page1, Backend.TRITON, Arch.SM90).ok
     wide = dataclasses.replace(v, shape=dataclasses.replace(v.shape, kv_lora_rank=256))
     assert supports(wide, Backend.TRITON, Arch.SM90).status is Status.NOT_LOWERED

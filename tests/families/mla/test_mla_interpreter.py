@@ -251,3 +251,41 @@ def test_absorbed_verify_tree():
     assert torch.equal(out[n + 3].float(), torch.zeros(16, 512))
     check_close(out, want, F16, "tree verify")
     check_lse(lse, want_lse, "tree verify lse")
+
+
+def test_absorbed_decode_nvfp4_latent():
+    """NVFP4 latent (e2m1 pairs + e4m3 block scales + a global scale), against the
+    dequantized cache; extend rows too."""
+    from attngen.runtime.nvfp4 import dequantize_nvfp4, nvfp4_global_scale, quantize_nvfp4
+
+    torch.manual_seed(9)
+    cfg = config(page_size=16, kv_dtype="nvfp4")
+    seq_lens = [37, 5]
+    batch = latent_batch(seq_lens, page_size=16, dtype=torch.float32, device="cpu")
+    rows = batch.cache
+    global_scale = nvfp4_global_scale(rows)
+    codes, scales = quantize_nvfp4(rows, global_scale)
+    deq = dequantize_nvfp4(codes, scales, global_scale)
+    q = torch.randn(2, 16, 576).to(F16)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    out, lse = nan(2, 16, 512), nan(2, 16, dtype=torch.float32)
+    po, pl = launch.absorbed_workspace(cfg, rows=2, device="cpu")
+    launch.absorbed(
+        q,
+        None,
+        codes,
+        batch.page_table,
+        lens,
+        torch.tensor([2, 1], dtype=torch.int32),
+        out,
+        po,
+        pl,
+        config=cfg,
+        sm_scale=SM_SCALE,
+        lse=lse,
+        kv_scale=global_scale,
+        kv_block_scales=scales,
+    )
+    want, want_lse = ref.absorbed_decode(q, deq, batch.page_table, seq_lens, SM_SCALE)
+    check_close(out, want, F16, "nvfp4 decode")
+    check_lse(lse, want_lse, "nvfp4 decode lse")

@@ -46,7 +46,7 @@ class MlaTritonLowering:
     tuning_keys = TUNING_VALUES
 
     def supports(self, variant: Variant, arch: Arch) -> Verdict:
-        return capability.supports(variant)
+        return capability.supports(variant, arch)
 
     def lower(self, spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
         plan = lower.lower(spec, variants, arch)

@@ -1,11 +1,11 @@
-"""What the Triton MLA lowering covers: absorbed decode, extend and draft-chain verify (and
-draft trees at page size 1) over
-a bf16/fp16 or fp8 e4m3 (per-tensor scale) latent cache of DeepSeek's dims, and the ragged
-192/128 path with LSE for new tokens and prefix chunks; any page size; up to 128 heads."""
+"""What the Triton MLA lowering covers: absorbed decode, extend, draft-chain verify and (at
+page size 1) draft-tree verify over a bf16/fp16, fp8 e4m3 (per-tensor scale) or NVFP4
+(sm90+) latent cache of DeepSeek's dims, and the ragged 192/128 path with LSE for new tokens
+and prefix chunks; any page size; up to 128 heads."""
 
 from __future__ import annotations
 
-from attngen.spec.enums import DType, MaskKind, Phase, ScaleGranularity
+from attngen.spec.enums import Arch, DType, MaskKind, Phase, ScaleGranularity
 from attngen.families.mla.spec import MlaShape
 from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
@@ -17,7 +17,7 @@ DIMS = (512, 64, 128, 128)  # kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, 
 MAX_HEADS = 128
 
 
-def supports(variant: Variant) -> Verdict:
+def supports(variant: Variant, arch: Arch) -> Verdict:
     shape = variant.shape
     assert isinstance(shape, MlaShape)
     extra = set(variant.phases) - PHASES
@@ -30,12 +30,17 @@ def supports(variant: Variant) -> Verdict:
             (not extra, f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet"),
             (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
             (
-                kv is variant.dtype or kv is DType.FP8_E4M3,
+                kv in (variant.dtype, DType.FP8_E4M3, DType.NVFP4),
                 f"{kv_name} latent cache is not lowered yet",
             ),
             (
                 kv is not DType.FP8_E4M3 or variant.kv_scale is ScaleGranularity.PER_TENSOR,
                 "an fp8 latent cache takes one per-tensor scale (one KV head)",
+            ),
+            (
+                kv is not DType.NVFP4 or arch is not Arch.SM80,
+                "the NVFP4 latent is lowered for sm90 and sm100 (its e4m3 block scales are "
+                "read through fp8e4nv pointers)",
             ),
             (
                 dims == DIMS,

@@ -37,6 +37,9 @@ MAX_SPLITS = 8
 ABSORBED_TILES = {16: (16, 32, 4, 2), 32: (32, 64, 8, 2), 64: (64, 32, 8, 2)}
 SM90_WIDE_TILE = (64, 64, 8, 2)
 FP8_ABSORBED_TILES = {16: (16, 64, 8, 2), 32: (32, 32, 8, 2), 64: (32, 32, 8, 2)}
+# NVFP4 latent (decoded in registers like MHA's NVFP4 K/V; unmeasured on a GPU): the fp8
+# tiles' shapes with 32 latent rows, spill-free on sm_90a and sm_100a.
+FP4_ABSORBED_TILES = {16: (16, 32, 8, 2), 32: (32, 32, 8, 2), 64: (32, 32, 8, 2)}
 # Ragged 192/128 tiles (BLOCK_M, BLOCK_N, warps, stages) by arch: 128 x 64 on 8 warps is
 # 195 registers on sm_90a and 183 on sm_100a; it spilled 8 bytes on sm_80, which runs 64 x 64
 # on 4 warps (255 registers, no spill).
@@ -53,7 +56,9 @@ def next_power_of_two(n: int) -> int:
 
 def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch) -> dict[str, int]:
     rows = min(64, max(16, next_power_of_two(num_heads)))
-    if kv_dtype is DType.FP8_E4M3:
+    if kv_dtype is DType.NVFP4:
+        tile = FP4_ABSORBED_TILES[rows]
+    elif kv_dtype is DType.FP8_E4M3:
         tile = FP8_ABSORBED_TILES[rows]
     elif rows == 64 and arch is Arch.SM90:
         tile = SM90_WIDE_TILE

@@ -9,6 +9,7 @@ from attngen.families.mla.triton.host.launch import (
     MERGE_BLOCK_H,
     absorbed_options,
     combine_options,
+    fp4,
     io_dtype,
     kv_dtype,
     quantized,
@@ -24,6 +25,7 @@ POINTER_TYPES = {
     torch.bfloat16: "*bf16",
     torch.float16: "*fp16",
     torch.float8_e4m3fn: "*fp8e4nv",
+    torch.uint8: "*u8",
 }
 # Triton types of the runtime arguments that are not activations, caches or strides.
 ARG_TYPES = {
@@ -36,6 +38,7 @@ ARG_TYPES = {
     "QO_INDPTR": "*i32",
     "KV_INDPTR": "*i32",
     "KV_SCALE": "*fp32",
+    "KV_BSCALE": "*fp8e4nv",
     "LSE": "*fp32",
     "LSE_A": "*fp32",
     "LSE_B": "*fp32",
@@ -79,6 +82,7 @@ def compile_specs(config: MlaTritonConfig, traits: MlaTraits) -> list[CompileSpe
     """Every kernel the spec's phases launch for ``config``, as the runtime launches it."""
     phases, specs = traits.phases, []
     scale = ("TREE_MASK", "TREE_MASK_INDPTR") + (() if quantized(config) else ("KV_SCALE",))
+    scale += () if fp4(config) else ("KV_BSCALE",)
     if "decode" in phases:
         options = absorbed_options(config, write_lse=False)
         specs.append(

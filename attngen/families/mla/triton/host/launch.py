@@ -23,6 +23,7 @@ KV_DTYPES = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
     "float8_e4m3fn": torch.float8_e4m3fn,
+    "nvfp4": torch.uint8,  # e2m1 code pairs; the e4m3 block scales travel apart
 }
 
 
@@ -36,6 +37,15 @@ def kv_dtype(config: MlaTritonConfig) -> torch.dtype:
 
 def quantized(config: MlaTritonConfig) -> bool:
     return config.kv_dtype != config.dtype
+
+
+def fp4(config: MlaTritonConfig) -> bool:
+    return config.kv_dtype == "nvfp4"
+
+
+def cache_width(config: MlaTritonConfig) -> int:
+    """Last dim of a latent cache row: 576 elements, or 288 bytes of NVFP4 code pairs."""
+    return config.kv_width // 2 if fp4(config) else config.kv_width
 
 
 def absorbed_workspace(
@@ -92,19 +102,22 @@ def absorbed(
     kv_scale: torch.Tensor | None = None,
     tree_mask: torch.Tensor | None = None,
     tree_mask_indptr: torch.Tensor | None = None,
+    kv_block_scales: torch.Tensor | None = None,
     trusted_metadata: bool = False,
 ) -> torch.Tensor:
     """Absorbed attention of ``T`` query rows over the paged latent cache, into ``out``.
 
     q ``[T, H, LORA + ROPE]`` (or q ``[T, H, LORA]`` and q_rope ``[T, H, ROPE]``);
     kv_cache ``[pages, page_size, 1, LORA + ROPE]`` (the config's kv dtype; fp8 needs
-    kv_scale fp32 ``[1]``); row t reads request ``row_req[t]`` (``t`` when None: decode)
+    kv_scale fp32 ``[1]``; NVFP4: uint8 ``[..., (LORA + ROPE) / 2]`` code pairs, low nibble
+    first, kv_block_scales float8_e4m3fn ``[..., (LORA + ROPE) / 16]`` and kv_scale its
+    global scale); row t reads request ``row_req[t]`` (``t`` when None: decode)
     through ``page_table [>= B, pages]`` and sees its keys ``0 .. row_lens[t]-1``.
     num_splits ``[T]`` int32 in 1 .. max_splits, with partial_o / partial_lse from
     ``absorbed_workspace`` (>= T rows); or None: one split per row, no partials. out
     ``[T, H, LORA]``; lse ``[T, H]`` fp32 (natural log) when given.
-    Draft trees (tree_mask given; config.spec_topk > 1): row t is draft ``t % num_draft_tokens`` of request
-    ``row_req[t]``, ``row_lens[t]`` its sequence length (prefix + drafts), tree_mask uint8
+    Draft trees (tree_mask given; config.spec_topk > 1): row t is draft
+    ``t % num_draft_tokens`` of request ``row_req[t]``, ``row_lens[t]`` its sequence length (prefix + drafts), tree_mask uint8
     the requests' bit-packed masks (``pack_tree_masks``) at byte offsets
     ``tree_mask_indptr [B + 1]`` int32.
     """
@@ -112,6 +125,18 @@ def absorbed(
     rows, device = q_nope.shape[0], q_nope.device
     h, lora = config.num_heads, config.kv_lora_rank
     _check_latent_cache(kv_cache, config, device)
+    if fp4(config):
+        width = config.kv_width // 16
+        check_tensor(
+            "kv_block_scales",
+            kv_block_scales,
+            dtype=torch.float8_e4m3fn,
+            device=device,
+            shape=[kv_cache.shape[0], config.page_size, 1, width],
+            contiguous=True,
+        )
+    elif kv_block_scales is not None:
+        fail("kv_block_scales", f"None (the {config.kv_dtype} cache has none)", "a tensor")
     check_tensor(
         "out",
         out,
@@ -172,6 +197,7 @@ def absorbed(
         tree_mask_indptr if tree else None,
         num_splits,
         kv_scale,
+        kv_block_scales,
         out,
         lse_arg,
         partial_o,
@@ -182,6 +208,7 @@ def absorbed(
         q_rope.stride(0),
         q_rope.stride(1),
         kv_cache.stride(1),
+        kv_block_scales.stride(1) if kv_block_scales is not None else 0,
         page_table.stride(0),
         out.stride(0),
         out.stride(1),
@@ -213,7 +240,7 @@ def _check_latent_cache(kv_cache: torch.Tensor, config: MlaTritonConfig, device)
         kv_cache,
         dtype=kv_dtype(config),
         device=device,
-        shape=[None, config.page_size, 1, config.kv_width],
+        shape=[None, config.page_size, 1, cache_width(config)],
         last_dim_contiguous=True,
     )
     if kv_cache.stride(1) % 16 or kv_cache.data_ptr() % 16:
@@ -283,6 +310,7 @@ def absorbed_options(config: MlaTritonConfig, *, write_lse: bool, tree: bool = F
         BLOCK_N=config.decode_block_n,
         MAX_SPLITS=config.max_splits,
         KV_SCALED=quantized(config),
+        KV_FP4=fp4(config),
         WRITE_LSE=write_lse,
         num_warps=config.decode_num_warps,
         num_stages=config.decode_num_stages,

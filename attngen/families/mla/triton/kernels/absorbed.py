@@ -12,6 +12,8 @@ keys; with one split it writes the final output and LSE itself, else a partial t
 import triton
 import triton.language as tl
 
+from attngen.families.mha.triton.kernels.fp4 import nvfp4_tile
+
 LN2 = tl.constexpr(0.6931471805599453)  # ln(2)
 LOG2E = tl.constexpr(1.4426950408889634)  # 1/ln(2)
 
@@ -43,6 +45,7 @@ def absorbed_split_kernel(
     TREE_MASK_INDPTR,
     NUM_SPLITS,
     KV_SCALE,
+    KV_BSCALE,
     OUT,
     LSE,
     PARTIAL_O,
@@ -53,6 +56,7 @@ def absorbed_split_kernel(
     stride_rt,
     stride_rh,
     stride_kv,
+    stride_ks,
     stride_ptb,
     stride_ot,
     stride_oh,
@@ -70,6 +74,7 @@ def absorbed_split_kernel(
     BLOCK_N: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
     KV_SCALED: tl.constexpr,
+    KV_FP4: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     NUM_DRAFTS: tl.constexpr,
 ):
@@ -78,8 +83,9 @@ def absorbed_split_kernel(
     Row t reads request ROW_REQ[t] (t itself when ROW_REQ is None: decode) and sees its
     keys 0 .. ROW_LENS[t]-1 (decode: the sequence length; extend and verify: the causal
     limit of that token; trees: the sequence length, with TREE_MASK as below). NUM_SPLITS [T] int32 (None: one split each, nothing partial). KV_CACHE rows are stride_kv elements apart, token slot s at row
-    s (page s // PAGE_SIZE). KV_SCALED: the cache is fp8 with the fp32 per-tensor scale
-    KV_SCALE (folded into the score scale and the output).
+    s (page s // PAGE_SIZE). KV_SCALED: the cache is fp8 (or, with KV_FP4, NVFP4: e2m1
+    pairs with e4m3 block scales per 16 in KV_BSCALE rows stride_ks apart) with the fp32
+    per-tensor (global) scale KV_SCALE, folded into the score scale and the output.
     """
     off_t = tl.program_id(0)
     off_hb = tl.program_id(1)
@@ -143,10 +149,30 @@ def absorbed_split_kernel(
         mask_n = start_n + tl.arange(0, BLOCK_N) < kv_end
         # latent rows start on 16 elements (the launcher checks the stride): vector loads
         row_ptrs = KV_CACHE + tl.multiple_of(rows * stride_kv, 16)
-        latent = tl.load(row_ptrs[:, None] + offs_c[None, :], mask=mask_n[:, None], other=0.0)
-        k_rope = tl.load(
-            row_ptrs[:, None] + LORA + offs_r[None, :], mask=mask_n[:, None], other=0.0
-        )
+        if KV_FP4:
+            # -- NVFP4 rows: 288 bytes of e2m1 pairs, then 36 e4m3 block scales apart ----
+            sc_ptrs = KV_BSCALE + rows * stride_ks
+            offs_c2 = tl.arange(0, LORA // 2)
+            offs_r2 = tl.arange(0, ROPE // 2)
+            latent = nvfp4_tile(
+                row_ptrs[:, None] + offs_c2[None, :],
+                sc_ptrs[:, None] + tl.arange(0, LORA // 16)[None, :],
+                mask_n[:, None],
+                BLOCK_N,
+                LORA,
+            )
+            k_rope = nvfp4_tile(
+                row_ptrs[:, None] + LORA // 2 + offs_r2[None, :],
+                sc_ptrs[:, None] + LORA // 16 + tl.arange(0, ROPE // 16)[None, :],
+                mask_n[:, None],
+                BLOCK_N,
+                ROPE,
+            )
+        else:
+            latent = tl.load(row_ptrs[:, None] + offs_c[None, :], mask=mask_n[:, None], other=0.0)
+            k_rope = tl.load(
+                row_ptrs[:, None] + LORA + offs_r[None, :], mask=mask_n[:, None], other=0.0
+            )
         if KV_SCALED:
             latent = latent.to(tl.float16)
             k_rope = k_rope.to(tl.float16)

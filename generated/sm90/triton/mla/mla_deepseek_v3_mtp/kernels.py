@@ -7,7 +7,7 @@ variant configs, bound to the MLA kernel library (attngen.families.mla.triton.li
 Covers (mla on triton sm90; one line per docs column):
   yes:           Page Size > 1 (native): 64
   not here:      FP8 KV Cache (lowered for this target; not in this spec)
-  not lowered:   FP4 KV Cache (nvfp4 latent cache is not lowered yet)
+  not here:      FP4 KV Cache (lowered for this target; not in this spec)
   yes:           Spec topk=1
   not here:      Spec topk>1 (lowered for this target; not in this spec)
   yes:           Decode
@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "7f1372d0ae6b93223f9c9593968d87b3fb754ce593da8f73f3b0dc05cce3693b"
+LIBRARY_SHA256 = "15d31e630f7d57608fa4c71ca0495d66514d75e549d6c4e4eac8249fa99afd16"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
