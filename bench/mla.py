@@ -3,7 +3,7 @@
 
 Absorbed decode (one query per request, page 64, bf16 q): attngen ``absorbed`` (splits from
 PagedMlaBackend's heuristic) vs FlashMLA ``flash_mla_with_kvcache`` on the same latent
-cache, B64 ctx4096 and B128 ctx8192 at h_q 128 and 16, bf16 and fp8 e4m3 latent (FlashMLA's
+cache, B64 ctx4096 and B128 ctx8192 at h_q 128 and 16, bf16, fp8 e4m3 and NVFP4 latent (NVFP4: attngen only; FlashMLA's
 fp8 path takes an fp8 q; attngen keeps q bf16, so the fp8 rows compare speed only).
 TFLOP/s = 2 B H ctx (576 + 512) / time; TB/s = B ctx 576 bytes-per-element / time.
 Ragged prefill 192/128 with LSE (causal, 16k tokens of S = 4096): attngen's TFLOP/s,
@@ -62,7 +62,9 @@ def main() -> None:
 
     from attngen.families.mha.runtime import decode_num_splits, decode_split_cap
     from generated.sm90.triton.mla.mla_deepseek_v3 import kernels as k16
+    from attngen.runtime.nvfp4 import nvfp4_global_scale, quantize_nvfp4
     from generated.sm90.triton.mla.mla_deepseek_v3_fp8 import kernels as k8
+    from generated.sm90.triton.mla.mla_deepseek_v3_nvfp4 import kernels as k4
 
     fm, fm_err = load_flashmla(args.flashmla)
     rows, dev = [], "cuda"
@@ -74,12 +76,19 @@ def main() -> None:
             lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
             q = torch.randn(b, heads, 576, device=dev, dtype=torch.bfloat16)
             cache16 = torch.randn(pages + 1, PAGE, 1, 576, device=dev, dtype=torch.bfloat16)
-            for kv in ("bf16", "fp8"):
-                mod = k16 if kv == "bf16" else k8
-                uri = f"r512_rope64_h{heads}_ps{PAGE}_bf16" + ("_kvfp8_e4m3" if kv == "fp8" else "")
-                cfg = mod.CONFIGS[uri + "_causal"]
-                cache = cache16 if kv == "bf16" else (cache16 * 4).to(torch.float8_e4m3fn)
-                scale = torch.tensor([0.25], device=dev) if kv == "fp8" else None
+            for kv in ("bf16", "fp8", "nvfp4"):
+                mod = {"bf16": k16, "fp8": k8, "nvfp4": k4}[kv]
+                suffix = {"bf16": "", "fp8": "_kvfp8_e4m3", "nvfp4": "_kvnvfp4"}[kv]
+                cfg = mod.CONFIGS[f"r512_rope64_h{heads}_ps{PAGE}_bf16{suffix}_causal"]
+                block_scales = None
+                if kv == "bf16":
+                    cache, scale = cache16, None
+                elif kv == "fp8":
+                    cache = (cache16 * 4).to(torch.float8_e4m3fn)
+                    scale = torch.tensor([0.25], device=dev)
+                else:
+                    scale = nvfp4_global_scale(cache16)
+                    cache, block_scales = quantize_nvfp4(cache16, scale)
                 blocks = triton.cdiv(heads, cfg.decode_block_h)
                 cap = decode_split_cap(
                     programs_per_split=b * blocks, num_sms=132, max_splits=cfg.max_splits
@@ -102,11 +111,26 @@ def main() -> None:
                         config=cfg,
                         sm_scale=SCALE,
                         kv_scale=scale,
+                        kv_block_scales=block_scales,
                         trusted_metadata=True,
                     )
 
-                ours()
-                t_ours = do_bench(ours, warmup=50, rep=200)
+                try:
+                    ours()
+                    t_ours = do_bench(ours, warmup=50, rep=200)
+                except Exception as e:  # noqa: BLE001  (reported in the row, not fatal)
+                    rows.append(
+                        dict(
+                            part="decode",
+                            heads=heads,
+                            batch=b,
+                            ctx=ctx,
+                            kv=kv,
+                            attngen_error=f"{type(e).__name__}: {str(e)[:200]}",
+                        )
+                    )
+                    print(json.dumps(rows[-1]), flush=True)
+                    continue
                 row = dict(
                     part="decode",
                     heads=heads,
@@ -121,7 +145,9 @@ def main() -> None:
                 nbytes = b * ctx * 576 * cache.element_size()
                 row["attngen_tflops"] = flops / t_ours / 1e9
                 row["attngen_tbs"] = nbytes / t_ours / 1e9
-                if fm is not None:
+                if kv == "nvfp4":
+                    row["flashmla_error"] = "no NVFP4 path"
+                elif fm is not None:
                     try:
                         row.update(
                             _flashmla(
@@ -153,6 +179,12 @@ def main() -> None:
         f"{'FMLA ms':>9}{'ratio':>7}"
     )
     for r in rows:
+        if "attngen_error" in r:
+            print(
+                f"{r['part']} h{r['heads']} B{r['batch']} ctx{r['ctx']} {r['kv']}: "
+                f"{r['attngen_error']}"
+            )
+            continue
         if r["part"] == "sweep":
             print(
                 f"sweep {r['heads']} {r['kv']} tile {r['tile']}: {r['attngen_ms']:.3f} ms "
