@@ -54,13 +54,13 @@ def next_power_of_two(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch) -> dict[str, int]:
+def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch, tree: bool) -> dict[str, int]:
     rows = min(64, max(16, next_power_of_two(num_heads)))
     if kv_dtype is DType.NVFP4:
         tile = FP4_ABSORBED_TILES[rows]
     elif kv_dtype is DType.FP8_E4M3:
         tile = FP8_ABSORBED_TILES[rows]
-    elif rows == 64 and arch is Arch.SM90:
+    elif rows == 64 and arch is Arch.SM90 and not tree:  # the tree mask spilled 8 B in it
         tile = SM90_WIDE_TILE
     else:
         tile = ABSORBED_TILES[rows]
@@ -106,7 +106,7 @@ def kernel_config(
         uri=variant.uri,
         **dataclasses.asdict(key),
         num_draft_tokens=variant.num_draft_tokens,
-        **absorbed_tiles(shape.num_heads, variant.kv_dtype, arch),
+        **absorbed_tiles(shape.num_heads, variant.kv_dtype, arch, (variant.spec_topk or 0) > 1),
         **ragged_tiles(arch),
     )
     return dataclasses.replace(config, **(overrides or {}))
