@@ -3,10 +3,13 @@ error bound (CPU interpreter tests, GPU tests and benches share them)."""
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
 import torch
+
+from attngen.testing.tolerance import KERNEL, row_rms_error
 
 # -- error bounds ----
 # A kernel output in dtype vs the float64 oracle on the same (dtype-rounded) inputs. Per
@@ -45,6 +48,16 @@ def check_close(
     err = (actual - expected).abs().max().item()
     bound = error_bound(expected, dtype, merges)
     assert err <= bound, f"{what}: max error {err:.3e} > bound {bound:.3e}"
+    # per query row, relative to that row's output (attngen.testing.tolerance: a skipped
+    # page or a 1% scale error shows there); a composed result rounds 3 more times per merge
+    # (a stage's P and output, the merge's output) than the 2 of one kernel, in quadrature
+    rel = row_rms_error(actual, expected)
+    row_bound = KERNEL[dtype]["rms"] * math.sqrt((3 * merges + 2) / 2)
+    worst = int(rel.argmax())
+    assert float(rel[worst]) <= row_bound, (
+        f"{what}: row {worst} has an RMS error of {float(rel[worst]):.3g} of its output's RMS "
+        f"(bound {row_bound:.3g})"
+    )
     return err, bound
 
 
