@@ -24,7 +24,9 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import io
 import json
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -61,8 +63,11 @@ def module_identity(module: ModuleType, uri: str) -> str:
 
 
 def code_digest(text: str) -> str:
-    """sha256 of a Python source's code: comments, docstrings and layout do not count."""
+    """sha256 of a Python source's code: comments, docstrings, blank lines and trailing
+    spaces do not count. Computed on the text (not on ``ast.dump``, whose output differs
+    between Python versions), so the generator and a GPU machine agree."""
     tree = ast.parse(text)
+    dropped: set[int] = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (
@@ -72,8 +77,15 @@ def code_digest(text: str) -> str:
             and isinstance(body[0].value, ast.Constant)
             and isinstance(body[0].value.value, str)
         ):
-            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
-    return hashlib.sha256(ast.dump(tree).encode("utf-8")).hexdigest()
+            dropped.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    lines = text.splitlines()
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            lines[row - 1] = lines[row - 1][:col]
+    kept = [line.rstrip() for n, line in enumerate(lines, 1) if n not in dropped]
+    code = "\n".join(line for line in kept if line.strip())
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()
 
 
 RUNTIME_DIR = "attngen/runtime"
