@@ -13,7 +13,8 @@ from two specs keeps its evidence; changing the library, the hooks or a tile dro
 
 A GPU check also ran the host code around the kernels: the generated package's modules
 (backend, graph metadata, bindings), the spine runtime (``attngen/runtime/``) and the
-family's runtime, keys and oracle (``attngen/families/<family>/*.py``). GPU records carry
+family's runtime, keys and oracle (``attngen/families/<family>/*.py`` but the modules that
+only describe the family: ``DESCRIPTION_MODULES``). GPU records carry
 their **runtime identity** (:func:`runtime_identity`, a sha256 over that code with comments
 and docstrings left out), and a check counts only while both identities hold: editing a
 graph builder drops the graph checks it could break, editing a docstring drops nothing.
@@ -89,13 +90,19 @@ def code_digest(text: str) -> str:
 
 
 RUNTIME_DIR = "attngen/runtime"
+# A family package's modules that describe it (registration, docs columns, spec sections)
+# and never run in a GPU check; its other top-level modules (runtime, keys, oracle) do.
+DESCRIPTION_MODULES = ("__init__.py", "docs.py", "spec.py")
 
 
 @functools.lru_cache(maxsize=None)
 def _runtime_digests(root: Path, family: str) -> tuple[tuple[str, str], ...]:
-    paths = sorted((root / RUNTIME_DIR).glob("*.py")) + sorted(
-        (root / "attngen" / "families" / family).glob("*.py")
-    )
+    family_modules = [
+        p
+        for p in sorted((root / "attngen" / "families" / family).glob("*.py"))
+        if p.name not in DESCRIPTION_MODULES
+    ]
+    paths = sorted((root / RUNTIME_DIR).glob("*.py")) + family_modules
     return tuple(
         (p.relative_to(root).as_posix(), code_digest(p.read_text(encoding="utf-8"))) for p in paths
     )
