@@ -1,0 +1,104 @@
+"""Lowering of GDN variants to Triton plans: tiles per head dim, the graph buffers, the plan.
+
+Tiles are starting points checked to compile without spills (sm_80, sm_90a, sm_100a; see
+evidence/compile/); a spec's ``tuning`` section overrides them per arch.
+"""
+
+from __future__ import annotations
+
+from attngen.arch import facts
+from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
+from attngen.hooks import MaskHooks
+from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
+from attngen.probes import feature_lines
+from attngen.spec.enums import Arch, Backend, DType, Phase
+from attngen.spec.model import Spec
+from attngen.spec.variant import GdnShape, Variant
+
+RUNTIME_CLASS = "attngen.families.gdn.runtime:GdnBackend"
+SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed batch (their slot is 0: nothing is touched)
+TORCH_DTYPES = {DType.BF16: "bfloat16", DType.FP16: "float16", DType.FP32: "float32"}
+# Until the spec names them (attngen/families/gdn/spec.py): Qwen3-Next's conv width and
+# its in-kernel q/k L2 norm.
+CONV_KERNEL = 4
+L2NORM = True
+
+
+def tiles(shape: GdnShape) -> dict[str, int]:
+    """Decode: value blocks of 32 rows (a 32 x K fp32 state slice per program: B64 x 32 heads
+    gives 8192 programs). Chunk scan: 8 warps hold the [chunk, K] q, k and W tiles."""
+    wide = shape.chunk_size * max(shape.key_dim, shape.value_dim) >= 64 * 128
+    return {
+        "decode_block_v": min(32, shape.value_dim),
+        "decode_num_warps": 4,
+        "prepare_num_warps": 8 if wide else 4,
+        "scan_block_v": min(32, shape.value_dim),
+        "scan_num_warps": 8 if wide else 4,
+        "conv_block_c": 128,
+        "conv_block_t": 32,
+        "conv_num_warps": 4,
+    }
+
+
+def kernel_config(
+    variant: Variant, arch: Arch, overrides: dict[str, int] | None = None
+) -> GdnTritonConfig:
+    shape = variant.shape
+    assert isinstance(shape, GdnShape)
+    values = tiles(shape)
+    values.update(overrides or {})
+    return GdnTritonConfig(
+        uri=variant.uri,
+        key_dim=shape.key_dim,
+        value_dim=shape.value_dim,
+        v_heads_per_k_head=shape.v_heads_per_k_head,
+        dtype=TORCH_DTYPES[variant.dtype],
+        state_dtype=TORCH_DTYPES[shape.state_dtype],
+        chunk_size=shape.chunk_size,
+        conv_kernel=CONV_KERNEL,
+        l2norm=L2NORM,
+        spec_topk=variant.spec_topk or 0,
+        num_draft_tokens=variant.num_draft_tokens,
+        **values,
+    )
+
+
+def graph_buffers(verify: bool) -> tuple[GraphBuffer, ...]:
+    """Static buffers of a decode / verify capture: the requests' state slots (0: padding,
+    never written) and their row offsets; trees add the drafts' parents."""
+    buffers = (
+        GraphBuffer("cache_indices", "int32", ("max_bs",), 0, "state pool slot per request"),
+        GraphBuffer(
+            "query_start_loc",
+            "int32",
+            ("max_bs_plus_one",),
+            0,
+            "first row of each request (set to b * tokens per request)",
+        ),
+    )
+    if verify:
+        buffers += (
+            GraphBuffer(
+                "parents", "int32", ("max_bs", "max_drafts"), -1, "draft tree parents (-1: root)"
+            ),
+        )
+    return buffers
+
+
+def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
+    overrides = spec.tuning_for(Backend.TRITON, arch)
+    verify = Phase.VERIFY in spec.phases
+    return ModulePlan(
+        spec=spec,
+        backend=Backend.TRITON,
+        arch=arch,
+        hooks=MaskHooks.from_mask(spec.mask),
+        kernels=tuple(KernelPlan(v, kernel_config(v, arch, overrides)) for v in variants),
+        metadata=MetadataPlan(facts(arch).num_sms, SEQ_LEN_FILL_VALUE, graph_buffers(verify)),
+        runtime_class=RUNTIME_CLASS,
+        feature_lines=feature_lines(variants, spec.family, Backend.TRITON, arch),
+    )
+
+
+def traits(plan: ModulePlan) -> GdnTraits:
+    return GdnTraits(tuple(p.value for p in plan.spec.phases))
