@@ -55,14 +55,25 @@ def gdn_step(
     g: torch.Tensor,
     beta: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token for every value head: ``state [HV, V, K]`` (pool layout), ``q, k [HV, K]``
-    (already normalised, scaled and repeated per value head), ``v [HV, V]``, ``g, beta [HV]``.
-    Returns ``(o [HV, V], new state)``, float64."""
-    s = state * torch.exp(g)[:, None, None]  # S^T, decayed
-    kv = torch.einsum("hvk,hk->hv", s, k)  # (S^T k)
-    u = beta[:, None] * (v - kv)
-    s = s + u[:, :, None] * k[:, None, :]
-    return torch.einsum("hvk,hk->hv", s, q), s
+    """One token for every value head (any leading batch dims ``...``): ``state [..., HV, V,
+    K]`` (pool layout), ``q, k [..., HV, K]`` (already normalised, scaled and repeated per
+    value head), ``v [..., HV, V]``, ``g, beta [..., HV]``. Returns ``(o [..., HV, V], new
+    state)``, float64."""
+    s = state * torch.exp(g)[..., None, None]  # S^T, decayed
+    kv = torch.einsum("...vk,...k->...v", s, k)  # (S^T k)
+    u = beta[..., None] * (v - kv)
+    s = s + u[..., :, None] * k[..., None, :]
+    return torch.einsum("...vk,...k->...v", s, q), s
+
+
+def prepare_qk(
+    q: torch.Tensor, k: torch.Tensor, group: int, *, scale: float, l2norm_qk: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q, k ``[..., H, K]`` -> float64 ``[..., HV, K]``: normalised, q scaled, repeated per
+    value head (value head ``hv`` reads key head ``hv // group``)."""
+    qn = l2norm(q) if l2norm_qk else q.to(F64)
+    kn = l2norm(k) if l2norm_qk else k.to(F64)
+    return (qn * scale).repeat_interleave(group, -2), kn.repeat_interleave(group, -2)
 
 
 def gdn_sequence(
@@ -76,31 +87,30 @@ def gdn_sequence(
     scale: float,
     l2norm_qk: bool,
     parents: list[int] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    keep_steps: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One request: ``q, k [T, H, K]``, ``v [T, HV, V]``, ``g, beta [T, HV]``, initial
     ``state [HV, V, K]`` (None: zeros). ``parents`` (a draft tree): token ``t`` continues
     from token ``parents[t]``'s state (-1: the initial state); None: a chain.
 
-    Returns ``(out [T, HV, V], final state [HV, V, K], every step's state [T, HV, V, K])``,
-    float64; the final state is the last token's.
+    Returns ``(out [T, HV, V], final state [HV, V, K], every step's state [T, HV, V, K] or
+    None without keep_steps)``, float64 on q's device; the final state is the last token's.
     """
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
-    G = HV // H
-    qn = l2norm(q) if l2norm_qk else q.to(F64)
-    kn = l2norm(k) if l2norm_qk else k.to(F64)
-    qn = qn * scale
-    s0 = torch.zeros(HV, V, K, dtype=F64) if state is None else state.to(F64).cpu()
-    out = torch.empty(T, HV, V, dtype=F64)
-    steps = torch.empty(T, HV, V, K, dtype=F64)
+    dev = q.device
+    qn, kn = prepare_qk(q, k, HV // H, scale=scale, l2norm_qk=l2norm_qk)
+    s0 = torch.zeros(HV, V, K, dtype=F64, device=dev) if state is None else state.to(dev, F64)
+    out = torch.empty(T, HV, V, dtype=F64, device=dev)
+    steps = torch.empty(T, HV, V, K, dtype=F64, device=dev) if keep_steps or parents else None
+    prev = s0
     for t in range(T):
-        parent = t - 1 if parents is None else parents[t]
-        prev = s0 if parent < 0 else steps[parent]
-        qt = qn[t].cpu().repeat_interleave(G, 0)
-        kt = kn[t].cpu().repeat_interleave(G, 0)
-        out[t], steps[t] = gdn_step(prev, qt, kt, v[t].to(F64).cpu(), g[t].cpu(), beta[t].cpu())
-    final = steps[T - 1] if T else s0
-    return out, final, steps
+        if parents is not None:
+            prev = s0 if parents[t] < 0 else steps[parents[t]]
+        out[t], prev = gdn_step(prev, qn[t], kn[t], v[t].to(F64), g[t], beta[t])
+        if steps is not None:
+            steps[t] = prev
+    return out, prev, steps
 
 
 def conv_sequence(
@@ -114,23 +124,33 @@ def conv_sequence(
     ``conv_state [C, W-1]`` (None: zeros). ``parents``: as :func:`gdn_sequence` (a tree
     token's window is its ancestors' inputs).
 
-    Returns ``(y [T, C], final conv state [C, W-1], every step's window [T, C, W-1])``.
+    Returns ``(y [T, C], final conv state [C, W-1], every step's window [T, C, W-1])``,
+    float64 on x's device.
     """
     T, C = x.shape
     W = weight.shape[1]
-    w = weight.to(F64).cpu()
-    s0 = torch.zeros(C, W - 1, dtype=F64) if conv_state is None else conv_state.to(F64).cpu()
-    y = torch.empty(T, C, dtype=F64)
-    windows = torch.empty(T, C, W - 1, dtype=F64)
-    for t in range(T):
-        parent = t - 1 if parents is None else parents[t]
-        prev = s0 if parent < 0 else windows[parent]
-        full = torch.cat([prev, x[t].to(F64).cpu()[:, None]], dim=1)  # [C, W]
-        acc = (full * w).sum(1)
-        if bias is not None:
-            acc = acc + bias.to(F64).cpu()
-        y[t] = acc * torch.sigmoid(acc)
-        windows[t] = full[:, 1:]
+    dev = x.device
+    w = weight.to(dev, F64)
+    s0 = torch.zeros(C, W - 1, dtype=F64, device=dev)
+    if conv_state is not None:
+        s0 = conv_state.to(dev, F64)
+    xs = x.to(F64)
+    if parents is None:  # a chain: one vectorised pass over the padded sequence
+        full = torch.cat([s0.T, xs], dim=0)  # [W-1+T, C]
+        win = full.unfold(0, W, 1)  # [T, C, W]
+        acc = (win * w).sum(-1)
+        windows = win[:, :, 1:]
+    else:
+        acc = torch.empty(T, C, dtype=F64, device=dev)
+        windows = torch.empty(T, C, W - 1, dtype=F64, device=dev)
+        for t in range(T):
+            prev = s0 if parents[t] < 0 else windows[parents[t]]
+            full = torch.cat([prev, xs[t][:, None]], dim=1)  # [C, W]
+            acc[t] = (full * w).sum(1)
+            windows[t] = full[:, 1:]
+    if bias is not None:
+        acc = acc + bias.to(dev, F64)
+    y = acc * torch.sigmoid(acc)
     final = windows[T - 1] if T else s0
     return y, final, windows
 
