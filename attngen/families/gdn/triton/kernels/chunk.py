@@ -23,11 +23,12 @@ Every product is a tensor-core tl.dot (fp32 operands: TF32 on the GPU).
 import triton
 import triton.language as tl
 
-from attngen.families.gdn.triton.kernels.common import gate_values, l2norm_rows
+from attngen.families.gdn.triton.kernels.common import gate_values, inverse_norms
 
 
 @triton.jit
 def chunk_prepare_kernel(
+    Q,
     K,
     V,
     A,
@@ -40,6 +41,10 @@ def chunk_prepare_kernel(
     W_BUF,
     U_BUF,
     G_BUF,
+    QN_BUF,
+    KN_BUF,
+    stride_q_tok,
+    stride_q_head,
     stride_k_tok,
     stride_k_head,
     stride_v_tok,
@@ -66,7 +71,13 @@ def chunk_prepare_kernel(
     vs = tl.arange(0, VALUE_DIM)
     # -- keys (normalised), values, gates of the chunk ----
     k_ptr = K + tok[:, None] * stride_k_tok + hk * stride_k_head + ks[None, :]
-    k = l2norm_rows(tl.load(k_ptr, mask=rmask[:, None], other=0.0).to(tl.float32), L2NORM)
+    k = tl.load(k_ptr, mask=rmask[:, None], other=0.0).to(tl.float32)
+    k_norm = inverse_norms(k, L2NORM)
+    k = k * k_norm[:, None]
+    q_ptr = Q + tok[:, None] * stride_q_tok + hk * stride_q_head + ks[None, :]
+    q_norm = inverse_norms(tl.load(q_ptr, mask=rmask[:, None], other=0.0).to(tl.float32), L2NORM)
+    tl.store(QN_BUF + tok * num_v_heads + hv, q_norm, mask=rmask)
+    tl.store(KN_BUF + tok * num_v_heads + hv, k_norm, mask=rmask)
     v_ptr = V + tok[:, None] * stride_v_tok + hv * stride_v_head + vs[None, :]
     v = tl.load(v_ptr, mask=rmask[:, None], other=0.0).to(tl.float32)
     a = tl.load(A + tok * stride_a_tok + hv, mask=rmask, other=0.0)
@@ -98,12 +109,21 @@ def chunk_prepare_kernel(
 
 
 @triton.jit
+def _load_rows(PTR, tok, stride_tok, col0, cols, rmask):
+    """Rows ``tok`` [CHUNK], columns ``col0 + cols`` of a row-major tensor, as stored."""
+    ptr = PTR + tok[:, None] * stride_tok + col0 + cols[None, :]
+    return tl.load(ptr, mask=rmask[:, None], other=0.0)
+
+
+@triton.jit
 def chunk_scan_kernel(
     Q,
     K,
     W_BUF,
     U_BUF,
     G_BUF,
+    QN_BUF,
+    KN_BUF,
     STATE,
     CACHE_INDICES,
     HAS_INITIAL,
@@ -126,42 +146,62 @@ def chunk_scan_kernel(
     BLOCK_V: tl.constexpr,
     L2NORM: tl.constexpr,
 ):
+    # The key dim is processed in two halves (lo, hi), so at most one [CHUNK, KEY_DIM / 2]
+    # tile of q, k or W is live at a time next to the state halves.
+    HALF: tl.constexpr = KEY_DIM // 2
     pid_b = tl.program_id(0)
     hv = tl.program_id(1)
     hk = hv // GROUP
     vs = tl.program_id(2) * BLOCK_V + tl.arange(0, BLOCK_V)
-    ks = tl.arange(0, KEY_DIM)
+    cols = tl.arange(0, HALF)
     rows = tl.arange(0, CHUNK)
     start = tl.load(QUERY_START_LOC + pid_b).to(tl.int64)
     end = tl.load(QUERY_START_LOC + pid_b + 1).to(tl.int64)
     slot = tl.load(CACHE_INDICES + pid_b).to(tl.int64)
     init = (tl.load(HAS_INITIAL + pid_b) != 0) & (slot > 0)
-    # -- S [KEY_DIM, BLOCK_V] from the pool row (stored transposed, [V, K]) ----
-    pool = STATE + slot * stride_s_slot + hv * stride_s_head + vs[None, :] * KEY_DIM + ks[:, None]
-    s = tl.load(pool, mask=init, other=0.0).to(tl.float32)
-    causal = rows[None, :] <= rows[:, None]
+    # -- S [KEY_DIM, BLOCK_V] in two halves, from the pool row (stored transposed) ----
+    pool = STATE + slot * stride_s_slot + hv * stride_s_head + vs[None, :] * KEY_DIM
+    s_lo = tl.load(pool + cols[:, None], mask=init, other=0.0).to(tl.float32)
+    s_hi = tl.load(pool + HALF + cols[:, None], mask=init, other=0.0).to(tl.float32)
+    q0 = hk * stride_q_head
+    k0 = hk * stride_k_head
     for c0 in range(start, end, CHUNK):
         length = tl.minimum(end - c0, CHUNK)
         rmask = rows < length
         tok = c0 + rows
-        # -- the chunk's q, k (normalised), W, U, cumulative decay ----
-        q_ptr = Q + tok[:, None] * stride_q_tok + hk * stride_q_head + ks[None, :]
-        q = tl.load(q_ptr, mask=rmask[:, None], other=0.0).to(tl.float32)
-        q = l2norm_rows(q, L2NORM) * scale
-        k_ptr = K + tok[:, None] * stride_k_tok + hk * stride_k_head + ks[None, :]
-        k = l2norm_rows(tl.load(k_ptr, mask=rmask[:, None], other=0.0).to(tl.float32), L2NORM)
-        head_rows = tok[:, None] * num_v_heads + hv
-        w = tl.load(W_BUF + head_rows * KEY_DIM + ks[None, :], mask=rmask[:, None], other=0.0)
-        u = tl.load(U_BUF + head_rows * VALUE_DIM + vs[None, :], mask=rmask[:, None], other=0.0)
-        cum = tl.load(G_BUF + tok * num_v_heads + hv, mask=rmask, other=0.0)
+        head_rows = tok * num_v_heads + hv
+        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
         cum_last = tl.sum(tl.where(rows == length - 1, cum, 0.0), axis=0)
-        # -- u = U - W S; O = (Q gamma) S + P u; S = gamma_C S + (K exp(G_C - G))^T u ----
-        u = u - tl.dot(w, s)
+        # -- u = U - W S ----
+        u = tl.load(
+            U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :], mask=rmask[:, None], other=0.0
+        )
+        w = _load_rows(W_BUF, head_rows, KEY_DIM, 0, cols, rmask)
+        u -= tl.dot(w, s_lo)
+        w = _load_rows(W_BUF, head_rows, KEY_DIM, HALF, cols, rmask)
+        u -= tl.dot(w, s_hi)
+        # -- per half of the key dim, on the raw q, k (their norms and the scale act on
+        # rows): P += q k^T, O += q S, then S = gamma_C S + k^T (u exp(G_C - G) / ||k||) --
+        q_row = tl.load(QN_BUF + head_rows, mask=rmask, other=0.0) * scale
+        k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+        u_in = u * (k_row * tl.exp(cum_last - cum))[:, None]
+        decay_last = tl.exp(cum_last)
+        q = _load_rows(Q, tok, stride_q_tok, q0, cols, rmask)
+        k = _load_rows(K, tok, stride_k_tok, k0, cols, rmask)
         p = tl.dot(q, tl.trans(k))
-        p = tl.where(causal, p * tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)
-        o = tl.dot(q * tl.exp(cum)[:, None], s) + tl.dot(p, u)
+        o = tl.dot(q.to(tl.float32), s_lo)
+        s_lo = s_lo * decay_last + tl.dot(tl.trans(k.to(tl.float32)), u_in)
+        q = _load_rows(Q, tok, stride_q_tok, q0 + HALF, cols, rmask)
+        k = _load_rows(K, tok, stride_k_tok, k0 + HALF, cols, rmask)
+        p += tl.dot(q, tl.trans(k))
+        o += tl.dot(q.to(tl.float32), s_hi)
+        s_hi = s_hi * decay_last + tl.dot(tl.trans(k.to(tl.float32)), u_in)
+        # -- O = (q S) gamma / ||q|| + P u, P_ij = (q_i . k_j) exp(G_i - G_j) / ||q_i|| ||k_j||, j <= i --
+        causal = rows[None, :] <= rows[:, None]
+        decay = tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0))
+        p = tl.where(causal, p * decay * q_row[:, None] * k_row[None, :], 0.0)
+        o = o * (q_row * tl.exp(cum))[:, None] + tl.dot(p, u)
         o_ptr = OUT + tok[:, None] * stride_o_tok + hv * stride_o_head + vs[None, :]
         tl.store(o_ptr, o.to(OUT.dtype.element_ty), mask=rmask[:, None])
-        k_decayed = k * tl.exp(cum_last - cum)[:, None]
-        s = s * tl.exp(cum_last) + tl.dot(tl.trans(k_decayed), u)
-    tl.store(pool, s.to(STATE.dtype.element_ty), mask=slot > 0)
+    tl.store(pool + cols[:, None], s_lo.to(STATE.dtype.element_ty), mask=slot > 0)
+    tl.store(pool + HALF + cols[:, None], s_hi.to(STATE.dtype.element_ty), mask=slot > 0)

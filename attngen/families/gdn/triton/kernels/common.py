@@ -24,3 +24,12 @@ def l2norm_rows(x, L2NORM: tl.constexpr):
     if L2NORM:
         x = x / tl.sqrt(tl.sum(x * x, axis=-1, keep_dims=True) + L2_EPS)
     return x
+
+
+@triton.jit
+def inverse_norms(x, L2NORM: tl.constexpr):
+    """Per row of ``x`` [rows, dim] (fp32): 1 / sqrt(sum x^2 + eps), or ones without L2NORM."""
+    if L2NORM:
+        return 1.0 / tl.sqrt(tl.sum(x * x, axis=1) + L2_EPS)
+    else:
+        return tl.full([x.shape[0]], 1.0, tl.float32)

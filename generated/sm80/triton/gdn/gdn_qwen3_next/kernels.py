@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "1b2c49e1744ea63f222a43ee0166272c4179dcb750adf53f9c6c538996be3d2f"
+LIBRARY_SHA256 = "768d3963b89107ba3010a76fd3fde73d0118d14bb6bf6d94528859fc3810927a"
 PHASES = ("extend", "decode", "verify")  # phases the spec generates; the backend serves only these
 TRAITS = GdnTraits(PHASES)
 
