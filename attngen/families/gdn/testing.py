@@ -79,8 +79,11 @@ def make_layer(
     device: torch.device | str,
     layer_id: int = 0,
     bias: bool = False,
+    slow_decay: bool = False,
 ) -> GdnLayer:
-    """Random layer weights on the scales of a trained Qwen3-Next layer."""
+    """Random layer weights on the scales of a trained Qwen3-Next layer; ``slow_decay``:
+    gates whose per-token decay is 0.7 .. 0.999, so a state remembers hundreds of tokens
+    (what crosses chunk boundaries)."""
     conv_dim = 2 * num_k_heads * key_dim + num_v_heads * value_dim
     f32 = dict(dtype=torch.float32, device=device)
     return GdnLayer(
@@ -89,11 +92,21 @@ def make_layer(
         num_v_heads=num_v_heads,
         head_k_dim=key_dim,
         head_v_dim=value_dim,
-        A_log=torch.empty(num_v_heads, **f32).uniform_(0.0, 2.7),  # log(1..16)
-        dt_bias=torch.randn(num_v_heads, **f32) * 0.5,
+        A_log=gate_A_log(num_v_heads, slow_decay, device),
+        dt_bias=gate_dt_bias(num_v_heads, slow_decay, device),
         conv_weight=(torch.randn(conv_dim, 4, **f32) * 0.5).to(dtype),
         conv_bias=(torch.randn(conv_dim, **f32) * 0.1).to(dtype) if bias else None,
     )
+
+
+def gate_A_log(hv: int, slow: bool, device) -> torch.Tensor:
+    lo, hi = (-3.0, 1.0) if slow else (0.0, 2.7)  # exp(A_log): 0.05 .. 2.7 or 1 .. 15
+    return torch.empty(hv, dtype=torch.float32, device=device).uniform_(lo, hi)
+
+
+def gate_dt_bias(hv: int, slow: bool, device) -> torch.Tensor:
+    base = -3.0 if slow else 0.0  # softplus(-3 + a) ~ 0.05 e^a
+    return base + torch.randn(hv, dtype=torch.float32, device=device) * 0.5
 
 
 @dataclass
@@ -312,6 +325,7 @@ def make_rig(
     max_verify_bs: int = 8,
     spec_topk: int | None = None,
     bias: bool = False,
+    slow_decay: bool = False,
 ) -> GdnRig:
     """A backend of ``backend_cls`` (its kernels module's config picked by shape and topk)
     over a fresh pool whose request rows r = 1..max_reqs-1 get slots in shuffled order."""
@@ -354,6 +368,7 @@ def make_rig(
         dtype=dtype,
         device=device,
         bias=bias,
+        slow_decay=slow_decay,
     )
     return GdnRig(backend, pool, layer, dtype, torch.device(device))
 

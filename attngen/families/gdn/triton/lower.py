@@ -25,17 +25,19 @@ L2NORM = True
 
 
 def tiles(shape: GdnShape) -> dict[str, int]:
-    """Decode: value blocks of 32 rows (a 32 x K fp32 state slice per program: B64 x 32 heads
-    gives 8192 programs). Chunk scan: 8 warps hold the [chunk, K] q, k and W tiles."""
+    """Decode: value blocks of 32 rows (a 32 x K fp32 state slice per program, 8 warps: 16
+    state values per thread; B64 x 32 heads gives 8192 programs). Chunk prepare and scan:
+    8 warps over [chunk, K] tiles. Conv prefill: 16 tokens x 64 channels (32 x 128 spilled
+    on sm_90a)."""
     wide = shape.chunk_size * max(shape.key_dim, shape.value_dim) >= 64 * 128
     return {
         "decode_block_v": min(32, shape.value_dim),
-        "decode_num_warps": 4,
+        "decode_num_warps": 8,
         "prepare_num_warps": 8 if wide else 4,
         "scan_block_v": min(32, shape.value_dim),
         "scan_num_warps": 8 if wide else 4,
-        "conv_block_c": 128,
-        "conv_block_t": 32,
+        "conv_block_c": 64,
+        "conv_block_t": 16,
         "conv_num_warps": 4,
     }
 
