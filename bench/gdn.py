@@ -20,6 +20,7 @@ root: ``python bench/gdn.py --out DIR`` (fla importable, ``FLA_FLASH_QLA=0``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib
 import json
@@ -33,7 +34,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PREFILL_CASES = ((1, 32768, 16), (4, 8192, 16), (8, 4096, 32))  # (batch, length, heads), GVA 1
 DECODE_CASES = ((64, 16, 32), (256, 16, 32))  # (batch, k heads, v heads), GVA 2
 DIM = 128
-WARMUP_MS, REP_MS = 50, 300
+# tile sweeps (config overrides) timed on one decode and two prefill cases, after the main
+# table, to say which tiles the lowering should take
+DECODE_SWEEP = (
+    {"decode_block_v": 16, "decode_num_warps": 4},
+    {"decode_block_v": 16, "decode_num_warps": 2},
+    {"decode_block_v": 32, "decode_num_warps": 4},
+    {"decode_block_v": 64, "decode_num_warps": 8},
+)
+PREFILL_SWEEP = (
+    {"scan_block_v": 32},
+    {"scan_block_v": 16, "scan_num_warps": 4},
+    {"scan_block_v": 16, "scan_num_stages": 1},
+)
+WARMUP_MS, REP_MS = 25, 100
 DEV = "cuda"
 torch = None
 
@@ -75,8 +89,8 @@ def diff(x, y) -> float:
     return float((x - y).abs().max() / y.pow(2).mean().sqrt())
 
 
-def prefill_case(mod, fla_chunk, bs: int, length: int, heads: int) -> dict:
-    cfg = config_for(mod, 1)
+def prefill_case(mod, fla_chunk, bs: int, length: int, heads: int, tiles=None) -> dict:
+    cfg = dataclasses.replace(config_for(mod, 1), **(tiles or {}))
     n = bs * length
     x = inputs(n, heads, heads)
     i32 = dict(dtype=torch.int32, device=DEV)
@@ -128,7 +142,7 @@ def prefill_case(mod, fla_chunk, bs: int, length: int, heads: int) -> dict:
 
     ours()
     fla_out, fla_state = theirs()
-    row = {"case": f"{bs}x{length} H{heads}", "tokens": n}
+    row = {"case": f"{bs}x{length} H{heads}", "tokens": n, "tiles": tiles or "default"}
     row["out_diff_vs_fla"] = diff(out, fla_out[0])
     row["state_diff_vs_fla"] = diff(pool[1:], fla_state)
     t_ours, t_fla = bench(ours), bench(theirs)
@@ -137,8 +151,8 @@ def prefill_case(mod, fla_chunk, bs: int, length: int, heads: int) -> dict:
     return row
 
 
-def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int) -> dict:
-    cfg = config_for(mod, hv // h)
+def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int, tiles=None) -> dict:
+    cfg = dataclasses.replace(config_for(mod, hv // h), **(tiles or {}))
     x = inputs(bs, h, hv)
     i32 = dict(dtype=torch.int32, device=DEV)
     state = torch.randn(bs, hv, DIM, DIM, dtype=torch.float32, device=DEV) * 0.05
@@ -185,7 +199,7 @@ def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int) -> dict:
 
     ours()
     fla_out, fla_state = theirs()
-    row = {"case": f"B{bs} H{h}/{hv}"}
+    row = {"case": f"B{bs} H{h}/{hv}", "tiles": tiles or "default"}
     row["out_diff_vs_fla"] = diff(out, fla_out[:, 0])
     row["state_diff_vs_fla"] = diff(pool[slots.long()], fla_state)
     pool.copy_(start)
@@ -209,26 +223,41 @@ def main() -> int:
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
     rows = {"prefill": [], "decode": []}
-    for bs, length, heads in PREFILL_CASES:
-        try:
-            rows["prefill"].append(
-                prefill_case(kernels_module("gdn_gva1"), chunk_gated_delta_rule, bs, length, heads)
-            )
-        except Exception:  # one failure must not hide the rest
-            rows["prefill"].append(
-                {"case": f"{bs}x{length} H{heads}", "error": traceback.format_exc()[-800:]}
-            )
-        log(json.dumps(rows["prefill"][-1]))
     for bs, h, hv in DECODE_CASES:
         try:
-            rows["decode"].append(
-                decode_case(
-                    kernels_module("gdn_qwen3_next"), fused_recurrent_gated_delta_rule, bs, h, hv
-                )
-            )
-        except Exception:
+            mod = kernels_module("gdn_qwen3_next")
+            rows["decode"].append(decode_case(mod, fused_recurrent_gated_delta_rule, bs, h, hv))
+        except Exception:  # one failure must not hide the rest
             rows["decode"].append({"case": f"B{bs}", "error": traceback.format_exc()[-800:]})
         log(json.dumps(rows["decode"][-1]))
+    for bs, length, heads in PREFILL_CASES:
+        try:
+            mod = kernels_module("gdn_gva1")
+            rows["prefill"].append(prefill_case(mod, chunk_gated_delta_rule, bs, length, heads))
+        except Exception:
+            case = f"{bs}x{length} H{heads}"
+            rows["prefill"].append({"case": case, "error": traceback.format_exc()[-800:]})
+        log(json.dumps(rows["prefill"][-1]))
+    rows["sweep"] = []
+    for tiles in DECODE_SWEEP:
+        try:
+            mod = kernels_module("gdn_qwen3_next")
+            rows["sweep"].append(
+                decode_case(mod, fused_recurrent_gated_delta_rule, 256, 16, 32, tiles)
+            )
+        except Exception:
+            rows["sweep"].append({"tiles": tiles, "error": traceback.format_exc()[-800:]})
+        log(json.dumps(rows["sweep"][-1]))
+    for tiles in PREFILL_SWEEP:
+        for bs, length, heads in (PREFILL_CASES[0], PREFILL_CASES[2]):
+            try:
+                mod = kernels_module("gdn_gva1")
+                rows["sweep"].append(
+                    prefill_case(mod, chunk_gated_delta_rule, bs, length, heads, tiles)
+                )
+            except Exception:
+                rows["sweep"].append({"tiles": tiles, "error": traceback.format_exc()[-800:]})
+            log(json.dumps(rows["sweep"][-1]))
     commit = subprocess.run(
         ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()

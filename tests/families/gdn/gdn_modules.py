@@ -34,6 +34,7 @@ def small_config(
         prepare_num_warps=4,
         scan_block_v=16,
         scan_num_warps=4,
+        scan_num_stages=2,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,

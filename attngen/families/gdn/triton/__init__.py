@@ -25,9 +25,16 @@ BINDING_TEMPLATE = "families/gdn/triton/kernels.py.jinja"
 LIBRARY_MODULE = "attngen.families.gdn.triton.library"
 WARPS = Int(1, 16, choices=(1, 2, 4, 8, 16))
 TILE = Int(4, 256, power_of_two=True)
-TUNING_VALUES: dict[str, Int] = {
-    key: WARPS if key.endswith("num_warps") else TILE for key in TUNING_KEYS
-}
+STAGES = Int(1, 8)
+
+
+def _tuning_value(key: str) -> Int:
+    if key.endswith("num_warps"):
+        return WARPS
+    return STAGES if key.endswith("num_stages") else TILE
+
+
+TUNING_VALUES: dict[str, Int] = {key: _tuning_value(key) for key in TUNING_KEYS}
 
 
 class GdnTritonLowering:

@@ -37,6 +37,7 @@ class GdnTritonConfig:
     prepare_num_warps: int
     scan_block_v: int
     scan_num_warps: int
+    scan_num_stages: int
     # -- causal conv ----
     conv_block_c: int
     conv_block_t: int

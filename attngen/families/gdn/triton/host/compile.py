@@ -19,7 +19,7 @@ from attngen.families.gdn.triton.kernels.recurrent import accept_kernel, recurre
 POINTER = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
 INDEX_ARGS = ("CACHE_INDICES", "QUERY_START_LOC", "HAS_INITIAL", "CHUNK_SEQ", "CHUNK_START")
 INDEX_ARGS += ("PARENTS", "ACCEPTED")
-FP32_ARGS = ("A_LOG", "DT_BIAS", "W_BUF", "U_BUF", "G_BUF", "QN_BUF", "KN_BUF")
+FP32_ARGS = ("A_LOG", "DT_BIAS", "W_BUF", "U_BUF", "G_BUF", "QN_BUF", "KN_BUF", "P_BUF")
 IO_ARGS = ("Q", "K", "V", "A", "B", "OUT", "X", "Y", "WEIGHT", "BIAS")
 STATE_ARGS = ("STATE", "STEPS")
 CONV_ARGS = ("CONV_STATE", "CONV_STEPS")

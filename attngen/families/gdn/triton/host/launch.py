@@ -325,12 +325,13 @@ def extend(
     w_buf = torch.empty((n, hv, config.key_dim), **f32)
     u_buf = torch.empty((n, hv, config.value_dim), **f32)
     g_buf, qn_buf, kn_buf = (torch.empty((n, hv), **f32) for _ in range(3))
+    p_buf = torch.empty((n, hv, config.chunk_size), **f32)
     num_chunks = int(plan.chunk_seq.shape[0])
     args = [q, k, v, a, b, A_log, dt_bias, plan.chunk_seq, plan.chunk_start, query_start_loc]
-    args += [w_buf, u_buf, g_buf, qn_buf, kn_buf, *_rows_of(q), *_rows_of(k), *_rows_of(v)]
-    args += [a.stride(0), b.stride(0), hv]
+    args += [w_buf, u_buf, g_buf, qn_buf, kn_buf, p_buf, scale]
+    args += [*_rows_of(q), *_rows_of(k), *_rows_of(v), a.stride(0), b.stride(0), hv]
     _launch(chunk_prepare_kernel, (num_chunks, hv), args, prepare_options(config))
-    args = [q, k, w_buf, u_buf, g_buf, qn_buf, kn_buf, ssm_states, cache_indices]
+    args = [q, k, w_buf, u_buf, g_buf, qn_buf, kn_buf, p_buf, ssm_states, cache_indices]
     args += [has_initial_state]
     args += [query_start_loc, out, scale, *_rows_of(q), *_rows_of(k)]
     args += [ssm_states.stride(0), ssm_states.stride(1), *_rows_of(out), hv]

@@ -70,7 +70,7 @@ def scan_options(config: GdnTritonConfig) -> dict[str, object]:
         "BLOCK_V": config.scan_block_v,
         "L2NORM": config.l2norm,
         "num_warps": config.scan_num_warps,
-        "num_stages": 2,
+        "num_stages": config.scan_num_stages,
     }
 
 

@@ -43,6 +43,8 @@ def chunk_prepare_kernel(
     G_BUF,
     QN_BUF,
     KN_BUF,
+    P_BUF,
+    scale,
     stride_q_tok,
     stride_q_head,
     stride_k_tok,
@@ -69,17 +71,15 @@ def chunk_prepare_kernel(
     tok = start + rows
     ks = tl.arange(0, KEY_DIM)
     vs = tl.arange(0, VALUE_DIM)
-    # -- keys (normalised), values, gates of the chunk ----
+    # -- keys and queries as stored, their inverse norms ----
     k_ptr = K + tok[:, None] * stride_k_tok + hk * stride_k_head + ks[None, :]
-    k = tl.load(k_ptr, mask=rmask[:, None], other=0.0).to(tl.float32)
-    k_norm = inverse_norms(k, L2NORM)
-    k = k * k_norm[:, None]
+    k = tl.load(k_ptr, mask=rmask[:, None], other=0.0)
+    k_norm = inverse_norms(k.to(tl.float32), L2NORM)
     q_ptr = Q + tok[:, None] * stride_q_tok + hk * stride_q_head + ks[None, :]
-    q_norm = inverse_norms(tl.load(q_ptr, mask=rmask[:, None], other=0.0).to(tl.float32), L2NORM)
+    q = tl.load(q_ptr, mask=rmask[:, None], other=0.0)
+    q_norm = inverse_norms(q.to(tl.float32), L2NORM)
     tl.store(QN_BUF + tok * num_v_heads + hv, q_norm, mask=rmask)
     tl.store(KN_BUF + tok * num_v_heads + hv, k_norm, mask=rmask)
-    v_ptr = V + tok[:, None] * stride_v_tok + hv * stride_v_head + vs[None, :]
-    v = tl.load(v_ptr, mask=rmask[:, None], other=0.0).to(tl.float32)
     a = tl.load(A + tok * stride_a_tok + hv, mask=rmask, other=0.0)
     b = tl.load(B + tok * stride_b_tok + hv, mask=rmask, other=0.0)
     g, beta = gate_values(a, b, tl.load(A_LOG + hv), tl.load(DT_BIAS + hv).to(tl.float32))
@@ -87,10 +87,16 @@ def chunk_prepare_kernel(
     beta = tl.where(rmask, beta, 0.0)
     cum = tl.cumsum(g, axis=0)  # G_i
     tl.store(G_BUF + tok * num_v_heads + hv, cum, mask=rmask)
-    # -- M^T[j, i] = M[i, j] = beta_i exp(G_i - G_j) (k_i . k_j), j < i ----
+    # -- P[i, j] = (q_i . k_j) exp(G_i - G_j) for j <= i, normalised and scaled ----
     ri = rows[:, None]
     ci = rows[None, :]
-    kk = tl.dot(k, tl.trans(k))
+    causal = ci <= ri
+    p = tl.dot(q, tl.trans(k)) * (q_norm * scale)[:, None] * k_norm[None, :]
+    p = tl.where(causal, p * tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)
+    p_ptr = P_BUF + (tok[:, None] * num_v_heads + hv) * CHUNK + rows[None, :]
+    tl.store(p_ptr, p, mask=rmask[:, None])
+    # -- M^T[j, i] = M[i, j] = beta_i exp(G_i - G_j) (k_i . k_j), j < i ----
+    kk = tl.dot(k, tl.trans(k)) * k_norm[:, None] * k_norm[None, :]
     decay = tl.exp(tl.where(ci > ri, cum[None, :] - cum[:, None], 0.0))
     mt = tl.where(ci > ri, beta[None, :] * decay * kk, 0.0)
     # -- T = (I + M)^-1 by forward substitution: row i = e_i - M[i, :i] T[:i, :] ----
@@ -99,11 +105,20 @@ def chunk_prepare_kernel(
         m_row = tl.sum(tl.where(ci == i, mt, 0.0), axis=1)  # M[i, :] indexed by rows
         new_row = tl.where(ci == i, 1.0, 0.0) - tl.sum(m_row[:, None] * tm, axis=0)[None, :]
         tm = tl.where(ri == i, new_row, tm)
-    # -- W = T (beta gamma K), U = T (beta V) ----
-    w = tl.dot(tm, k * (beta * tl.exp(cum))[:, None])
+    # -- W = T (beta gamma K) ----
+    # (per half of the key dim: one [CHUNK, KEY_DIM / 2] fp32 operand at a time)
+    w_scale = (k_norm * beta * tl.exp(cum))[:, None]
+    half = tl.arange(0, KEY_DIM // 2)
+    w_ptr = W_BUF + (tok[:, None] * num_v_heads + hv) * KEY_DIM + half[None, :]
+    k_half = K + tok[:, None] * stride_k_tok + hk * stride_k_head + half[None, :]
+    k_lo = tl.load(k_half, mask=rmask[:, None], other=0.0).to(tl.float32)
+    tl.store(w_ptr, tl.dot(tm, k_lo * w_scale), mask=rmask[:, None])
+    k_hi = tl.load(k_half + KEY_DIM // 2, mask=rmask[:, None], other=0.0).to(tl.float32)
+    tl.store(w_ptr + KEY_DIM // 2, tl.dot(tm, k_hi * w_scale), mask=rmask[:, None])
+    # -- U = T (beta V) ----
+    v_ptr = V + tok[:, None] * stride_v_tok + hv * stride_v_head + vs[None, :]
+    v = tl.load(v_ptr, mask=rmask[:, None], other=0.0).to(tl.float32)
     u = tl.dot(tm, v * beta[:, None])
-    w_ptr = W_BUF + (tok[:, None] * num_v_heads + hv) * KEY_DIM + ks[None, :]
-    tl.store(w_ptr, w, mask=rmask[:, None])
     u_ptr = U_BUF + (tok[:, None] * num_v_heads + hv) * VALUE_DIM + vs[None, :]
     tl.store(u_ptr, u, mask=rmask[:, None])
 
@@ -124,6 +139,7 @@ def chunk_scan_kernel(
     G_BUF,
     QN_BUF,
     KN_BUF,
+    P_BUF,
     STATE,
     CACHE_INDICES,
     HAS_INITIAL,
@@ -181,25 +197,21 @@ def chunk_scan_kernel(
         w = _load_rows(W_BUF, head_rows, KEY_DIM, HALF, cols, rmask)
         u -= tl.dot(w, s_hi)
         # -- per half of the key dim, on the raw q, k (their norms and the scale act on
-        # rows): P += q k^T, O += q S, then S = gamma_C S + k^T (u exp(G_C - G) / ||k||) --
+        # rows): O = q S, then S = gamma_C S + k^T (u exp(G_C - G) / ||k||) ----
         q_row = tl.load(QN_BUF + head_rows, mask=rmask, other=0.0) * scale
         k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
         u_in = u * (k_row * tl.exp(cum_last - cum))[:, None]
         decay_last = tl.exp(cum_last)
         q = _load_rows(Q, tok, stride_q_tok, q0, cols, rmask)
-        k = _load_rows(K, tok, stride_k_tok, k0, cols, rmask)
-        p = tl.dot(q, tl.trans(k))
         o = tl.dot(q.to(tl.float32), s_lo)
+        k = _load_rows(K, tok, stride_k_tok, k0, cols, rmask)
         s_lo = s_lo * decay_last + tl.dot(tl.trans(k.to(tl.float32)), u_in)
         q = _load_rows(Q, tok, stride_q_tok, q0 + HALF, cols, rmask)
-        k = _load_rows(K, tok, stride_k_tok, k0 + HALF, cols, rmask)
-        p += tl.dot(q, tl.trans(k))
         o += tl.dot(q.to(tl.float32), s_hi)
+        k = _load_rows(K, tok, stride_k_tok, k0 + HALF, cols, rmask)
         s_hi = s_hi * decay_last + tl.dot(tl.trans(k.to(tl.float32)), u_in)
-        # -- O = (q S) gamma / ||q|| + P u, P_ij = (q_i . k_j) exp(G_i - G_j) / ||q_i|| ||k_j||, j <= i --
-        causal = rows[None, :] <= rows[:, None]
-        decay = tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0))
-        p = tl.where(causal, p * decay * q_row[:, None] * k_row[None, :], 0.0)
+        # -- O = (q S) gamma / ||q|| + P u (P from the prepare kernel) ----
+        p = _load_rows(P_BUF, head_rows, CHUNK, 0, rows, rmask)
         o = o * (q_row * tl.exp(cum))[:, None] + tl.dot(p, u)
         o_ptr = OUT + tok[:, None] * stride_o_tok + hv * stride_o_head + vs[None, :]
         tl.store(o_ptr, o.to(OUT.dtype.element_ty), mask=rmask[:, None])

@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "768d3963b89107ba3010a76fd3fde73d0118d14bb6bf6d94528859fc3810927a"
+LIBRARY_SHA256 = "66a93183848826f3e51660deb1f8357af31ce972e835af6cc750b0a4da256b97"
 PHASES = ("extend", "decode")  # phases the spec generates; the backend serves only these
 TRAITS = GdnTraits(PHASES)
 
@@ -40,8 +40,9 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         decode_block_v=32,
         decode_num_warps=8,
         prepare_num_warps=8,
-        scan_block_v=32,
+        scan_block_v=16,
         scan_num_warps=8,
+        scan_num_stages=1,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
