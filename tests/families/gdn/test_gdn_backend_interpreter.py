@@ -9,7 +9,8 @@ import random
 import pytest
 import torch
 
-from attngen.families.gdn.testing import make_rig
+from attngen.families.gdn.testing import check_close, make_rig, output_bound, state_bound
+from attngen.runtime.batch import ForwardMode
 from attngen.runtime.checks import AttngenInputError
 from gdn_modules import backend_class, small_config
 
@@ -65,3 +66,72 @@ def test_bad_inputs_are_named() -> None:
             device="cpu",
             state_pool=rig.pool,
         )
+
+
+@pytest.mark.parametrize("topk", [1, 4])
+def test_graph_metadata_paths(topk: int) -> None:
+    """The CUDA-graph metadata paths on CPU (no graph: each "replay" runs the forward on
+    the static buffers): capture with padding rows only writes nothing; replays of padded
+    decode and verify batches match the oracle; slot 0 stays zero."""
+    torch.manual_seed(20 + topk)
+    rng = random.Random(topk)
+    n, max_bs = 3, 4
+    cls = backend_class([small_config(2, topk=topk, drafts=n)])
+    rig = make_rig(cls, num_k_heads=1, dtype=torch.float16, device="cpu", spec_topk=topk)
+    backend = rig.backend
+    backend.init_cuda_graph_state(max_bs, max_bs * n)
+    i32 = dict(dtype=torch.int32)
+    for mode, per in ((ForwardMode.DECODE, 1), (ForwardMode.TARGET_VERIFY, n)):
+        parents = torch.full((max_bs, n), -1, **i32) if topk > 1 else None
+        info = rig.verify_batch([1] * max_bs, parents).spec_info
+        spec = info if mode is ForwardMode.TARGET_VERIFY else None
+        zeros = torch.zeros(max_bs, **i32)
+        backend.init_forward_metadata_capture_cuda_graph(
+            max_bs, max_bs * per, zeros, zeros + 1, None, mode, spec
+        )
+        fb = rig.decode_batch([1] * max_bs) if per == 1 else rig.verify_batch([1] * max_bs, parents)
+        x, a, b = rig.inputs(max_bs * per)
+        forward = backend.forward_decode if per == 1 else backend.forward_extend
+        forward(rig.layer, fb, x, a, b)
+        temporal, conv = rig.pool.layer(0)
+        assert not temporal.any() and not conv.any(), "padding rows wrote the pool"
+    for step in range(4):
+        real = rng.randint(1, max_bs - 1)
+        rows = rng.sample(range(1, 10), real)
+        req = torch.tensor(rows + [0] * (max_bs - real), **i32)
+        xn, an, bn = rig.inputs(max_bs)
+        backend.init_forward_metadata_replay_cuda_graph(
+            max_bs, req, torch.ones(max_bs, **i32), max_bs, None, ForwardMode.DECODE, None
+        )
+        out = backend.forward_decode(rig.layer, rig.decode_batch([1] * max_bs), xn, an, bn)
+        rig.check_decode(rows, xn[:real], an[:real], bn[:real], out[:real], step + 1)
+        trees = [[-1] + [rng.randrange(-1, i) for i in range(1, n)] for _ in rows]
+        parents = torch.full((max_bs, n), -1, **i32)
+        parents[:real] = torch.tensor(trees, **i32)
+        spec = type(info)(draft_token_num=n, parents=parents if topk > 1 else None)
+        backend.init_forward_metadata_replay_cuda_graph(
+            max_bs,
+            req,
+            torch.full((max_bs,), n, **i32),
+            max_bs * n,
+            None,
+            ForwardMode.TARGET_VERIFY,
+            spec,
+        )
+        xv, av, bv = rig.inputs(max_bs * n)
+        out = backend.forward_extend(rig.layer, rig.verify_batch([1] * max_bs, None), xv, av, bv)
+        steps, conv_steps = rig.pool.steps(0)
+        for i, row in enumerate(rows):
+            part = slice(i * n, (i + 1) * n)
+            want, _, want_steps, _ = rig.oracle(
+                row,
+                xv[part],
+                av[part],
+                bv[part],
+                fresh=False,
+                parents=trees[i] if topk > 1 else None,
+            )
+            check_close("verify replay", out[part], want, output_bound(want, torch.float16, 32, n))
+            check_close("verify steps", steps[i], want_steps, state_bound(want_steps, 32, n))
+    temporal, conv = rig.pool.layer(0)
+    assert not temporal[0].any() and not conv[0].any()
