@@ -168,13 +168,18 @@ class GdnBackend(AttentionBackendBase):
     # -- per-forward metadata ----
 
     def _check_slots(self, fb: ForwardBatch) -> None:
-        """Request rows inside the slot table and mapped to slots 1..size (one sync)."""
+        """Request rows inside the slot table and mapped to slots 1..size, and the device
+        extend lengths equal to the host ones (one sync)."""
         table = self.state_pool.req_to_slot
         rows = fb.req_pool_indices.long()
         bad_row = (rows < 1) | (rows >= table.shape[0])
         slots = table[rows.clamp(0, table.shape[0] - 1)]
         bad_slot = (slots < 1) | (slots > self.state_pool.size)
-        flags = torch.stack([bad_row.any(), bad_slot.any()]).tolist()
+        checks = [bad_row.any(), bad_slot.any()]
+        if fb.extend_seq_lens is not None:  # chunk plans come from the host lengths
+            host = torch.tensor(fb.extend_seq_lens_cpu, device=self.device)
+            checks.append((fb.extend_seq_lens.long() != host).any())
+        flags = torch.stack(checks).tolist()
         if flags[0]:
             b = int(bad_row.nonzero()[0, 0])
             what = f"a request row 1..{table.shape[0] - 1} (row 0 pads)"
@@ -183,6 +188,12 @@ class GdnBackend(AttentionBackendBase):
             b = int(bad_slot.nonzero()[0, 0])
             what = f"a state slot 1..{self.state_pool.size} (RequestStatePool.assign)"
             fail(f"state_pool.req_to_slot[{int(rows[b])}] (request {b})", what, int(slots[b]))
+        if len(flags) > 2 and flags[2]:
+            fail(
+                "forward_batch.extend_seq_lens",
+                f"extend_seq_lens_cpu = {fb.extend_seq_lens_cpu} (the two must agree)",
+                fb.extend_seq_lens.tolist(),
+            )
 
     def _decode_metadata(self, fb: ForwardBatch) -> GdnMetadata:
         bs = fb.batch_size

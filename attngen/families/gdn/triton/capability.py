@@ -6,7 +6,8 @@ chunks of 16..64 tokens, the width-4 causal conv."""
 from __future__ import annotations
 
 from attngen.spec.enums import DType, Phase
-from attngen.spec.variant import GdnShape, Variant
+from attngen.families.gdn.spec import GdnShape
+from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
 
 PHASES = frozenset({Phase.EXTEND, Phase.DECODE, Phase.VERIFY})
@@ -15,6 +16,7 @@ STATE_DTYPES = frozenset({DType.FP32})
 HEAD_DIMS = frozenset({64, 128})  # the chunk kernels hold [chunk, dim] fp32 tiles
 CHUNK_SIZES = frozenset({16, 32, 64})
 MAX_DRAFT_TOKENS = 16  # verify unrolls its drafts
+CONV_KERNEL = 4
 
 
 def supports(variant: Variant) -> Verdict:
@@ -37,6 +39,10 @@ def supports(variant: Variant) -> Verdict:
             (
                 shape.chunk_size in CHUNK_SIZES,
                 f"chunk_size {shape.chunk_size} is not lowered (16, 32, 64)",
+            ),
+            (
+                shape.conv_kernel == CONV_KERNEL,
+                f"conv_kernel {shape.conv_kernel} is not lowered (the conv kernels are width 4)",
             ),
             (
                 variant.num_draft_tokens <= MAX_DRAFT_TOKENS,

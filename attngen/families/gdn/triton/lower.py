@@ -13,15 +13,12 @@ from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
 from attngen.probes import feature_lines
 from attngen.spec.enums import Arch, Backend, DType, Phase
 from attngen.spec.model import Spec
-from attngen.spec.variant import GdnShape, Variant
+from attngen.families.gdn.spec import GdnShape
+from attngen.spec.variant import Variant
 
 RUNTIME_CLASS = "attngen.families.gdn.runtime:GdnBackend"
 SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed batch (their slot is 0: nothing is touched)
 TORCH_DTYPES = {DType.BF16: "bfloat16", DType.FP16: "float16", DType.FP32: "float32"}
-# Until the spec names them (attngen/families/gdn/spec.py): Qwen3-Next's conv width and
-# its in-kernel q/k L2 norm.
-CONV_KERNEL = 4
-L2NORM = True
 
 
 def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
@@ -60,8 +57,8 @@ def kernel_config(
         dtype=TORCH_DTYPES[variant.dtype],
         state_dtype=TORCH_DTYPES[shape.state_dtype],
         chunk_size=shape.chunk_size,
-        conv_kernel=CONV_KERNEL,
-        l2norm=L2NORM,
+        conv_kernel=shape.conv_kernel,
+        l2norm=shape.qk_l2norm,
         spec_topk=variant.spec_topk or 0,
         num_draft_tokens=variant.num_draft_tokens,
         **values,

@@ -21,6 +21,12 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_SHA256 = "66a93183848826f3e51660deb1f8357af31ce972e835af6cc750b0a4da256b97"
+if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
+    raise ImportError(
+        f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
+        f"library is now {library.SOURCE_SHA256[:12]}: run `make generate` (its kernels and "
+        "their evidence would not match)"
+    )
 PHASES = ("extend", "decode")  # phases the spec generates; the backend serves only these
 TRAITS = GdnTraits(PHASES)
 
