@@ -258,15 +258,18 @@ def main() -> int:
             except Exception:
                 rows["sweep"].append({"tiles": tiles, "error": traceback.format_exc()[-800:]})
             log(json.dumps(rows["sweep"][-1]))
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    commit = (
+        os.environ.get("ATTNGEN_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+    )
     import triton
 
     record = {
         "device": torch.cuda.get_device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-        "commit": commit or os.environ.get("ATTNGEN_COMMIT", ""),
+        "commit": commit,
         "torch": torch.__version__,
         "triton": triton.__version__,
         "peer": "fla-core 0.6.0",

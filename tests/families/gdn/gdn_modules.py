@@ -32,6 +32,7 @@ def small_config(
         decode_block_v=16,
         decode_num_warps=4,
         prepare_num_warps=4,
+        solve_num_warps=4,
         scan_block_v=16,
         scan_num_warps=4,
         scan_num_stages=2,

@@ -15,7 +15,7 @@ from attngen.families.gdn import reference as ref
 from attngen.families.gdn.testing import check_close, output_bound, state_bound
 from attngen.families.gdn.triton import library
 from attngen.runtime.checks import AttngenInputError
-from gdn_modules import small_config
+from gdn_modules import replace, small_config
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"
@@ -36,14 +36,31 @@ def gate_params(hv: int):
     return torch.empty(hv).uniform_(0.0, 2.7), torch.randn(hv) * 0.5
 
 
-@pytest.mark.parametrize("group", [1, 2])
-@pytest.mark.parametrize("lens", [[5, 37, 16], [1, 17, 32, 2]])
-def test_extend(group: int, lens: list[int]) -> None:
-    torch.manual_seed(len(lens) * 10 + group)
-    cfg = small_config(group)
+@pytest.mark.parametrize(
+    "group, lens, chunk, keys",
+    [
+        (1, [5, 37, 16], 16, "random"),
+        (2, [5, 37, 16], 16, "random"),
+        (2, [1, 17, 32, 2], 16, "random"),
+        (1, [1, 17, 32, 2], 32, "random"),
+        (2, [150, 64, 3], 64, "random"),
+        (1, [130, 7], 64, "correlated"),
+    ],
+)
+def test_extend(group: int, lens: list[int], chunk: int, keys: str) -> None:
+    """Ragged chunked extend; "correlated": nearly equal keys, beta near 1 and slow decay,
+    the hard case of the triangular inverse (M's entries near 1 everywhere below the
+    diagonal)."""
+    torch.manual_seed(len(lens) * 10 + group + chunk)
+    cfg = replace(small_config(group), chunk_size=chunk)
     hv, dim, bs = H * group, cfg.key_dim, len(lens)
     q, k, v, a, b = gdn_inputs(sum(lens), hv, dim)
     A_log, dt_bias = gate_params(hv)
+    if keys == "correlated":
+        base = torch.randn(1, H, dim)
+        k = (base + 0.05 * torch.randn(sum(lens), H, dim)).to(DT)
+        b = (4.0 + torch.randn(sum(lens), hv)).to(DT)  # beta ~ 0.98
+        A_log, dt_bias = torch.full((hv,), -4.0), torch.full((hv,), -4.0)  # decay ~ 0.9998
     pool = torch.randn(bs + 3, hv, dim, dim) * 0.1
     slots = torch.randperm(bs + 2)[:bs].to(torch.int32) + 1
     has_init = torch.tensor([i % 2 for i in range(bs)], dtype=torch.int32)

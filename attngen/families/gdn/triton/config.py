@@ -33,8 +33,9 @@ class GdnTritonConfig:
     # -- recurrent decode / verify: one program per (request, value head, value block) ----
     decode_block_v: int
     decode_num_warps: int
-    # -- chunked prefill: prepare (per chunk), scan (per request, value block) ----
+    # -- chunked prefill: prepare and solve (per chunk), scan (per request, value block) ----
     prepare_num_warps: int
+    solve_num_warps: int
     scan_block_v: int
     scan_num_warps: int
     scan_num_stages: int

@@ -33,6 +33,7 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
         "decode_block_v": min(32, shape.value_dim),
         "decode_num_warps": 8,
         "prepare_num_warps": 8 if wide else 4,
+        "solve_num_warps": 8 if wide else 4,
         "scan_block_v": 16,
         "scan_num_warps": 8 if wide else 4,
         "scan_num_stages": 1 if arch is Arch.SM100 else 2,

@@ -111,8 +111,12 @@ def rig_for(case: Case, num_k_heads: int = 4, **kw) -> GdnRig:
 # -- extend: the chunked kernels at length, then the backend ----
 
 
-def kernel_extend(case: Case, num_v_heads: int, lens: list[int], init: list[bool]) -> dict:
-    """library.extend on one ragged batch vs the oracle; returns the worst errors / bounds."""
+def kernel_extend(
+    case: Case, num_v_heads: int, lens: list[int], init: list[bool], correlated: bool = False
+) -> dict:
+    """library.extend on one ragged batch vs the oracle; returns the worst errors / bounds.
+    ``correlated``: nearly equal keys, beta near 1, decay near 1 (M's entries near 1 below
+    the diagonal: the hard case of the triangular inverse)."""
     cfg, kernels = case.config, case.backend.kernels
     dtype, kd, vd = getattr(torch, cfg.dtype), cfg.key_dim, cfg.value_dim
     hk = num_v_heads // cfg.v_heads_per_k_head
@@ -123,6 +127,12 @@ def kernel_extend(case: Case, num_v_heads: int, lens: list[int], init: list[bool
     a = torch.randn(n, num_v_heads, device=DEV).to(dtype)
     b = torch.randn(n, num_v_heads, device=DEV).to(dtype)
     A_log, dt_bias = gate_A_log(num_v_heads, True, DEV), gate_dt_bias(num_v_heads, True, DEV)
+    if correlated:
+        base = torch.randn(1, hk, kd, device=DEV)
+        k = (base + 0.05 * torch.randn(n, hk, kd, device=DEV)).to(dtype)
+        b = (4.0 + torch.randn(n, num_v_heads, device=DEV)).to(dtype)
+        A_log = torch.full((num_v_heads,), -4.0, device=DEV)
+        dt_bias = torch.full((num_v_heads,), -4.0, device=DEV)
     pool = torch.randn(bs + 2, num_v_heads, vd, kd, device=DEV) * 0.1
     slots = (torch.randperm(bs + 1, device=DEV)[:bs] + 1).to(torch.int32)
     has_init = torch.tensor(init, dtype=torch.int32, device=DEV)
@@ -181,6 +191,7 @@ def test_extend(case: Case | None, evidence) -> None:
     for hv in (16, 32):
         batch = LONG_BATCH if hv == 16 else SHORT_BATCH
         worst[hv] = kernel_extend(case, hv, *batch)
+    worst["corr"] = kernel_extend(case, 16, [2000, 64, 3], [True, False, True], correlated=True)
     rig = rig_for(case, bias=True, slow_decay=True)
     rig.run_extend([1, 2, 3, 4], [300, 1, 64, 129], [False] * 4)
     rig.run_extend([2, 5, 1], [77, 64, 1], [True, False, True])

@@ -25,10 +25,15 @@ from attngen.families.gdn.triton.host.options import (
     conv_prefill_options,
     conv_update_options,
     prepare_options,
+    solve_options,
     recurrent_options,
     scan_options,
 )
-from attngen.families.gdn.triton.kernels.chunk import chunk_prepare_kernel, chunk_scan_kernel
+from attngen.families.gdn.triton.kernels.chunk import (
+    chunk_prepare_kernel,
+    chunk_scan_kernel,
+    chunk_solve_kernel,
+)
 from attngen.families.gdn.triton.kernels.conv import conv_prefill_kernel, conv_update_kernel
 from attngen.families.gdn.triton.kernels.recurrent import accept_kernel, recurrent_kernel
 from attngen.runtime.checks import check_tensor, fail
@@ -324,13 +329,16 @@ def extend(
     f32 = dict(dtype=torch.float32, device=dev)
     w_buf = torch.empty((n, hv, config.key_dim), **f32)
     u_buf = torch.empty((n, hv, config.value_dim), **f32)
-    g_buf, qn_buf, kn_buf = (torch.empty((n, hv), **f32) for _ in range(3))
-    p_buf = torch.empty((n, hv, config.chunk_size), **f32)
-    num_chunks = int(plan.chunk_seq.shape[0])
-    args = [q, k, v, a, b, A_log, dt_bias, plan.chunk_seq, plan.chunk_start, query_start_loc]
-    args += [w_buf, u_buf, g_buf, qn_buf, kn_buf, p_buf, scale]
-    args += [*_rows_of(q), *_rows_of(k), *_rows_of(v), a.stride(0), b.stride(0), hv]
-    _launch(chunk_prepare_kernel, (num_chunks, hv), args, prepare_options(config))
+    g_buf, beta_buf, qn_buf, kn_buf = (torch.empty((n, hv), **f32) for _ in range(4))
+    p_buf, m_buf = (torch.empty((n, hv, config.chunk_size), **f32) for _ in range(2))
+    chunks = [plan.chunk_seq, plan.chunk_start, query_start_loc]
+    grid = (int(plan.chunk_seq.shape[0]), hv)
+    args = [q, k, a, b, A_log, dt_bias, *chunks, g_buf, beta_buf, qn_buf, kn_buf, p_buf, m_buf]
+    args += [scale, *_rows_of(q), *_rows_of(k), a.stride(0), b.stride(0), hv]
+    _launch(chunk_prepare_kernel, grid, args, prepare_options(config))
+    args = [k, v, *chunks, g_buf, beta_buf, kn_buf, m_buf, w_buf, u_buf]
+    args += [*_rows_of(k), *_rows_of(v), hv]
+    _launch(chunk_solve_kernel, grid, args, solve_options(config))
     args = [q, k, w_buf, u_buf, g_buf, qn_buf, kn_buf, p_buf, ssm_states, cache_indices]
     args += [has_initial_state]
     args += [query_start_loc, out, scale, *_rows_of(q), *_rows_of(k)]

@@ -27,9 +27,9 @@ def l2norm_rows(x, L2NORM: tl.constexpr):
 
 
 @triton.jit
-def inverse_norms(x, L2NORM: tl.constexpr):
-    """Per row of ``x`` [rows, dim] (fp32): 1 / sqrt(sum x^2 + eps), or ones without L2NORM."""
+def inverse_norms_from_gram(gram, ri, ci, L2NORM: tl.constexpr):
+    """1 / sqrt(||x_i||^2 + eps) from the Gram matrix x x^T [rows, rows] (its diagonal)."""
     if L2NORM:
-        return 1.0 / tl.sqrt(tl.sum(x * x, axis=1) + L2_EPS)
+        return 1.0 / tl.sqrt(tl.sum(tl.where(ri == ci, gram, 0.0), axis=1) + L2_EPS)
     else:
-        return tl.full([x.shape[0]], 1.0, tl.float32)
+        return tl.sum(tl.where(ri == ci, 1.0, 0.0), axis=1)

@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "66a93183848826f3e51660deb1f8357af31ce972e835af6cc750b0a4da256b97"
+LIBRARY_SHA256 = "09ed81a7c54bea0f5997f1ef3885d1a632ccd1ca5539cd98068d3a74d351160b"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -46,6 +46,7 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         decode_block_v=32,
         decode_num_warps=8,
         prepare_num_warps=8,
+        solve_num_warps=8,
         scan_block_v=16,
         scan_num_warps=8,
         scan_num_stages=2,
