@@ -210,7 +210,7 @@ def _recurrent(
     if parents is not None:
         check_tensor("parents", parents, dtype=torch.int32, shape=[bs, T], device=dev)
     options = recurrent_options(config, steps=T, verify=verify, tree=parents is not None)
-    grid = (bs, hv, config.value_dim // config.decode_block_v)
+    grid = (config.value_dim // config.decode_block_v, hv, bs)
     args = [q, k, v, a, b, A_log, dt_bias, ssm_states, cache_indices, query_start_loc, out]
     args += [steps, parents, scale, *_rows_of(q), *_rows_of(k), *_rows_of(v)]
     args += [a.stride(0), b.stride(0), ssm_states.stride(0), ssm_states.stride(1)]

@@ -2,7 +2,7 @@
 place) and target verify (T drafts per request, every step's state written to ``STEPS``,
 the pool left alone; trees continue each draft from its parent's state).
 
-One program per (request, value head, block of BLOCK_V value rows): it holds its slice of
+One program per (block of BLOCK_V value rows, value head, request): it holds its slice of
 the state, ``S^T[v0:v0+BLOCK_V, :]`` (pool layout ``[slots + 1, HV, V, K]``, fp32), in
 registers, so the state is read once and written once per launch. The gates
 (g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)) and the q/k L2 norm are fused.
@@ -57,10 +57,12 @@ def recurrent_kernel(
     WRITE_STEPS: tl.constexpr,
     TREE: tl.constexpr,
 ):
-    pid_b = tl.program_id(0)
+    # grid (value blocks, value heads, requests): neighbouring programs read neighbouring
+    # slices of one request's state
+    vs = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
     hv = tl.program_id(1)
+    pid_b = tl.program_id(2)
     hk = hv // GROUP
-    vs = tl.program_id(2) * BLOCK_V + tl.arange(0, BLOCK_V)
     ks = tl.arange(0, KEY_DIM)
     slot = tl.load(CACHE_INDICES + pid_b).to(tl.int64)
     row0 = tl.load(QUERY_START_LOC + pid_b).to(tl.int64)

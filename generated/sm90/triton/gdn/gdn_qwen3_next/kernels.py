@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "09ed81a7c54bea0f5997f1ef3885d1a632ccd1ca5539cd98068d3a74d351160b"
+LIBRARY_SHA256 = "89ee74af0109c8c326de8dd6be41f1bb1b13eaedc8fe8ae8a3708a12e4a48227"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
