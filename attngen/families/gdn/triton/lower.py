@@ -22,16 +22,19 @@ TORCH_DTYPES = {DType.BF16: "bfloat16", DType.FP16: "float16", DType.FP32: "floa
 
 
 def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
-    """Decode: value blocks of 32 rows (a 32 x K fp32 state slice per program, 8 warps: 16
-    state values per thread; B64 x 32 heads gives 8192 programs). Chunk prepare: 8 warps
+    """Decode / verify: value blocks of 8 rows on one warp (an 8 x K fp32 state slice per
+    program; B64 x 32 heads gives 32768 programs), the shape flash-linear-attention's
+    recurrent kernel uses (4.1 TB/s at B256 on the H200, next to this kernel's 3.6 TB/s
+    with 32-row blocks on 8 warps; 16 x 2 and 64 x 8 measured the same as 32 x 8: 291-299
+    us; 8 x 1 itself not measured yet). Chunk prepare: 8 warps
     over [chunk, K] tiles. Chunk scan: value blocks of 16 (a request's head spreads over
     V / 16 programs: 1 x 32k tokens x 16 heads fills 128 SMs), 8 warps, two pipeline stages
     (sm_100a: one; two spilled there). Conv prefill: 16 tokens x 64 channels (32 x 128
     spilled on sm_90a). All measured spill-free on sm_90a and sm_100a (evidence/compile/)."""
     wide = shape.chunk_size * max(shape.key_dim, shape.value_dim) >= 64 * 128
     return {
-        "decode_block_v": min(32, shape.value_dim),
-        "decode_num_warps": 8,
+        "decode_block_v": 8,
+        "decode_num_warps": 1,
         "prepare_num_warps": 8 if wide else 4,
         "solve_num_warps": 8 if wide else 4,
         "scan_block_v": 16,

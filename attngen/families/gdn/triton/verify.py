@@ -10,10 +10,11 @@ WARP_COUNTS = (1, 2, 4, 8, 16)
 
 def config_problems(c: GdnTritonConfig) -> list[str]:
     problems = []
-    for name, dim in (("decode_block_v", c.value_dim), ("scan_block_v", c.value_dim)):
+    # the scan's value block is a tl.dot operand (>= 16); the decode's is not (>= 8)
+    for name, least in (("decode_block_v", 8), ("scan_block_v", 16)):
         block = getattr(c, name)
-        if block < 16 or block & (block - 1) or dim % block:
-            problems.append(f"{name}={block}: a power of two >= 16 dividing {dim}")
+        if block < least or block & (block - 1) or c.value_dim % block:
+            problems.append(f"{name}={block}: a power of two >= {least} dividing {c.value_dim}")
     for name in ("conv_block_c", "conv_block_t"):
         block = getattr(c, name)
         if block < 4 or block & (block - 1):
