@@ -27,7 +27,8 @@ if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after gene
         f"library is now {library.SOURCE_SHA256[:12]}: run `make generate` (its kernels and "
         "their evidence would not match)"
     )
-PHASES = ("extend", "decode")  # phases the spec generates; the backend serves only these
+# phases the spec generates; the backend serves only these
+PHASES = ("extend", "decode")
 TRAITS = GdnTraits(PHASES)
 
 CONFIGS: dict[str, GdnTritonConfig] = {
