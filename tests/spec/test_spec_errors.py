@@ -34,6 +34,9 @@ EXPECTED = {
     "gdn_chunk_size": (
         "tests/spec/bad_specs/gdn_chunk_size.yaml:9: gdn.chunk_size: 48 is not allowed: expected an integer in 16..128 and a power of two"
     ),
+    "gdn_conv_kernel": (
+        "tests/spec/bad_specs/gdn_conv_kernel.yaml:9: gdn.conv_kernel: 9 is not allowed: expected an integer in 2..8"
+    ),
     "gdn_kv_cache": (
         "tests/spec/bad_specs/gdn_kv_cache.yaml:10: kv_cache: gdn keeps a recurrent state, not a KV cache"
     ),

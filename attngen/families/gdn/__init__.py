@@ -1,6 +1,8 @@
 """Gated delta rule linear attention: a per-head recurrent state, chunked prefill.
 
-No lowering yet: every backend reports GDN as "not lowered" through the registry.
+The family: its docs columns and plainest variant. Lowered by ``triton/`` (chunked
+prefill/extend, recurrent decode, speculative verify); ``runtime.py`` is the backend every
+generated GDN package subclasses, ``reference.py`` the float64 oracle.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from attngen.spec.enums import DType, MaskKind
 from attngen.spec.errors import Location, SpecError
 from attngen.spec.family import FamilySpec
-from attngen.spec.fields import Field, Int, OneOf
+from attngen.spec.fields import Bool, Field, Int, OneOf
 from attngen.spec.model import Spec
 
 
@@ -44,6 +44,19 @@ class GdnDims:
             "chunked-prefill chunk (default 64)",
             default=64,
         ),
+        Field(
+            "conv_kernel",
+            Int(2, 8),
+            "width of the short causal conv over q|k|v, whose state keeps conv_kernel - 1 "
+            "inputs per request (default 4, Qwen3-Next's)",
+            default=4,
+        ),
+        Field(
+            "qk_l2norm",
+            Bool(),
+            "q and k L2-normalised per head inside the kernels (default true, Qwen3-Next's)",
+            default=True,
+        ),
     )
     location: Location
     key_dim: tuple[int, ...]
@@ -51,6 +64,8 @@ class GdnDims:
     v_heads_per_k_head: tuple[int, ...]
     state_dtype: tuple[DType, ...]
     chunk_size: int
+    conv_kernel: int
+    qk_l2norm: bool
 
 
 @dataclass(frozen=True)
@@ -60,13 +75,21 @@ class GdnShape:
     v_heads_per_k_head: int
     state_dtype: DType
     chunk_size: int
+    conv_kernel: int = 4
+    qk_l2norm: bool = True
 
     @property
     def uri(self) -> str:
-        return (
+        """Defaults (conv width 4, in-kernel L2 norm) leave no mark in the uri."""
+        parts = [
             f"k{self.key_dim}_v{self.value_dim}_gv{self.v_heads_per_k_head}"
             f"_s{self.state_dtype.value}"
-        )
+        ]
+        if self.conv_kernel != 4:
+            parts.append(f"cw{self.conv_kernel}")
+        if not self.qk_l2norm:
+            parts.append("nol2")
+        return "_".join(parts)
 
 
 def shapes(spec: Spec) -> Iterator[GdnShape]:
@@ -74,7 +97,7 @@ def shapes(spec: Spec) -> Iterator[GdnShape]:
     for k, v, g, s in itertools.product(
         gdn.key_dim, gdn.value_dim, gdn.v_heads_per_k_head, gdn.state_dtype
     ):
-        yield GdnShape(k, v, g, s, gdn.chunk_size)
+        yield GdnShape(k, v, g, s, gdn.chunk_size, gdn.conv_kernel, gdn.qk_l2norm)
 
 
 def check(spec: Spec) -> None:

@@ -1,0 +1,52 @@
+"""What the Triton GDN lowering covers: extend (chunked prefill, with or without a pool
+state), decode (recurrent, pool rows in place) and verify (draft chains and trees, per-step
+states); bf16/fp16 activations, an fp32 temporal state, key/value head dims 64 or 128,
+chunks of 16..64 tokens, the width-4 causal conv."""
+
+from __future__ import annotations
+
+from attngen.spec.enums import DType, Phase
+from attngen.families.gdn.spec import GdnShape
+from attngen.spec.variant import Variant
+from attngen.verdict import Verdict, first_failure
+
+PHASES = frozenset({Phase.EXTEND, Phase.DECODE, Phase.VERIFY})
+DTYPES = frozenset({DType.BF16, DType.FP16})
+STATE_DTYPES = frozenset({DType.FP32})
+HEAD_DIMS = frozenset({64, 128})  # the chunk kernels hold [chunk, dim] fp32 tiles
+CHUNK_SIZES = frozenset({16, 32, 64})
+MAX_DRAFT_TOKENS = 16  # verify unrolls its drafts
+CONV_KERNEL = 4
+
+
+def supports(variant: Variant) -> Verdict:
+    shape = variant.shape
+    assert isinstance(shape, GdnShape)
+    extra = set(variant.phases) - PHASES
+    return first_failure(
+        [
+            (not extra, f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet"),
+            (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+            (
+                shape.state_dtype in STATE_DTYPES,
+                f"{shape.state_dtype.value} temporal state is not lowered yet (fp32 only)",
+            ),
+            (shape.key_dim in HEAD_DIMS, f"key_dim {shape.key_dim} is not lowered (64, 128)"),
+            (
+                shape.value_dim in HEAD_DIMS,
+                f"value_dim {shape.value_dim} is not lowered (64, 128)",
+            ),
+            (
+                shape.chunk_size in CHUNK_SIZES,
+                f"chunk_size {shape.chunk_size} is not lowered (16, 32, 64)",
+            ),
+            (
+                shape.conv_kernel == CONV_KERNEL,
+                f"conv_kernel {shape.conv_kernel} is not lowered (the conv kernels are width 4)",
+            ),
+            (
+                variant.num_draft_tokens <= MAX_DRAFT_TOKENS,
+                f"{variant.num_draft_tokens} draft tokens > {MAX_DRAFT_TOKENS} are not lowered",
+            ),
+        ]
+    )

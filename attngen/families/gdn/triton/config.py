@@ -1,0 +1,80 @@
+"""Triton GDN: per-variant launch configurations and per-module traits.
+
+A generated ``kernels.py`` holds ``CONFIGS: dict[str, GdnTritonConfig]``, one entry per
+variant (keyed by its uri), filled in by the lowering for one arch; the runtime and the
+launchers read shapes and tiles from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GdnTritonConfig:
+    """Shapes and tiles of one GDN variant's Triton kernels on one arch.
+
+    The first fields are the variant's identity; the rest are tiles a spec's
+    ``tuning.triton.<arch>`` may override.
+    """
+
+    uri: str
+    key_dim: int  # K: q/k head dim
+    value_dim: int  # V: v / output head dim
+    v_heads_per_k_head: int  # GVA: value heads per key head
+    dtype: str  # torch dtype name of q/k/v/a/b and the output: "bfloat16" | "float16"
+    state_dtype: str  # temporal state pool dtype: "float32"
+    chunk_size: int  # tokens per chunk of the chunked prefill
+    conv_kernel: int  # causal conv width (conv state keeps conv_kernel - 1 inputs)
+    l2norm: bool  # q/k L2-normalised in the kernels
+    spec_topk: int  # speculative verify: 0 none, 1 draft chains, > 1 draft trees
+    num_draft_tokens: int  # verify rows per request (0 without speculative decoding)
+    # -- recurrent decode / verify: one program per (request, value head, value block) ----
+    decode_block_v: int
+    decode_num_warps: int
+    # -- chunked prefill: prepare and solve (per chunk), scan (per request, value block) ----
+    prepare_num_warps: int
+    solve_num_warps: int
+    scan_block_v: int
+    scan_num_warps: int
+    scan_num_stages: int
+    # -- causal conv ----
+    conv_block_c: int
+    conv_block_t: int
+    conv_num_warps: int
+
+
+IDENTITY_FIELDS = (
+    "uri",
+    "key_dim",
+    "value_dim",
+    "v_heads_per_k_head",
+    "dtype",
+    "state_dtype",
+    "chunk_size",
+    "conv_kernel",
+    "l2norm",
+    "spec_topk",
+    "num_draft_tokens",
+)
+TUNING_KEYS = tuple(f.name for f in fields(GdnTritonConfig) if f.name not in IDENTITY_FIELDS)
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """Everything ``triton.compile`` needs to build one kernel ahead of time (no GPU)."""
+
+    name: str
+    fn: Any
+    signature: dict[str, str] = field(default_factory=dict)
+    constexprs: dict[str, Any] = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class GdnTraits:
+    """What one generated kernels module fixes for all its configs."""
+
+    phases: tuple[str, ...]  # phases the spec generates

@@ -1,0 +1,378 @@
+"""Launchers of the GDN kernels, with SGLang's kernel seams (``decode``, ``extend``,
+``target_verify``) plus the conv, the accept step and the chunk plan.
+
+Layouts: q, k ``[N, H, K]``, v ``[N, HV, V]`` (views into the conv output are fine: only
+the last dim must be contiguous), the raw gate inputs a, b ``[N, HV]``, A_log and dt_bias
+``[HV]`` fp32; the temporal state pool ``ssm_states [slots + 1, HV, V, K]`` (fp32), the
+conv state pool ``conv_states [slots + 1, conv_dim, W - 1]``; ``cache_indices [B]`` int32
+pool slots (<= 0: padding: nothing read or written), ``query_start_loc [B + 1]`` int32 row
+offsets. Outputs are ``[N, HV, V]`` in the activation dtype. Nothing here syncs with the
+host except ``chunk_plan`` (host lengths), so decode and verify are graph-capturable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from attngen.families.gdn.triton.config import GdnTritonConfig
+from attngen.families.gdn.triton.host import checks
+from attngen.families.gdn.triton.host.options import (
+    ACCEPT_BLOCK,
+    ACCEPT_OPTIONS,
+    conv_prefill_options,
+    conv_update_options,
+    prepare_options,
+    solve_options,
+    recurrent_options,
+    scan_options,
+)
+from attngen.families.gdn.triton.kernels.chunk import (
+    chunk_prepare_kernel,
+    chunk_scan_kernel,
+    chunk_solve_kernel,
+)
+from attngen.families.gdn.triton.kernels.conv import conv_prefill_kernel, conv_update_kernel
+from attngen.families.gdn.triton.kernels.recurrent import accept_kernel, recurrent_kernel
+from attngen.runtime.checks import check_tensor, fail
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """The chunks of one ragged batch: chunk c covers tokens ``chunk_start[c] ..`` of
+    request ``chunk_seq[c]`` (int32, on the device)."""
+
+    chunk_seq: torch.Tensor
+    chunk_start: torch.Tensor
+    max_len: int  # longest request (host)
+    num_tokens: int
+
+
+def chunk_plan(extend_lens: list[int], chunk_size: int, device: torch.device) -> ChunkPlan:
+    """The chunk plan of requests with ``extend_lens`` new tokens each (host ints)."""
+    if not extend_lens or min(extend_lens) < 1:
+        fail("extend_lens", "one or more lengths >= 1", extend_lens)
+    seqs, starts, offset = [], [], 0
+    for b, n in enumerate(extend_lens):
+        for s in range(0, n, chunk_size):
+            seqs.append(b)
+            starts.append(offset + s)
+        offset += n
+    as_i32 = dict(dtype=torch.int32)
+    both = torch.tensor([seqs, starts], **as_i32).to(device, non_blocking=True)
+    return ChunkPlan(both[0], both[1], max(extend_lens), offset)
+
+
+def _rows_of(x: torch.Tensor) -> tuple[int, int]:
+    return x.stride(0), x.stride(1)
+
+
+def _launch(kernel, grid, args: list, options: dict[str, object]) -> None:
+    kernel[grid](*args, **options)
+
+
+def conv_update(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    conv_states: torch.Tensor,
+    cache_indices: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    config: GdnTritonConfig,
+    steps: torch.Tensor | None = None,
+    parents: torch.Tensor | None = None,
+    tokens_per_request: int = 1,
+) -> torch.Tensor:
+    """Causal conv + SiLU of ``tokens_per_request`` tokens per request (rows
+    ``query_start_loc[b] ..``) from the request's conv state. Without ``steps`` (decode) the
+    pool row is updated in place; with ``steps [B, T, conv_dim, W-1]`` (verify) every
+    token's window goes there and the pool is left alone; ``parents [B, T]`` int32: trees."""
+    check_tensor("x", x, dtype=checks.io_dtype(config), shape=[None, None])
+    conv_dim = int(x.shape[1])
+    bs = int(cache_indices.shape[0])
+    dev = x.device
+    cdt = checks.check_conv_pool(config, conv_states, conv_dim, dev)
+    check_tensor("weight", weight, shape=[conv_dim, config.conv_kernel], device=dev)
+    if not weight.is_contiguous():
+        fail("weight", "a contiguous tensor", f"strides {weight.stride()}")
+    if bias is not None:
+        check_tensor("bias", bias, shape=[conv_dim], device=dev, contiguous=True)
+    checks.check_index("cache_indices", cache_indices, bs, dev)
+    checks.check_index("query_start_loc", query_start_loc, bs + 1, dev)
+    checks.check_out("out", out, list(x.shape), x.dtype, dev)
+    for name, t in (("x", x), ("out", out)):
+        if t.stride(1) != 1:
+            fail(name, "stride 1 in the last dim", f"strides {t.stride()}")
+    verify = steps is not None
+    T = tokens_per_request
+    step_strides = (0, 0, 0)
+    if verify:
+        shape = [None, T, conv_dim, config.conv_kernel - 1]
+        check_tensor("conv_steps", steps, dtype=cdt, shape=shape, device=dev)
+        if steps.shape[0] < bs or not steps.is_contiguous():
+            fail("conv_steps", f"contiguous, >= {bs} rows", tuple(steps.shape))
+        step_strides = steps.stride()[:3]
+    if parents is not None:
+        check_tensor("parents", parents, dtype=torch.int32, shape=[bs, T], device=dev)
+    options = conv_update_options(
+        config, steps=T, verify=verify, tree=parents is not None, has_bias=bias is not None
+    )
+    grid = (bs, triton.cdiv(conv_dim, config.conv_block_c))
+    args = [x, weight, bias, conv_states, cache_indices, query_start_loc, out, steps, parents]
+    args += [x.stride(0), conv_states.stride(0), conv_states.stride(1), out.stride(0)]
+    args += [*step_strides, parents.stride(0) if parents is not None else 0, conv_dim]
+    _launch(conv_update_kernel, grid, args, options)
+    return out
+
+
+def conv_prefill(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    conv_states: torch.Tensor,
+    cache_indices: torch.Tensor,
+    has_initial_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    config: GdnTritonConfig,
+    max_len: int,
+) -> torch.Tensor:
+    """Causal conv + SiLU of ragged requests; a request with ``has_initial_state[b] != 0``
+    starts from its conv state; every request's last inputs become its conv state."""
+    check_tensor("x", x, dtype=checks.io_dtype(config), shape=[None, None])
+    conv_dim = int(x.shape[1])
+    bs = int(cache_indices.shape[0])
+    dev = x.device
+    checks.check_conv_pool(config, conv_states, conv_dim, dev)
+    check_tensor("weight", weight, shape=[conv_dim, config.conv_kernel], device=dev)
+    if bias is not None:
+        check_tensor("bias", bias, shape=[conv_dim], device=dev, contiguous=True)
+    checks.check_index("cache_indices", cache_indices, bs, dev)
+    checks.check_index("has_initial_state", has_initial_state, bs, dev)
+    checks.check_index("query_start_loc", query_start_loc, bs + 1, dev)
+    checks.check_out("out", out, list(x.shape), x.dtype, dev)
+    options = conv_prefill_options(config, has_bias=bias is not None)
+    grid = (
+        bs,
+        triton.cdiv(conv_dim, config.conv_block_c),
+        triton.cdiv(max_len, config.conv_block_t),
+    )
+    args = [x, weight.contiguous(), bias, conv_states, cache_indices, has_initial_state]
+    args += [query_start_loc, out, x.stride(0), conv_states.stride(0), conv_states.stride(1)]
+    args += [out.stride(0), conv_dim]
+    _launch(conv_prefill_kernel, grid, args, options)
+    return out
+
+
+def _recurrent(
+    q,
+    k,
+    v,
+    a,
+    b,
+    A_log,
+    dt_bias,
+    ssm_states,
+    cache_indices,
+    query_start_loc,
+    out,
+    *,
+    config: GdnTritonConfig,
+    scale: float,
+    steps_per_request: int,
+    steps: torch.Tensor | None,
+    parents: torch.Tensor | None,
+) -> torch.Tensor:
+    n, h, hv = checks.check_qkvab(config, q, k, v, a, b)
+    dev = q.device
+    bs = int(cache_indices.shape[0])
+    T = steps_per_request
+    checks.check_gate_params(A_log, dt_bias, hv, dev)
+    checks.check_state_pool(config, ssm_states, hv, dev)
+    checks.check_index("cache_indices", cache_indices, bs, dev)
+    checks.check_index("query_start_loc", query_start_loc, bs + 1, dev)
+    if n < bs * T:
+        fail("q", f">= {bs * T} rows ({bs} requests x {T} tokens)", n)
+    checks.check_out("out", out, [n, hv, config.value_dim], q.dtype, dev)
+    verify = steps is not None
+    step_strides = (0, 0, 0)
+    if verify:
+        shape = [None, T, hv, config.value_dim, config.key_dim]
+        check_tensor("steps", steps, dtype=ssm_states.dtype, shape=shape, device=dev)
+        if steps.shape[0] < bs or not steps.is_contiguous():
+            fail("steps", f"contiguous, >= {bs} rows", tuple(steps.shape))
+        step_strides = steps.stride()[:3]
+    if parents is not None:
+        check_tensor("parents", parents, dtype=torch.int32, shape=[bs, T], device=dev)
+    options = recurrent_options(config, steps=T, verify=verify, tree=parents is not None)
+    grid = (config.value_dim // config.decode_block_v, hv, bs)
+    args = [q, k, v, a, b, A_log, dt_bias, ssm_states, cache_indices, query_start_loc, out]
+    args += [steps, parents, scale, *_rows_of(q), *_rows_of(k), *_rows_of(v)]
+    args += [a.stride(0), b.stride(0), ssm_states.stride(0), ssm_states.stride(1)]
+    args += [*_rows_of(out), *step_strides, parents.stride(0) if parents is not None else 0]
+    _launch(recurrent_kernel, grid, args, options)
+    return out
+
+
+def decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    ssm_states: torch.Tensor,
+    cache_indices: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    out: torch.Tensor,
+    config: GdnTritonConfig,
+    scale: float,
+) -> torch.Tensor:
+    """One token per request (row ``query_start_loc[b]``); the pool rows are updated."""
+    return _recurrent(
+        q,
+        k,
+        v,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        ssm_states,
+        cache_indices,
+        query_start_loc,
+        out,
+        config=config,
+        scale=scale,
+        steps_per_request=1,
+        steps=None,
+        parents=None,
+    )
+
+
+def target_verify(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    ssm_states: torch.Tensor,
+    cache_indices: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    out: torch.Tensor,
+    steps: torch.Tensor,
+    parents: torch.Tensor | None,
+    config: GdnTritonConfig,
+    scale: float,
+) -> torch.Tensor:
+    """``config.num_draft_tokens`` drafts per request: every draft's state goes to
+    ``steps [>= B, T, HV, V, K]`` (row b = batch row), the pool is read only. ``parents
+    [B, T]`` int32 (trees; -1: the request's state) or None (chains)."""
+    return _recurrent(
+        q,
+        k,
+        v,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        ssm_states,
+        cache_indices,
+        query_start_loc,
+        out,
+        config=config,
+        scale=scale,
+        steps_per_request=config.num_draft_tokens,
+        steps=steps,
+        parents=parents,
+    )
+
+
+def extend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    ssm_states: torch.Tensor,
+    cache_indices: torch.Tensor,
+    has_initial_state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    out: torch.Tensor,
+    plan: ChunkPlan,
+    config: GdnTritonConfig,
+    scale: float,
+) -> torch.Tensor:
+    """Chunked prefill / extend of ragged requests; a request with ``has_initial_state[b]
+    != 0`` starts from its pool row; every request's final state is written to it."""
+    n, h, hv = checks.check_qkvab(config, q, k, v, a, b, rows=plan.num_tokens)
+    dev = q.device
+    bs = int(cache_indices.shape[0])
+    checks.check_gate_params(A_log, dt_bias, hv, dev)
+    checks.check_state_pool(config, ssm_states, hv, dev)
+    checks.check_index("cache_indices", cache_indices, bs, dev)
+    checks.check_index("has_initial_state", has_initial_state, bs, dev)
+    checks.check_index("query_start_loc", query_start_loc, bs + 1, dev)
+    checks.check_out("out", out, [n, hv, config.value_dim], q.dtype, dev)
+    f32 = dict(dtype=torch.float32, device=dev)
+    w_buf = torch.empty((n, hv, config.key_dim), **f32)
+    u_buf = torch.empty((n, hv, config.value_dim), **f32)
+    g_buf, beta_buf, qn_buf, kn_buf = (torch.empty((n, hv), **f32) for _ in range(4))
+    p_buf, m_buf = (torch.empty((n, hv, config.chunk_size), **f32) for _ in range(2))
+    chunks = [plan.chunk_seq, plan.chunk_start, query_start_loc]
+    grid = (int(plan.chunk_seq.shape[0]), hv)
+    args = [q, k, a, b, A_log, dt_bias, *chunks, g_buf, beta_buf, qn_buf, kn_buf, p_buf, m_buf]
+    args += [scale, *_rows_of(q), *_rows_of(k), a.stride(0), b.stride(0), hv]
+    _launch(chunk_prepare_kernel, grid, args, prepare_options(config))
+    args = [k, v, *chunks, g_buf, beta_buf, kn_buf, m_buf, w_buf, u_buf]
+    args += [*_rows_of(k), *_rows_of(v), hv]
+    _launch(chunk_solve_kernel, grid, args, solve_options(config))
+    args = [q, k, w_buf, u_buf, g_buf, qn_buf, kn_buf, p_buf, ssm_states, cache_indices]
+    args += [has_initial_state]
+    args += [query_start_loc, out, scale, *_rows_of(q), *_rows_of(k)]
+    args += [ssm_states.stride(0), ssm_states.stride(1), *_rows_of(out), hv]
+    grid = (bs, hv, config.value_dim // config.scan_block_v)
+    _launch(chunk_scan_kernel, grid, args, scan_options(config))
+    return out
+
+
+def accept(
+    ssm_states: torch.Tensor,
+    conv_states: torch.Tensor,
+    steps: torch.Tensor,
+    conv_steps: torch.Tensor,
+    cache_indices: torch.Tensor,
+    accepted: torch.Tensor,
+) -> None:
+    """Copy request b's accepted draft (``accepted[b]``, int32; < 0: none) state and conv
+    window from the verify step buffers into its pool slot ``cache_indices[b]``."""
+    bs = int(cache_indices.shape[0])
+    dev = ssm_states.device
+    checks.check_index("cache_indices", cache_indices, bs, dev)
+    checks.check_index("accepted", accepted, bs, dev)
+    for name, t in (("steps", steps), ("conv_steps", conv_steps)):
+        if not t.is_contiguous() or t.shape[0] < bs or t.device != dev:
+            fail(name, f"a contiguous tensor of >= {bs} rows on {dev}", tuple(t.shape))
+    if steps.dtype != ssm_states.dtype or conv_steps.dtype != conv_states.dtype:
+        fail("steps / conv_steps", "the pools' dtypes", (steps.dtype, conv_steps.dtype))
+    if steps.shape[2:] != ssm_states.shape[1:] or conv_steps.shape[2:] != conv_states.shape[1:]:
+        fail("steps / conv_steps", "[B, T, *pool row]", (steps.shape, conv_steps.shape))
+    state_numel = ssm_states[0].numel()
+    conv_numel = conv_states[0].numel()
+    grid = (bs, triton.cdiv(state_numel + conv_numel, ACCEPT_BLOCK))
+    args = [ssm_states, conv_states, steps, conv_steps, cache_indices, accepted]
+    args += [ssm_states.stride(0), conv_states.stride(0), *steps.stride()[:2]]
+    args += [*conv_steps.stride()[:2], state_numel, conv_numel]
+    _launch(accept_kernel, grid, args, ACCEPT_OPTIONS)

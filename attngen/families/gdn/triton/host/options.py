@@ -1,0 +1,88 @@
+"""Constexprs and launch options of each GDN kernel for a config: the launchers and the
+ahead-of-time compile specs both take them from here, so they compile what runs."""
+
+from __future__ import annotations
+
+from attngen.families.gdn.triton.config import GdnTritonConfig
+
+
+def recurrent_options(
+    config: GdnTritonConfig, *, steps: int, verify: bool, tree: bool
+) -> dict[str, object]:
+    return {
+        "T": steps,
+        "GROUP": config.v_heads_per_k_head,
+        "KEY_DIM": config.key_dim,
+        "VALUE_DIM": config.value_dim,
+        "BLOCK_V": config.decode_block_v,
+        "L2NORM": config.l2norm,
+        "WRITE_POOL": not verify,
+        "WRITE_STEPS": verify,
+        "TREE": tree,
+        "num_warps": config.decode_num_warps,
+        "num_stages": 1,
+    }
+
+
+def conv_update_options(
+    config: GdnTritonConfig, *, steps: int, verify: bool, tree: bool, has_bias: bool
+) -> dict[str, object]:
+    return {
+        "T": steps,
+        "BLOCK_C": config.conv_block_c,
+        "HAS_BIAS": has_bias,
+        "WRITE_POOL": not verify,
+        "WRITE_STEPS": verify,
+        "TREE": tree,
+        "num_warps": config.conv_num_warps,
+        "num_stages": 1,
+    }
+
+
+def conv_prefill_options(config: GdnTritonConfig, *, has_bias: bool) -> dict[str, object]:
+    return {
+        "BLOCK_T": config.conv_block_t,
+        "BLOCK_C": config.conv_block_c,
+        "HAS_BIAS": has_bias,
+        "num_warps": config.conv_num_warps,
+        "num_stages": 1,
+    }
+
+
+def prepare_options(config: GdnTritonConfig) -> dict[str, object]:
+    return {
+        "GROUP": config.v_heads_per_k_head,
+        "KEY_DIM": config.key_dim,
+        "CHUNK": config.chunk_size,
+        "L2NORM": config.l2norm,
+        "num_warps": config.prepare_num_warps,
+        "num_stages": 1,
+    }
+
+
+def solve_options(config: GdnTritonConfig) -> dict[str, object]:
+    return {
+        "GROUP": config.v_heads_per_k_head,
+        "KEY_DIM": config.key_dim,
+        "VALUE_DIM": config.value_dim,
+        "CHUNK": config.chunk_size,
+        "num_warps": config.solve_num_warps,
+        "num_stages": 1,
+    }
+
+
+def scan_options(config: GdnTritonConfig) -> dict[str, object]:
+    return {
+        "GROUP": config.v_heads_per_k_head,
+        "KEY_DIM": config.key_dim,
+        "VALUE_DIM": config.value_dim,
+        "CHUNK": config.chunk_size,
+        "BLOCK_V": config.scan_block_v,
+        "L2NORM": config.l2norm,
+        "num_warps": config.scan_num_warps,
+        "num_stages": config.scan_num_stages,
+    }
+
+
+ACCEPT_BLOCK = 1024
+ACCEPT_OPTIONS = {"BLOCK": ACCEPT_BLOCK, "num_warps": 4, "num_stages": 1}

@@ -1,0 +1,34 @@
+"""Checks on a Triton GDN plan before any emitter runs."""
+
+from __future__ import annotations
+
+from attngen.families.gdn.triton.config import GdnTritonConfig
+from attngen.ir import ModulePlan, PlanError, check_unique_uris
+
+WARP_COUNTS = (1, 2, 4, 8, 16)
+
+
+def config_problems(c: GdnTritonConfig) -> list[str]:
+    problems = []
+    # the scan's value block is a tl.dot operand (>= 16); the decode's is not (>= 8)
+    for name, least in (("decode_block_v", 8), ("scan_block_v", 16)):
+        block = getattr(c, name)
+        if block < least or block & (block - 1) or c.value_dim % block:
+            problems.append(f"{name}={block}: a power of two >= {least} dividing {c.value_dim}")
+    for name in ("conv_block_c", "conv_block_t"):
+        block = getattr(c, name)
+        if block < 4 or block & (block - 1):
+            problems.append(f"{name}={block} is not a power of two >= 4")
+    if c.conv_kernel != 4:
+        problems.append(f"conv_kernel={c.conv_kernel}: the conv kernels are width 4")
+    for name in ("decode_num_warps", "prepare_num_warps", "scan_num_warps", "conv_num_warps"):
+        if getattr(c, name) not in WARP_COUNTS:
+            problems.append(f"{name}={getattr(c, name)} is not a warp count Triton accepts")
+    return [f"{c.uri}: {p}" for p in problems]
+
+
+def verify_plan(plan: ModulePlan) -> None:
+    problems = [p for k in plan.kernels for p in config_problems(k.config)]
+    problems += check_unique_uris(plan)
+    if problems:
+        raise PlanError(f"{plan.spec.path} ({plan.arch.value}): " + "; ".join(problems))

@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""GPU benchmark of attngen's generated Triton GDN kernels next to flash-linear-attention
+(``fla-core==0.6.0``), same inputs, one run.
+
+Both sides get the raw gate inputs (a, b) and fuse g = -exp(A_log) softplus(a + dt_bias),
+beta = sigmoid(b) and the q/k L2 norm in their kernels (fla: ``use_gate_in_kernel``,
+``use_beta_sigmoid_in_kernel``, ``use_qk_l2norm_in_kernel``); states are fp32 in SGLang's
+``[N, HV, V, K]`` layout (fla: ``state_v_first=True``).
+
+- chunk prefill: ragged batches without an initial state, final state written (attngen:
+  into pool slots; fla: a new tensor); M tokens/s = tokens / time;
+- recurrent decode: one token per request from an fp32 state; attngen updates pool slots in
+  place (shuffled slot indices), fla reads a contiguous state and writes the final state;
+  TB/s = (state read + state write) bytes / time.
+
+Outputs of the two are compared (max abs difference over the output RMS). Run from the repo
+root: ``python bench/gdn.py --out DIR`` (fla importable, ``FLA_FLASH_QLA=0``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib
+import json
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PREFILL_CASES = ((1, 32768, 16), (4, 8192, 16), (8, 4096, 32))  # (batch, length, heads), GVA 1
+DECODE_CASES = ((64, 16, 32), (256, 16, 32))  # (batch, k heads, v heads), GVA 2
+DIM = 128
+# tile sweeps (config overrides) timed on one decode and two prefill cases, after the main
+# table, to say which tiles the lowering should take
+DECODE_SWEEP = (
+    {"decode_block_v": 16, "decode_num_warps": 4},
+    {"decode_block_v": 16, "decode_num_warps": 2},
+    {"decode_block_v": 32, "decode_num_warps": 4},
+    {"decode_block_v": 64, "decode_num_warps": 8},
+)
+PREFILL_SWEEP = (
+    {"scan_block_v": 32},
+    {"scan_block_v": 16, "scan_num_warps": 4},
+    {"scan_block_v": 16, "scan_num_stages": 1},
+)
+WARMUP_MS, REP_MS = 25, 100
+DEV = "cuda"
+torch = None
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def kernels_module(spec: str):
+    sys.path.insert(0, str(ROOT))
+    return importlib.import_module(f"generated.sm90.triton.gdn.{spec}.kernels")
+
+
+def config_for(mod, group: int):
+    return next(c for c in mod.CONFIGS.values() if c.v_heads_per_k_head == group)
+
+
+def inputs(n: int, h: int, hv: int):
+    bf16 = dict(dtype=torch.bfloat16, device=DEV)
+    return dict(
+        q=torch.randn(n, h, DIM, **bf16),
+        k=torch.randn(n, h, DIM, **bf16),
+        v=torch.randn(n, hv, DIM, **bf16),
+        a=torch.randn(n, hv, **bf16),
+        b=torch.randn(n, hv, **bf16),
+        A_log=torch.empty(hv, dtype=torch.float32, device=DEV).uniform_(0.0, 2.7),
+        dt_bias=torch.randn(hv, dtype=torch.float32, device=DEV) * 0.5,
+    )
+
+
+def bench(fn) -> float:
+    import triton
+
+    return triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS)
+
+
+def diff(x, y) -> float:
+    x, y = x.float().flatten(), y.float().flatten()
+    return float((x - y).abs().max() / y.pow(2).mean().sqrt())
+
+
+def prefill_case(mod, fla_chunk, bs: int, length: int, heads: int, tiles=None) -> dict:
+    cfg = dataclasses.replace(config_for(mod, 1), **(tiles or {}))
+    n = bs * length
+    x = inputs(n, heads, heads)
+    i32 = dict(dtype=torch.int32, device=DEV)
+    qsl = torch.arange(bs + 1, **i32) * length
+    pool = torch.zeros(bs + 1, heads, DIM, DIM, dtype=torch.float32, device=DEV)
+    slots = torch.arange(1, bs + 1, **i32)
+    no_init = torch.zeros(bs, **i32)
+    out = torch.empty(n, heads, DIM, dtype=torch.bfloat16, device=DEV)
+    plan = mod.chunk_plan([length] * bs, cfg.chunk_size, torch.device(DEV))
+    gates = dict(A_log=x["A_log"], dt_bias=x["dt_bias"])
+
+    def ours():
+        mod.extend(
+            x["q"],
+            x["k"],
+            x["v"],
+            x["a"],
+            x["b"],
+            **gates,
+            ssm_states=pool,
+            cache_indices=slots,
+            has_initial_state=no_init,
+            query_start_loc=qsl,
+            out=out,
+            plan=plan,
+            config=cfg,
+            scale=DIM**-0.5,
+        )
+
+    cu = qsl.to(torch.int64)
+
+    def theirs():
+        return fla_chunk(
+            x["q"][None],
+            x["k"][None],
+            x["v"][None],
+            x["a"][None],
+            x["b"][None],
+            scale=DIM**-0.5,
+            initial_state=None,
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+            use_gate_in_kernel=True,
+            **gates,
+            use_beta_sigmoid_in_kernel=True,
+            state_v_first=True,
+            cu_seqlens=cu,
+        )
+
+    ours()
+    fla_out, fla_state = theirs()
+    row = {"case": f"{bs}x{length} H{heads}", "tokens": n, "tiles": tiles or "default"}
+    row["out_diff_vs_fla"] = diff(out, fla_out[0])
+    row["state_diff_vs_fla"] = diff(pool[1:], fla_state)
+    t_ours, t_fla = bench(ours), bench(theirs)
+    row.update(attngen_ms=t_ours, fla_ms=t_fla, speedup=t_fla / t_ours)
+    row.update(attngen_mtok_s=n / t_ours / 1e3, fla_mtok_s=n / t_fla / 1e3)
+    return row
+
+
+def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int, tiles=None) -> dict:
+    cfg = dataclasses.replace(config_for(mod, hv // h), **(tiles or {}))
+    x = inputs(bs, h, hv)
+    i32 = dict(dtype=torch.int32, device=DEV)
+    state = torch.randn(bs, hv, DIM, DIM, dtype=torch.float32, device=DEV) * 0.05
+    slots = (torch.randperm(bs, device=DEV) + 1).to(torch.int32)
+    pool = torch.zeros(bs + 1, hv, DIM, DIM, dtype=torch.float32, device=DEV)
+    pool[slots.long()] = state
+    qsl = torch.arange(bs + 1, **i32)
+    out = torch.empty(bs, hv, DIM, dtype=torch.bfloat16, device=DEV)
+    gates = dict(A_log=x["A_log"], dt_bias=x["dt_bias"])
+    start = pool.clone()
+
+    def ours():
+        mod.decode(
+            x["q"],
+            x["k"],
+            x["v"],
+            x["a"],
+            x["b"],
+            **gates,
+            ssm_states=pool,
+            cache_indices=slots,
+            query_start_loc=qsl,
+            out=out,
+            config=cfg,
+            scale=DIM**-0.5,
+        )
+
+    def theirs():
+        return fla_recurrent(
+            x["q"][:, None],
+            x["k"][:, None],
+            x["v"][:, None],
+            g=x["a"][:, None],
+            beta=x["b"][:, None],
+            scale=DIM**-0.5,
+            initial_state=state,
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+            use_gate_in_kernel=True,
+            **gates,
+            use_beta_sigmoid_in_kernel=True,
+            state_v_first=True,
+        )
+
+    ours()
+    fla_out, fla_state = theirs()
+    row = {"case": f"B{bs} H{h}/{hv}", "tiles": tiles or "default"}
+    row["out_diff_vs_fla"] = diff(out, fla_out[:, 0])
+    row["state_diff_vs_fla"] = diff(pool[slots.long()], fla_state)
+    pool.copy_(start)
+    nbytes = 2 * bs * hv * DIM * DIM * 4
+    t_ours, t_fla = bench(ours), bench(theirs)
+    row.update(attngen_us=t_ours * 1e3, fla_us=t_fla * 1e3, speedup=t_fla / t_ours)
+    row.update(attngen_tb_s=nbytes / t_ours / 1e9, fla_tb_s=nbytes / t_fla / 1e9)
+    return row
+
+
+def main() -> int:
+    global torch
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args()
+    import torch as _torch
+
+    torch = _torch
+    torch.manual_seed(0)
+    os.environ.setdefault("FLA_FLASH_QLA", "0")
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+
+    rows = {"prefill": [], "decode": []}
+    for bs, h, hv in DECODE_CASES:
+        try:
+            mod = kernels_module("gdn_qwen3_next")
+            rows["decode"].append(decode_case(mod, fused_recurrent_gated_delta_rule, bs, h, hv))
+        except Exception:  # one failure must not hide the rest
+            rows["decode"].append({"case": f"B{bs}", "error": traceback.format_exc()[-800:]})
+        log(json.dumps(rows["decode"][-1]))
+    for bs, length, heads in PREFILL_CASES:
+        try:
+            mod = kernels_module("gdn_gva1")
+            rows["prefill"].append(prefill_case(mod, chunk_gated_delta_rule, bs, length, heads))
+        except Exception:
+            case = f"{bs}x{length} H{heads}"
+            rows["prefill"].append({"case": case, "error": traceback.format_exc()[-800:]})
+        log(json.dumps(rows["prefill"][-1]))
+    rows["sweep"] = []
+    for tiles in DECODE_SWEEP:
+        try:
+            mod = kernels_module("gdn_qwen3_next")
+            rows["sweep"].append(
+                decode_case(mod, fused_recurrent_gated_delta_rule, 256, 16, 32, tiles)
+            )
+        except Exception:
+            rows["sweep"].append({"tiles": tiles, "error": traceback.format_exc()[-800:]})
+        log(json.dumps(rows["sweep"][-1]))
+    for tiles in PREFILL_SWEEP:
+        for bs, length, heads in (PREFILL_CASES[0], PREFILL_CASES[2]):
+            try:
+                mod = kernels_module("gdn_gva1")
+                rows["sweep"].append(
+                    prefill_case(mod, chunk_gated_delta_rule, bs, length, heads, tiles)
+                )
+            except Exception:
+                rows["sweep"].append({"tiles": tiles, "error": traceback.format_exc()[-800:]})
+            log(json.dumps(rows["sweep"][-1]))
+    commit = (
+        os.environ.get("ATTNGEN_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+    )
+    import triton
+
+    record = {
+        "device": torch.cuda.get_device_name(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        "commit": commit,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "peer": "fla-core 0.6.0",
+        **rows,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gdn_bench.json").write_text(json.dumps(record, indent=1) + "\n")
+    log("case | attngen | fla | speedup | diff vs fla")
+    for r in rows["prefill"]:
+        if "error" not in r:
+            log(
+                f"{r['case']} | {r['attngen_mtok_s']:.1f} Mtok/s | {r['fla_mtok_s']:.1f} | {r['speedup']:.2f}x | {r['out_diff_vs_fla']:.2e}"
+            )
+    for r in rows["decode"]:
+        if "error" not in r:
+            log(
+                f"{r['case']} | {r['attngen_tb_s']:.2f} TB/s | {r['fla_tb_s']:.2f} | {r['speedup']:.2f}x | {r['out_diff_vs_fla']:.2e}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The generated GDN backend end to end on CPU (interpreter, fp16, small heads): conv +
+gated delta rule through GdnBackend's own launches, against the float64 oracle, with the
+states of every request checked in the pool after every forward."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from attngen.families.gdn.testing import check_close, make_rig, output_bound, state_bound
+from attngen.runtime.batch import ForwardMode
+from attngen.runtime.checks import AttngenInputError
+from gdn_modules import backend_class, small_config
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Conversion of an array with ndim:DeprecationWarning"
+)
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_extend_decode_verify(group: int) -> None:
+    torch.manual_seed(group)
+    rng = random.Random(group)
+    cls = backend_class([small_config(group, topk=4, drafts=4)])
+    rig = make_rig(cls, num_k_heads=2, dtype=torch.float16, device="cpu", spec_topk=4, bias=True)
+    rig.run_extend([1, 2, 3], [5, 37, 16], [False, False, False])
+    rig.run_extend([2, 4, 1], [20, 3, 1], [True, False, True])
+    for step in range(1, 4):
+        rig.run_decode([4, 2, 1, 3], step)
+    rig.run_verify([3, 1], tree=True, rng=rng)
+    rig.run_decode([1, 3], 4)
+    temporal, conv = rig.pool.layer(0)
+    assert not temporal[0].any() and not conv[0].any(), "slot 0 (padding) was written"
+
+
+def test_verify_chain_then_accept() -> None:
+    torch.manual_seed(3)
+    cls = backend_class([small_config(2, topk=1, drafts=3)])
+    rig = make_rig(cls, num_k_heads=1, dtype=torch.float16, device="cpu", spec_topk=1)
+    rig.run_extend([5, 6], [9, 2], [False, False])
+    rig.run_verify([6, 5], tree=False, rng=random.Random(3))
+    rig.run_decode([5, 6], 2)
+
+
+def test_bad_inputs_are_named() -> None:
+    cls = backend_class([small_config(2)])
+    rig = make_rig(cls, num_k_heads=1, dtype=torch.float16, device="cpu", spec_topk=0)
+    with pytest.raises(AttngenInputError, match=r"req_pool_indices\[1\]"):
+        rig.backend.init_forward_metadata(rig.decode_batch([1, 0]))
+    fb = rig.decode_batch([1])
+    rig.backend.init_forward_metadata(fb)
+    x, a, b = rig.inputs(1)
+    with pytest.raises(AttngenInputError, match="mixed_qkv"):
+        rig.backend.forward_decode(rig.layer, fb, x.float(), a, b)
+    with pytest.raises(AttngenInputError, match="^b: "):
+        rig.backend.forward_decode(rig.layer, fb, x, a, b[:, :1])
+    with pytest.raises(AttngenInputError, match="no generated config"):
+        cls(
+            num_k_heads=1,
+            num_v_heads=3,
+            head_k_dim=32,
+            head_v_dim=32,
+            dtype=torch.float16,
+            device="cpu",
+            state_pool=rig.pool,
+        )
+
+
+@pytest.mark.parametrize("topk", [1, 4])
+def test_graph_metadata_paths(topk: int) -> None:
+    """The CUDA-graph metadata paths on CPU (no graph: each "replay" runs the forward on
+    the static buffers): capture with padding rows only writes nothing; replays of padded
+    decode and verify batches match the oracle; slot 0 stays zero."""
+    torch.manual_seed(20 + topk)
+    rng = random.Random(topk)
+    n, max_bs = 3, 4
+    cls = backend_class([small_config(2, topk=topk, drafts=n)])
+    rig = make_rig(cls, num_k_heads=1, dtype=torch.float16, device="cpu", spec_topk=topk)
+    backend = rig.backend
+    backend.init_cuda_graph_state(max_bs, max_bs * n)
+    i32 = dict(dtype=torch.int32)
+    for mode, per in ((ForwardMode.DECODE, 1), (ForwardMode.TARGET_VERIFY, n)):
+        parents = torch.full((max_bs, n), -1, **i32) if topk > 1 else None
+        info = rig.verify_batch([1] * max_bs, parents).spec_info
+        spec = info if mode is ForwardMode.TARGET_VERIFY else None
+        zeros = torch.zeros(max_bs, **i32)
+        backend.init_forward_metadata_capture_cuda_graph(
+            max_bs, max_bs * per, zeros, zeros + 1, None, mode, spec
+        )
+        fb = rig.decode_batch([1] * max_bs) if per == 1 else rig.verify_batch([1] * max_bs, parents)
+        x, a, b = rig.inputs(max_bs * per)
+        forward = backend.forward_decode if per == 1 else backend.forward_extend
+        forward(rig.layer, fb, x, a, b)
+        temporal, conv = rig.pool.layer(0)
+        assert not temporal.any() and not conv.any(), "padding rows wrote the pool"
+    for step in range(4):
+        real = rng.randint(1, max_bs - 1)
+        rows = rng.sample(range(1, 10), real)
+        req = torch.tensor(rows + [0] * (max_bs - real), **i32)
+        xn, an, bn = rig.inputs(max_bs)
+        backend.init_forward_metadata_replay_cuda_graph(
+            max_bs, req, torch.ones(max_bs, **i32), max_bs, None, ForwardMode.DECODE, None
+        )
+        out = backend.forward_decode(rig.layer, rig.decode_batch([1] * max_bs), xn, an, bn)
+        rig.check_decode(rows, xn[:real], an[:real], bn[:real], out[:real], step + 1)
+        trees = [[-1] + [rng.randrange(-1, i) for i in range(1, n)] for _ in rows]
+        parents = torch.full((max_bs, n), -1, **i32)
+        parents[:real] = torch.tensor(trees, **i32)
+        spec = type(info)(draft_token_num=n, parents=parents if topk > 1 else None)
+        backend.init_forward_metadata_replay_cuda_graph(
+            max_bs,
+            req,
+            torch.full((max_bs,), n, **i32),
+            max_bs * n,
+            None,
+            ForwardMode.TARGET_VERIFY,
+            spec,
+        )
+        xv, av, bv = rig.inputs(max_bs * n)
+        out = backend.forward_extend(rig.layer, rig.verify_batch([1] * max_bs, None), xv, av, bv)
+        steps, conv_steps = rig.pool.steps(0)
+        for i, row in enumerate(rows):
+            part = slice(i * n, (i + 1) * n)
+            want, _, want_steps, _ = rig.oracle(
+                row,
+                xv[part],
+                av[part],
+                bv[part],
+                fresh=False,
+                parents=trees[i] if topk > 1 else None,
+            )
+            check_close("verify replay", out[part], want, output_bound(want, torch.float16, 32, n))
+            check_close("verify steps", steps[i], want_steps, state_bound(want_steps, 32, n))
+    temporal, conv = rig.pool.layer(0)
+    assert not temporal[0].any() and not conv[0].any()
