@@ -1,0 +1,29 @@
+"""Paged MHA / GQA attention in CuTe DSL: the kernels and launchers every spec's
+cute_dsl kernels.py binds.
+
+Arch- and spec-independent real Python source: a generated kernels.py binds its
+MhaCuteTraits (mask hooks, phases) and CONFIGS and calls the launchers here with them.
+Device code lives in ``kernels/`` (``fwd_sm90``: the Hopper forward kernel, ``fragments``:
+register views of wgmma accumulators), host code in ``host/`` (``compile``: specializations,
+the compile cache and AOT arguments; ``launch``: checks and launches).
+
+Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens over a paged
+cache whose page holds exactly one key tile: page sizes 64 and 128), on sm90 (wgmma, TMA,
+warp-specialized). KV in the activation dtype (bf16, fp16); head dims 64 and 128.
+
+Mask (MhaCuteTraits.mask, attngen.hooks.MaskHooks; compile-time branches of the kernel): a
+query at position p sees key k when k <= p (causal) and k >= p - window_left (window; key
+tiles wholly left of it are not loaded); scores become cap * tanh(s / cap) with a logit
+softcap; with sinks, exp(sinks[h]) joins the softmax denominator. A row with no visible key
+gives zeros.
+"""
+
+from __future__ import annotations
+
+from attngen.families.mha.cute_dsl.host.compile import compile_specs
+from attngen.families.mha.cute_dsl.host.launch import extend, prefill
+from attngen.families.mha.cute_dsl.source import source_sha256
+
+__all__ = ["SOURCE_SHA256", "compile_specs", "extend", "prefill", "source_sha256"]
+
+SOURCE_SHA256 = source_sha256()  # generated kernels.py files record the one they bind
