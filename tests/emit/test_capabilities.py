@@ -104,7 +104,7 @@ def test_every_family_and_backend_is_registered() -> None:
         assert registry.family(family).title
     for backend in Backend:
         assert registry.backend(backend).backend is backend
-    assert set(registry.lowerings()) == {(Family.MHA, Backend.TRITON)}
+    assert set(registry.lowerings()) == {(Family.MHA, Backend.TRITON), (Family.MHA, Backend.CUTE_DSL)}
 
 
 def test_a_verdict_that_refuses_must_say_why() -> None:

@@ -40,10 +40,37 @@ def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> F
 
 @dataclass(frozen=True)
 class CompileSpec:
-    """One kernel to build ahead of time: its name within the variant and specialization."""
+    """One kernel to build ahead of time (``attngen.backends.cute_dsl.aot`` reads these)."""
 
-    name: str  # "prefill" | "extend"
-    shape: FwdSm90Shape
+    name: str  # "prefill" | "extend": unique within a variant
+    shape: FwdSm90Shape  # the specialization: equal shapes compile to the same cubin
+
+    @property
+    def dedupe_key(self) -> FwdSm90Shape:
+        return self.shape
+
+    @property
+    def kernel(self) -> Any:
+        """The object ``cute.compile`` takes first."""
+        from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import MhaFwdSm90
+
+        return MhaFwdSm90(self.shape)
+
+    def fake_args(self) -> tuple[Any, ...]:
+        return fake_args(self.shape)
+
+    @property
+    def requires(self) -> dict[str, tuple[str, ...]]:
+        """Instructions every compiled kernel must contain ({"ptx": ..., "sass": ...})."""
+        from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import REQUIRES
+
+        return REQUIRES
+
+    @property
+    def shared_bytes(self) -> int:
+        from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import shared_bytes
+
+        return shared_bytes(self.shape)
 
 
 def compile_specs(config: MhaCuteConfig, *, traits: MhaCuteTraits) -> list[CompileSpec]:

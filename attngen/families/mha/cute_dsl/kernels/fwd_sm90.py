@@ -42,7 +42,7 @@ import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
-from cutlass.utils import LayoutEnum
+from cutlass.tensor_utils import LayoutEnum
 
 from attngen.families.mha.cute_dsl.kernels.fragments import (
     mma_a,
@@ -74,6 +74,19 @@ class FwdSm90Shape:
 
 
 DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+# What the design relies on, checked in every compiled kernel by the AOT check: wgmma and
+# bulk tensor copies (TMA), in the PTX and in the SASS ptxas made of it.
+REQUIRES = {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor"), "sass": ("HGMMA", "UTMALDG")}
+SMEM_ALIGN = 1024  # each tile starts on 1 KiB (128-byte swizzle atoms); the barriers come first
+
+
+def shared_bytes(shape: FwdSm90Shape) -> int:
+    """Dynamic shared memory of one CTA: mbarriers (padded to SMEM_ALIGN), the Q tile and
+    ``num_stages`` K and V tiles (each a multiple of SMEM_ALIGN); checked at compile time."""
+    elem = 2  # bf16 / fp16
+    q = shape.tile_m * shape.head_dim * elem
+    kv = shape.num_stages * shape.tile_n * (shape.head_dim + shape.v_head_dim) * elem
+    return SMEM_ALIGN + q + kv
 
 
 def _smem_layout(dtype: type, rows: int, cols: int, stages: int | None) -> cute.ComposedLayout:
@@ -197,6 +210,7 @@ class MhaFwdSm90:
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
 
+        assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
         if const_expr(shape.logit_softcap is None):
             scale_log2 = softmax_scale * LOG2_E  # exp(s * scale) = exp2(s * scale_log2)
         else:
