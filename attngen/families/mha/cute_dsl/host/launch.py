@@ -142,10 +142,10 @@ def extend(
     page_table[b, j] (one page per key tile). max_extend_len (host int) sizes the grid.
     k_scale / v_scale: None (this backend reads caches of the activation dtype)."""
     _check_int("max_extend_len", max_extend_len)
-    num_kv_heads = _check_common(config, traits, sm_scale, q, sinks)
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if scale is not None:
             fail(name, f"None (a {config.kv_dtype} cache has no scales)", "a tensor")
+    num_kv_heads = _check_common(config, traits, sm_scale, q, sinks)
     tokens, num_heads = q.shape[0], q.shape[1]
     k_shape = [None, config.page_size, num_kv_heads, config.head_dim]
     _check_rows("k_cache", k_cache, k_shape, config, q.device)

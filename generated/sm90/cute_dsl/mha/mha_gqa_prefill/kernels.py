@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "ab302afd5f1a5afce74eab7a372ee444b1433a38a2e2e335e5e5a0a11c2d0cb9"
+LIBRARY_SHA256 = "ef9947780e26873a8babbdffabe3bb2545aaf07e987bab9d2e8a607ecd57f2dc"
 HOOKS = MaskHooks(
     causal=True,
     window_left=None,
