@@ -35,18 +35,18 @@ def reason(v, arch: Arch = Arch.SM90) -> str:
     return verdict.reason
 
 
-def test_prefill_and_extend_on_sm90_are_lowered() -> None:
+def test_prefill_and_extend_on_sm90_and_sm100_are_lowered() -> None:
     for page in (64, 128):
         for head_dim in (64, 128):
             for dtype in (DType.BF16, DType.FP16):
                 v = prefill_extend(page, head_dim, dtype=dtype, kv_dtype=dtype)
                 assert supports(v, Backend.CUTE_DSL, Arch.SM90).ok, v.uri
+                assert supports(v, Backend.CUTE_DSL, Arch.SM100).ok, v.uri
     only_prefill = dataclasses.replace(prefill_extend(page=1), phases=(Phase.PREFILL,))
     assert supports(only_prefill, Backend.CUTE_DSL, Arch.SM90).ok  # no cache: any page size
 
 
 def test_what_is_not_lowered_says_why() -> None:
-    assert "sm100" in reason(prefill_extend(), Arch.SM100)
     assert "phase decode" in reason(base_variant(Family.MHA))
     assert "page size 16" in reason(prefill_extend(page=16))
     assert "head dims 256/256" in reason(prefill_extend(head_dim=256))
@@ -64,8 +64,13 @@ def test_configs_read_one_page_per_key_tile() -> None:
     assert (c.fwd_tile_m, c.fwd_tile_n, c.fwd_num_stages, c.arch) == (128, 64, 2, "sm90")
     assert c.key.page_size == 64 and c.key.gqa_group == 4
     prefill = dataclasses.replace(prefill_extend(page=1), phases=(Phase.PREFILL,))
-    assert lower.kernel_config(prefill, Arch.SM90).fwd_tile_n == lower.FWD_TILE_N
+    assert lower.kernel_config(prefill, Arch.SM90).fwd_tile_n == 128
     assert verify.config_problems(c, ("prefill", "extend")) == []
+    # sm100: 64-key tiles (a softmax thread's row of S), two per 128-token page
+    c100 = lower.kernel_config(prefill_extend(page=128), Arch.SM100)
+    assert (c100.fwd_tile_n, c100.arch) == (64, "sm100")
+    assert verify.config_problems(c100, ("prefill", "extend")) == []
+    assert "128 spill" in verify.config_problems(dataclasses.replace(c100, fwd_tile_n=128), ())[0]
 
 
 def test_bad_tiles_fail_before_emission() -> None:
@@ -87,8 +92,10 @@ def test_plan_checks_raise_with_the_spec(tmp_path) -> None:
     from attngen.testing.paths import REPO_ROOT
 
     result = build(REPO_ROOT, REPO_ROOT / "specs" / "mha" / "gqa_prefill.yaml", verbose=False)
-    (plan,) = [p for p in result.plans if p.backend is Backend.CUTE_DSL]
-    assert plan.arch is Arch.SM90 and len(plan.kernels) == 16
+    plans = [p for p in result.plans if p.backend is Backend.CUTE_DSL]
+    assert [p.arch for p in plans] == [Arch.SM90, Arch.SM100]
+    plan = plans[0]
+    assert len(plan.kernels) == 16 and {k.config.fwd_tile_n for k in plans[1].kernels} == {64}
     assert {k.config.fwd_tile_n for k in plan.kernels} == {64, 128}
     bad = dataclasses.replace(
         plan, kernels=(dataclasses.replace(plan.kernels[0], config=dataclasses.replace(

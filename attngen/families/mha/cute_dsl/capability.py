@@ -1,8 +1,9 @@
-"""What the CuTe DSL MHA lowering covers (first slice): prefill and extend on sm90 with the
-Hopper forward kernel (TMA + wgmma, warp-specialized); bf16/fp16 activations and a cache of
-the same dtype; head dims 64 and 128; causal, bidirectional and sliding-window masks, logit
-softcap and attention sinks; any GQA group; extend over pages that hold one key tile (64 or
-128 tokens). Everything else is "not lowered" with the reason."""
+"""What the CuTe DSL MHA lowering covers (first slice): prefill and extend, on sm90 with the
+Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
+Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
+and a cache of the same dtype; head dims 64 and 128; causal, bidirectional and sliding-window
+masks, logit softcap and attention sinks; any GQA group; extend over pages of 64 or 128
+tokens (whole key tiles, read by TMA). Everything else is "not lowered" with the reason."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from attngen.spec.enums import Arch, DType, MaskKind, Phase
 from attngen.spec.variant import MhaShape, Variant
 from attngen.verdict import Verdict, first_failure
 
-ARCHS = frozenset({Arch.SM90})
+ARCHS = frozenset({Arch.SM90, Arch.SM100})
 PHASES = frozenset({Phase.PREFILL, Phase.EXTEND})
 HEAD_DIMS = frozenset({64, 128})
 DTYPES = frozenset({DType.BF16, DType.FP16})
 MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
-# extend: TMA reads one key tile per page, the tile being the page (FA4 does the same)
+# extend: TMA reads whole key tiles out of a page (sm90: the tile is the page, as in FA4;
+# sm100: 64-key tiles, one or two per page)
 EXTEND_PAGE_SIZES = frozenset({64, 128})
 
 
@@ -27,11 +29,7 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
     kind = variant.mask.kind
     return first_failure(
         [
-            (
-                arch in ARCHS,
-                f"the CuTe DSL kernels for {arch.value} (tcgen05, tensor memory) are not "
-                "written yet",
-            ),
+            (arch in ARCHS, f"no CuTe DSL MHA kernels for {arch.value}"),
             (
                 not extra_phases,
                 f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered in "
@@ -51,8 +49,9 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
             ),
             (
                 Phase.EXTEND not in variant.phases or variant.page_size in EXTEND_PAGE_SIZES,
-                f"page size {variant.page_size} is not lowered in CuTe DSL yet: extend reads one "
-                f"key tile per page through TMA (pages of {sorted(EXTEND_PAGE_SIZES)} tokens)",
+                f"page size {variant.page_size} is not lowered in CuTe DSL yet: extend reads whole "
+                f"key tiles out of pages through TMA (pages of {sorted(EXTEND_PAGE_SIZES)} "
+                "tokens)",
             ),
         ]
     )

@@ -1,9 +1,13 @@
-"""Lowering of MHA variants to CuTe DSL plans: tiles per head dim and page size, the plan.
+"""Lowering of MHA variants to CuTe DSL plans: tiles per arch and page size, the plan.
 
 sm90 forward: 128 query rows per CTA (two consumer warpgroups of 64), 128-key tiles (the
 page, when extend reads a paged cache), two K/V stages in shared memory (d128: Q 32 KiB +
 K and V 2 x 2 x 32 KiB = 160 KiB of 227). Measured on the H200 (bench/results/
 cute_mha_check_2026-11-30.json): 0.80-0.90x FA4 on hd128 prefill; zero spills on sm_90a.
+
+sm100 forward: 128 query rows (one per softmax thread), 64-key tiles: a softmax thread holds
+its row of S in registers, and 128-key rows spilled on sm_100a (255 registers, ~320 B);
+64-key tiles compile to 214-220 registers without spills.
 """
 
 from __future__ import annotations
@@ -23,16 +27,16 @@ from attngen.spec.variant import Variant
 SEQ_LEN_FILL_VALUE = 1  # no decode graph yet; the value padded graph rows would read
 RUNTIME_CLASS = "attngen.families.mha.runtime:PagedMhaBackend"
 FWD_TILE_M = 128
-FWD_TILE_N = 128
+FWD_TILE_N = {Arch.SM90: 128, Arch.SM100: 64}
 FWD_NUM_STAGES = 2
 
 
-def fwd_tile_n(variant: Variant) -> int:
-    """Keys per stage: the page when extend reads the paged cache (one TMA box per page)."""
-    if Phase.EXTEND in variant.phases:
+def fwd_tile_n(variant: Variant, arch: Arch) -> int:
+    """Keys per stage: sm90 reads one TMA box per page when extend reads the paged cache."""
+    if arch is Arch.SM90 and Phase.EXTEND in variant.phases:
         assert variant.page_size is not None
         return variant.page_size
-    return FWD_TILE_N
+    return FWD_TILE_N[arch]
 
 
 def kernel_config(
@@ -46,7 +50,7 @@ def kernel_config(
         num_draft_tokens=variant.num_draft_tokens,
         arch=arch.value,
         fwd_tile_m=FWD_TILE_M,
-        fwd_tile_n=fwd_tile_n(variant),
+        fwd_tile_n=fwd_tile_n(variant, arch),
         fwd_num_stages=FWD_NUM_STAGES,
     )
     return dataclasses.replace(config, **(overrides or {}))

@@ -16,8 +16,12 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
         problems.append(f"fwd_tile_m={c.fwd_tile_m}: the kernel runs 2 consumer warpgroups")
     if c.fwd_tile_n not in TILE_N:
         problems.append(f"fwd_tile_n={c.fwd_tile_n} is not one of {TILE_N}")
-    if "extend" in phases and c.fwd_tile_n != c.page_size:
+    if "extend" in phases and c.arch == "sm90" and c.fwd_tile_n != c.page_size:
         problems.append(f"fwd_tile_n={c.fwd_tile_n} != page_size={c.page_size} (one tile a page)")
+    if "extend" in phases and c.page_size % c.fwd_tile_n:
+        problems.append(f"page_size={c.page_size} is not a multiple of fwd_tile_n={c.fwd_tile_n}")
+    if c.arch == "sm100" and c.fwd_tile_n != 64:
+        problems.append(f"fwd_tile_n={c.fwd_tile_n}: sm100 rows of S hold 64 keys (128 spill)")
     if not 1 <= c.fwd_num_stages <= 4:
         problems.append(f"fwd_num_stages={c.fwd_num_stages} is not in 1 .. 4")
     return [f"{c.uri}: {p}" for p in problems]

@@ -1,7 +1,7 @@
 """Compiling the CuTe DSL MHA kernels: one specialization per (config, traits, phase),
 built on first use and kept for the process; ahead of time with fake tensors (no GPU).
 
-A kernel is specialized on everything in :class:`FwdSm90Shape` (dtype, head dims, tiles,
+A kernel is specialized on everything in :class:`FwdShape` (dtype, head dims, tiles,
 mask hooks, paged or not); tensor sizes, strides and batch layout are dynamic, so one
 compiled kernel serves every batch. Rows of q/k/v/out are 16-byte aligned (the launchers
 check it) and their leading strides are promised to the compiler as multiples of 8
@@ -10,20 +10,21 @@ elements, which the TMA descriptors need.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
-from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import FwdSm90Shape
+from attngen.families.mha.cute_dsl.kernels.common import FwdShape
 
 ROW_ALIGN_ELEMS = 8  # 16 bytes of bf16 / fp16: what the strides of q/k/v/out are multiples of
 
 
-def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> FwdSm90Shape:
+def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> FwdShape:
     """The forward kernel's specialization for one config of a module, prefill or extend."""
     hooks = traits.mask
-    return FwdSm90Shape(
+    return FwdShape(
         dtype=config.dtype,
         head_dim=config.head_dim,
         v_head_dim=config.v_head_dim,
@@ -43,18 +44,17 @@ class CompileSpec:
     """One kernel to build ahead of time (``attngen.backends.cute_dsl.aot`` reads these)."""
 
     name: str  # "prefill" | "extend": unique within a variant
-    shape: FwdSm90Shape  # the specialization: equal shapes compile to the same cubin
+    arch: str  # "sm90" | "sm100": which forward kernel
+    shape: FwdShape  # the specialization: equal (arch, shape) compile to the same cubin
 
     @property
-    def dedupe_key(self) -> FwdSm90Shape:
-        return self.shape
+    def dedupe_key(self) -> tuple[str, FwdShape]:
+        return self.arch, self.shape
 
     @property
     def kernel(self) -> Any:
         """The object ``cute.compile`` takes first."""
-        from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import MhaFwdSm90
-
-        return MhaFwdSm90(self.shape)
+        return kernel_module(self.arch).KERNEL(self.shape)
 
     def fake_args(self) -> tuple[Any, ...]:
         return fake_args(self.shape)
@@ -62,34 +62,35 @@ class CompileSpec:
     @property
     def requires(self) -> dict[str, tuple[str, ...]]:
         """Instructions every compiled kernel must contain ({"ptx": ..., "sass": ...})."""
-        from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import REQUIRES
-
-        return REQUIRES
+        return kernel_module(self.arch).REQUIRES
 
     @property
     def shared_bytes(self) -> int:
-        from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import shared_bytes
+        return kernel_module(self.arch).shared_bytes(self.shape)
 
-        return shared_bytes(self.shape)
+
+def kernel_module(arch: str) -> Any:
+    """The forward kernel module of an arch (KERNEL, REQUIRES, shared_bytes)."""
+    return importlib.import_module(f"attngen.families.mha.cute_dsl.kernels.fwd_{arch}")
 
 
 def compile_specs(config: MhaCuteConfig, *, traits: MhaCuteTraits) -> list[CompileSpec]:
     """Every kernel the module's phases launch for ``config``."""
     specs = []
     if "prefill" in traits.phases:
-        specs.append(CompileSpec("prefill", fwd_shape(config, traits, paged=False)))
+        specs.append(CompileSpec("prefill", config.arch, fwd_shape(config, traits, paged=False)))
     if "extend" in traits.phases:
-        specs.append(CompileSpec("extend", fwd_shape(config, traits, paged=True)))
+        specs.append(CompileSpec("extend", config.arch, fwd_shape(config, traits, paged=True)))
     return specs
 
 
-def fake_args(shape: FwdSm90Shape) -> tuple[Any, ...]:
+def fake_args(shape: FwdShape) -> tuple[Any, ...]:
     """Arguments with the launchers' types and dynamic sizes, but no memory (AOT compile)."""
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
-    from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import DTYPES
+    from attngen.families.mha.cute_dsl.kernels.common import DTYPES
 
     dtype = DTYPES[shape.dtype]
 
@@ -122,25 +123,27 @@ def fake_args(shape: FwdSm90Shape) -> tuple[Any, ...]:
     return (q, k, v, out, cu_seqlens, prefix_lens, page_table, sinks, *scalars, make_fake_stream())
 
 
-def compile_fwd(shape: FwdSm90Shape, args: tuple[Any, ...], arch: str = "sm_90a") -> Any:
-    """``cute.compile`` of the forward kernel for ``arch`` (a cubin target)."""
+def compile_fwd(arch: str, shape: FwdShape, args: tuple[Any, ...]) -> Any:
+    """``cute.compile`` of ``arch``'s forward kernel for the arch's cubin target."""
     import cutlass.cute as cute
 
-    from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import MhaFwdSm90
+    from attngen.arch import facts
 
-    return cute.compile(MhaFwdSm90(shape), *args, options=f"--gpu-arch {arch}")
+    kernel = kernel_module(arch).KERNEL(shape)
+    return cute.compile(kernel, *args, options=f"--gpu-arch {facts(arch).cubin_target}")
 
 
-_COMPILED: dict[FwdSm90Shape, Any] = {}
+_COMPILED: dict[tuple[str, FwdShape], Any] = {}
 _LOCK = threading.Lock()
 
 
-def compiled_fwd(shape: FwdSm90Shape, args: tuple[Any, ...]) -> Any:
-    """The process's compiled kernel of ``shape`` (built from the first call's arguments)."""
-    fn = _COMPILED.get(shape)
+def compiled_fwd(arch: str, shape: FwdShape, args: tuple[Any, ...]) -> Any:
+    """The process's compiled kernel of (arch, shape), built from the first call's arguments."""
+    key = (arch, shape)
+    fn = _COMPILED.get(key)
     if fn is None:
         with _LOCK:
-            fn = _COMPILED.get(shape)
+            fn = _COMPILED.get(key)
             if fn is None:
-                fn = _COMPILED[shape] = compile_fwd(shape, args)
+                fn = _COMPILED[key] = compile_fwd(arch, shape, args)
     return fn

@@ -73,7 +73,8 @@ def _cute_small(t: torch.Tensor | None) -> Any:
     return from_dlpack(t, assumed_align=4).mark_layout_dynamic(leading_dim=t.dim() - 1)
 
 
-def _launch(shape: Any, tensors: tuple, small: tuple, sm_scale: float, max_rows: int) -> None:
+def _launch(arch: str, shape: Any, tensors: tuple, small: tuple, sm_scale: float,
+            max_rows: int) -> None:  # fmt: skip
     import cuda.bindings.driver as cuda
     import cutlass
 
@@ -85,7 +86,7 @@ def _launch(shape: Any, tensors: tuple, small: tuple, sm_scale: float, max_rows:
         cutlass.Int32(max_rows),
         stream,
     )
-    compiled_fwd(shape, args)(*args)
+    compiled_fwd(arch, shape, args)(*args)
 
 
 def prefill(
@@ -115,7 +116,8 @@ def prefill(
     if cu_seqlens.shape[0] < 2 or max_seq_len == 0 or tokens == 0:
         return
     shape = fwd_shape(config, traits, paged=False)
-    _launch(shape, (q, k, v, out), (cu_seqlens, None, None, sinks), sm_scale, max_seq_len)
+    small = (cu_seqlens, None, None, sinks)
+    _launch(config.arch, shape, (q, k, v, out), small, sm_scale, max_seq_len)
 
 
 def extend(
@@ -163,4 +165,4 @@ def extend(
         return
     shape = fwd_shape(config, traits, paged=True)
     small = (qo_indptr, prefix_lens, page_table, sinks)
-    _launch(shape, (q, k_cache, v_cache, out), small, sm_scale, max_extend_len)
+    _launch(config.arch, shape, (q, k_cache, v_cache, out), small, sm_scale, max_extend_len)

@@ -31,8 +31,6 @@ that sees no key gives zeros.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Optional
 
 import cuda.bindings.driver as cuda
@@ -42,74 +40,39 @@ import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
-from cutlass.tensor_utils import LayoutEnum
 
+from attngen.families.mha.cute_dsl.kernels.common import (
+    DTYPES,
+    LOG2_E,
+    SMEM_ALIGN,
+    FwdShape,
+    mode_select,
+    rows_aligned,
+    smem_layout,
+)
 from attngen.families.mha.cute_dsl.kernels.fragments import (
     mma_a,
     rows_cols,
     transpose_smem,
 )
 
-LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * LOG2_E)
 WARPGROUP = 128  # threads
 PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg (TMA issue only)
 CONSUMER_REGS = 240  # registers per consumer thread (S and O accumulators, P)
 
 
-@dataclass(frozen=True)
-class FwdSm90Shape:
-    """What one compiled forward kernel is specialized for (everything else is dynamic)."""
-
-    dtype: str  # "bfloat16" | "float16"
-    head_dim: int  # qk
-    v_head_dim: int
-    tile_m: int  # query rows per CTA: 64 per consumer warpgroup
-    tile_n: int  # keys per pipeline stage (== page_size when paged)
-    num_stages: int  # K/V ring depth
-    causal: bool
-    window_left: int | None
-    logit_softcap: float | None
-    sinks: bool
-    paged: bool
-
-
-DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 # What the design relies on, checked in every compiled kernel by the AOT check: wgmma and
 # bulk tensor copies (TMA), in the PTX and in the SASS ptxas made of it.
 REQUIRES = {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor"), "sass": ("HGMMA", "UTMALDG")}
-SMEM_ALIGN = 1024  # each tile starts on 1 KiB (128-byte swizzle atoms); the barriers come first
 
 
-def shared_bytes(shape: FwdSm90Shape) -> int:
+def shared_bytes(shape: FwdShape) -> int:
     """Dynamic shared memory of one CTA: mbarriers (padded to SMEM_ALIGN), the Q tile and
     ``num_stages`` K and V tiles (each a multiple of SMEM_ALIGN); checked at compile time."""
     elem = 2  # bf16 / fp16
     q = shape.tile_m * shape.head_dim * elem
     kv = shape.num_stages * shape.tile_n * (shape.head_dim + shape.v_head_dim) * elem
     return SMEM_ALIGN + q + kv
-
-
-def _smem_layout(dtype: type, rows: int, cols: int, stages: int | None) -> cute.ComposedLayout:
-    """A swizzled row-major (cols contiguous) tile, optionally staged: what TMA writes and
-    wgmma reads without bank conflicts."""
-    atom = warpgroup.make_smem_layout_atom(
-        sm90.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, dtype, cols), dtype
-    )
-    if stages is None:
-        return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
-    return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
-
-
-def _rows_aligned(t: cute.Tensor) -> cute.Tensor:
-    """The same tensor, with its outer strides promised to be multiples of 16 bytes (the
-    launchers check it): TMA descriptors need it."""
-    elems = 128 // t.element_type.width
-    outer = tuple(s if isinstance(s, int) else cute.assume(s, divby=elems) for s in t.stride[:-1])
-    return cute.make_tensor(t.iterator, cute.make_layout(t.shape, stride=(*outer, t.stride[-1])))
-
-
-def _mode_select(t: cute.Tensor, modes: list[int]) -> cute.Tensor:
-    return cute.make_tensor(t.iterator, cute.select(t.layout, mode=modes))
 
 
 @cute.jit
@@ -132,9 +95,9 @@ def _wgmma(
 
 
 class MhaFwdSm90:
-    """The kernel of one :class:`FwdSm90Shape`; ``cute.compile(obj, ...)`` builds it."""
+    """The kernel of one :class:`FwdShape`; ``cute.compile(obj, ...)`` builds it."""
 
-    def __init__(self, shape: FwdSm90Shape):
+    def __init__(self, shape: FwdShape):
         assert shape.tile_m == 2 * 64, "two consumer warpgroups of 64 rows"
         assert shape.head_dim % 16 == 0 and shape.v_head_dim % 16 == 0
         self.shape = shape
@@ -162,15 +125,15 @@ class MhaFwdSm90:
     ):
         shape = self.shape
         d, dv = shape.head_dim, shape.v_head_dim
-        mQ, mK, mV, mO = (_rows_aligned(t) for t in (mQ, mK, mV, mO))
+        mQ, mK, mV, mO = (rows_aligned(t) for t in (mQ, mK, mV, mO))
         # (T, H, D) -> (T, D, H): TMA tiles the first two modes
-        mQ = _mode_select(mQ, [0, 2, 1])
+        mQ = mode_select(mQ, [0, 2, 1])
         kv_modes = [1, 3, 2, 0] if const_expr(shape.paged) else [0, 2, 1]
-        mK, mV = _mode_select(mK, kv_modes), _mode_select(mV, kv_modes)
+        mK, mV = mode_select(mK, kv_modes), mode_select(mV, kv_modes)
 
-        sQ_layout = _smem_layout(self.dtype, self.tile_m, d, None)
-        sK_layout = _smem_layout(self.dtype, self.tile_n, d, shape.num_stages)
-        sV_layout = _smem_layout(self.dtype, self.tile_n, dv, shape.num_stages)
+        sQ_layout = smem_layout(self.dtype, self.tile_m, d, None)
+        sK_layout = smem_layout(self.dtype, self.tile_n, d, shape.num_stages)
+        sV_layout = smem_layout(self.dtype, self.tile_n, dv, shape.num_stages)
         tiled_mma_qk = sm90.make_trivial_tiled_mma(
             self.dtype,
             self.dtype,
@@ -602,3 +565,6 @@ class MhaFwdSm90:
                 key = n_block * self.tile_n + tScS[r, c][1]
                 if key >= key_end or key < key_start:
                     acc_S_rc[r, c] = -Float32.inf
+
+
+KERNEL = MhaFwdSm90  # what host/compile.py builds for sm90

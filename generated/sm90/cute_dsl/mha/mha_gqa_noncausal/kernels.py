@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "ef9947780e26873a8babbdffabe3bb2545aaf07e987bab9d2e8a607ecd57f2dc"
+LIBRARY_SHA256 = "4227235316f1f1fa3947aa6c8d829b623df818da09d179d000cfa6a197121dc0"
 HOOKS = MaskHooks(
     causal=False,
     window_left=None,

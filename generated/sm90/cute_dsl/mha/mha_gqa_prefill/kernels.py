@@ -14,7 +14,7 @@ Covers (mha on cute_dsl sm90; one line per docs column):
   not here:      MultiModal (bidirectional prefill) (lowered for this target; not in this spec)
   not lowered:   Logit softcap (phase decode is not lowered in CuTe DSL yet)
   not lowered:   Attention sinks (phase decode is not lowered in CuTe DSL yet)
-  not lowered:   Non-causal extend (page size 1 is not lowered in CuTe DSL yet: extend reads one key tile per page through TMA (pages of [64, 128] tokens))
+  not lowered:   Non-causal extend (page size 1 is not lowered in CuTe DSL yet: extend reads whole key tiles out of pages through TMA (pages of [64, 128] tokens))
   not lowered:   Decode (phase decode is not lowered in CuTe DSL yet)
   yes:           Extend (cached prefix)
   yes:           GQA group: 1, 4
@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "ef9947780e26873a8babbdffabe3bb2545aaf07e987bab9d2e8a607ecd57f2dc"
+LIBRARY_SHA256 = "4227235316f1f1fa3947aa6c8d829b623df818da09d179d000cfa6a197121dc0"
 HOOKS = MaskHooks(
     causal=True,
     window_left=None,
