@@ -34,6 +34,7 @@ import cutlass.utils as utils
 import cutlass.utils.blackwell_helpers as sm100
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass.experimental.primitives.nvvm_wrapper import tcgen05_fence
 
 from attngen.families.mha.cute_dsl.kernels.common import (
     DTYPES,
@@ -288,6 +289,7 @@ class MhaFwdSm100:
                 )  # fmt: skip
                 tmem.relinquish_alloc_permit()
                 tmem.wait_for_alloc()  # the softmax warps are done with tensor memory
+                tcgen05_fence("after_thread_sync")
                 tmem.free(tmem_ptr)
             if warp_idx < SOFTMAX_WARPS:
                 tmem.wait_for_alloc()
@@ -299,6 +301,7 @@ class MhaFwdSm100:
                     tidx, softmax_scale, scale_log2, q_start, seqlen_q, seqlen_k, head, m_block,
                     n_block_min, n_block_max,
                 )  # fmt: skip
+                tcgen05_fence("before_thread_sync")  # the last O loads are complete
                 tmem.wait_for_alloc()  # tell the MMA warp tensor memory may be freed
 
     @cute.jit
@@ -424,12 +427,14 @@ class MhaFwdSm100:
             # -- S = Q K^T into tensor memory (the softmax warps released the last S) ----
             pipe_k.consumer_wait(kv_state)
             pipe_s.producer_acquire(s_state)
+            tcgen05_fence("after_thread_sync")  # the softmax warps' S loads come first
             _umma(tiled_mma_qk, tStS, tSrQ, tSrK[None, None, None, kv_state.index], False)
             pipe_s.producer_commit(s_state)
             s_state.advance()
             pipe_k.consumer_release(kv_state)
             # -- O += P V once the softmax warps wrote P and rescaled O ----
             pipe_p.consumer_wait(p_state)
+            tcgen05_fence("after_thread_sync")  # the softmax warps' O stores come first
             pipe_v.consumer_wait(kv_state)
             _umma(tiled_mma_pv, tOtO, tOrP, tOrV[None, None, None, kv_state.index], i > 0)
             pipe_p.consumer_release(p_state)  # PV done: P's buffer and O are free again
@@ -506,8 +511,10 @@ class MhaFwdSm100:
         for i in cutlass.range(n_block_max - n_block_min, unroll=1):
             n_block = n_block_max - 1 - i
             pipe_s.consumer_wait(s_state)
+            tcgen05_fence("after_thread_sync")
             cute.copy(load_s, tStS_t2r, tSrS)
             cute.arch.fence_view_async_tmem_load()
+            tcgen05_fence("before_thread_sync")  # S read before the MMA warp overwrites it
             pipe_s.consumer_release(s_state)
             s_state.advance()
             # -- score_mod, mask_mod ----
@@ -528,6 +535,7 @@ class MhaFwdSm100:
             row_max = m_new
             # -- once PV of the last tile is done: rescale O, write P ----
             pipe_p.producer_acquire(p_state)
+            tcgen05_fence("after_thread_sync")  # PV of the last tile is complete
             if i > 0:
                 for c in cutlass.range_constexpr(num_chunks):
                     tOtO_c = cute.local_tile(tOAcc, chunk, (0, c))
@@ -540,11 +548,13 @@ class MhaFwdSm100:
             for j in cutlass.range_constexpr(cute.size(tSrS)):
                 sP[row, tScS_t2r[j][1]] = self.dtype(tSrS[j])
             cute.arch.fence_view_async_shared()  # P visible to the tensor cores
+            tcgen05_fence("before_thread_sync")  # O stores ordered before the PV MMA
             pipe_p.producer_commit(p_state)
             p_state.advance()
 
         # -- epilogue: wait for the last PV, normalise, write this row ----
         pipe_p.producer_acquire(p_state)
+        tcgen05_fence("after_thread_sync")
         total = row_sum
         if const_expr(shape.sinks):
             sink = Float32(mSinks[head])

@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "4227235316f1f1fa3947aa6c8d829b623df818da09d179d000cfa6a197121dc0"
+LIBRARY_SHA256 = "448df478ce1e14c8b7ceaa73a57b2bc711d85ecf9fbcbd4abeb946a3081a94be"
 HOOKS = MaskHooks(
     causal=True,
     window_left=None,
