@@ -20,7 +20,7 @@ from attngen.ir import PlanError
 from attngen.probes import base_variant
 from attngen.runtime.checks import AttngenInputError
 from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
-from attngen.spec.variant import MhaShape
+from attngen.families.mha.spec import MhaShape
 
 
 def prefill_extend(page: int = 128, head_dim: int = 128, **kw: object):

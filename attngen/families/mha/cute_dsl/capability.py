@@ -8,7 +8,8 @@ tokens (whole key tiles, read by TMA). Everything else is "not lowered" with the
 from __future__ import annotations
 
 from attngen.spec.enums import Arch, DType, MaskKind, Phase
-from attngen.spec.variant import MhaShape, Variant
+from attngen.families.mha.spec import MhaShape
+from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
 
 ARCHS = frozenset({Arch.SM90, Arch.SM100})

@@ -11,6 +11,12 @@ Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens ov
 cache whose page holds exactly one key tile: page sizes 64 and 128), on sm90 (wgmma, TMA,
 warp-specialized). KV in the activation dtype (bf16, fp16); head dims 64 and 128.
 
+What the launchers check, and what they do not: shapes, dtypes, devices, strides and
+alignment of every tensor, always (host-side, no sync). They never read device values:
+cu_seqlens / qo_indptr and prefix lengths consistent with the tensors, page_table entries
+< num_pages and wide enough for every request, are the caller's promise (the generated
+backends check them in eager mode, in one host sync per forward).
+
 Mask (MhaCuteTraits.mask, attngen.hooks.MaskHooks; compile-time branches of the kernel): a
 query at position p sees key k when k <= p (causal) and k >= p - window_left (window; key
 tiles wholly left of it are not loaded); scores become cap * tanh(s / cap) with a logit

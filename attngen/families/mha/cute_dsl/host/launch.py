@@ -141,7 +141,7 @@ def extend(
     """Ragged extend of q [T, Hq, D] into out [T, Hq, Dv] over the paged cache
     [pages, page_size, Hkv, D]: request b owns rows qo_indptr[b] .. qo_indptr[b+1]-1 at
     positions prefix_lens[b] + i; its new K/V are already in the cache, read through
-    page_table[b, j] (one page per key tile). max_extend_len (host int) sizes the grid.
+    page_table[b, j] (whole key tiles out of each page). max_extend_len (host int) sizes the grid.
     k_scale / v_scale: None (this backend reads caches of the activation dtype)."""
     _check_int("max_extend_len", max_extend_len)
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):

@@ -35,7 +35,13 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "448df478ce1e14c8b7ceaa73a57b2bc711d85ecf9fbcbd4abeb946a3081a94be"
+LIBRARY_SHA256 = "0c084f1c8a38160cac0570d70f40a033b3b5fbee2c8b30b055f2e384c5a8fbfa"
+if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
+    raise ImportError(
+        f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
+        f"library is now {library.SOURCE_SHA256[:12]}: run `make generate` (its kernels and "
+        "their evidence would not match)"
+    )
 HOOKS = MaskHooks(
     causal=True,
     window_left=None,
