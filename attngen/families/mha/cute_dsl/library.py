@@ -3,13 +3,15 @@ cute_dsl kernels.py binds.
 
 Arch- and spec-independent real Python source: a generated kernels.py binds its
 MhaCuteTraits (mask hooks, phases) and CONFIGS and calls the launchers here with them.
-Device code lives in ``kernels/`` (``fwd_sm90``: the Hopper forward kernel, ``fragments``:
-register views of wgmma accumulators), host code in ``host/`` (``compile``: specializations,
-the compile cache and AOT arguments; ``launch``: checks and launches).
+Device code lives in ``kernels/`` (``fwd_sm90``: the Hopper forward kernel, GPU-verified;
+``fwd_sm100``: the Blackwell one, compile-only; ``common``: their specialization and tile
+layouts; ``fragments``: register views of wgmma accumulators), host code in ``host/``
+(``compile``: specializations, the compile cache and AOT arguments; ``launch``: checks and
+launches). A config's ``arch`` picks the kernel.
 
 Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens over a paged
-cache whose page holds exactly one key tile: page sizes 64 and 128), on sm90 (wgmma, TMA,
-warp-specialized). KV in the activation dtype (bf16, fp16); head dims 64 and 128.
+cache read in whole key tiles: page sizes 64 and 128). KV in the activation dtype (bf16,
+fp16); head dims 64 and 128.
 
 What the launchers check, and what they do not: shapes, dtypes, devices, strides and
 alignment of every tensor, always (host-side, no sync). They never read device values:

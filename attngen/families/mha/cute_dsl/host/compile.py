@@ -1,5 +1,6 @@
-"""Compiling the CuTe DSL MHA kernels: one specialization per (config, traits, phase),
-built on first use and kept for the process; ahead of time with fake tensors (no GPU).
+"""Compiling the CuTe DSL MHA kernels: one specialization per (arch, config, traits, phase),
+built on first use and kept for the process (a first call costs about 1 s on the H200's
+host: bench/results/cute_mha_check_2026-11-30.json); ahead of time with fake tensors (no GPU).
 
 A kernel is specialized on everything in :class:`FwdShape` (dtype, head dims, tiles,
 mask hooks, paged or not); tensor sizes, strides and batch layout are dynamic, so one
