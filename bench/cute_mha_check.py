@@ -35,11 +35,15 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 HKV = 2
 
 
+OVERLAP = 0  # fwd_intra_wg_overlap of every config (--overlap 1: the overlapped schedule)
+
+
 def config(dtype: str, d: int, group: int, page: int, tile_n: int) -> MhaCuteConfig:
     return MhaCuteConfig(
         uri=f"d{d}_g{group}_ps{page}_{dtype}", head_dim=d, v_head_dim=d, gqa_group=group,
         page_size=page, dtype=dtype, kv_dtype=dtype, kv_scale="none", spec_topk=0,
         num_draft_tokens=0, arch="sm90", fwd_tile_m=128, fwd_tile_n=tile_n, fwd_num_stages=2,
+        fwd_intra_wg_overlap=OVERLAP,
     )  # fmt: skip
 
 
@@ -243,7 +247,16 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     parser.add_argument("--no-bench", action="store_true")
+    parser.add_argument(
+        "--overlap",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="fwd_intra_wg_overlap of every kernel (1: not yet GPU-verified)",
+    )
     args = parser.parse_args()
+    global OVERLAP
+    OVERLAP = args.overlap
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     result: dict = {"numerics": run_numerics()}
     result["first_call"] = first_call_times(args.out / "cute_cache_probe")
@@ -251,7 +264,8 @@ def main() -> int:
         result["bench"] = [
             bench_prefill(causal, seq) for causal in (True, False) for seq in (1024, 4096, 16384)
         ]
-    (args.out / "cute_mha_check.json").write_text(json.dumps(result, indent=1))
+    result["overlap"] = OVERLAP
+    (args.out / f"cute_mha_check_overlap{OVERLAP}.json").write_text(json.dumps(result, indent=1))
     print("\n== numerics")
     for r in result["numerics"]:
         status = "ok " if r.get("ok") else "FAIL"

@@ -13,25 +13,33 @@ from attngen.hooks import MaskHooks
 pytest.importorskip("cutlass")
 
 
-def _config(head_dim: int, page: int, arch: str, tile_n: int) -> MhaCuteConfig:
+def _config(head_dim: int, page: int, arch: str, tile_n: int, overlap: int) -> MhaCuteConfig:
     return MhaCuteConfig(
         uri=f"d{head_dim}_ps{page}", head_dim=head_dim, v_head_dim=head_dim, gqa_group=8,
         page_size=page, dtype="bfloat16", kv_dtype="bfloat16", kv_scale="none", spec_topk=0,
         num_draft_tokens=0, arch=arch, fwd_tile_m=128, fwd_tile_n=tile_n, fwd_num_stages=2,
+        fwd_intra_wg_overlap=overlap,
     )  # fmt: skip
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "arch,head_dim,page,tile_n",
-    [("sm90", 64, 64, 64), ("sm90", 128, 128, 128), ("sm100", 128, 128, 64)],
+    "arch,head_dim,page,tile_n,overlap",
+    [
+        ("sm90", 64, 64, 64, 0),
+        ("sm90", 128, 128, 128, 0),
+        ("sm90", 128, 128, 128, 1),  # the intra-warpgroup overlapped schedule
+        ("sm100", 128, 128, 64, 0),
+    ],
 )
-def test_window_softcap_sinks_compile(arch: str, head_dim: int, page: int, tile_n: int) -> None:
+def test_window_softcap_sinks_compile(
+    arch: str, head_dim: int, page: int, tile_n: int, overlap: int
+) -> None:
     from attngen.backends.cute_dsl.aot import compile_spec
     from attngen.families.mha.cute_dsl.library import compile_specs
 
     hooks = MaskHooks(causal=True, window_left=127, logit_softcap=30.0, sinks=True)
-    config = _config(head_dim, page, arch, tile_n)
+    config = _config(head_dim, page, arch, tile_n, overlap)
     specs = compile_specs(config, traits=MhaCuteTraits(hooks, ("prefill", "extend")))
     assert [s.name for s in specs] == ["prefill", "extend"]
     for spec in specs:

@@ -71,6 +71,9 @@ def test_configs_read_one_page_per_key_tile() -> None:
     assert (c100.fwd_tile_n, c100.arch) == (64, "sm100")
     assert verify.config_problems(c100, ("prefill", "extend")) == []
     assert "128 spill" in verify.config_problems(dataclasses.replace(c100, fwd_tile_n=128), ())[0]
+    overlapped = dataclasses.replace(c100, fwd_intra_wg_overlap=1)
+    assert "sm90 only" in verify.config_problems(overlapped, ())[0]
+    assert verify.config_problems(dataclasses.replace(c, fwd_intra_wg_overlap=1), ()) == []
 
 
 def test_bad_tiles_fail_before_emission() -> None:

@@ -22,6 +22,8 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
         problems.append(f"page_size={c.page_size} is not a multiple of fwd_tile_n={c.fwd_tile_n}")
     if c.arch == "sm100" and c.fwd_tile_n != 64:
         problems.append(f"fwd_tile_n={c.fwd_tile_n}: sm100 rows of S hold 64 keys (128 spill)")
+    if c.fwd_intra_wg_overlap and c.arch != "sm90":
+        problems.append("fwd_intra_wg_overlap is a Hopper (wgmma) schedule: sm90 only")
     if not 1 <= c.fwd_num_stages <= 4:
         problems.append(f"fwd_num_stages={c.fwd_num_stages} is not in 1 .. 4")
     return [f"{c.uri}: {p}" for p in problems]

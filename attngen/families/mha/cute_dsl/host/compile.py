@@ -37,6 +37,7 @@ def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> F
         logit_softcap=hooks.logit_softcap,
         sinks=hooks.sinks,
         paged=paged,
+        overlap=bool(config.fwd_intra_wg_overlap),
     )
 
 

@@ -30,6 +30,10 @@ class FwdShape:
     logit_softcap: float | None
     sinks: bool
     paged: bool
+    # sm90: issue S_j = Q K_j^T before O += P_{j-1} V_{j-1} and run S_j's softmax while that
+    # PV runs (FA3's intra-warpgroup overlap). Compile-checked, not yet run on a GPU: off
+    # unless a spec's tuning sets fwd_intra_wg_overlap: 1.
+    overlap: bool = False
 
 
 DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}

@@ -82,8 +82,10 @@ def _wgmma(
     t_a: cute.Tensor,
     t_b: cute.Tensor,
     zero_init: cutlass.Constexpr[bool],
+    wait: cutlass.Constexpr[int] = 0,
 ):
-    """acc (+)= A B over the k blocks of the fragments, then wait for the warpgroup."""
+    """acc (+)= A B over the k blocks of the fragments as one wgmma group, then wait until
+    at most ``wait`` groups are in flight (-1: do not wait)."""
     warpgroup.fence()
     atom = cute.make_mma_atom(tiled_mma.op)
     atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
@@ -91,7 +93,8 @@ def _wgmma(
         cute.gemm(atom, acc, t_a[None, None, k], t_b[None, None, k], acc)
         atom.set(warpgroup.Field.ACCUMULATE, True)
     warpgroup.commit_group()
-    warpgroup.wait_group(0)
+    if const_expr(wait >= 0):
+        warpgroup.wait_group(wait)
 
 
 class MhaFwdSm90:
@@ -465,46 +468,56 @@ class MhaFwdSm90:
 
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         pipe_q.consumer_wait(q_state)
-        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, shape.num_stages)
-        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
-            n_block = n_block_max - 1 - i
-            # -- S = Q K^T ----
-            acc_S = cute.make_rmem_tensor(
-                tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
+        if const_expr(shape.overlap):
+            self.mainloop_overlapped(
+                acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, tiled_mma_qk,
+                tiled_mma_pv, pipe_k, pipe_v, softmax_scale, scale_log2, seqlen_k, offset,
+                m_block, n_block_min, n_block_max,
+            )  # fmt: skip
+        else:
+            state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, shape.num_stages
             )
-            pipe_k.consumer_wait(state)
-            _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
-            pipe_k.consumer_release(state)
-            acc_S_rc = rows_cols(acc_S)
-            # -- score_mod: logit softcap ----
-            if const_expr(shape.logit_softcap is not None):
-                cap = shape.logit_softcap
-                for j in cutlass.range_constexpr(cute.size(acc_S_rc)):
-                    acc_S_rc[j] = cap * cute.math.tanh(
-                        acc_S_rc[j] * (softmax_scale / cap), fastmath=True
-                    )
-            # -- mask_mod: key length, causal, window ----
-            if self.needs_mask(n_block, m_block, seqlen_k, offset):
-                self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
-            # -- online softmax ----
-            for r in cutlass.range_constexpr(num_rows):
-                s_row = acc_S_rc[r, None].load()
-                m_new = cute.arch.warp_reduction_max(
-                    s_row.reduce(cute.ReductionOp.MAX, row_max[r], 0), threads_in_group=4
+            # the serial loop (the one verified on the H200): S, softmax, then PV, per key tile
+            for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+                n_block = n_block_max - 1 - i
+                # -- S = Q K^T ----
+                acc_S = cute.make_rmem_tensor(
+                    tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
                 )
-                m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
-                rescale = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
-                p_row = cute.math.exp2(s_row * scale_log2 - m_safe * scale_log2, fastmath=True)
-                row_sum[r] = row_sum[r] * rescale + p_row.reduce(cute.ReductionOp.ADD, 0.0, 0)
-                row_max[r] = m_new
-                acc_S_rc[r, None].store(p_row)
-                acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale)
-            # -- O += P V ----
-            tOrP.store(mma_a(acc_S).load().to(self.dtype))
-            pipe_v.consumer_wait(state)
-            _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
-            pipe_v.consumer_release(state)
-            state.advance()
+                pipe_k.consumer_wait(state)
+                _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
+                pipe_k.consumer_release(state)
+                acc_S_rc = rows_cols(acc_S)
+                # -- score_mod: logit softcap ----
+                if const_expr(shape.logit_softcap is not None):
+                    cap = shape.logit_softcap
+                    for j in cutlass.range_constexpr(cute.size(acc_S_rc)):
+                        acc_S_rc[j] = cap * cute.math.tanh(
+                            acc_S_rc[j] * (softmax_scale / cap), fastmath=True
+                        )
+                # -- mask_mod: key length, causal, window ----
+                if self.needs_mask(n_block, m_block, seqlen_k, offset):
+                    self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+                # -- online softmax ----
+                for r in cutlass.range_constexpr(num_rows):
+                    s_row = acc_S_rc[r, None].load()
+                    m_new = cute.arch.warp_reduction_max(
+                        s_row.reduce(cute.ReductionOp.MAX, row_max[r], 0), threads_in_group=4
+                    )
+                    m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
+                    rescale = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
+                    p_row = cute.math.exp2(s_row * scale_log2 - m_safe * scale_log2, fastmath=True)
+                    row_sum[r] = row_sum[r] * rescale + p_row.reduce(cute.ReductionOp.ADD, 0.0, 0)
+                    row_max[r] = m_new
+                    acc_S_rc[r, None].store(p_row)
+                    acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale)
+                # -- O += P V ----
+                tOrP.store(mma_a(acc_S).load().to(self.dtype))
+                pipe_v.consumer_wait(state)
+                _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
+                pipe_v.consumer_release(state)
+                state.advance()
 
         # -- epilogue: normalise, write the rows this request has ----
         for r in cutlass.range_constexpr(num_rows):
@@ -529,6 +542,111 @@ class MhaFwdSm90:
             if row < seqlen_q:
                 for c in cutlass.range_constexpr(cute.size(tOrO_rc, mode=[1])):
                     mO_h[row, tOcO[r, c][1]] = tOrO_rc[r, c]
+
+    @cute.jit
+    def mainloop_overlapped(
+        self,
+        acc_O: cute.Tensor,
+        tOrP: cute.Tensor,
+        tSrQ: cute.Tensor,
+        tSrK: cute.Tensor,
+        tOrV: cute.Tensor,
+        tScS: cute.Tensor,
+        row_max: cute.Tensor,
+        row_sum: cute.Tensor,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        softmax_scale: Float32,
+        scale_log2: Float32,
+        seqlen_k: Int32,
+        offset: Int32,
+        m_block: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        """The serial loop's attention with S_j = Q K_j^T issued before O += P_{j-1} V_{j-1},
+        and S_j's score/mask/softmax computed while that PV runs; O and P_{j-1} (registers
+        the PV reads) are touched only after it is waited for. NOT YET RUN ON A GPU."""
+        shape = self.shape
+        acc_O_rc = rows_cols(acc_O)
+        num_rows = cute.size(acc_O_rc, mode=[0])
+        rescale = cute.make_rmem_tensor(num_rows, Float32)
+        s_shape = tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, shape.num_stages)
+        # -- the first (newest) key tile: S, softmax, P; O is zero, nothing to rescale ----
+        acc_S = cute.make_rmem_tensor(s_shape, Float32)
+        pipe_k.consumer_wait(state)
+        _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, 0)
+        pipe_k.consumer_release(state)
+        self.scores_to_probs(
+            rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
+            n_block_max - 1, m_block, seqlen_k, offset,
+        )  # fmt: skip
+        tOrP.store(mma_a(acc_S).load().to(self.dtype))
+        state_v = state.clone()
+        state.advance()
+        for i in cutlass.range(n_block_max - n_block_min - 1, unroll=1):
+            n_block = n_block_max - 2 - i
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            pipe_k.consumer_wait(state)
+            _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, -1)
+            pipe_v.consumer_wait(state_v)
+            _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 1)
+            pipe_k.consumer_release(state)  # S_j is done (PV may still run)
+            self.scores_to_probs(
+                rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
+                n_block, m_block, seqlen_k, offset,
+            )  # fmt: skip
+            warpgroup.wait_group(0)  # PV of the previous tile: O and P are free
+            pipe_v.consumer_release(state_v)
+            for r in cutlass.range_constexpr(num_rows):
+                acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale[r])
+            tOrP.store(mma_a(acc_S).load().to(self.dtype))
+            state_v = state.clone()
+            state.advance()
+        pipe_v.consumer_wait(state_v)
+        _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 0)
+        pipe_v.consumer_release(state_v)
+
+    @cute.jit
+    def scores_to_probs(
+        self,
+        acc_S_rc: cute.Tensor,
+        tScS: cute.Tensor,
+        row_max: cute.Tensor,
+        row_sum: cute.Tensor,
+        rescale: cute.Tensor,
+        softmax_scale: Float32,
+        scale_log2: Float32,
+        n_block: Int32,
+        m_block: Int32,
+        seqlen_k: Int32,
+        offset: Int32,
+    ):
+        """score_mod, mask_mod and the online-softmax update of one key tile, in place (S
+        becomes unnormalised P); ``rescale[r]`` is what row r of O must be multiplied by."""
+        shape = self.shape
+        if const_expr(shape.logit_softcap is not None):
+            cap = shape.logit_softcap
+            for j in cutlass.range_constexpr(cute.size(acc_S_rc)):
+                acc_S_rc[j] = cap * cute.math.tanh(
+                    acc_S_rc[j] * (softmax_scale / cap), fastmath=True
+                )
+        if self.needs_mask(n_block, m_block, seqlen_k, offset):
+            self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+        for r in cutlass.range_constexpr(cute.size(row_max)):
+            s_row = acc_S_rc[r, None].load()
+            m_new = cute.arch.warp_reduction_max(
+                s_row.reduce(cute.ReductionOp.MAX, row_max[r], 0), threads_in_group=4
+            )
+            m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
+            rescale[r] = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
+            p_row = cute.math.exp2(s_row * scale_log2 - m_safe * scale_log2, fastmath=True)
+            row_sum[r] = row_sum[r] * rescale[r] + p_row.reduce(cute.ReductionOp.ADD, 0.0, 0)
+            row_max[r] = m_new
+            acc_S_rc[r, None].store(p_row)
 
     @cute.jit
     def needs_mask(self, n_block: Int32, m_block: Int32, seqlen_k: Int32, offset: Int32):
