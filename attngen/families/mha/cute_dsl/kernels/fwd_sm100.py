@@ -28,9 +28,9 @@ from typing import Optional
 
 import cuda.bindings.driver as cuda
 import cutlass
+import cutlass.memory
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 import cutlass.utils.blackwell_helpers as sm100
 from cutlass import Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync, tcgen05
@@ -223,7 +223,7 @@ class MhaFwdSm100:
         if warp_idx == LOAD_WARP:
             for atom in (tma_atom_Q, tma_atom_K, tma_atom_V):
                 cpasync.prefetch_descriptor(atom)
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(SharedStorage)
         one = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
         rows = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32 * SOFTMAX_WARPS)
@@ -256,7 +256,7 @@ class MhaFwdSm100:
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
         sP = storage.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
-        tmem = utils.TmemAllocator(
+        tmem = cutlass.memory.TmemAllocator(
             storage.tmem_holding_buf.ptr,
             barrier_for_retrieve=pipeline.NamedBarrier(
                 barrier_id=TMEM_BARRIER_ID, num_threads=32 * (SOFTMAX_WARPS + 1)

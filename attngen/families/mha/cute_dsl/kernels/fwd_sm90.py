@@ -35,6 +35,7 @@ from typing import Optional
 
 import cuda.bindings.driver as cuda
 import cutlass
+import cutlass.memory
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90
@@ -251,7 +252,7 @@ class MhaFwdSm90:
         if warp_idx == 0:
             for atom in (tma_atom_Q, tma_atom_K, tma_atom_V):
                 cpasync.prefetch_descriptor(atom)
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(SharedStorage)
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
         consumers = pipeline.CooperativeGroup(

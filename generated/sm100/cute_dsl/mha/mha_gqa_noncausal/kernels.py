@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "cbea8ce959c3f218f717bff6ce47c62956a308dd98a2123e5a2277eb4274b4a5"
+LIBRARY_SHA256 = "2d3eb1da156da3007dac9da814d8cebbbdd523fb88f8c97633dd0a3dfcf52f57"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
