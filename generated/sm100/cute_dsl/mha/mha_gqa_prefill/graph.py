@@ -14,5 +14,5 @@ SEQ_LEN_FILL_VALUE = 1  # seq_len of padded rows in a replayed batch
 
 
 def allocate_decode_buffers(*, device: torch.device) -> dict[str, torch.Tensor]:
-    """The static buffers a decode capture reads, filled with values safe for padded rows."""
+    """This package captures no decode graph: no static buffers."""
     return {}
