@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU benchmark: attngen's generated Triton MHA kernels side by side with peers, one run.
+"""GPU benchmark: attngen's generated MHA kernels side by side with peers, one run.
 
 Decode (paged, one query per sequence): attngen ``decode`` vs FA4 ``flash_attn_varlen_func``
 with ``page_table`` + ``seqused_k``; TB/s = bytes of K and V of every cached token / time.
@@ -7,8 +7,9 @@ Quantized decode: attngen ``decode`` over fp8 e4m3 and NVFP4 caches of the same 
 ratios are the bf16 decode times (attngen's and FA4's, same run) over the quantized one.
 Verify (speculative, draft chains): attngen ``verify`` vs FA4 with a page table and
 bottom-right causal; TB/s as for decode.
-Prefill (16k tokens per call): attngen ``extend`` with prefix 0 vs FA4 ``flash_attn_func``,
-cuDNN and FA2 through SDPA; TFLOP/s = 2*B*Hq*S*S*(Dqk+Dv) / time, halved when causal.
+Prefill (16k tokens per call): attngen ``extend`` with prefix 0 (Triton; and the CuTe DSL
+kernels where a spec generates them: column ``cute``) vs FA4 ``flash_attn_func``, cuDNN and
+FA2 through SDPA; TFLOP/s = 2*B*Hq*S*S*(Dqk+Dv) / time, halved when causal.
 API host cost: attngen's backend (``make_backend``) per decode layer call, eager vs its CUDA
 graph replay, and the metadata calls per step (bench/api_cost.py).
 Run from the repo root: ``python bench/run.py --out bench/results`` (see bench/README.md).
@@ -61,25 +62,37 @@ def short(e: BaseException) -> str:
 # -- attngen side ----
 
 
+BACKENDS = ("triton", "cute_dsl")  # generated backends timed, each in its own result column
+RESULT = {"triton": "attngen", "cute_dsl": "attngen_cute"}  # result key of each backend
+
+
 def load_attngen() -> tuple[list, dict]:
-    """Every generated sm90 MHA variant as (spec, module, config), and import errors by spec."""
+    """Every generated sm90 MHA variant as ("<backend>/<spec>", module, config), and import
+    errors by spec."""
     sys.path.insert(0, str(ROOT))
     variants, errors = [], {}
-    for path in sorted((ROOT / "generated" / "sm90" / "triton" / "mha").glob("*/kernels.py")):
-        spec = path.parent.name
-        try:
-            mod = importlib.import_module(f"generated.sm90.triton.mha.{spec}.kernels")
-        except Exception as e:  # a broken module must not stop the peers
-            errors[spec] = short(e)
-            continue
-        for _uri, cfg in sorted(getattr(mod, "CONFIGS", {}).items()):
-            variants.append((spec, mod, cfg))
+    for backend in BACKENDS:
+        for path in sorted((ROOT / "generated" / "sm90" / backend / "mha").glob("*/kernels.py")):
+            spec = f"{backend}/{path.parent.name}"
+            try:
+                mod = importlib.import_module(
+                    f"generated.sm90.{backend}.mha.{path.parent.name}.kernels"
+                )
+            except Exception as e:  # a broken module must not stop the peers
+                errors[spec] = short(e)
+                continue
+            for _uri, cfg in sorted(getattr(mod, "CONFIGS", {}).items()):
+                variants.append((spec, mod, cfg))
     return variants, errors
 
 
 def extend_mask_kwargs(mod, cfg, causal: bool) -> dict | None:
     """Extra kwargs that ask ``mod.extend`` for this mask; None when the variant lacks it."""
-    for owner, name in ((cfg, "causal"), (mod, "CAUSAL")):  # generated modules say CAUSAL
+    hooks = getattr(mod, "HOOKS", None)  # generated modules: MaskHooks
+    if hooks is not None:
+        plain = hooks.window_left is None and not hooks.logit_softcap and not hooks.sinks
+        return {} if plain and hooks.causal == causal and not hooks.tree else None
+    for owner, name in ((cfg, "causal"), (mod, "CAUSAL")):
         if hasattr(owner, name):
             return {} if bool(getattr(owner, name)) == causal else None
     if "causal" in inspect.signature(mod.extend).parameters:
@@ -88,10 +101,18 @@ def extend_mask_kwargs(mod, cfg, causal: bool) -> dict | None:
 
 
 def find_variant(
-    variants, phase: str, page_size: int, causal: bool = True, kv: str = DTYPE, spec_topk: int = 0
+    variants,
+    phase: str,
+    page_size: int,
+    causal: bool = True,
+    kv: str = DTYPE,
+    spec_topk: int = 0,
+    backend: str = "triton",
 ):
     """(spec, module, config, extra kwargs) of the variant for our shapes, or None."""
     for spec, mod, cfg in variants:
+        if not spec.startswith(backend + "/"):
+            continue
         key = (
             cfg.head_dim,
             cfg.v_head_dim,
@@ -197,16 +218,20 @@ def add_checks(res: dict, outs: dict, ref, rows) -> None:
     """Each output vs the fp32 reference rows; attngen vs every peer; flag mismatches."""
     for name, out in outs.items():
         res[name]["vs_ref"] = compare(out[rows], ref)
-    if "attngen" in outs:
+    for ours in (r for r in RESULT.values() if r in outs):
         for peer in (p for p in PEERS if p in outs):
-            res["attngen"][f"vs_{peer}"] = compare(outs["attngen"], outs[peer])
-        bad = [k for k, v in res["attngen"].items() if k.startswith("vs_") and not v["ok"]]
-        res["attngen"]["mismatch"] = bad
+            res[ours][f"vs_{peer}"] = compare(outs[ours], outs[peer])
+        bad = [k for k, v in res[ours].items() if k.startswith("vs_") and not v["ok"]]
+        res[ours]["mismatch"] = bad
 
 
 def ratios(res: dict, unit: str) -> dict:
-    a = res.get("attngen", {}).get(unit)
-    return {p: a / res[p][unit] for p in PEERS if a and res.get(p, {}).get(unit)}
+    """attngen (Triton) over each peer; "cute_<peer>": attngen's CuTe DSL kernels over it."""
+    out = {}
+    for ours, prefix in (("attngen", ""), ("attngen_cute", "cute_")):
+        a = res.get(ours, {}).get(unit)
+        out |= {prefix + p: a / res[p][unit] for p in PEERS if a and res.get(p, {}).get(unit)}
+    return out
 
 
 def shuffled_page_table(batch: int, pages_per_seq: int, num_pages: int, seed: int):
@@ -575,15 +600,18 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4) -> list[dict]:
         }
         res = {p: dict(r) for p, r in peer_res.items()}
         outs = dict(peer_outs)
-        found = page_size and find_variant(variants, "extend", page_size, causal)
-        if not found:
-            res["attngen"] = {"status": "not generated"}
-        else:
+        for backend, key in RESULT.items():
+            found = page_size and find_variant(
+                variants, "extend", page_size, causal, backend=backend
+            )
+            if not found:
+                res[key] = {"status": "not generated"}
+                continue
             fn = attngen_extend(found, q, k, v, batch, seqlen, page_size)
-            res["attngen"], o = measure(fn, flops, "tflops")
-            res["attngen"].update(spec=found[0], uri=found[2].uri)
+            res[key], o = measure(fn, flops, "tflops")
+            res[key].update(spec=found[0], uri=found[2].uri)
             if o is not None:
-                outs["attngen"] = o
+                outs[key] = o
         add_checks(res, outs, ref, rows)
         row.update(results=res, ratio=ratios(res, "tflops"))
         out_rows.append(row)
@@ -679,16 +707,20 @@ def table(report: dict) -> str:
             f"{cell(r.get('fa4', {}), 'tbps')} {row['ratio'].get('fa4', 0):7.2f}  {chk}"
         )
     lines.append(
-        "prefill TFLOP/s       page  attngen      FA4    cuDNN      FA2  ag/FA4 ag/cuDNN" "  check"
+        "prefill TFLOP/s       page  attngen     cute      FA4    cuDNN      FA2  ag/FA4"
+        " cute/FA4 ag/cuDNN  check"
     )
     for row in report["prefill"]:
         r, a = row["results"], row["results"].get("attngen", {})
-        chk = "MISMATCH" if a.get("mismatch") else "ok" if "mismatch" in a else "-"
+        c = r.get("attngen_cute", {})
+        mismatch = a.get("mismatch") or c.get("mismatch")
+        chk = "MISMATCH" if mismatch else "ok" if "mismatch" in a or "mismatch" in c else "-"
         peers = " ".join(cell(r.get(p, {"status": "-"}), "tflops") for p in PEERS)
+        ratio = row["ratio"]
         lines.append(
             f"{row['case']:<20} {row['page_size'] or '-':>5} {cell(a, 'tflops')} "
-            f"{peers} {row['ratio'].get('fa4', 0):7.2f} "
-            f"{row['ratio'].get('cudnn', 0):8.2f}  {chk}"
+            f"{cell(c, 'tflops')} {peers} {ratio.get('fa4', 0):7.2f} "
+            f"{ratio.get('cute_fa4', 0):8.2f} {ratio.get('cudnn', 0):8.2f}  {chk}"
         )
     lines += api_cost().table_lines(report.get("api", []))
     return "\n".join(lines)
@@ -759,7 +791,15 @@ def bench_verify(args, report: dict, variants, fa4, save_report) -> None:
 
 
 def bench_prefill(args, report: dict, variants, fa4, save_report) -> None:
-    pages = [p for p in PAGE_SIZES if find_variant(variants, "extend", p)] or [None]
+    pages = [
+        p
+        for p in PAGE_SIZES
+        if any(
+            find_variant(variants, "extend", p, c, backend=b)
+            for b in BACKENDS
+            for c in (True, False)
+        )
+    ] or [None]
     for seqlen in PREFILL_SEQLENS[:1] if args.quick else PREFILL_SEQLENS:
         for causal in (True, False):
             case = dict(case=f"S{seqlen} {'causal' if causal else 'non-causal'}", page_size=None)
@@ -839,9 +879,11 @@ def main() -> int:
     every = report["decode"] + report["quantized_decode"] + report["verify"] + report["prefill"]
     every += report["api"]
     bad = [
-        f"{r['case']} page {r['page_size']}"
+        f"{r['case']} page {r['page_size']} {key}"
         for r in every
-        if r["results"]["attngen"].get("mismatch") or "error" in r["results"]["attngen"]
+        for key in RESULT.values()
+        if key in r["results"]
+        and (r["results"][key].get("mismatch") or "error" in r["results"][key])
     ]
     report["attngen_failures"] = bad
     save_report()

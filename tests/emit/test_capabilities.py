@@ -104,7 +104,12 @@ def test_every_family_and_backend_is_registered() -> None:
         assert registry.family(family).title
     for backend in Backend:
         assert registry.backend(backend).backend is backend
-    assert {(Family.MHA, Backend.TRITON), (Family.MLA, Backend.TRITON)} <= set(registry.lowerings())
+    assert {
+        (Family.MHA, Backend.TRITON),
+        (Family.MHA, Backend.CUTE_DSL),
+        (Family.MLA, Backend.TRITON),
+        (Family.GDN, Backend.TRITON),
+    } <= set(registry.lowerings())
 
 
 def test_a_verdict_that_refuses_must_say_why() -> None:

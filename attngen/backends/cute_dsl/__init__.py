@@ -1,4 +1,7 @@
-"""The CuTe DSL backend: kernels on wgmma (sm90) and tcgen05 (sm100). No lowering yet."""
+"""The CuTe DSL backend: kernels on wgmma (sm90) and tcgen05 (sm100).
+
+Its ahead-of-time compile check (no GPU) is :mod:`attngen.backends.cute_dsl.aot`.
+"""
 
 from __future__ import annotations
 
@@ -16,5 +19,11 @@ def arch_limit(arch: ArchFacts) -> str | None:
     )
 
 
+def _aot_main(argv: list[str]) -> int:
+    from attngen.backends.cute_dsl import aot
+
+    return aot.main(argv)
+
+
 # rank 0: auto-selection tries it first wherever it can exist (the arch's own tensor cores)
-register_backend(BackendInfo(Backend.CUTE_DSL, "CuTe DSL", arch_limit, 0))
+register_backend(BackendInfo(Backend.CUTE_DSL, "CuTe DSL", arch_limit, 0, _aot_main))

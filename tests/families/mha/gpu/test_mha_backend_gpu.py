@@ -1,7 +1,8 @@
 """GPU numerics and CUDA-graph tests of every generated MHA backend, against the oracle.
 
-Discovery: every ``generated/<ARCH>/triton/mha/<spec>/backend.py`` (``ARCH`` = sm90 unless
-``ATTNGEN_GPU_ARCH`` says otherwise) and every config of its kernels module. Each config
+Discovery: every ``generated/<ARCH>/<backend>/mha/<spec>/backend.py`` (``ARCH`` = sm90 unless
+``ATTNGEN_GPU_ARCH`` says otherwise; every backend: Triton, CuTe DSL) and every config of its
+kernels module. A test skips the phases a spec does not generate. Each config
 gets, through its backend (KV writes, metadata, kernels):
 
 - ``decode`` and ``extend``: short random ragged batches; and, for one config per
@@ -23,6 +24,7 @@ import importlib
 import os
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
@@ -37,7 +39,6 @@ from attngen.runtime.batch import (
 )
 from attngen.runtime.pools import FP8_DTYPES, NvFp4KVPool
 from attngen.families.mha.reference import prefill_ref
-from attngen.families.mha.triton.config import MhaTritonConfig
 from attngen.families.mha.runtime import PagedMhaBackend
 from attngen.testing import (
     PagedBatch,
@@ -60,18 +61,20 @@ REPLAYS = 24
 # -- discovery ----
 
 
-def discover_backends() -> list[type[PagedMhaBackend]]:
-    root = REPO_ROOT / "generated" / ARCH / "triton" / "mha"
-    modules = [
-        importlib.import_module(f"generated.{ARCH}.triton.mha.{path.parent.name}.backend")
-        for path in sorted(root.glob("*/backend.py"))
-    ]
-    return [m.Backend for m in modules]
+def discover_backends() -> list[tuple[str, type[PagedMhaBackend]]]:
+    """(backend dir, Backend class) of every generated MHA package of ARCH."""
+    root = REPO_ROOT / "generated" / ARCH
+    found = []
+    for path in sorted(root.glob("*/mha/*/backend.py")):
+        backend_dir, spec = path.parent.parent.parent.name, path.parent.name
+        module = importlib.import_module(f"generated.{ARCH}.{backend_dir}.mha.{spec}.backend")
+        found.append((backend_dir, module.Backend))
+    return found
 
 
 def long_case_uris(backend: type[PagedMhaBackend]) -> set[str]:
     """Per (head_dim, page_size, dtype): the config with the widest GQA group."""
-    best: dict[tuple, MhaTritonConfig] = {}
+    best: dict[tuple, Any] = {}
     for config in backend.kernels.CONFIGS.values():
         key = (config.head_dim, config.page_size, config.dtype)
         if key not in best or (config.gqa_group, config.uri) > (best[key].gqa_group, best[key].uri):
@@ -82,17 +85,17 @@ def long_case_uris(backend: type[PagedMhaBackend]) -> set[str]:
 @dataclass(frozen=True)
 class Case:
     backend: type[PagedMhaBackend]
-    config: MhaTritonConfig
+    config: Any
     long: bool
 
 
 def cases() -> list:
     params = []
-    for backend in discover_backends():
+    for backend_dir, backend in discover_backends():
         longs = long_case_uris(backend)
         for uri in sorted(backend.kernels.CONFIGS):
             case = Case(backend, backend.kernels.CONFIGS[uri], uri in longs)
-            params.append(pytest.param(case, id=f"{backend.spec_name}-{uri}"))
+            params.append(pytest.param(case, id=f"{backend_dir}-{backend.spec_name}-{uri}"))
     return params or [pytest.param(None, id="no-generated-backends")]
 
 
@@ -146,7 +149,7 @@ class Rig:
 
 def require(case: Case | None, phase: str) -> Case:
     if case is None:
-        pytest.skip(f"no generated backends under generated/{ARCH}/triton/mha")
+        pytest.skip(f"no generated backends under generated/{ARCH}/*/mha")
     if phase not in case.backend.kernels.PHASES:
         pytest.skip(f"{case.backend.spec_name} does not generate phase {phase}")
     return case
@@ -203,9 +206,7 @@ def make_rig(
     return Rig(backend, PagedBatchBuilder(req_pool, kv_pool), layer, dtype, sinks)
 
 
-def fp8_scales(
-    config: MhaTritonConfig, kv_dtype: torch.dtype | str, device: torch.device, num_kv_heads: int
-):
+def fp8_scales(config: Any, kv_dtype: torch.dtype | str, device: torch.device, num_kv_heads: int):
     """Dequant scales for random-normal K/V: |x| <= ~5 maps inside the fp8 range, scales
     differ per head (per_head) so a kernel reading the wrong head's scale shows. NVFP4: a
     global scale that keeps unit-normal blocks' scales (amax / 6 / global) normal in e4m3."""
@@ -573,7 +574,7 @@ def test_quantized_vs_bf16(case: Case | None, evidence) -> None:
 def test_mqa(case: Case | None, evidence) -> None:
     """The same kernels with a single kv head (Hq = gqa_group): every phase it generates."""
     if case is None:
-        pytest.skip(f"no generated backends under generated/{ARCH}/triton/mha")
+        pytest.skip(f"no generated backends under generated/{ARCH}/*/mha")
     phases = set(case.backend.kernels.PHASES)
     if not phases & {"decode", "extend", "prefill"}:
         pytest.skip("no decode, extend or prefill phase")

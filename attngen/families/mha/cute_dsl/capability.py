@@ -1,0 +1,58 @@
+"""What the CuTe DSL MHA lowering covers (first slice): prefill and extend, on sm90 with the
+Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
+Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
+and a cache of the same dtype; head dims 64 and 128; causal, bidirectional and sliding-window
+masks, logit softcap and attention sinks; any GQA group; extend over pages of 64 or 128
+tokens (whole key tiles, read by TMA). Everything else is "not lowered" with the reason."""
+
+from __future__ import annotations
+
+from attngen.spec.enums import Arch, DType, MaskKind, Phase
+from attngen.families.mha.spec import MhaShape
+from attngen.spec.variant import Variant
+from attngen.verdict import Verdict, first_failure
+
+ARCHS = frozenset({Arch.SM90, Arch.SM100})
+PHASES = frozenset({Phase.PREFILL, Phase.EXTEND})
+HEAD_DIMS = frozenset({64, 128})
+DTYPES = frozenset({DType.BF16, DType.FP16})
+MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
+# extend: TMA reads whole key tiles out of a page (sm90: the tile is the page, as in FA4;
+# sm100: 64-key tiles, one or two per page)
+EXTEND_PAGE_SIZES = frozenset({64, 128})
+
+
+def supports(variant: Variant, arch: Arch) -> Verdict:
+    shape = variant.shape
+    assert isinstance(shape, MhaShape)
+    extra_phases = set(variant.phases) - PHASES
+    kv_name = variant.kv_dtype.value if variant.kv_dtype is not None else "no"
+    kind = variant.mask.kind
+    return first_failure(
+        [
+            (arch in ARCHS, f"no CuTe DSL MHA kernels for {arch.value}"),
+            (
+                not extra_phases,
+                f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered in "
+                "CuTe DSL yet",
+            ),
+            (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+            (
+                variant.kv_dtype is variant.dtype,
+                f"{kv_name} KV cache is not lowered in CuTe DSL yet (only the activation dtype)",
+            ),
+            (kind in MASKS, f"mask {kind.value} is not lowered in CuTe DSL yet"),
+            (not variant.spec_topk, "speculative verify is not lowered in CuTe DSL yet"),
+            (
+                shape.head_dim in HEAD_DIMS and shape.v_head_dim == shape.head_dim,
+                f"head dims {shape.head_dim}/{shape.v_head_dim} are not lowered in CuTe DSL yet "
+                f"(equal qk and v dims in {sorted(HEAD_DIMS)})",
+            ),
+            (
+                Phase.EXTEND not in variant.phases or variant.page_size in EXTEND_PAGE_SIZES,
+                f"page size {variant.page_size} is not lowered in CuTe DSL yet: extend reads whole "
+                f"key tiles out of pages through TMA (pages of {sorted(EXTEND_PAGE_SIZES)} "
+                "tokens)",
+            ),
+        ]
+    )

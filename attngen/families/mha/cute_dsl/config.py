@@ -1,0 +1,57 @@
+"""CuTe DSL MHA: per-variant kernel configurations and per-module traits.
+
+A generated ``kernels.py`` holds ``CONFIGS: dict[str, MhaCuteConfig]`` (one per variant,
+keyed by its uri) and ``TRAITS`` (the module's mask hooks and phases). The host launchers
+build the compiled kernel's specialization (:class:`~.kernels.fwd_sm90.FwdSm90Shape`) from
+these two and nothing else, so the kernel identity of the evidence is the compiled kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from attngen.families.mha.key import MhaKey
+from attngen.hooks import MaskHooks
+
+
+@dataclass(frozen=True)
+class MhaCuteConfig:
+    """Shapes and tiles of one MHA variant's CuTe DSL kernels on one arch.
+
+    The first fields are the variant's identity (:class:`~attngen.families.mha.key.MhaKey`);
+    the tiles after them are what a spec's ``tuning.cute_dsl.<arch>`` may override.
+    """
+
+    uri: str
+    head_dim: int  # qk head dim
+    v_head_dim: int  # v / output head dim
+    gqa_group: int  # query heads per kv head
+    page_size: int  # tokens per KV-cache page (extend reads one page per key tile)
+    dtype: str  # torch dtype name of q, k, v and o: "bfloat16" | "float16"
+    kv_dtype: str  # the cache's (the activations' dtype in this backend so far)
+    kv_scale: str  # "none" (no quantized caches in this backend so far)
+    spec_topk: int  # 0 (no speculative verify in this backend so far)
+    num_draft_tokens: int  # 0
+    arch: str  # "sm90": the kernel family the launchers compile (wgmma + TMA)
+    # -- prefill / extend forward (TMA producer warpgroup + 2 wgmma consumer warpgroups) ----
+    fwd_tile_m: int  # query rows per CTA (64 per consumer warpgroup)
+    fwd_tile_n: int  # keys per pipeline stage; == page_size for paged extend
+    fwd_num_stages: int  # K/V ring depth in shared memory
+    # sm90: 1 overlaps S_j's softmax with P_{j-1} V_{j-1} (compile-checked, not yet GPU-verified)
+    fwd_intra_wg_overlap: int = 0
+
+    @property
+    def key(self) -> MhaKey:
+        return MhaKey.of(self)
+
+
+IDENTITY_FIELDS = ("uri", "num_draft_tokens", "arch", *(f.name for f in fields(MhaKey)))
+TUNING_KEYS = tuple(f.name for f in fields(MhaCuteConfig) if f.name not in IDENTITY_FIELDS)
+
+
+@dataclass(frozen=True)
+class MhaCuteTraits:
+    """What one generated kernels module fixes for all its configs."""
+
+    mask: MaskHooks  # compiled into the kernels as compile-time branches
+    phases: tuple[str, ...]  # phases the spec generates

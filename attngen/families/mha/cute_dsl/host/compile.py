@@ -1,0 +1,151 @@
+"""Compiling the CuTe DSL MHA kernels: one specialization per (arch, config, traits, phase),
+built on first use and kept for the process (a first call costs about 1 s on the H200's
+host: bench/results/cute_mha_check_2026-11-30.json); ahead of time with fake tensors (no GPU).
+
+A kernel is specialized on everything in :class:`FwdShape` (dtype, head dims, tiles,
+mask hooks, paged or not); tensor sizes, strides and batch layout are dynamic, so one
+compiled kernel serves every batch. Rows of q/k/v/out are 16-byte aligned (the launchers
+check it) and their leading strides are promised to the compiler as multiples of 8
+elements, which the TMA descriptors need.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
+from attngen.families.mha.cute_dsl.kernels.common import FwdShape
+
+ROW_ALIGN_ELEMS = 8  # 16 bytes of bf16 / fp16: what the strides of q/k/v/out are multiples of
+
+
+def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> FwdShape:
+    """The forward kernel's specialization for one config of a module, prefill or extend."""
+    hooks = traits.mask
+    return FwdShape(
+        dtype=config.dtype,
+        head_dim=config.head_dim,
+        v_head_dim=config.v_head_dim,
+        tile_m=config.fwd_tile_m,
+        tile_n=config.fwd_tile_n,
+        num_stages=config.fwd_num_stages,
+        causal=hooks.causal,
+        window_left=hooks.window_left,
+        logit_softcap=hooks.logit_softcap,
+        sinks=hooks.sinks,
+        paged=paged,
+        overlap=bool(config.fwd_intra_wg_overlap),
+    )
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """One kernel to build ahead of time (``attngen.backends.cute_dsl.aot`` reads these)."""
+
+    name: str  # "prefill" | "extend": unique within a variant
+    arch: str  # "sm90" | "sm100": which forward kernel
+    shape: FwdShape  # the specialization: equal (arch, shape) compile to the same cubin
+
+    @property
+    def dedupe_key(self) -> tuple[str, FwdShape]:
+        return self.arch, self.shape
+
+    @property
+    def kernel(self) -> Any:
+        """The object ``cute.compile`` takes first."""
+        return kernel_module(self.arch).KERNEL(self.shape)
+
+    def fake_args(self) -> tuple[Any, ...]:
+        return fake_args(self.shape)
+
+    @property
+    def requires(self) -> dict[str, tuple[str, ...]]:
+        """Instructions every compiled kernel must contain ({"ptx": ..., "sass": ...})."""
+        return kernel_module(self.arch).REQUIRES
+
+    @property
+    def shared_bytes(self) -> int:
+        return kernel_module(self.arch).shared_bytes(self.shape)
+
+
+def kernel_module(arch: str) -> Any:
+    """The forward kernel module of an arch (KERNEL, REQUIRES, shared_bytes)."""
+    return importlib.import_module(f"attngen.families.mha.cute_dsl.kernels.fwd_{arch}")
+
+
+def compile_specs(config: MhaCuteConfig, *, traits: MhaCuteTraits) -> list[CompileSpec]:
+    """Every kernel the module's phases launch for ``config``."""
+    specs = []
+    if "prefill" in traits.phases:
+        specs.append(CompileSpec("prefill", config.arch, fwd_shape(config, traits, paged=False)))
+    if "extend" in traits.phases:
+        specs.append(CompileSpec("extend", config.arch, fwd_shape(config, traits, paged=True)))
+    return specs
+
+
+def fake_args(shape: FwdShape) -> tuple[Any, ...]:
+    """Arguments with the launchers' types and dynamic sizes, but no memory (AOT compile)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    from attngen.families.mha.cute_dsl.kernels.common import DTYPES
+
+    dtype = DTYPES[shape.dtype]
+
+    def rows(*dims: Any) -> Any:
+        strides = [cute.sym_int64(divisibility=ROW_ALIGN_ELEMS) for _ in dims[:-1]]
+        return make_fake_tensor(dtype, dims, (*strides, 1), assumed_align=16)
+
+    def ints(*dims: Any) -> Any:
+        strides = [cute.sym_int64() for _ in dims[:-1]]
+        return make_fake_tensor(cutlass.Int32, dims, (*strides, 1), assumed_align=4)
+
+    tokens, heads, kv_heads = cute.sym_int32(), cute.sym_int32(), cute.sym_int32()
+    if shape.paged:
+        pages = cute.sym_int32()
+        page = cute.sym_int32()  # == tile_n, checked by the launcher (dynamic, as at run time)
+        k = rows(pages, page, kv_heads, cute.sym_int32())
+        v = rows(pages, page, kv_heads, cute.sym_int32())
+        prefix_lens, page_table = ints(cute.sym_int32()), ints(cute.sym_int32(), cute.sym_int32())
+    else:
+        k = rows(tokens, kv_heads, cute.sym_int32())
+        v = rows(tokens, kv_heads, cute.sym_int32())
+        prefix_lens = page_table = None
+    q = rows(tokens, heads, cute.sym_int32())  # head dims too: DLPack tensors are dynamic
+    out = rows(tokens, heads, cute.sym_int32())
+    sinks = None
+    if shape.sinks:
+        sinks = make_fake_tensor(cutlass.Float32, (heads,), (1,), assumed_align=4)
+    cu_seqlens = ints(cute.sym_int32())
+    scalars = (cutlass.Float32(1.0), cutlass.Int32(1))
+    return (q, k, v, out, cu_seqlens, prefix_lens, page_table, sinks, *scalars, make_fake_stream())
+
+
+def compile_fwd(arch: str, shape: FwdShape, args: tuple[Any, ...]) -> Any:
+    """``cute.compile`` of ``arch``'s forward kernel for the arch's cubin target."""
+    import cutlass.cute as cute
+
+    from attngen.arch import facts
+
+    kernel = kernel_module(arch).KERNEL(shape)
+    return cute.compile(kernel, *args, options=f"--gpu-arch {facts(arch).cubin_target}")
+
+
+_COMPILED: dict[tuple[str, FwdShape], Any] = {}
+_LOCK = threading.Lock()
+
+
+def compiled_fwd(arch: str, shape: FwdShape, args: tuple[Any, ...]) -> Any:
+    """The process's compiled kernel of (arch, shape), built from the first call's arguments."""
+    key = (arch, shape)
+    fn = _COMPILED.get(key)
+    if fn is None:
+        with _LOCK:
+            fn = _COMPILED.get(key)
+            if fn is None:
+                fn = _COMPILED[key] = compile_fwd(arch, shape, args)
+    return fn

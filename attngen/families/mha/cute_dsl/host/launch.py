@@ -1,0 +1,168 @@
+"""Host side of the CuTe DSL MHA kernels: check every argument, then launch (prefill,
+extend). Nothing here reads device memory, and the compiled kernel is looked up, not
+rebuilt, after a module's first call of a config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
+from attngen.families.mha.cute_dsl.host.compile import compiled_fwd, fwd_shape
+from attngen.runtime.checks import check_at_least, check_tensor, fail
+
+
+def _check_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        fail(name, "a Python int", type(value).__name__)
+    check_at_least(name, value, 0)
+    return value
+
+
+def _check_rows(name: str, t: object, shape: list[int | None], config: MhaCuteConfig,
+                device: torch.device | None = None) -> torch.Tensor:  # fmt: skip
+    """q, out, k/v or a cache: the config's dtype, stride 1 in the last dim, 16-byte rows."""
+    t = check_tensor(
+        name, t, dtype=getattr(torch, config.dtype), shape=shape, device=device,
+        last_dim_contiguous=True,
+    )  # fmt: skip
+    if t.device.type != "cuda":
+        fail(name, "a CUDA tensor", t.device)
+    row_strides = [s * t.element_size() for s in t.stride()[:-1]]
+    if t.data_ptr() % 16 or any(s % 16 for s in row_strides):
+        got = f"data_ptr % 16 = {t.data_ptr() % 16}, strides {t.stride()}"
+        fail(name, "a 16-byte aligned data pointer and 16-byte multiple strides", got)
+    return t
+
+
+def _check_index(name: str, t: object, dims: int, device: torch.device) -> torch.Tensor:
+    return check_tensor(
+        name, t, dtype=torch.int32, shape=[None] * dims, device=device, last_dim_contiguous=True
+    )
+
+
+def _check_common(config: MhaCuteConfig, traits: MhaCuteTraits, sm_scale: object,
+                  q: torch.Tensor, sinks: object) -> int:  # fmt: skip
+    """sm_scale, q and sinks; returns the number of kv heads."""
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
+        fail("sm_scale", "a Python float", type(sm_scale).__name__)
+    _check_rows("q", q, [None, None, config.head_dim], config)
+    num_heads = q.shape[1]
+    if num_heads == 0 or num_heads % config.gqa_group:
+        fail("q", f"a head count divisible by gqa_group ({config.gqa_group})", num_heads)
+    if traits.mask.sinks:
+        check_tensor("sinks", sinks, dtype=torch.float32, shape=[num_heads], device=q.device,
+                     contiguous=True)  # fmt: skip
+    elif sinks is not None:
+        fail("sinks", "None (this module's mask has no sinks)", "a tensor")
+    return num_heads // config.gqa_group
+
+
+def _cute_rows(t: torch.Tensor) -> Any:
+    from cutlass.cute.runtime import from_dlpack
+
+    return from_dlpack(t, assumed_align=16).mark_layout_dynamic(leading_dim=t.dim() - 1)
+
+
+def _cute_small(t: torch.Tensor | None) -> Any:
+    if t is None:
+        return None
+    from cutlass.cute.runtime import from_dlpack
+
+    return from_dlpack(t, assumed_align=4).mark_layout_dynamic(leading_dim=t.dim() - 1)
+
+
+def _launch(arch: str, shape: Any, tensors: tuple, small: tuple, sm_scale: float,
+            max_rows: int) -> None:  # fmt: skip
+    import cuda.bindings.driver as cuda
+    import cutlass
+
+    stream = cuda.CUstream(torch.cuda.current_stream(tensors[0].device).cuda_stream)
+    args = (
+        *(_cute_rows(t) for t in tensors),
+        *(_cute_small(t) for t in small),
+        cutlass.Float32(sm_scale),
+        cutlass.Int32(max_rows),
+        stream,
+    )
+    compiled_fwd(arch, shape, args)(*args)
+
+
+def prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    max_seq_len: int,
+    config: MhaCuteConfig,
+    traits: MhaCuteTraits,
+    sm_scale: float,
+    sinks: torch.Tensor | None = None,
+) -> None:
+    """Ragged attention with no cache: q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, Dv].
+
+    Request b owns rows cu_seqlens[b] .. cu_seqlens[b+1]-1 of q, k, v and out; max_seq_len
+    (host int) must be >= every request's length (it sizes the grid)."""
+    _check_int("max_seq_len", max_seq_len)
+    num_kv_heads = _check_common(config, traits, sm_scale, q, sinks)
+    tokens, num_heads = q.shape[0], q.shape[1]
+    _check_rows("k", k, [tokens, num_kv_heads, config.head_dim], config, q.device)
+    _check_rows("v", v, [tokens, num_kv_heads, config.v_head_dim], config, q.device)
+    _check_rows("out", out, [tokens, num_heads, config.v_head_dim], config, q.device)
+    _check_index("cu_seqlens", cu_seqlens, 1, q.device)
+    if cu_seqlens.shape[0] < 2 or max_seq_len == 0 or tokens == 0:
+        return
+    shape = fwd_shape(config, traits, paged=False)
+    small = (cu_seqlens, None, None, sinks)
+    _launch(config.arch, shape, (q, k, v, out), small, sm_scale, max_seq_len)
+
+
+def extend(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    max_extend_len: int,
+    config: MhaCuteConfig,
+    traits: MhaCuteTraits,
+    sm_scale: float,
+    sinks: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    trusted_metadata: bool = False,
+) -> None:
+    """Ragged extend of q [T, Hq, D] into out [T, Hq, Dv] over the paged cache
+    [pages, page_size, Hkv, D]: request b owns rows qo_indptr[b] .. qo_indptr[b+1]-1 at
+    positions prefix_lens[b] + i; its new K/V are already in the cache, read through
+    page_table[b, j] (whole key tiles out of each page). max_extend_len (host int) sizes the grid.
+    k_scale / v_scale: None (this backend reads caches of the activation dtype)."""
+    _check_int("max_extend_len", max_extend_len)
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is not None:
+            fail(name, f"None (a {config.kv_dtype} cache has no scales)", "a tensor")
+    num_kv_heads = _check_common(config, traits, sm_scale, q, sinks)
+    tokens, num_heads = q.shape[0], q.shape[1]
+    k_shape = [None, config.page_size, num_kv_heads, config.head_dim]
+    _check_rows("k_cache", k_cache, k_shape, config, q.device)
+    v_shape = [k_cache.shape[0], config.page_size, num_kv_heads, config.v_head_dim]
+    _check_rows("v_cache", v_cache, v_shape, config, q.device)
+    _check_rows("out", out, [tokens, num_heads, config.v_head_dim], config, q.device)
+    _check_index("page_table", page_table, 2, q.device)
+    _check_index("qo_indptr", qo_indptr, 1, q.device)
+    _check_index("prefix_lens", prefix_lens, 1, q.device)
+    batch = qo_indptr.shape[0] - 1
+    if not trusted_metadata:
+        check_at_least("page_table rows", page_table.shape[0], batch)
+        check_at_least("prefix_lens rows", prefix_lens.shape[0], batch)
+    if batch < 1 or max_extend_len == 0 or tokens == 0:
+        return
+    shape = fwd_shape(config, traits, paged=True)
+    small = (qo_indptr, prefix_lens, page_table, sinks)
+    _launch(config.arch, shape, (q, k_cache, v_cache, out), small, sm_scale, max_extend_len)

@@ -1,0 +1,63 @@
+"""What the forward kernels of every arch share: the specialization they are compiled for,
+dtype spellings, shared-memory tile layouts and views of the launchers' tensors."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90
+from cutlass.cute.nvgpu import warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * LOG2_E)
+
+
+@dataclass(frozen=True)
+class FwdShape:
+    """What one compiled forward kernel is specialized for (everything else is dynamic)."""
+
+    dtype: str  # "bfloat16" | "float16"
+    head_dim: int  # qk
+    v_head_dim: int
+    tile_m: int  # query rows per CTA
+    tile_n: int  # keys per pipeline stage (== page_size when paged)
+    num_stages: int  # K/V ring depth
+    causal: bool
+    window_left: int | None
+    logit_softcap: float | None
+    sinks: bool
+    paged: bool
+    # sm90: issue S_j = Q K_j^T before O += P_{j-1} V_{j-1} and run S_j's softmax while that
+    # PV runs (FA3's intra-warpgroup overlap). Compile-checked, not yet run on a GPU: off
+    # unless a spec's tuning sets fwd_intra_wg_overlap: 1.
+    overlap: bool = False
+
+
+DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+SMEM_ALIGN = 1024  # each tile starts on 1 KiB (128-byte swizzle atoms); the barriers come first
+
+
+def smem_layout(dtype: type, rows: int, cols: int, stages: int | None) -> cute.ComposedLayout:
+    """A swizzled row-major (cols contiguous) tile, optionally staged: what TMA writes and
+    wgmma reads without bank conflicts."""
+    atom = warpgroup.make_smem_layout_atom(
+        sm90.get_smem_layout_atom(LayoutEnum.ROW_MAJOR, dtype, cols), dtype
+    )
+    if stages is None:
+        return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
+    return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
+
+
+def rows_aligned(t: cute.Tensor) -> cute.Tensor:
+    """The same tensor, with its outer strides promised to be multiples of 16 bytes (the
+    launchers check it): TMA descriptors need it."""
+    elems = 128 // t.element_type.width
+    outer = tuple(s if isinstance(s, int) else cute.assume(s, divby=elems) for s in t.stride[:-1])
+    return cute.make_tensor(t.iterator, cute.make_layout(t.shape, stride=(*outer, t.stride[-1])))
+
+
+def mode_select(t: cute.Tensor, modes: list[int]) -> cute.Tensor:
+    return cute.make_tensor(t.iterator, cute.select(t.layout, mode=modes))

@@ -1,0 +1,579 @@
+"""MHA / GQA forward (prefill and extend) on Blackwell: TMA loads, tcgen05 MMA into tensor
+memory, warp-specialized. COMPILE-ONLY so far: it builds for sm_100a on CPU (the AOT check
+proves tcgen05 and bulk tensor copies are in it) but has not run on a B200; its numerics
+are unverified and the support matrix says "compiles", never "verified".
+
+One CTA computes one (query tile of 128 rows, query head, request), newest key tile first,
+with the same layouts, mask and hooks as the Hopper kernel (kernels/fwd_sm90.py).
+
+Warp roles (6 warps, 192 threads):
+
+- warps 0-3, **softmax**: thread ``t`` owns query row ``t`` (TMEM lane ``t``). Per key tile it
+  loads its row of S from tensor memory, applies score_mod and mask_mod, updates its
+  running max and sum (no cross-thread reduction: a row is one thread's), rescales its row
+  of O in tensor memory, and writes its row of P (bf16/fp16) to shared memory. At the end it
+  normalises O and writes it to global memory.
+- warp 4, **MMA**: allocates tensor memory (S: ``tile_n`` fp32 columns, O: ``Dv`` columns) and
+  issues S = Q K^T and O += P V (tcgen05, one CTA, all operands in shared memory).
+- warp 5, **load**: TMA of Q once and of each K and V tile into a ``num_stages`` ring.
+
+Order per key tile j (mbarrier pipelines): load K_j, V_j -> MMA S_j (after softmax released
+S_{j-1}) -> softmax reads S_j, waits for PV_{j-1}, rescales O, writes P_j -> MMA PV_j. The
+tiles are serialized (no S/P double buffering yet): the simplest correct order.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.memory
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.blackwell_helpers as sm100
+from cutlass import Float32, Int32, const_expr
+from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass.experimental.primitives.nvvm_wrapper import tcgen05_fence
+
+from attngen.families.mha.cute_dsl.kernels.common import (
+    DTYPES,
+    LOG2_E,
+    SMEM_ALIGN,
+    FwdShape,
+    mode_select,
+    rows_aligned,
+    smem_layout,
+)
+from attngen.families.mha.cute_dsl.kernels.fragments import transpose_smem
+
+SOFTMAX_WARPS = 4  # warps 0..3: one thread per query row
+MMA_WARP = 4
+LOAD_WARP = 5
+NUM_THREADS = 32 * 6
+TMEM_COLS = 256  # S (tile_n) + O (Dv) fp32 columns, allocated as a power of two >= 32
+O_CHUNK = 32  # O columns per tensor-memory load / store of a softmax thread
+TMEM_BARRIER_ID = 1  # named barrier of the softmax warps and the MMA warp (TMEM alloc/free)
+# What the design relies on: tcgen05 MMA and tensor-memory loads, bulk tensor copies (TMA).
+REQUIRES = {
+    "ptx": ("tcgen05.mma", "tcgen05.ld", "cp.async.bulk.tensor"),
+    "sass": ("UTCHMMA", "UTMALDG"),
+}
+
+
+def shared_bytes(shape: FwdShape) -> int:
+    """Dynamic shared memory of one CTA: barriers (padded to SMEM_ALIGN), the Q and P tiles
+    and ``num_stages`` K and V tiles; checked at compile time."""
+    elem = 2  # bf16 / fp16
+    q_p = shape.tile_m * (shape.head_dim + shape.tile_n) * elem
+    kv = shape.num_stages * shape.tile_n * (shape.head_dim + shape.v_head_dim) * elem
+    return SMEM_ALIGN + q_p + kv
+
+
+@cute.jit
+def _umma(
+    tiled_mma: cute.TiledMma,
+    acc: cute.Tensor,
+    t_a: cute.Tensor,
+    t_b: cute.Tensor,
+    accumulate: cutlass.Boolean,
+):
+    """acc (+)= A B over the k blocks of the fragments (tcgen05; completion via commit)."""
+    atom = cute.make_mma_atom(tiled_mma.op)  # a fresh atom: its ACCUMULATE field is set here
+    for k in cutlass.range_constexpr(cute.size(t_a.shape[2])):
+        atom.set(tcgen05.Field.ACCUMULATE, accumulate if k == 0 else True)
+        cute.gemm(atom, acc, t_a[None, None, k], t_b[None, None, k], acc)
+
+
+class MhaFwdSm100:
+    """The kernel of one :class:`FwdShape` for sm_100a; ``cute.compile(obj, ...)`` builds it."""
+
+    def __init__(self, shape: FwdShape):
+        assert shape.tile_m == 32 * SOFTMAX_WARPS, "one softmax thread per query row"
+        assert shape.tile_n + shape.v_head_dim <= TMEM_COLS, "S and O share tensor memory"
+        self.shape = shape
+        self.dtype = DTYPES[shape.dtype]
+        self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
+
+    # -- host side: layouts, TMA descriptors, launch ----
+
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO: cute.Tensor,
+        mCuSeqlensQ: cute.Tensor,
+        mPrefixLens: Optional[cute.Tensor],
+        mPageTable: Optional[cute.Tensor],
+        mSinks: Optional[cute.Tensor],
+        softmax_scale: Float32,
+        max_seqlen_q: Int32,
+        stream: cuda.CUstream,
+    ):
+        shape = self.shape
+        d, dv = shape.head_dim, shape.v_head_dim
+        mQ, mK, mV, mO = (rows_aligned(t) for t in (mQ, mK, mV, mO))
+        mQ = mode_select(mQ, [0, 2, 1])  # (T, D, H): TMA tiles the first two modes
+        kv_modes = [1, 3, 2, 0] if const_expr(shape.paged) else [0, 2, 1]
+        mK, mV = mode_select(mK, kv_modes), mode_select(mV, kv_modes)
+
+        sQ_layout = smem_layout(self.dtype, self.tile_m, d, None)
+        sK_layout = smem_layout(self.dtype, self.tile_n, d, shape.num_stages)
+        sV_layout = smem_layout(self.dtype, self.tile_n, dv, shape.num_stages)
+        sP_layout = smem_layout(self.dtype, self.tile_m, self.tile_n, None)
+        tiled_mma_qk = sm100.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            tcgen05.OperandMajorMode.K,
+            tcgen05.OperandMajorMode.K,
+            Float32,
+            tcgen05.CtaGroup.ONE,
+            (self.tile_m, self.tile_n),
+        )
+        tiled_mma_pv = sm100.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            tcgen05.OperandMajorMode.K,
+            tcgen05.OperandMajorMode.MN,
+            Float32,
+            tcgen05.CtaGroup.ONE,
+            (self.tile_m, dv),
+        )
+        load = cpasync.CopyBulkTensorTileG2SOp()
+        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load, mQ, sQ_layout, (self.tile_m, d))
+        sK_one, sV_one = (cute.select(s, mode=[0, 1]) for s in (sK_layout, sV_layout))
+        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_one, (self.tile_n, d), 1)
+        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_one, (self.tile_n, dv), 1)
+        self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
+        self.tx_bytes_k = cute.size_in_bytes(self.dtype, sK_one)
+        self.tx_bytes_v = cute.size_in_bytes(self.dtype, sV_one)
+
+        stages = shape.num_stages
+
+        @cute.struct
+        class SharedStorage:
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * stages]
+            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * stages]
+            mbar_s: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_p: cute.struct.MemRange[cutlass.Int64, 2]
+            tmem_holding_buf: Int32
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+            sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
+
+        assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
+        if const_expr(shape.logit_softcap is None):
+            scale_log2 = softmax_scale * LOG2_E
+        else:
+            scale_log2 = Float32(LOG2_E)  # the capped scores are already scaled
+        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
+        grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
+        self.kernel(
+            tma_Q, tma_K, tma_V, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
+            tma_atom_Q, tma_atom_K, tma_atom_V, softmax_scale, scale_log2,
+            sQ_layout, sK_layout, sV_layout, sP_layout, tiled_mma_qk, tiled_mma_pv,
+            SharedStorage,
+        ).launch(
+            grid=grid, block=[NUM_THREADS, 1, 1], smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+        )  # fmt: skip
+
+    # -- device side ----
+
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO: cute.Tensor,
+        mCuSeqlensQ: cute.Tensor,
+        mPrefixLens: Optional[cute.Tensor],
+        mPageTable: Optional[cute.Tensor],
+        mSinks: Optional[cute.Tensor],
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        softmax_scale: Float32,
+        scale_log2: Float32,
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        sP_layout: cute.ComposedLayout,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        m_block_rev, head, batch = cute.arch.block_idx()
+        num_m_blocks, num_heads, _ = cute.arch.grid_dim()
+        m_block = num_m_blocks - 1 - m_block_rev  # longest (causal: last) query tiles first
+        q_start = mCuSeqlensQ[batch]
+        seqlen_q = mCuSeqlensQ[batch + 1] - q_start
+        seqlen_k = seqlen_q
+        if const_expr(mPrefixLens is not None):
+            seqlen_k = seqlen_q + mPrefixLens[batch]
+        head_kv = head // (num_heads // mK.shape[2])
+
+        if warp_idx == LOAD_WARP:
+            for atom in (tma_atom_Q, tma_atom_K, tma_atom_V):
+                cpasync.prefetch_descriptor(atom)
+        smem = cutlass.memory.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        one = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        rows = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32 * SOFTMAX_WARPS)
+        stages = self.shape.num_stages
+        pipe_q = pipeline.PipelineTmaUmma.create(
+            num_stages=1, producer_group=one, consumer_group=one, tx_count=self.tx_bytes_q,
+            barrier_storage=storage.mbar_q.data_ptr(), defer_sync=True,
+        )  # fmt: skip
+        pipe_k = pipeline.PipelineTmaUmma.create(
+            num_stages=stages, producer_group=one, consumer_group=one, tx_count=self.tx_bytes_k,
+            barrier_storage=storage.mbar_k.data_ptr(), defer_sync=True,
+        )  # fmt: skip
+        pipe_v = pipeline.PipelineTmaUmma.create(
+            num_stages=stages, producer_group=one, consumer_group=one, tx_count=self.tx_bytes_v,
+            barrier_storage=storage.mbar_v.data_ptr(), defer_sync=True,
+        )  # fmt: skip
+        # S ready (MMA -> softmax) and P ready / PV done (softmax <-> MMA)
+        pipe_s = pipeline.PipelineUmmaAsync.create(
+            num_stages=1, producer_group=one, consumer_group=rows,
+            barrier_storage=storage.mbar_s.data_ptr(), defer_sync=True,
+        )  # fmt: skip
+        pipe_p = pipeline.PipelineAsyncUmma.create(
+            num_stages=1, producer_group=rows, consumer_group=one,
+            barrier_storage=storage.mbar_p.data_ptr(), defer_sync=True,
+        )  # fmt: skip
+        cute.arch.mbarrier_init_fence()
+        cute.arch.barrier()
+
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sP = storage.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
+        tmem = cutlass.memory.TmemAllocator(
+            storage.tmem_holding_buf.ptr,
+            barrier_for_retrieve=pipeline.NamedBarrier(
+                barrier_id=TMEM_BARRIER_ID, num_threads=32 * (SOFTMAX_WARPS + 1)
+            ),
+            allocator_warp_id=MMA_WARP,
+        )
+        # TMEM views: S in columns [0, tile_n), O in [tile_n, tile_n + Dv)
+        tStS_shape = tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
+        tOtO_shape = tiled_mma_pv.partition_shape_C((self.tile_m, self.shape.v_head_dim))
+        tStS_fake = tiled_mma_qk.make_fragment_C(tStS_shape)
+        tOtO_fake = tiled_mma_pv.make_fragment_C(tOtO_shape)
+
+        n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
+        if m_block * self.tile_m < seqlen_q:
+            if warp_idx == LOAD_WARP:
+                self.load(
+                    mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
+                    pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
+                    n_block_min, n_block_max,
+                )  # fmt: skip
+            if warp_idx == MMA_WARP:
+                tmem.allocate(TMEM_COLS)
+                tmem.wait_for_alloc()
+                tmem_ptr = tmem.retrieve_ptr(Float32)
+                tStS = cute.make_tensor(tmem_ptr, tStS_fake.layout)
+                tOtO = cute.make_tensor(tmem_ptr + self.tile_n, tOtO_fake.layout)
+                self.mma(
+                    tiled_mma_qk, tiled_mma_pv, sQ, sK, sV, sP, tStS, tOtO,
+                    pipe_q, pipe_k, pipe_v, pipe_s, pipe_p, n_block_max - n_block_min,
+                )  # fmt: skip
+                tmem.relinquish_alloc_permit()
+                tmem.wait_for_alloc()  # the softmax warps are done with tensor memory
+                tcgen05_fence("after_thread_sync")
+                tmem.free(tmem_ptr)
+            if warp_idx < SOFTMAX_WARPS:
+                tmem.wait_for_alloc()
+                tmem_ptr = tmem.retrieve_ptr(Float32)
+                tStS = cute.make_tensor(tmem_ptr, tStS_fake.layout)
+                tOtO = cute.make_tensor(tmem_ptr + self.tile_n, tOtO_fake.layout)
+                self.softmax(
+                    mO, mSinks, sP, tStS, tOtO, tiled_mma_qk, tiled_mma_pv, pipe_s, pipe_p,
+                    tidx, softmax_scale, scale_log2, q_start, seqlen_q, seqlen_k, head, m_block,
+                    n_block_min, n_block_max,
+                )  # fmt: skip
+                tcgen05_fence("before_thread_sync")  # the last O loads are complete
+                tmem.wait_for_alloc()  # tell the MMA warp tensor memory may be freed
+
+    @cute.jit
+    def key_blocks(self, m_block: Int32, seqlen_q: Int32, seqlen_k: Int32):
+        """[n_block_min, n_block_max): the key tiles some row of this query tile sees."""
+        shape = self.shape
+        offset = seqlen_k - seqlen_q
+        n_block_max = (seqlen_k + self.tile_n - 1) // self.tile_n
+        if const_expr(shape.causal):
+            last_key = cutlass.min((m_block + 1) * self.tile_m + offset, seqlen_k)
+            n_block_max = cutlass.max((last_key + self.tile_n - 1) // self.tile_n, 1)
+        n_block_min = Int32(0)
+        if const_expr(shape.window_left is not None):
+            first_key = cutlass.max(m_block * self.tile_m + offset - shape.window_left, 0)
+            n_block_min = cutlass.min(first_key // self.tile_n, n_block_max - 1)
+        return n_block_min, n_block_max
+
+    # -- load warp: TMA ----
+
+    @cute.jit
+    def load(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        mPageTable: Optional[cute.Tensor],
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        pipe_q: pipeline.PipelineAsync,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        q_start: Int32,
+        head: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        m_block: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        d, dv = self.shape.head_dim, self.shape.v_head_dim
+        gQ = cute.local_tile(
+            cute.domain_offset((q_start, 0), mQ[None, None, head]), (self.tile_m, d), (m_block, 0)
+        )
+        tQsQ, tQgQ = cpasync.tma_partition(
+            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+        )  # fmt: skip
+        if const_expr(self.shape.paged):  # (tile_n, D, tile in page, page)
+            gK = cute.local_tile(mK[None, None, head_kv, None], (self.tile_n, d), (None, 0, None))
+            gV = cute.local_tile(mV[None, None, head_kv, None], (self.tile_n, dv), (None, 0, None))
+        else:  # (tile_n, D, n_block) of this request's rows
+            mK_b = cute.domain_offset((q_start, 0), mK[None, None, head_kv])
+            mV_b = cute.domain_offset((q_start, 0), mV[None, None, head_kv])
+            gK = cute.local_tile(mK_b, (self.tile_n, d), (None, 0))
+            gV = cute.local_tile(mV_b, (self.tile_n, dv), (None, 0))
+        tKsK, tKgK = cpasync.tma_partition(
+            tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2)
+        )  # fmt: skip
+        tVsV, tVgV = cpasync.tma_partition(
+            tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2)
+        )  # fmt: skip
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        pipe_q.producer_acquire(q_state)
+        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.shape.num_stages
+        )
+        tiles_per_page = 1
+        if const_expr(self.shape.paged):
+            tiles_per_page = mK.shape[0] // self.tile_n  # page_size is a multiple of tile_n
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            pipe_k.producer_acquire(state)
+            pipe_v.producer_acquire(state)
+            bar_k, bar_v = pipe_k.producer_get_barrier(state), pipe_v.producer_get_barrier(state)
+            sK_i, sV_i = tKsK[None, state.index], tVsV[None, state.index]
+            if const_expr(self.shape.paged):
+                sub = n_block % tiles_per_page
+                page = mPageTable[batch, n_block // tiles_per_page]
+                cute.copy(tma_atom_K, tKgK[None, sub, page], sK_i, tma_bar_ptr=bar_k)
+                cute.copy(tma_atom_V, tVgV[None, sub, page], sV_i, tma_bar_ptr=bar_v)
+            else:
+                cute.copy(tma_atom_K, tKgK[None, n_block], sK_i, tma_bar_ptr=bar_k)
+                cute.copy(tma_atom_V, tVgV[None, n_block], sV_i, tma_bar_ptr=bar_v)
+            state.advance()
+
+    # -- MMA warp: tcgen05 ----
+
+    @cute.jit
+    def mma(
+        self,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        sP: cute.Tensor,
+        tStS: cute.Tensor,
+        tOtO: cute.Tensor,
+        pipe_q: pipeline.PipelineAsync,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        pipe_s: pipeline.PipelineAsync,
+        pipe_p: pipeline.PipelineAsync,
+        num_blocks: Int32,
+    ):
+        thr_qk, thr_pv = tiled_mma_qk.get_slice(0), tiled_mma_pv.get_slice(0)
+        tSrQ = tiled_mma_qk.make_fragment_A(thr_qk.partition_A(sQ))
+        tSrK = tiled_mma_qk.make_fragment_B(thr_qk.partition_B(sK))
+        tOrP = tiled_mma_pv.make_fragment_A(thr_pv.partition_A(sP))
+        tOrV = tiled_mma_pv.make_fragment_B(thr_pv.partition_B(transpose_smem(sV)))
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        kv_state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Consumer, self.shape.num_stages
+        )
+        s_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        p_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        pipe_q.consumer_wait(q_state)
+        for i in cutlass.range(num_blocks, unroll=1):
+            # -- S = Q K^T into tensor memory (the softmax warps released the last S) ----
+            pipe_k.consumer_wait(kv_state)
+            pipe_s.producer_acquire(s_state)
+            tcgen05_fence("after_thread_sync")  # the softmax warps' S loads come first
+            _umma(tiled_mma_qk, tStS, tSrQ, tSrK[None, None, None, kv_state.index], False)
+            pipe_s.producer_commit(s_state)
+            s_state.advance()
+            pipe_k.consumer_release(kv_state)
+            # -- O += P V once the softmax warps wrote P and rescaled O ----
+            pipe_p.consumer_wait(p_state)
+            tcgen05_fence("after_thread_sync")  # the softmax warps' O stores come first
+            pipe_v.consumer_wait(kv_state)
+            _umma(tiled_mma_pv, tOtO, tOrP, tOrV[None, None, None, kv_state.index], i > 0)
+            pipe_p.consumer_release(p_state)  # PV done: P's buffer and O are free again
+            p_state.advance()
+            pipe_v.consumer_release(kv_state)
+            kv_state.advance()
+
+    # -- softmax warps: one row each ----
+
+    @cute.jit
+    def softmax(
+        self,
+        mO: cute.Tensor,
+        mSinks: Optional[cute.Tensor],
+        sP: cute.Tensor,
+        tStS: cute.Tensor,
+        tOtO: cute.Tensor,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        pipe_s: pipeline.PipelineAsync,
+        pipe_p: pipeline.PipelineAsync,
+        tidx: Int32,
+        softmax_scale: Float32,
+        scale_log2: Float32,
+        q_start: Int32,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        head: Int32,
+        m_block: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        shape = self.shape
+        thr_qk, thr_pv = tiled_mma_qk.get_slice(0), tiled_mma_pv.get_slice(0)
+        # this thread's row of S and of O, in tensor memory and in registers, with coordinates
+        tSAcc = tStS[(None, None), 0, 0]
+        tScS = thr_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
+        tScS = tScS[(None, None), 0, 0]
+        load_s = tcgen05.make_tmem_copy(
+            cute.make_copy_atom(tcgen05.Ld32x32bOp(tcgen05.Repetition(32)), Float32), tSAcc
+        ).get_slice(tidx)
+        tStS_t2r, tScS_t2r = load_s.partition_S(tSAcc), load_s.partition_D(tScS)
+        tSrS = cute.make_rmem_tensor(tScS_t2r.shape, Float32)
+        # O is read and written in column chunks of O_CHUNK (a whole row would not fit)
+        tOAcc = tOtO[(None, None), 0, 0]
+        tOcO = thr_pv.partition_C(cute.make_identity_tensor((self.tile_m, shape.v_head_dim)))
+        tOcO = tOcO[(None, None), 0, 0]
+        chunk = (self.tile_m, O_CHUNK)
+        load_o = tcgen05.make_tmem_copy(
+            cute.make_copy_atom(tcgen05.Ld32x32bOp(tcgen05.Repetition(O_CHUNK)), Float32),
+            cute.local_tile(tOAcc, chunk, (0, 0)),
+        ).get_slice(tidx)
+        store_o = tcgen05.make_tmem_copy(
+            cute.make_copy_atom(tcgen05.St32x32bOp(tcgen05.Repetition(O_CHUNK)), Float32),
+            cute.local_tile(tOAcc, chunk, (0, 0)),
+        ).get_slice(tidx)
+        tOrO = cute.make_rmem_tensor(
+            load_o.partition_D(cute.local_tile(tOcO, chunk, (0, 0))).shape, Float32
+        )
+        num_chunks = shape.v_head_dim // O_CHUNK
+
+        row = tScS_t2r[0][0]  # this thread's query row within the tile
+        pos = m_block * self.tile_m + row + (seqlen_k - seqlen_q)  # its query position
+        key_end = seqlen_k
+        if const_expr(shape.causal):
+            key_end = cutlass.min(pos + 1, seqlen_k)
+        key_start = Int32(0)
+        if const_expr(shape.window_left is not None):
+            key_start = pos - shape.window_left
+        row_max = -Float32.inf
+        row_sum = Float32(0.0)
+        s_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        p_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            pipe_s.consumer_wait(s_state)
+            tcgen05_fence("after_thread_sync")
+            cute.copy(load_s, tStS_t2r, tSrS)
+            cute.arch.fence_view_async_tmem_load()
+            tcgen05_fence("before_thread_sync")  # S read before the MMA warp overwrites it
+            pipe_s.consumer_release(s_state)
+            s_state.advance()
+            # -- score_mod, mask_mod ----
+            for j in cutlass.range_constexpr(cute.size(tSrS)):
+                s = tSrS[j]
+                if const_expr(shape.logit_softcap is not None):
+                    cap = shape.logit_softcap
+                    s = cap * cute.math.tanh(s * (softmax_scale / cap), fastmath=True)
+                key = n_block * self.tile_n + tScS_t2r[j][1]
+                tSrS[j] = s if key < key_end and key >= key_start else -Float32.inf
+            # -- online softmax over this thread's row ----
+            s_row = tSrS.load()
+            m_new = s_row.reduce(cute.ReductionOp.MAX, row_max, 0)
+            m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
+            rescale = cute.math.exp2((row_max - m_safe) * scale_log2, fastmath=True)
+            p_row = cute.math.exp2(s_row * scale_log2 - m_safe * scale_log2, fastmath=True)
+            row_sum = row_sum * rescale + p_row.reduce(cute.ReductionOp.ADD, 0.0, 0)
+            row_max = m_new
+            # -- once PV of the last tile is done: rescale O, write P ----
+            pipe_p.producer_acquire(p_state)
+            tcgen05_fence("after_thread_sync")  # PV of the last tile is complete
+            if i > 0:
+                for c in cutlass.range_constexpr(num_chunks):
+                    tOtO_c = cute.local_tile(tOAcc, chunk, (0, c))
+                    cute.copy(load_o, load_o.partition_S(tOtO_c), tOrO)
+                    cute.arch.fence_view_async_tmem_load()
+                    tOrO.store(tOrO.load() * rescale)
+                    cute.copy(store_o, tOrO, store_o.partition_D(tOtO_c))
+                cute.arch.fence_view_async_tmem_store()
+            tSrS.store(p_row)  # P over S's registers, converted as it is stored
+            for j in cutlass.range_constexpr(cute.size(tSrS)):
+                sP[row, tScS_t2r[j][1]] = self.dtype(tSrS[j])
+            cute.arch.fence_view_async_shared()  # P visible to the tensor cores
+            tcgen05_fence("before_thread_sync")  # O stores ordered before the PV MMA
+            pipe_p.producer_commit(p_state)
+            p_state.advance()
+
+        # -- epilogue: wait for the last PV, normalise, write this row ----
+        pipe_p.producer_acquire(p_state)
+        tcgen05_fence("after_thread_sync")
+        total = row_sum
+        if const_expr(shape.sinks):
+            sink = Float32(mSinks[head])
+            m_scaled = row_max * scale_log2
+            if row_max == -Float32.inf:
+                m_scaled = sink * LOG2_E
+            total += cute.math.exp2(sink * LOG2_E - m_scaled, fastmath=True)
+        inv = Float32(1.0) / total if total > 0.0 else Float32(0.0)
+        tOrO_out = cute.make_rmem_tensor_like(tOrO, self.dtype)
+        mO_h = cute.domain_offset((q_start, 0), mO[None, head, None])
+        q_row = m_block * self.tile_m + row
+        for c in cutlass.range_constexpr(num_chunks):
+            cute.copy(load_o, load_o.partition_S(cute.local_tile(tOAcc, chunk, (0, c))), tOrO)
+            cute.arch.fence_view_async_tmem_load()
+            tOrO_out.store((tOrO.load() * inv).to(self.dtype))
+            tOcO_c = load_o.partition_D(cute.local_tile(tOcO, chunk, (0, c)))
+            if q_row < seqlen_q:
+                for j in cutlass.range_constexpr(cute.size(tOrO_out)):
+                    mO_h[q_row, tOcO_c[j][1]] = tOrO_out[j]
+
+
+KERNEL = MhaFwdSm100  # what host/compile.py builds for sm100

@@ -1,0 +1,689 @@
+"""MHA / GQA forward (prefill and extend) on Hopper: TMA loads, wgmma, warp-specialized.
+
+One CTA computes one (query tile, query head, request): ``tile_m`` query rows against every
+key tile the mask lets it see, newest key tile first.
+
+Warp roles (3 warpgroups, 384 threads):
+
+- warpgroup 0, **producer**: its first warp issues the bulk tensor copies (TMA) of the Q tile
+  (once) and of each K and V tile into a ``num_stages`` ring in shared memory, through
+  mbarrier pipelines; it gives most of its registers to the consumers.
+- warpgroups 1 and 2, **consumers**: 64 query rows each. Per key tile: S = Q K^T (wgmma, both
+  operands in shared memory), score_mod (softcap), mask_mod (key length, causal, window),
+  online softmax in registers, then O += P V (wgmma with P in registers, V^T from shared
+  memory). The two consumers run independently, so one's softmax overlaps the other's MMAs.
+
+Layouts (what ``__call__`` takes; the host passes torch tensors through DLPack):
+
+- q ``[T, Hq, D]``, out ``[T, Hq, Dv]``: ragged requests, ``cu_seqlens_q[b] .. [b+1]``;
+- contiguous K/V (``page_table`` None, prefill): ``[T, Hkv, D]`` rows aligned with q's;
+- paged K/V (extend): ``[num_pages, page_size, Hkv, D]`` with ``page_size == tile_n``, read
+  through ``page_table[b, j]``; request ``b`` has ``prefix_lens[b]`` cached tokens followed by
+  its new tokens (already written), so its key length is prefix + new.
+
+Mask (attngen.hooks.MaskHooks, compile-time): a query row ``i`` of a request with key
+length ``Lk`` and query length ``Lq`` sits at position ``p = i + Lk - Lq``; it sees key ``k``
+when ``k < Lk``, ``k <= p`` if causal and ``k >= p - window_left`` with a window (key tiles
+wholly outside are never loaded). Scores ``s = q.k * sm_scale`` become ``cap * tanh(s / cap)``
+with a softcap; with sinks, ``exp(sinks[h])`` joins each row's softmax denominator. A row
+that sees no key gives zeros.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.memory
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90
+from cutlass import Float32, Int32, const_expr
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from attngen.families.mha.cute_dsl.kernels.common import (
+    DTYPES,
+    LOG2_E,
+    SMEM_ALIGN,
+    FwdShape,
+    mode_select,
+    rows_aligned,
+    smem_layout,
+)
+from attngen.families.mha.cute_dsl.kernels.fragments import (
+    mma_a,
+    rows_cols,
+    transpose_smem,
+)
+
+WARPGROUP = 128  # threads
+PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg (TMA issue only)
+CONSUMER_REGS = 240  # registers per consumer thread (S and O accumulators, P)
+
+
+# What the design relies on, checked in every compiled kernel by the AOT check: wgmma and
+# bulk tensor copies (TMA), in the PTX and in the SASS ptxas made of it.
+REQUIRES = {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor"), "sass": ("HGMMA", "UTMALDG")}
+
+
+def shared_bytes(shape: FwdShape) -> int:
+    """Dynamic shared memory of one CTA: mbarriers (padded to SMEM_ALIGN), the Q tile and
+    ``num_stages`` K and V tiles (each a multiple of SMEM_ALIGN); checked at compile time."""
+    elem = 2  # bf16 / fp16
+    q = shape.tile_m * shape.head_dim * elem
+    kv = shape.num_stages * shape.tile_n * (shape.head_dim + shape.v_head_dim) * elem
+    return SMEM_ALIGN + q + kv
+
+
+@cute.jit
+def _wgmma(
+    tiled_mma: cute.TiledMma,
+    acc: cute.Tensor,
+    t_a: cute.Tensor,
+    t_b: cute.Tensor,
+    zero_init: cutlass.Constexpr[bool],
+    wait: cutlass.Constexpr[int] = 0,
+):
+    """acc (+)= A B over the k blocks of the fragments as one wgmma group, then wait until
+    at most ``wait`` groups are in flight (-1: do not wait)."""
+    warpgroup.fence()
+    atom = cute.make_mma_atom(tiled_mma.op)
+    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+    for k in cutlass.range_constexpr(cute.size(t_a.shape[2])):
+        cute.gemm(atom, acc, t_a[None, None, k], t_b[None, None, k], acc)
+        atom.set(warpgroup.Field.ACCUMULATE, True)
+    warpgroup.commit_group()
+    if const_expr(wait >= 0):
+        warpgroup.wait_group(wait)
+
+
+class MhaFwdSm90:
+    """The kernel of one :class:`FwdShape`; ``cute.compile(obj, ...)`` builds it."""
+
+    def __init__(self, shape: FwdShape):
+        assert shape.tile_m == 2 * 64, "two consumer warpgroups of 64 rows"
+        assert shape.head_dim % 16 == 0 and shape.v_head_dim % 16 == 0
+        self.shape = shape
+        self.dtype = DTYPES[shape.dtype]
+        self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
+        self.num_consumers = shape.tile_m // 64
+        self.num_threads = WARPGROUP * (1 + self.num_consumers)
+
+    # -- host side: layouts, TMA descriptors, launch ----
+
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO: cute.Tensor,
+        mCuSeqlensQ: cute.Tensor,
+        mPrefixLens: Optional[cute.Tensor],
+        mPageTable: Optional[cute.Tensor],
+        mSinks: Optional[cute.Tensor],
+        softmax_scale: Float32,
+        max_seqlen_q: Int32,
+        stream: cuda.CUstream,
+    ):
+        shape = self.shape
+        d, dv = shape.head_dim, shape.v_head_dim
+        mQ, mK, mV, mO = (rows_aligned(t) for t in (mQ, mK, mV, mO))
+        # (T, H, D) -> (T, D, H): TMA tiles the first two modes
+        mQ = mode_select(mQ, [0, 2, 1])
+        kv_modes = [1, 3, 2, 0] if const_expr(shape.paged) else [0, 2, 1]
+        mK, mV = mode_select(mK, kv_modes), mode_select(mV, kv_modes)
+
+        sQ_layout = smem_layout(self.dtype, self.tile_m, d, None)
+        sK_layout = smem_layout(self.dtype, self.tile_n, d, shape.num_stages)
+        sV_layout = smem_layout(self.dtype, self.tile_n, dv, shape.num_stages)
+        tiled_mma_qk = sm90.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            sm90.OperandMajorMode.K,
+            sm90.OperandMajorMode.K,
+            Float32,
+            atom_layout_mnk=(self.num_consumers, 1, 1),
+            tiler_mn=(64, self.tile_n),
+        )
+        tiled_mma_pv = sm90.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            sm90.OperandMajorMode.K,
+            sm90.OperandMajorMode.MN,
+            Float32,
+            atom_layout_mnk=(self.num_consumers, 1, 1),
+            tiler_mn=(64, dv),
+            a_source=sm90.OperandSource.RMEM,
+        )
+        load = cpasync.CopyBulkTensorTileG2SOp()
+        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load, mQ, sQ_layout, (self.tile_m, d))
+        sK_one, sV_one = (cute.select(s, mode=[0, 1]) for s in (sK_layout, sV_layout))
+        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_one, (self.tile_n, d), 1)
+        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_one, (self.tile_n, dv), 1)
+        self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
+        self.tx_bytes_k = cute.size_in_bytes(self.dtype, sK_one)
+        self.tx_bytes_v = cute.size_in_bytes(self.dtype, sV_one)
+
+        stages = shape.num_stages
+
+        @cute.struct
+        class SharedStorage:
+            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
+            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * stages]
+            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * stages]
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+
+        assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
+        if const_expr(shape.logit_softcap is None):
+            scale_log2 = softmax_scale * LOG2_E  # exp(s * scale) = exp2(s * scale_log2)
+        else:
+            scale_log2 = Float32(LOG2_E)  # the capped scores are already scaled
+        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
+        grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
+        self.kernel(
+            tma_Q,
+            tma_K,
+            tma_V,
+            mO,
+            mCuSeqlensQ,
+            mPrefixLens,
+            mPageTable,
+            mSinks,
+            tma_atom_Q,
+            tma_atom_K,
+            tma_atom_V,
+            softmax_scale,
+            scale_log2,
+            sQ_layout,
+            sK_layout,
+            sV_layout,
+            tiled_mma_qk,
+            tiled_mma_pv,
+            SharedStorage,
+        ).launch(
+            grid=grid,
+            block=[self.num_threads, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+        )
+
+    # -- device side ----
+
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mO: cute.Tensor,
+        mCuSeqlensQ: cute.Tensor,
+        mPrefixLens: Optional[cute.Tensor],
+        mPageTable: Optional[cute.Tensor],
+        mSinks: Optional[cute.Tensor],
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        softmax_scale: Float32,
+        scale_log2: Float32,
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        SharedStorage: cutlass.Constexpr,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        m_block_rev, head, batch = cute.arch.block_idx()
+        num_m_blocks, num_heads, _ = cute.arch.grid_dim()
+        # longest (causal: last) query tiles first, so the tail of the grid is short work
+        m_block = num_m_blocks - 1 - m_block_rev
+        q_start = mCuSeqlensQ[batch]
+        seqlen_q = mCuSeqlensQ[batch + 1] - q_start
+        seqlen_k = seqlen_q
+        if const_expr(mPrefixLens is not None):
+            seqlen_k = seqlen_q + mPrefixLens[batch]
+        head_kv = head // (num_heads // mK.shape[2])
+
+        if warp_idx == 0:
+            for atom in (tma_atom_Q, tma_atom_K, tma_atom_V):
+                cpasync.prefetch_descriptor(atom)
+        smem = cutlass.memory.SmemAllocator()
+        storage = smem.allocate(SharedStorage)
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        consumers = pipeline.CooperativeGroup(
+            pipeline.Agent.Thread, self.num_consumers * WARPGROUP // 32
+        )
+        pipe_q = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_q.data_ptr(),
+            num_stages=1,
+            producer_group=producer,
+            consumer_group=consumers,
+            tx_count=self.tx_bytes_q,
+            defer_sync=True,
+        )
+        pipe_k = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_k.data_ptr(),
+            num_stages=self.shape.num_stages,
+            producer_group=producer,
+            consumer_group=consumers,
+            tx_count=self.tx_bytes_k,
+            defer_sync=True,
+        )
+        pipe_v = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_v.data_ptr(),
+            num_stages=self.shape.num_stages,
+            producer_group=producer,
+            consumer_group=consumers,
+            tx_count=self.tx_bytes_v,
+            defer_sync=True,
+        )
+        cute.arch.mbarrier_init_fence()
+        cute.arch.barrier()
+
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+
+        n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
+        if m_block * self.tile_m < seqlen_q:
+            if warp_idx < 4:
+                cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+                if warp_idx == 0:
+                    self.load(
+                        mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
+                        pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
+                        n_block_min, n_block_max,
+                    )  # fmt: skip
+            else:
+                cute.arch.setmaxregister_increase(CONSUMER_REGS)
+                self.attend(
+                    mO, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
+                    tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q, seqlen_k,
+                    head, m_block, n_block_min, n_block_max,
+                )  # fmt: skip
+
+    @cute.jit
+    def key_blocks(self, m_block: Int32, seqlen_q: Int32, seqlen_k: Int32):
+        """[n_block_min, n_block_max): the key tiles some row of this query tile sees."""
+        shape = self.shape
+        offset = seqlen_k - seqlen_q  # position of query row 0
+        n_block_max = (seqlen_k + self.tile_n - 1) // self.tile_n
+        if const_expr(shape.causal):
+            last_key = cutlass.min((m_block + 1) * self.tile_m + offset, seqlen_k)
+            n_block_max = cutlass.max((last_key + self.tile_n - 1) // self.tile_n, 1)
+        n_block_min = Int32(0)
+        if const_expr(shape.window_left is not None):
+            first_key = cutlass.max(m_block * self.tile_m + offset - shape.window_left, 0)
+            n_block_min = cutlass.min(first_key // self.tile_n, n_block_max - 1)
+        return n_block_min, n_block_max
+
+    # -- producer: TMA ----
+
+    @cute.jit
+    def load(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        mPageTable: Optional[cute.Tensor],
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        pipe_q: pipeline.PipelineAsync,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        q_start: Int32,
+        head: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        m_block: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        d, dv = self.shape.head_dim, self.shape.v_head_dim
+        gQ = cute.local_tile(
+            cute.domain_offset((q_start, 0), mQ[None, None, head]), (self.tile_m, d), (m_block, 0)
+        )
+        tQsQ, tQgQ = cpasync.tma_partition(
+            tma_atom_Q,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sQ, 0, 2),
+            cute.group_modes(gQ, 0, 2),
+        )
+        if const_expr(self.shape.paged):  # (tile_n, D, page): one tile per page
+            gK = cute.local_tile(mK[None, None, head_kv, None], (self.tile_n, d), (0, 0, None))
+            gV = cute.local_tile(mV[None, None, head_kv, None], (self.tile_n, dv), (0, 0, None))
+        else:  # (tile_n, D, n_block) of this request's rows
+            gK = cute.local_tile(
+                cute.domain_offset((q_start, 0), mK[None, None, head_kv]),
+                (self.tile_n, d),
+                (None, 0),
+            )
+            gV = cute.local_tile(
+                cute.domain_offset((q_start, 0), mV[None, None, head_kv]),
+                (self.tile_n, dv),
+                (None, 0),
+            )
+        tKsK, tKgK = cpasync.tma_partition(
+            tma_atom_K,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sK, 0, 2),
+            cute.group_modes(gK, 0, 2),
+        )
+        tVsV, tVgV = cpasync.tma_partition(
+            tma_atom_V,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sV, 0, 2),
+            cute.group_modes(gV, 0, 2),
+        )
+
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        pipe_q.producer_acquire(q_state)
+        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.shape.num_stages
+        )
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            src = n_block
+            if const_expr(self.shape.paged):
+                src = mPageTable[batch, n_block]
+            pipe_k.producer_acquire(state)
+            cute.copy(
+                tma_atom_K,
+                tKgK[None, src],
+                tKsK[None, state.index],
+                tma_bar_ptr=pipe_k.producer_get_barrier(state),
+            )
+            pipe_v.producer_acquire(state)
+            cute.copy(
+                tma_atom_V,
+                tVgV[None, src],
+                tVsV[None, state.index],
+                tma_bar_ptr=pipe_v.producer_get_barrier(state),
+            )
+            state.advance()
+
+    # -- consumers: wgmma + online softmax ----
+
+    @cute.jit
+    def attend(
+        self,
+        mO: cute.Tensor,
+        mSinks: Optional[cute.Tensor],
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        pipe_q: pipeline.PipelineAsync,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        tidx: Int32,
+        softmax_scale: Float32,
+        scale_log2: Float32,
+        q_start: Int32,
+        seqlen_q: Int32,
+        seqlen_k: Int32,
+        head: Int32,
+        m_block: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        shape = self.shape
+        wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
+        thr_mma_qk = tiled_mma_qk.get_slice(tidx)
+        thr_mma_pv = tiled_mma_pv.get_slice(tidx)
+        wg_mma_qk = tiled_mma_qk.get_slice(wg * WARPGROUP)
+        wg_mma_pv = tiled_mma_pv.get_slice(wg * WARPGROUP)
+        tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
+        tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
+        tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV)))
+        tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
+        acc_O = cute.make_rmem_tensor(
+            tiled_mma_pv.partition_shape_C((self.tile_m, shape.v_head_dim)), Float32
+        )
+        acc_O.fill(0.0)
+        acc_O_rc = rows_cols(acc_O)
+        # (row, col) of each accumulator register of S, within the tile
+        tScS = rows_cols(
+            thr_mma_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
+        )
+        num_rows = cute.size(acc_O_rc, mode=[0])
+        row_max = cute.make_rmem_tensor(num_rows, Float32)
+        row_sum = cute.make_rmem_tensor(num_rows, Float32)
+        row_max.fill(-Float32.inf)
+        row_sum.fill(0.0)
+        offset = seqlen_k - seqlen_q
+
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        pipe_q.consumer_wait(q_state)
+        if const_expr(shape.overlap):
+            self.mainloop_overlapped(
+                acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, tiled_mma_qk,
+                tiled_mma_pv, pipe_k, pipe_v, softmax_scale, scale_log2, seqlen_k, offset,
+                m_block, n_block_min, n_block_max,
+            )  # fmt: skip
+        else:
+            state = pipeline.make_pipeline_state(
+                pipeline.PipelineUserType.Consumer, shape.num_stages
+            )
+            # the serial loop (the one verified on the H200): S, softmax, then PV, per key tile
+            for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+                n_block = n_block_max - 1 - i
+                # -- S = Q K^T ----
+                acc_S = cute.make_rmem_tensor(
+                    tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
+                )
+                pipe_k.consumer_wait(state)
+                _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
+                pipe_k.consumer_release(state)
+                acc_S_rc = rows_cols(acc_S)
+                # -- score_mod: logit softcap ----
+                if const_expr(shape.logit_softcap is not None):
+                    cap = shape.logit_softcap
+                    for j in cutlass.range_constexpr(cute.size(acc_S_rc)):
+                        acc_S_rc[j] = cap * cute.math.tanh(
+                            acc_S_rc[j] * (softmax_scale / cap), fastmath=True
+                        )
+                # -- mask_mod: key length, causal, window ----
+                if self.needs_mask(n_block, m_block, seqlen_k, offset):
+                    self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+                # -- online softmax ----
+                for r in cutlass.range_constexpr(num_rows):
+                    s_row = acc_S_rc[r, None].load()
+                    m_new = cute.arch.warp_reduction_max(
+                        s_row.reduce(cute.ReductionOp.MAX, row_max[r], 0), threads_in_group=4
+                    )
+                    m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
+                    rescale = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
+                    p_row = cute.math.exp2(s_row * scale_log2 - m_safe * scale_log2, fastmath=True)
+                    row_sum[r] = row_sum[r] * rescale + p_row.reduce(cute.ReductionOp.ADD, 0.0, 0)
+                    row_max[r] = m_new
+                    acc_S_rc[r, None].store(p_row)
+                    acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale)
+                # -- O += P V ----
+                tOrP.store(mma_a(acc_S).load().to(self.dtype))
+                pipe_v.consumer_wait(state)
+                _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
+                pipe_v.consumer_release(state)
+                state.advance()
+
+        # -- epilogue: normalise, write the rows this request has ----
+        for r in cutlass.range_constexpr(num_rows):
+            total = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
+            if const_expr(shape.sinks):
+                sink = Float32(mSinks[head])
+                m_scaled = row_max[r] * scale_log2
+                if row_max[r] == -Float32.inf:
+                    m_scaled = sink * LOG2_E
+                total += cute.math.exp2(sink * LOG2_E - m_scaled, fastmath=True)
+            inv = Float32(1.0) / total if total > 0.0 else Float32(0.0)
+            acc_O_rc[r, None].store(acc_O_rc[r, None].load() * inv)
+        tOrO = cute.make_rmem_tensor_like(acc_O, self.dtype)
+        tOrO.store(acc_O.load().to(self.dtype))
+        tOrO_rc = rows_cols(tOrO)
+        tOcO = rows_cols(
+            thr_mma_pv.partition_C(cute.make_identity_tensor((self.tile_m, shape.v_head_dim)))
+        )
+        mO_h = cute.domain_offset((q_start, 0), mO[None, head, None])
+        for r in cutlass.range_constexpr(num_rows):
+            row = m_block * self.tile_m + tOcO[r, 0][0]
+            if row < seqlen_q:
+                for c in cutlass.range_constexpr(cute.size(tOrO_rc, mode=[1])):
+                    mO_h[row, tOcO[r, c][1]] = tOrO_rc[r, c]
+
+    @cute.jit
+    def mainloop_overlapped(
+        self,
+        acc_O: cute.Tensor,
+        tOrP: cute.Tensor,
+        tSrQ: cute.Tensor,
+        tSrK: cute.Tensor,
+        tOrV: cute.Tensor,
+        tScS: cute.Tensor,
+        row_max: cute.Tensor,
+        row_sum: cute.Tensor,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        softmax_scale: Float32,
+        scale_log2: Float32,
+        seqlen_k: Int32,
+        offset: Int32,
+        m_block: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        """The serial loop's attention with S_j = Q K_j^T issued before O += P_{j-1} V_{j-1},
+        and S_j's score/mask/softmax computed while that PV runs; O and P_{j-1} (registers
+        the PV reads) are touched only after it is waited for. NOT YET RUN ON A GPU."""
+        shape = self.shape
+        acc_O_rc = rows_cols(acc_O)
+        num_rows = cute.size(acc_O_rc, mode=[0])
+        rescale = cute.make_rmem_tensor(num_rows, Float32)
+        s_shape = tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, shape.num_stages)
+        # -- the first (newest) key tile: S, softmax, P; O is zero, nothing to rescale ----
+        acc_S = cute.make_rmem_tensor(s_shape, Float32)
+        pipe_k.consumer_wait(state)
+        _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, 0)
+        pipe_k.consumer_release(state)
+        self.scores_to_probs(
+            rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
+            n_block_max - 1, m_block, seqlen_k, offset,
+        )  # fmt: skip
+        tOrP.store(mma_a(acc_S).load().to(self.dtype))
+        state_v = state.clone()
+        state.advance()
+        for i in cutlass.range(n_block_max - n_block_min - 1, unroll=1):
+            n_block = n_block_max - 2 - i
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            pipe_k.consumer_wait(state)
+            _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, -1)
+            pipe_v.consumer_wait(state_v)
+            _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 1)
+            pipe_k.consumer_release(state)  # S_j is done (PV may still run)
+            self.scores_to_probs(
+                rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
+                n_block, m_block, seqlen_k, offset,
+            )  # fmt: skip
+            warpgroup.wait_group(0)  # PV of the previous tile: O and P are free
+            pipe_v.consumer_release(state_v)
+            for r in cutlass.range_constexpr(num_rows):
+                acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale[r])
+            tOrP.store(mma_a(acc_S).load().to(self.dtype))
+            state_v = state.clone()
+            state.advance()
+        pipe_v.consumer_wait(state_v)
+        _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 0)
+        pipe_v.consumer_release(state_v)
+
+    @cute.jit
+    def scores_to_probs(
+        self,
+        acc_S_rc: cute.Tensor,
+        tScS: cute.Tensor,
+        row_max: cute.Tensor,
+        row_sum: cute.Tensor,
+        rescale: cute.Tensor,
+        softmax_scale: Float32,
+        scale_log2: Float32,
+        n_block: Int32,
+        m_block: Int32,
+        seqlen_k: Int32,
+        offset: Int32,
+    ):
+        """score_mod, mask_mod and the online-softmax update of one key tile, in place (S
+        becomes unnormalised P); ``rescale[r]`` is what row r of O must be multiplied by."""
+        shape = self.shape
+        if const_expr(shape.logit_softcap is not None):
+            cap = shape.logit_softcap
+            for j in cutlass.range_constexpr(cute.size(acc_S_rc)):
+                acc_S_rc[j] = cap * cute.math.tanh(
+                    acc_S_rc[j] * (softmax_scale / cap), fastmath=True
+                )
+        if self.needs_mask(n_block, m_block, seqlen_k, offset):
+            self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+        for r in cutlass.range_constexpr(cute.size(row_max)):
+            s_row = acc_S_rc[r, None].load()
+            m_new = cute.arch.warp_reduction_max(
+                s_row.reduce(cute.ReductionOp.MAX, row_max[r], 0), threads_in_group=4
+            )
+            m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
+            rescale[r] = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)
+            p_row = cute.math.exp2(s_row * scale_log2 - m_safe * scale_log2, fastmath=True)
+            row_sum[r] = row_sum[r] * rescale[r] + p_row.reduce(cute.ReductionOp.ADD, 0.0, 0)
+            row_max[r] = m_new
+            acc_S_rc[r, None].store(p_row)
+
+    @cute.jit
+    def needs_mask(self, n_block: Int32, m_block: Int32, seqlen_k: Int32, offset: Int32):
+        """Whether some key of this tile is hidden from some row of the query tile."""
+        shape = self.shape
+        first_key, end_key = n_block * self.tile_n, (n_block + 1) * self.tile_n
+        need = end_key > seqlen_k
+        if const_expr(shape.causal):
+            need = need or end_key - 1 > m_block * self.tile_m + offset
+        if const_expr(shape.window_left is not None):
+            need = need or first_key < (m_block + 1) * self.tile_m - 1 + offset - shape.window_left
+        return need
+
+    @cute.jit
+    def apply_mask(
+        self,
+        acc_S_rc: cute.Tensor,
+        tScS: cute.Tensor,
+        n_block: Int32,
+        m_block: Int32,
+        seqlen_k: Int32,
+        offset: Int32,
+    ):
+        shape = self.shape
+        for r in cutlass.range_constexpr(cute.size(acc_S_rc, mode=[0])):
+            pos = m_block * self.tile_m + tScS[r, 0][0] + offset  # the row's query position
+            key_end = seqlen_k
+            if const_expr(shape.causal):
+                key_end = cutlass.min(pos + 1, seqlen_k)
+            key_start = Int32(0)
+            if const_expr(shape.window_left is not None):
+                key_start = pos - shape.window_left
+            for c in cutlass.range_constexpr(cute.size(acc_S_rc, mode=[1])):
+                key = n_block * self.tile_n + tScS[r, c][1]
+                if key >= key_end or key < key_start:
+                    acc_S_rc[r, c] = -Float32.inf
+
+
+KERNEL = MhaFwdSm90  # what host/compile.py builds for sm90

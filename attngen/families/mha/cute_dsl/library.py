@@ -1,0 +1,37 @@
+"""Paged MHA / GQA attention in CuTe DSL: the kernels and launchers every spec's
+cute_dsl kernels.py binds.
+
+Arch- and spec-independent real Python source: a generated kernels.py binds its
+MhaCuteTraits (mask hooks, phases) and CONFIGS and calls the launchers here with them.
+Device code lives in ``kernels/`` (``fwd_sm90``: the Hopper forward kernel, GPU-verified;
+``fwd_sm100``: the Blackwell one, compile-only; ``common``: their specialization and tile
+layouts; ``fragments``: register views of wgmma accumulators), host code in ``host/``
+(``compile``: specializations, the compile cache and AOT arguments; ``launch``: checks and
+launches). A config's ``arch`` picks the kernel.
+
+Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens over a paged
+cache read in whole key tiles: page sizes 64 and 128). KV in the activation dtype (bf16,
+fp16); head dims 64 and 128.
+
+What the launchers check, and what they do not: shapes, dtypes, devices, strides and
+alignment of every tensor, always (host-side, no sync). They never read device values:
+cu_seqlens / qo_indptr and prefix lengths consistent with the tensors, page_table entries
+< num_pages and wide enough for every request, are the caller's promise (the generated
+backends check them in eager mode, in one host sync per forward).
+
+Mask (MhaCuteTraits.mask, attngen.hooks.MaskHooks; compile-time branches of the kernel): a
+query at position p sees key k when k <= p (causal) and k >= p - window_left (window; key
+tiles wholly left of it are not loaded); scores become cap * tanh(s / cap) with a logit
+softcap; with sinks, exp(sinks[h]) joins the softmax denominator. A row with no visible key
+gives zeros.
+"""
+
+from __future__ import annotations
+
+from attngen.families.mha.cute_dsl.host.compile import compile_specs
+from attngen.families.mha.cute_dsl.host.launch import extend, prefill
+from attngen.families.mha.cute_dsl.source import source_sha256
+
+__all__ = ["SOURCE_SHA256", "compile_specs", "extend", "prefill", "source_sha256"]
+
+SOURCE_SHA256 = source_sha256()  # generated kernels.py files record the one they bind

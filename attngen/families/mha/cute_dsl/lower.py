@@ -1,0 +1,77 @@
+"""Lowering of MHA variants to CuTe DSL plans: tiles per arch and page size, the plan.
+
+sm90 forward: 128 query rows per CTA (two consumer warpgroups of 64), 128-key tiles (the
+page, when extend reads a paged cache), two K/V stages in shared memory (d128: Q 32 KiB +
+K and V 2 x 2 x 32 KiB = 160 KiB of 227). Measured on the H200 (bench/results/
+cute_mha_check_2026-11-30.json): 0.80-0.90x FA4 on hd128 prefill; zero spills on sm_90a.
+
+sm100 forward: 128 query rows (one per softmax thread), 64-key tiles: a softmax thread holds
+its row of S in registers, and 128-key rows spilled on sm_100a (255 registers, ~320 B);
+64-key tiles compile to 214-220 registers without spills.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from attngen.arch import facts
+from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
+from attngen.families.mha.key import MhaKey
+from attngen.hooks import MaskHooks
+from attngen.ir import KernelPlan, MetadataPlan, ModulePlan
+from attngen.probes import feature_lines
+from attngen.spec.enums import Arch, Backend, Phase
+from attngen.spec.model import Spec
+from attngen.spec.variant import Variant
+
+SEQ_LEN_FILL_VALUE = 1  # no decode graph yet; the value padded graph rows would read
+RUNTIME_CLASS = "attngen.families.mha.runtime:PagedMhaBackend"
+FWD_TILE_M = 128
+FWD_TILE_N = {Arch.SM90: 128, Arch.SM100: 64}
+FWD_NUM_STAGES = 2
+
+
+def fwd_tile_n(variant: Variant, arch: Arch) -> int:
+    """Keys per stage: sm90 reads one TMA box per page when extend reads the paged cache."""
+    if arch is Arch.SM90 and Phase.EXTEND in variant.phases:
+        assert variant.page_size is not None
+        return variant.page_size
+    return FWD_TILE_N[arch]
+
+
+def kernel_config(
+    variant: Variant, arch: Arch, overrides: dict[str, int] | None = None
+) -> MhaCuteConfig:
+    """The variant's config on ``arch``: identity, tiles, then the spec's tuning."""
+    key = MhaKey.of_variant(variant)
+    config = MhaCuteConfig(
+        uri=variant.uri,
+        **dataclasses.asdict(key),
+        num_draft_tokens=variant.num_draft_tokens,
+        arch=arch.value,
+        fwd_tile_m=FWD_TILE_M,
+        fwd_tile_n=fwd_tile_n(variant, arch),
+        fwd_num_stages=FWD_NUM_STAGES,
+    )
+    return dataclasses.replace(config, **(overrides or {}))
+
+
+def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
+    """The plan of one spec's supported variants on ``arch`` (checked by the caller)."""
+    overrides = spec.tuning_for(Backend.CUTE_DSL, arch)
+    return ModulePlan(
+        spec=spec,
+        backend=Backend.CUTE_DSL,
+        arch=arch,
+        hooks=MaskHooks.from_mask(spec.mask),
+        kernels=tuple(KernelPlan(v, kernel_config(v, arch, overrides)) for v in variants),
+        metadata=MetadataPlan(facts(arch).num_sms, SEQ_LEN_FILL_VALUE, ()),
+        runtime_class=RUNTIME_CLASS,
+        feature_lines=feature_lines(variants, spec.family, Backend.CUTE_DSL, arch),
+    )
+
+
+def traits(plan: ModulePlan) -> MhaCuteTraits:
+    """The TRAITS the plan's generated kernels.py binds (its template spells the same
+    values as literals)."""
+    return MhaCuteTraits(plan.hooks, tuple(p.value for p in plan.spec.phases))

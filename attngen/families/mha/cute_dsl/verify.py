@@ -1,0 +1,37 @@
+"""Checks on a CuTe DSL MHA plan before any emitter runs: a bad plan fails here, not in a
+kernel compile."""
+
+from __future__ import annotations
+
+from attngen.families.mha.cute_dsl.config import MhaCuteConfig
+from attngen.ir import ModulePlan, PlanError, check_unique_uris
+
+WGMMA_ROWS = 64  # rows per consumer warpgroup
+TILE_N = (64, 128)  # keys per stage: wgmma N and the TMA box (and the page, for extend)
+
+
+def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
+    problems = []
+    if c.fwd_tile_m != 2 * WGMMA_ROWS:
+        problems.append(f"fwd_tile_m={c.fwd_tile_m}: the kernel runs 2 consumer warpgroups")
+    if c.fwd_tile_n not in TILE_N:
+        problems.append(f"fwd_tile_n={c.fwd_tile_n} is not one of {TILE_N}")
+    if "extend" in phases and c.arch == "sm90" and c.fwd_tile_n != c.page_size:
+        problems.append(f"fwd_tile_n={c.fwd_tile_n} != page_size={c.page_size} (one tile a page)")
+    if "extend" in phases and c.page_size % c.fwd_tile_n:
+        problems.append(f"page_size={c.page_size} is not a multiple of fwd_tile_n={c.fwd_tile_n}")
+    if c.arch == "sm100" and c.fwd_tile_n != 64:
+        problems.append(f"fwd_tile_n={c.fwd_tile_n}: sm100 rows of S hold 64 keys (128 spill)")
+    if c.fwd_intra_wg_overlap and c.arch != "sm90":
+        problems.append("fwd_intra_wg_overlap is a Hopper (wgmma) schedule: sm90 only")
+    if not 1 <= c.fwd_num_stages <= 4:
+        problems.append(f"fwd_num_stages={c.fwd_num_stages} is not in 1 .. 4")
+    return [f"{c.uri}: {p}" for p in problems]
+
+
+def verify_plan(plan: ModulePlan) -> None:
+    phases = tuple(p.value for p in plan.spec.phases)
+    problems = [p for k in plan.kernels for p in config_problems(k.config, phases)]
+    problems += check_unique_uris(plan)
+    if problems:
+        raise PlanError(f"{plan.spec.path} ({plan.arch.value}): " + "; ".join(problems))

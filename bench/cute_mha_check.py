@@ -1,0 +1,287 @@
+"""One GPU run of the CuTe DSL MHA kernels: numerics against the oracle, first-call compile
+times, and prefill timings next to FA4 on the same inputs. Prints a table; writes JSON.
+
+``python3 bench/cute_mha_check.py [--out DIR] [--no-bench]`` on a CUDA machine with
+nvidia-cutlass-dsl (and flash-attn-4 for the peer rows).
+
+Numerics: every launcher is called on fresh random ragged batches (pages shuffled, outputs
+poisoned with NaN), and compared with ``attngen.families.mha.reference``; the error is
+reported as the worst row's RMS error relative to that row's RMS, and bounded by the
+tolerance table (element-wise and per row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from attngen.families.mha.cute_dsl import library  # noqa: E402
+from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits  # noqa: E402
+from attngen.families.mha.reference import paged_extend_ref, prefill_ref  # noqa: E402
+from attngen.hooks import MaskHooks  # noqa: E402
+from attngen.testing.tolerance import KERNEL, assert_close, row_rms_error  # noqa: E402
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+HKV = 2
+
+
+OVERLAP = 0  # fwd_intra_wg_overlap of every config (--overlap 1: the overlapped schedule)
+
+
+def config(dtype: str, d: int, group: int, page: int, tile_n: int) -> MhaCuteConfig:
+    return MhaCuteConfig(
+        uri=f"d{d}_g{group}_ps{page}_{dtype}", head_dim=d, v_head_dim=d, gqa_group=group,
+        page_size=page, dtype=dtype, kv_dtype=dtype, kv_scale="none", spec_topk=0,
+        num_draft_tokens=0, arch="sm90", fwd_tile_m=128, fwd_tile_n=tile_n, fwd_num_stages=2,
+        fwd_intra_wg_overlap=OVERLAP,
+    )  # fmt: skip
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, bool]:
+    """The worst row's rms(out - ref) / rms(ref), and whether out is within the tolerance
+    table (element-wise and per row RMS, attngen.testing.tolerance)."""
+    rel = float(row_rms_error(out, ref).max())
+    try:
+        assert_close(out, ref, KERNEL)
+        return rel, True
+    except AssertionError:
+        return rel, False
+
+
+def ragged(lens: list[int]) -> torch.Tensor:
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    return torch.tensor(cu, dtype=torch.int32, device="cuda")
+
+
+def check_prefill(dtype: str, d: int, group: int, hooks: MaskHooks, lens: list[int]) -> dict:
+    cfg = config(dtype, d, group, 128, 128)
+    traits = MhaCuteTraits(hooks, ("prefill",))
+    t, hq, dt = sum(lens), HKV * group, DTYPES[dtype]
+    q = torch.randn(t, hq, d, dtype=dt, device="cuda")
+    k = torch.randn(t, HKV, d, dtype=dt, device="cuda")
+    v = torch.randn(t, HKV, d, dtype=dt, device="cuda")
+    sinks = torch.randn(hq, device="cuda") if hooks.sinks else None
+    cu = ragged(lens)
+    out = torch.full((t, hq, d), float("nan"), dtype=dt, device="cuda")
+    scale = d**-0.5
+    library.prefill(q, k, v, cu, out, max_seq_len=max(lens), config=cfg, traits=traits,
+                    sm_scale=scale, sinks=sinks)  # fmt: skip
+    torch.cuda.synchronize()
+    ref = prefill_ref(q.double(), k.double(), v.double(), cu, scale, mask=hooks, sinks=sinks)
+    err, ok = rel_error(out, ref)
+    return dict(nan=int(out.isnan().sum()), rel_err=err, ok=ok and not out.isnan().any())
+
+
+def check_extend(dtype: str, d: int, group: int, page: int, hooks: MaskHooks,
+                 prefixes: list[int], news: list[int]) -> dict:  # fmt: skip
+    cfg = config(dtype, d, group, page, page)
+    traits = MhaCuteTraits(hooks, ("extend",))
+    dt, hq = DTYPES[dtype], HKV * group
+    lengths = [p + n for p, n in zip(prefixes, news)]
+    pages_per = [-(-n // page) for n in lengths]
+    width = max(pages_per)
+    num_pages = sum(pages_per) + 3
+    perm = torch.randperm(num_pages, device="cuda").int()
+    table = torch.zeros(len(lengths), width, dtype=torch.int32, device="cuda")
+    used = 0
+    for b, n in enumerate(pages_per):
+        table[b, :n] = perm[used : used + n]
+        used += n
+    k_cache = torch.randn(num_pages, page, HKV, d, dtype=dt, device="cuda")
+    v_cache = torch.randn(num_pages, page, HKV, d, dtype=dt, device="cuda")
+    t = sum(news)
+    q = torch.randn(t, hq, d, dtype=dt, device="cuda")
+    sinks = torch.randn(hq, device="cuda") if hooks.sinks else None
+    qo = ragged(news)
+    prefix = torch.tensor(prefixes, dtype=torch.int32, device="cuda")
+    out = torch.full((t, hq, d), float("nan"), dtype=dt, device="cuda")
+    scale = d**-0.5
+    library.extend(q, k_cache, v_cache, table, qo, prefix, out, max_extend_len=max(news),
+                   config=cfg, traits=traits, sm_scale=scale, sinks=sinks)  # fmt: skip
+    torch.cuda.synchronize()
+    ref = paged_extend_ref(q.double(), k_cache.double(), v_cache.double(), table, qo, prefix,
+                           scale, mask=hooks, sinks=sinks)  # fmt: skip
+    err, ok = rel_error(out, ref)
+    return dict(nan=int(out.isnan().sum()), rel_err=err, ok=ok and not out.isnan().any())
+
+
+CAUSAL, NONE = MaskHooks(causal=True), MaskHooks(causal=False)
+LENS = [1, 77, 300, 128, 1000, 513]
+
+
+def numerics_cases() -> list[tuple[str, object]]:
+    cases = []
+    for d in (64, 128):
+        for name, hooks in (("causal", CAUSAL), ("none", NONE)):
+            for group in (1, 4):
+                cases.append((f"prefill bf16 d{d} g{group} {name}",
+                              lambda d=d, h=hooks, g=group: check_prefill("bfloat16", d, g, h, LENS)))  # fmt: skip
+    cases.append(("prefill fp16 d128 g4 causal",
+                  lambda: check_prefill("float16", 128, 4, CAUSAL, LENS)))  # fmt: skip
+    for name, hooks in (
+        ("window 100", MaskHooks(causal=True, window_left=100)),
+        ("softcap 30", MaskHooks(causal=True, logit_softcap=30.0)),
+        ("sinks", MaskHooks(causal=True, sinks=True)),
+    ):
+        cases.append((f"prefill bf16 d128 g4 {name}",
+                      lambda h=hooks: check_prefill("bfloat16", 128, 4, h, LENS)))  # fmt: skip
+    prefixes, news = [0, 500, 1000, 37, 4096], [129, 1, 300, 64, 700]
+    for d in (64, 128):
+        for page in (64, 128):
+            cases.append((f"extend bf16 d{d} ps{page} g4 causal",
+                          lambda d=d, p=page: check_extend("bfloat16", d, 4, p, CAUSAL, prefixes, news)))  # fmt: skip
+    cases.append(("extend bf16 d128 ps128 g1 none",
+                  lambda: check_extend("bfloat16", 128, 1, 128, NONE, prefixes, news)))  # fmt: skip
+    cases.append(("extend fp16 d128 ps64 g8 window 256",
+                  lambda: check_extend("float16", 128, 8, 64, MaskHooks(causal=True, window_left=256),
+                                       prefixes, news)))  # fmt: skip
+    return cases
+
+
+def run_numerics() -> list[dict]:
+    rows = []
+    for name, fn in numerics_cases():
+        torch.manual_seed(len(rows))
+        t0 = time.perf_counter()
+        try:
+            res = fn()
+        except Exception as exc:  # noqa: BLE001 -- every case is reported
+            res = dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:600])
+            traceback.print_exc()
+        res.update(case=name, seconds=round(time.perf_counter() - t0, 2))
+        print(json.dumps(res), flush=True)
+        rows.append(res)
+    return rows
+
+
+FIRST_CALL = """
+import sys, time, torch
+sys.path.insert(0, {root!r})
+t0 = time.perf_counter()
+from attngen.families.mha.cute_dsl import library
+from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
+from attngen.hooks import MaskHooks
+t1 = time.perf_counter()
+cfg = MhaCuteConfig(uri="x", head_dim=128, v_head_dim=128, gqa_group=4, page_size=128,
+    dtype="bfloat16", kv_dtype="bfloat16", kv_scale="none", spec_topk=0, num_draft_tokens=0,
+    arch="sm90", fwd_tile_m=128, fwd_tile_n=128, fwd_num_stages=2)
+q = torch.randn(256, 8, 128, dtype=torch.bfloat16, device="cuda")
+k = torch.randn(256, 2, 128, dtype=torch.bfloat16, device="cuda"); out = torch.empty_like(q)
+cu = torch.tensor([0, 256], dtype=torch.int32, device="cuda")
+t2 = time.perf_counter()
+library.prefill(q, k, k, cu, out, max_seq_len=256, config=cfg,
+    traits=MhaCuteTraits(MaskHooks(causal=True), ("prefill",)), sm_scale=0.1)
+torch.cuda.synchronize(); t3 = time.perf_counter()
+library.prefill(q, k, k, cu, out, max_seq_len=256, config=cfg,
+    traits=MhaCuteTraits(MaskHooks(causal=True), ("prefill",)), sm_scale=0.1)
+torch.cuda.synchronize(); t4 = time.perf_counter()
+print("FIRST_CALL", round(t1 - t0, 3), round(t3 - t2, 3), round(t4 - t3, 4))
+"""
+
+
+def first_call_times(cache_dir: Path) -> list[str]:
+    """A fresh process's import time, first call (compile or disk-cache load) and second
+    call, twice with one CUTE_DSL_CACHE_DIR: cold, then warm."""
+    env = dict(os.environ, CUTE_DSL_CACHE_DIR=str(cache_dir))
+    code = FIRST_CALL.format(root=str(Path(__file__).resolve().parents[1]))
+    lines = []
+    for label in ("cold", "warm"):
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=240)  # fmt: skip
+        found = [ln for ln in proc.stdout.splitlines() if ln.startswith("FIRST_CALL")]
+        lines.append(f"{label}: {found[0] if found else proc.stderr[-800:]}")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def bench_prefill(causal: bool, seq: int, d: int = 128, hq: int = 32, hkv: int = 8) -> dict:
+    from triton.testing import do_bench
+
+    total = 16384
+    batch = total // seq
+    dt = torch.bfloat16
+    q = torch.randn(total, hq, d, dtype=dt, device="cuda")
+    k = torch.randn(total, hkv, d, dtype=dt, device="cuda")
+    v = torch.randn(total, hkv, d, dtype=dt, device="cuda")
+    cu = ragged([seq] * batch)
+    out = torch.empty_like(q)
+    cfg = config("bfloat16", d, hq // hkv, 128, 128)
+    traits = MhaCuteTraits(MaskHooks(causal=causal), ("prefill",))
+    scale = d**-0.5
+
+    def ours() -> None:
+        library.prefill(q, k, v, cu, out, max_seq_len=seq, config=cfg, traits=traits,
+                        sm_scale=scale)  # fmt: skip
+
+    flops = 2 * batch * hq * seq * seq * (d + d) * (0.5 if causal else 1.0)
+    row = dict(case=f"prefill hd{d} {hq}/{hkv} S={seq} {'causal' if causal else 'non-causal'}")
+    ms = do_bench(ours, warmup=25, rep=100, return_mode="median")
+    row["attngen_tflops"] = round(flops / ms / 1e9, 1)
+    try:
+        from flash_attn.cute import flash_attn_varlen_func
+
+        def fa4() -> None:
+            flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=seq,
+                                   max_seqlen_k=seq, softmax_scale=scale, causal=causal)  # fmt: skip
+
+        ms_fa4 = do_bench(fa4, warmup=25, rep=100, return_mode="median")
+        row["fa4_tflops"] = round(flops / ms_fa4 / 1e9, 1)
+        row["ratio"] = round(ms_fa4 / ms, 3)
+    except Exception as exc:  # noqa: BLE001
+        row["fa4_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
+    parser.add_argument("--no-bench", action="store_true")
+    parser.add_argument(
+        "--overlap",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="fwd_intra_wg_overlap of every kernel (1: not yet GPU-verified)",
+    )
+    args = parser.parse_args()
+    global OVERLAP
+    OVERLAP = args.overlap
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    result: dict = {"numerics": run_numerics()}
+    result["first_call"] = first_call_times(args.out / "cute_cache_probe")
+    if not args.no_bench:
+        result["bench"] = [
+            bench_prefill(causal, seq) for causal in (True, False) for seq in (1024, 4096, 16384)
+        ]
+    result["overlap"] = OVERLAP
+    (args.out / f"cute_mha_check_overlap{OVERLAP}.json").write_text(json.dumps(result, indent=1))
+    print("\n== numerics")
+    for r in result["numerics"]:
+        status = "ok " if r.get("ok") else "FAIL"
+        detail = (
+            r.get("error") or f"row rms err {r.get('rel_err', math.nan):.2e} nan {r.get('nan')}"
+        )
+        print(f"{status} {r['case']:<42} {detail} ({r['seconds']} s)")
+    for line in result["first_call"]:
+        print(line)
+    for r in result.get("bench", []):
+        print(r)
+    return 0 if all(r.get("ok") for r in result["numerics"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

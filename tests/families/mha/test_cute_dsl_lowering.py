@@ -1,0 +1,165 @@
+"""MHA x CuTe DSL on CPU: what the lowering accepts (and why not), the configs it plans, the
+checks on a plan, and the launchers' argument checks (they fail before any GPU work).
+
+The kernels themselves are compiled for sm_90a in tests/backends/cute_dsl and run against the
+oracle on the H200 (tests/families/mha/gpu, bench/cute_mha_check.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from attngen import registry
+from attngen.capabilities import Status, supports
+from attngen.families.mha.cute_dsl import capability, lower, verify
+from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
+from attngen.hooks import MaskHooks
+from attngen.ir import PlanError
+from attngen.probes import base_variant
+from attngen.runtime.checks import AttngenInputError
+from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
+from attngen.families.mha.spec import MhaShape
+
+
+def prefill_extend(page: int = 128, head_dim: int = 128, **kw: object):
+    v = base_variant(Family.MHA)
+    v = dataclasses.replace(v, phases=(Phase.PREFILL, Phase.EXTEND), page_size=page, **kw)
+    return dataclasses.replace(v, shape=MhaShape(head_dim, head_dim, 4))
+
+
+def reason(v, arch: Arch = Arch.SM90) -> str:
+    verdict = supports(v, Backend.CUTE_DSL, arch)
+    assert verdict.status is Status.NOT_LOWERED, verdict
+    return verdict.reason
+
+
+def test_prefill_and_extend_on_sm90_and_sm100_are_lowered() -> None:
+    for page in (64, 128):
+        for head_dim in (64, 128):
+            for dtype in (DType.BF16, DType.FP16):
+                v = prefill_extend(page, head_dim, dtype=dtype, kv_dtype=dtype)
+                assert supports(v, Backend.CUTE_DSL, Arch.SM90).ok, v.uri
+                assert supports(v, Backend.CUTE_DSL, Arch.SM100).ok, v.uri
+    only_prefill = dataclasses.replace(prefill_extend(page=1), phases=(Phase.PREFILL,))
+    assert supports(only_prefill, Backend.CUTE_DSL, Arch.SM90).ok  # no cache: any page size
+
+
+def test_what_is_not_lowered_says_why() -> None:
+    assert "phase decode" in reason(base_variant(Family.MHA))
+    assert "page size 16" in reason(prefill_extend(page=16))
+    assert "head dims 256/256" in reason(prefill_extend(head_dim=256))
+    fp8 = prefill_extend(kv_dtype=DType.FP8_E4M3, kv_scale=ScaleGranularity.PER_TENSOR)
+    assert "fp8_e4m3 KV cache" in reason(fp8)
+    tree = prefill_extend()
+    tree = dataclasses.replace(tree, mask=dataclasses.replace(tree.mask, kind=MaskKind.CUSTOM))
+    assert "mask custom" in reason(tree)
+    assert supports(prefill_extend(), Backend.CUTE_DSL, Arch.SM80).status is Status.UNSUPPORTED
+    assert registry.lowering(Family.MHA, Backend.CUTE_DSL).supports is not None
+
+
+def test_configs_read_one_page_per_key_tile() -> None:
+    c = lower.kernel_config(prefill_extend(page=64), Arch.SM90)
+    assert (c.fwd_tile_m, c.fwd_tile_n, c.fwd_num_stages, c.arch) == (128, 64, 2, "sm90")
+    assert c.key.page_size == 64 and c.key.gqa_group == 4
+    prefill = dataclasses.replace(prefill_extend(page=1), phases=(Phase.PREFILL,))
+    assert lower.kernel_config(prefill, Arch.SM90).fwd_tile_n == 128
+    assert verify.config_problems(c, ("prefill", "extend")) == []
+    # sm100: 64-key tiles (a softmax thread's row of S), two per 128-token page
+    c100 = lower.kernel_config(prefill_extend(page=128), Arch.SM100)
+    assert (c100.fwd_tile_n, c100.arch) == (64, "sm100")
+    assert verify.config_problems(c100, ("prefill", "extend")) == []
+    assert "128 spill" in verify.config_problems(dataclasses.replace(c100, fwd_tile_n=128), ())[0]
+    overlapped = dataclasses.replace(c100, fwd_intra_wg_overlap=1)
+    assert "sm90 only" in verify.config_problems(overlapped, ())[0]
+    assert verify.config_problems(dataclasses.replace(c, fwd_intra_wg_overlap=1), ()) == []
+
+
+def test_bad_tiles_fail_before_emission() -> None:
+    c = lower.kernel_config(prefill_extend(page=128), Arch.SM90)
+    problems = verify.config_problems(
+        dataclasses.replace(c, fwd_tile_m=64, fwd_tile_n=64, fwd_num_stages=9), ("extend",)
+    )
+    assert len(problems) == 3, problems
+    assert (
+        "warpgroups" in problems[0] and "page_size=128" in problems[1] and "1 .. 4" in problems[2]
+    )
+    assert verify.config_problems(dataclasses.replace(c, fwd_tile_n=32), ()) == [
+        f"{c.uri}: fwd_tile_n=32 is not one of (64, 128)"
+    ]
+
+
+def test_plan_checks_raise_with_the_spec(tmp_path) -> None:
+    from attngen.generate import build
+    from attngen.testing.paths import REPO_ROOT
+
+    result = build(REPO_ROOT, REPO_ROOT / "specs" / "mha" / "gqa_prefill.yaml", verbose=False)
+    plans = [p for p in result.plans if p.backend is Backend.CUTE_DSL]
+    assert [p.arch for p in plans] == [Arch.SM90, Arch.SM100]
+    plan = plans[0]
+    assert len(plan.kernels) == 16 and {k.config.fwd_tile_n for k in plans[1].kernels} == {64}
+    assert {k.config.fwd_tile_n for k in plan.kernels} == {64, 128}
+    bad = dataclasses.replace(
+        plan, kernels=(dataclasses.replace(plan.kernels[0], config=dataclasses.replace(
+            plan.kernels[0].config, fwd_tile_n=256)),)  # fmt: skip
+    )
+    with pytest.raises(PlanError, match="gqa_prefill.yaml.*fwd_tile_n=256"):
+        verify.verify_plan(bad)
+    assert lower.traits(plan) == MhaCuteTraits(MaskHooks(causal=True), ("prefill", "extend"))
+
+
+# -- launcher checks: everything is refused before a kernel is compiled or launched ----
+
+
+def _config() -> MhaCuteConfig:
+    return lower.kernel_config(prefill_extend(page=64), Arch.SM90)
+
+
+def _launch_prefill(q, k, v, cu, out, **kw) -> None:
+    from attngen.families.mha.cute_dsl.library import prefill
+
+    traits = MhaCuteTraits(MaskHooks(causal=True, sinks=kw.pop("has_sinks", False)), ("prefill",))
+    prefill(q, k, v, cu, out, max_seq_len=kw.pop("max_seq_len", 8), config=_config(),
+            traits=traits, sm_scale=kw.pop("sm_scale", 0.1), **kw)  # fmt: skip
+
+
+def _tensors(device: str = "cpu", dtype: torch.dtype = torch.bfloat16):
+    q = torch.randn(8, 8, 128, dtype=dtype, device=device)
+    k = torch.randn(8, 2, 128, dtype=dtype, device=device)
+    cu = torch.tensor([0, 8], dtype=torch.int32, device=device)
+    return q, k, k.clone(), cu, torch.empty_like(q)
+
+
+def test_launchers_refuse_bad_arguments_before_any_gpu_work() -> None:
+    pytest.importorskip("cutlass")
+    q, k, v, cu, out = _tensors()
+    with pytest.raises(AttngenInputError, match="q: expected a CUDA tensor"):
+        _launch_prefill(q, k, v, cu, out)
+    with pytest.raises(AttngenInputError, match="q: expected dtype torch.bfloat16"):
+        _launch_prefill(*_tensors(dtype=torch.float16))
+    with pytest.raises(AttngenInputError, match="sm_scale: expected a Python float"):
+        _launch_prefill(q, k, v, cu, out, sm_scale="0.1")
+    with pytest.raises(AttngenInputError, match="max_seq_len: expected a Python int"):
+        _launch_prefill(q, k, v, cu, out, max_seq_len=8.0)
+    with pytest.raises(AttngenInputError, match="q: expected 3 dims"):
+        _launch_prefill(q[0], k, v, cu, out)
+
+
+def test_extend_refuses_fp8_scales() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import extend
+
+    q, _, _, cu, out = _tensors()
+    cache = torch.randn(4, 64, 2, 128, dtype=torch.bfloat16)
+    table = torch.zeros(1, 1, dtype=torch.int32)
+    prefix = torch.zeros(1, dtype=torch.int32)
+    traits = MhaCuteTraits(MaskHooks(causal=True), ("extend",))
+    with pytest.raises(AttngenInputError, match="k_scale: expected None"):
+        extend(q, cache, cache, table, cu, prefix, out, max_extend_len=8, config=_config(),
+               traits=traits, sm_scale=0.1, k_scale=torch.ones(1))  # fmt: skip
+
+
+def test_capability_constants_agree_with_the_kernel() -> None:
+    assert capability.EXTEND_PAGE_SIZES == set(verify.TILE_N)
+    assert capability.HEAD_DIMS == {64, 128}
