@@ -1,0 +1,385 @@
+"""What a change does, from the two sides' snapshots: specs, variants per target, refused
+variants, support-matrix cells and why they move, the evidence that kernel changes drop.
+
+Pure functions over the snapshot data (:mod:`attngen.review.snapshot`); nothing here names a
+family or a backend, they are values read from the snapshots.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+# How much a cell claims, for "falls back": full verified > partly verified > compiles >
+# no evidence > not lowered / not supported.
+RANK = {"verified": 4, "compiles": 2, "no_evidence": 1, "not_lowered": 0, "unsupported": 0}
+EVIDENCE_SYMBOLS = frozenset({"verified", "compiles"})
+
+VariantKey = tuple[str, str, str, str]  # spec, backend, arch, uri
+
+
+@dataclass(frozen=True)
+class Refusal:
+    targets: tuple[str, ...]  # "backend arch"
+    status: str  # not_lowered | unsupported
+    reason: str
+    uris: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SpecChange:
+    name: str
+    path: str
+    status: str  # added | changed | removed
+    fields: tuple[str, ...]  # top-level spec keys whose value changed
+    error: str | None  # why the working tree's spec is refused (generate stops there)
+    added: dict[str, tuple[str, ...]]  # "backend arch" -> uris
+    removed: dict[str, tuple[str, ...]]
+    refused: tuple[Refusal, ...]
+    packages_added: tuple[str, ...]
+    packages_removed: tuple[str, ...]
+    # new variants (targets included) by evidence: GPU-verified, compiled only, none
+    new_evidence: tuple[int, int, int] = (0, 0, 0)
+    # other specs generating the same kernels (identities) as the new variants: their
+    # evidence is the new variants' too
+    shared_with: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CellChange:
+    table: str
+    backend: str
+    arch: str
+    column: str
+    before: str
+    after: str
+    before_symbol: str
+    after_symbol: str
+    loss: bool  # a verified / compiles cell now claims less
+    why: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class IdentityChanges:
+    """Variants generated on both sides whose kernel identity differs, per target."""
+
+    target: str  # "backend arch"
+    code: int  # same config, different identity: library sources or module traits changed
+    config: int  # the config itself changed (tiles, shapes)
+    gpu_lost: int  # had GPU checks at BASE, none now
+    compile_lost: int  # compiled at BASE, not now
+    packages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Review:
+    specs: tuple[SpecChange, ...]
+    errors: tuple[str, ...]  # specs of the working tree that fail (spec path: message)
+    cells: tuple[CellChange, ...]
+    identities: tuple[IdentityChanges, ...]
+    variants: dict[str, list[VariantKey]] = field(default_factory=dict)  # new/changed/...
+
+    @property
+    def evidence_loss(self) -> tuple[CellChange, ...]:
+        return tuple(c for c in self.cells if c.loss)
+
+
+def review(base: dict, now: dict) -> Review:
+    old_rows, new_rows = _rows(base), _rows(now)
+    return Review(
+        specs=spec_changes(base, now, old_rows, new_rows),
+        errors=tuple(
+            s["error"] for s in sorted(now["specs"].values(), key=_path) if s.get("error")
+        ),
+        cells=cell_changes(base, now, old_rows, new_rows),
+        identities=identity_changes(old_rows, new_rows),
+        variants=variant_kinds(old_rows, new_rows),
+    )
+
+
+def _path(spec: dict) -> str:
+    return spec["path"]
+
+
+def _rows(snap: dict) -> dict[VariantKey, dict]:
+    return {(r["spec"], r["backend"], r["arch"], r["uri"]): r for r in snap["variants"]}
+
+
+def target(row: dict) -> str:
+    return f"{row['backend']} {row['arch']}"
+
+
+# -- specs ----
+
+
+def spec_changes(
+    base: dict, now: dict, old_rows: dict[VariantKey, dict], new_rows: dict[VariantKey, dict]
+) -> tuple[SpecChange, ...]:
+    old, new = base["specs"], now["specs"]
+    out = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        if before is not None and after is not None and _same_spec(before, after):
+            continue
+        status = "added" if before is None else "removed" if after is None else "changed"
+        spec = after or before
+        mine_old = {k: r for k, r in old_rows.items() if k[0] == spec.get("name")}
+        mine_new = {k: r for k, r in new_rows.items() if k[0] == spec.get("name")}
+        out.append(
+            SpecChange(
+                name=spec.get("name") or spec["path"],
+                path=spec["path"],
+                status=status,
+                fields=_changed_fields(before, after),
+                error=(after or {}).get("error"),
+                added=_by_target(mine_new, mine_old),
+                removed=_by_target(mine_old, mine_new),
+                refused=_refusals(now, spec.get("name")) if after is not None else (),
+                packages_added=_packages(mine_new, mine_old),
+                packages_removed=_packages(mine_old, mine_new),
+                new_evidence=_new_evidence(mine_new, mine_old),
+                shared_with=_shared(mine_new, mine_old, new_rows),
+            )
+        )
+    return tuple(out)
+
+
+def _new_evidence(
+    mine: dict[VariantKey, dict], other: dict[VariantKey, dict]
+) -> tuple[int, int, int]:
+    new = [r for k, r in mine.items() if k not in other]
+    gpu = sum(bool(r["gpu"]) for r in new)
+    compiled = sum(r["compiles"] and not r["gpu"] for r in new)
+    return gpu, compiled, len(new) - gpu - compiled
+
+
+def _shared(
+    mine: dict[VariantKey, dict], other: dict[VariantKey, dict], rows: dict[VariantKey, dict]
+) -> tuple[str, ...]:
+    ids = {r["identity"] for k, r in mine.items() if k not in other}
+    spec = next(iter(mine))[0] if mine else None
+    return tuple(sorted({k[0] for k, r in rows.items() if r["identity"] in ids and k[0] != spec}))
+
+
+def _same_spec(a: dict, b: dict) -> bool:
+    return (a.get("sha256"), a["path"], a.get("error")) == (
+        b.get("sha256"),
+        b["path"],
+        b.get("error"),
+    )
+
+
+def _changed_fields(before: dict | None, after: dict | None) -> tuple[str, ...]:
+    if before is None or after is None:
+        return ()
+    old, new = before.get("fields", {}), after.get("fields", {})
+    keys = sorted(set(old) | set(new))
+    changed = [k for k in keys if old.get(k) != new.get(k)]
+    if before["path"] != after["path"]:
+        changed.append("(file moved)")
+    return tuple(changed)
+
+
+def _by_target(
+    mine: dict[VariantKey, dict], other: dict[VariantKey, dict]
+) -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for key, row in mine.items():
+        if key not in other:
+            out[target(row)].append(row["uri"])
+    return {t: tuple(u) for t, u in sorted(out.items(), key=lambda kv: _target_order(kv[0]))}
+
+
+def _target_order(t: str) -> tuple[str, int]:
+    backend, arch = t.split(" ")
+    digits = "".join(ch for ch in arch if ch.isdigit())
+    return backend, int(digits) if digits else 0
+
+
+def _packages(mine: dict[VariantKey, dict], other: dict[VariantKey, dict]) -> tuple[str, ...]:
+    theirs = {r["package"] for r in other.values()}
+    return tuple(sorted({r["package"] for r in mine.values()} - theirs))
+
+
+def _refusals(snap: dict, spec: str | None) -> tuple[Refusal, ...]:
+    """The working tree's refused variants of a spec, grouped by reason."""
+    groups: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    for r in snap["refused"]:
+        if r["spec"] != spec:
+            continue
+        targets, uris = groups.setdefault((r["status"], r["reason"]), ([], []))
+        if target(r) not in targets:
+            targets.append(target(r))
+        if r["uri"] not in uris:
+            uris.append(r["uri"])
+    return tuple(
+        Refusal(tuple(sorted(t, key=_target_order)), status, reason, tuple(u))
+        for (status, reason), (t, u) in groups.items()
+    )
+
+
+# -- variants and kernel identities ----
+
+
+def variant_kinds(
+    old_rows: dict[VariantKey, dict], new_rows: dict[VariantKey, dict]
+) -> dict[str, list[VariantKey]]:
+    """new / removed / identity (changed) / evidence_added / evidence_removed."""
+    out: dict[str, list[VariantKey]] = {
+        k: [] for k in ("new", "removed", "identity", "evidence_added", "evidence_removed")
+    }
+    for key in sorted(set(old_rows) | set(new_rows)):
+        old, new = old_rows.get(key), new_rows.get(key)
+        if old is None:
+            out["new"].append(key)
+        elif new is None:
+            out["removed"].append(key)
+        elif old["identity"] != new["identity"]:
+            out["identity"].append(key)
+        elif _evidence(new) > _evidence(old):
+            out["evidence_added"].append(key)
+        elif _evidence(new) < _evidence(old):
+            out["evidence_removed"].append(key)
+    return out
+
+
+def _evidence(row: dict) -> frozenset[str]:
+    return frozenset(row["gpu"]) | ({"<compiles>"} if row["compiles"] else frozenset())
+
+
+def has_evidence(row: dict) -> bool:
+    return bool(row["gpu"]) or row["compiles"]
+
+
+def identity_changes(
+    old_rows: dict[VariantKey, dict], new_rows: dict[VariantKey, dict]
+) -> tuple[IdentityChanges, ...]:
+    per: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
+    for key, old in old_rows.items():
+        new = new_rows.get(key)
+        if new is not None and new["identity"] != old["identity"]:
+            per[target(new)].append((old, new))
+    out = []
+    for t in sorted(per, key=_target_order):
+        pairs = per[t]
+        out.append(
+            IdentityChanges(
+                target=t,
+                code=sum(o["config"] == n["config"] for o, n in pairs),
+                config=sum(o["config"] != n["config"] for o, n in pairs),
+                gpu_lost=sum(bool(o["gpu"]) and not n["gpu"] for o, n in pairs),
+                compile_lost=sum(o["compiles"] and not n["compiles"] for o, n in pairs),
+                packages=tuple(sorted({n["package"] for _, n in pairs})),
+            )
+        )
+    return tuple(out)
+
+
+# -- support-matrix cells ----
+
+
+def _cell_key(c: dict) -> tuple[str, str, str, str]:
+    return c["family"], c["backend"], c["arch"], c["column"]
+
+
+def cell_changes(
+    base: dict, now: dict, old_rows: dict[VariantKey, dict], new_rows: dict[VariantKey, dict]
+) -> tuple[CellChange, ...]:
+    old = {_cell_key(c): c for c in base["cells"]}
+    out = []
+    for cell in now["cells"]:
+        before = old.pop(_cell_key(cell), None)
+        if before is not None and before["text"] == cell["text"]:
+            continue
+        out.append(_cell_change(before, cell, old_rows, new_rows))
+    out += [_cell_change(c, None, old_rows, new_rows) for c in old.values()]
+    return tuple(out)
+
+
+def level(cell: dict | None) -> int:
+    if cell is None:
+        return 0
+    rank = RANK.get(cell["symbol"], 0)
+    if cell["symbol"] == "verified" and cell["verified"] < len(cell["items"]):
+        rank -= 1  # verified for some of its variants only
+    return rank
+
+
+def _cell_change(
+    before: dict | None,
+    after: dict | None,
+    old_rows: dict[VariantKey, dict],
+    new_rows: dict[VariantKey, dict],
+) -> CellChange:
+    some = after or before
+    assert some is not None
+    loss = (
+        before is not None and before["symbol"] in EVIDENCE_SYMBOLS and level(after) < level(before)
+    )
+    return CellChange(
+        table=some["table"],
+        backend=some["backend"],
+        arch=some["arch"],
+        column=some["column"],
+        before=before["text"] if before else "(no cell)",
+        after=after["text"] if after else "(no cell)",
+        before_symbol=before["symbol"] if before else "",
+        after_symbol=after["symbol"] if after else "",
+        loss=loss,
+        why=cell_reasons(some, before, after, old_rows, new_rows),
+    )
+
+
+def _keys(cell: dict | None) -> set[VariantKey]:
+    if cell is None:
+        return set()
+    return {(spec, cell["backend"], cell["arch"], uri) for spec, uri in cell["items"]}
+
+
+def cell_reasons(
+    some: dict,
+    before: dict | None,
+    after: dict | None,
+    old_rows: dict[VariantKey, dict],
+    new_rows: dict[VariantKey, dict],
+) -> tuple[str, ...]:
+    """Why a cell moved, from the variants that decide it on either side."""
+    old_keys, new_keys = _keys(before), _keys(after)
+    added = sorted(new_keys - old_keys)
+    bare = [k for k in added if not has_evidence(new_rows[k])]
+    both = sorted(old_keys & new_keys)
+    changed = [k for k in both if old_rows[k]["identity"] != new_rows[k]["identity"]]
+    same = [k for k in both if k not in changed]
+    gained = [k for k in same if _evidence(new_rows[k]) > _evidence(old_rows[k])]
+    dropped = [k for k in same if _evidence(new_rows[k]) < _evidence(old_rows[k])]
+    why = []
+    if bare:
+        why.append(_count(bare, "new variant", "without evidence"))
+    if len(added) > len(bare):
+        why.append(_count([k for k in added if k not in bare], "new variant", "with evidence"))
+    code = [k for k in changed if old_rows[k]["config"] == new_rows[k]["config"]]
+    if code:
+        why.append(_count(code, "variant", "changed kernel identity: kernel code changed"))
+    if len(changed) > len(code):
+        why.append(_count([k for k in changed if k not in code], "variant", "changed config"))
+    if gained:
+        why.append(_count(gained, "variant", "gained evidence"))
+    if dropped:
+        why.append(_count(dropped, "variant", "lost evidence (evidence file changed)"))
+    gone = sorted(old_keys - new_keys)
+    if gone:
+        why.append(_count(gone, "variant", "no longer generated"))
+    if not why:
+        why.append("the capability model or the docs wording changed (no variant moved)")
+    return tuple(why)
+
+
+def _count(keys: list[VariantKey], noun: str, what: str) -> str:
+    """ "2 new variants without evidence (spec_a d64_..., spec_a d128_...)"; past three
+    variants only the specs are named."""
+    s = "" if len(keys) == 1 else "s"
+    if len(keys) <= 3:
+        named = [f"{spec} {uri}" for spec, _, _, uri in keys]
+    else:
+        named = sorted({k[0] for k in keys})
+    return f"{len(keys)} {noun}{s} {what} ({', '.join(named)})"

@@ -1,0 +1,107 @@
+"""What the author still has to run before the change's matrix claims what it claimed: the
+commands, each with why, from the review (variants new or with a changed kernel identity
+and the evidence they lack) and the sources that changed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attngen.review.compare import Review, VariantKey, _target_order
+from attngen.review.files import generated_packages, source_changes
+from attngen.review.sides import Sides
+
+GPU_SUITE = "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT={path} make test-gpu"
+
+
+@dataclass(frozen=True)
+class Command:
+    command: str
+    why: str
+
+
+def commands(sides: Sides, review: Review) -> tuple[Command, ...]:
+    out: list[Command] = []
+    if review.errors:
+        out.append(
+            Command(
+                "python -m attngen validate specs/",
+                f"{len(review.errors)} spec(s) are refused; generate stops at the first",
+            )
+        )
+    out += _regenerate(sides)
+    touched = _touched(sides, review)
+    out += _compile(sides, touched)
+    sources = source_changes(sides.files)
+    gpu = _gpu(sides, touched, "runtime" in sources)
+    out += gpu
+    if gpu:
+        out.append(Command("make generate", "the support matrix picks up the GPU evidence"))
+    out += _bench(review, sources)
+    return tuple(out)
+
+
+def _touched(sides: Sides, review: Review) -> list[dict]:
+    """The working tree's variants that are new or whose kernel identity changed."""
+    now = {(r["spec"], r["backend"], r["arch"], r["uri"]): r for r in sides.now["variants"]}
+    keys: list[VariantKey] = review.variants.get("new", []) + review.variants.get("identity", [])
+    return [now[k] for k in keys]
+
+
+def _archs(rows: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["arch"]] = counts.get(r["arch"], 0) + 1
+    order = sorted(counts, key=lambda a: _target_order(f"- {a}"))
+    return ", ".join(f"{a}: {counts[a]}" for a in order)
+
+
+def _regenerate(sides: Sides) -> list[Command]:
+    want = {r["package"] for r in sides.now["variants"]}
+    have = generated_packages(list(sides.generated_now))
+    missing, stale = sorted(want - have), sorted(have - want)
+    if not missing and not stale:
+        return []
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} package(s) missing, e.g. {missing[0]}")
+    if stale:
+        parts.append(f"{len(stale)} stale package(s), e.g. {stale[0]}")
+    return [Command("make generate", f"generated/ is not what the specs give: {'; '.join(parts)}")]
+
+
+def _compile(sides: Sides, touched: list[dict]) -> list[Command]:
+    bare = [r for r in touched if not r["compiles"]]
+    if not bare:
+        return []
+    return [
+        Command(
+            "make evidence-compile",
+            f"CPU; compile evidence for {len(bare)} new or changed variant(s) ({_archs(bare)}); "
+            "it regenerates the docs",
+        )
+    ]
+
+
+def _gpu(sides: Sides, touched: list[dict], runtime: bool) -> list[Command]:
+    """One GPU suite run per arch that records GPU evidence (on either side)."""
+    paths = {**sides.base["evidence"]["gpu"], **sides.now["evidence"]["gpu"]}
+    out = []
+    for arch in sorted(paths, key=lambda a: _target_order(f"- {a}")):
+        bare = [r for r in touched if r["arch"] == arch and not r["gpu"]]
+        why = []
+        if bare:
+            why.append(f"GPU evidence for {len(bare)} new or changed variant(s)")
+        if runtime:
+            why.append("runtime code changed (kernel identities do not cover it)")
+        if why:
+            path = paths[arch]["path"]
+            out.append(Command(GPU_SUITE.format(path=path), f"on an {arch} GPU: {'; '.join(why)}"))
+    return out
+
+
+def _bench(review: Review, sources: dict) -> list[Command]:
+    code = sum(i.code for i in review.identities)
+    if not code and "runtime" not in sources:
+        return []
+    what = f"kernel code of {code} variant(s) changed" if code else "runtime code changed"
+    return [Command("make bench", f"on the GPU: {what}; time it against the peers again")]
