@@ -10,7 +10,7 @@ TEST_STAMP := $(VENV)/.stamp-test
 # Where the CPU torch wheel is looked for first (this build machine keeps one on disk).
 PIP_FIND := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: generate check test test-gpu evidence-compile bench clean-venv
+.PHONY: generate check test test-gpu evidence-compile bench review clean-venv
 
 $(GEN_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,13 @@ evidence-compile: $(TEST_STAMP)
 BENCH_ARGS ?=
 bench:
 	$(PYTHON) bench/run.py --out bench/results $(BENCH_ARGS)
+
+## review: what the working tree changes against BASE (default: the merge base with main):
+## variants, matrix cells and why, evidence dropped, commands to run (REVIEW_ARGS=--format md)
+BASE ?=
+REVIEW_ARGS ?=
+review: $(GEN_STAMP)
+	$(PY) -m attngen review $(BASE) $(REVIEW_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
