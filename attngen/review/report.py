@@ -10,7 +10,13 @@ from dataclasses import asdict, dataclass
 
 from attngen.emit import docs
 from attngen.review.compare import CellChange, Review, SpecChange, review
-from attngen.review.files import DiffSize, evidence_files, generated_sizes, source_changes
+from attngen.review.files import (
+    DiffSize,
+    evidence_files,
+    generated_sizes,
+    source_changes,
+    unhashed_changes,
+)
 from attngen.review.sides import FileChange, Sides
 from attngen.review.todo import Command, commands
 
@@ -72,7 +78,7 @@ def _uris(uris: tuple[str, ...]) -> str:
 
 
 def _grouped_targets(per: dict[str, tuple[str, ...]]) -> list[tuple[str, tuple[str, ...]]]:
-    """Targets with the same uris on one line: [("triton sm80, sm90", uris)]."""
+    """Targets with the same uris on one line: [("<backend> <arch>, <arch>", uris)]."""
     groups: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for t, uris in per.items():
         groups[uris].append(t)
@@ -186,10 +192,11 @@ def code_lines(report: Report) -> list[str]:
         more = f" (+{len(files) - SHOWN} more)" if len(files) > SHOWN else ""
         lines.append(f"{group}: {names}{more}")
     lines += [_identity_line(i) for i in report.review.identities]
-    if "runtime" in report.sources:
+    unhashed = unhashed_changes(report.sources)
+    if unhashed:
         lines.append(
-            "runtime code is not part of kernel identities: its evidence stands in the matrix "
-            "until the GPU suite runs again"
+            f"{', '.join(unhashed)}: not part of kernel identities, so the matrix keeps their "
+            "evidence; the GPU suite must run again to confirm it"
         )
     return lines or ["no attngen/ source changed; no kernel identity changed"]
 

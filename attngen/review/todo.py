@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attngen.review.compare import Review, VariantKey, _target_order
-from attngen.review.files import generated_packages, source_changes
+from attngen.review.files import generated_packages, source_changes, unhashed_changes
 from attngen.review.sides import Sides
 
 GPU_SUITE = "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT={path} make test-gpu"
@@ -32,7 +32,7 @@ def commands(sides: Sides, review: Review) -> tuple[Command, ...]:
     touched = _touched(sides, review)
     out += _compile(sides, touched)
     sources = source_changes(sides.files)
-    gpu = _gpu(sides, touched, "runtime" in sources)
+    gpu = _gpu(sides, touched, unhashed_changes(sources))
     out += gpu
     if gpu:
         out.append(Command("make generate", "the support matrix picks up the GPU evidence"))
@@ -82,7 +82,7 @@ def _compile(sides: Sides, touched: list[dict]) -> list[Command]:
     ]
 
 
-def _gpu(sides: Sides, touched: list[dict], runtime: bool) -> list[Command]:
+def _gpu(sides: Sides, touched: list[dict], unhashed: tuple[str, ...]) -> list[Command]:
     """One GPU suite run per arch that records GPU evidence (on either side)."""
     paths = {**sides.base["evidence"]["gpu"], **sides.now["evidence"]["gpu"]}
     out = []
@@ -91,8 +91,8 @@ def _gpu(sides: Sides, touched: list[dict], runtime: bool) -> list[Command]:
         why = []
         if bare:
             why.append(f"GPU evidence for {len(bare)} new or changed variant(s)")
-        if runtime:
-            why.append("runtime code changed (kernel identities do not cover it)")
+        if unhashed:
+            why.append(f"{', '.join(unhashed)} changed (kernel identities do not cover it)")
         if why:
             path = paths[arch]["path"]
             out.append(Command(GPU_SUITE.format(path=path), f"on an {arch} GPU: {'; '.join(why)}"))
@@ -101,7 +101,8 @@ def _gpu(sides: Sides, touched: list[dict], runtime: bool) -> list[Command]:
 
 def _bench(review: Review, sources: dict) -> list[Command]:
     code = sum(i.code for i in review.identities)
-    if not code and "runtime" not in sources:
+    unhashed = unhashed_changes(sources)
+    if not code and not unhashed:
         return []
-    what = f"kernel code of {code} variant(s) changed" if code else "runtime code changed"
+    what = f"kernel code of {code} variant(s) changed" if code else f"{unhashed[0]} changed"
     return [Command("make bench", f"on the GPU: {what}; time it against the peers again")]

@@ -278,3 +278,71 @@ def test_spec_that_does_not_load_is_shown_with_its_error(repo: Path) -> None:
     error = "specs/mha/review_new.yaml:10: kv_cache.scale: required when kv_cache.dtype includes fp8_e4m3"
     assert (change["status"], change["error"]) == ("added", error)
     assert data["review"]["errors"] == [error] and data["review"]["cells"] == []
+
+
+def test_base_whose_code_cannot_compute_its_model_falls_back(repo: Path) -> None:
+    """A BASE whose spine lacks what the snapshot asks (an older revision) is read with the
+    working tree's code, and the report says so."""
+    lower = repo / "attngen/lower.py"
+    good = lower.read_text()
+    lower.write_text(good.replace("def plan_identities(", "def _old_plan_identities("))
+    commit(repo, "a base without plan_identities")
+    lower.write_text(good)
+    (repo / "specs/mha/review_new.yaml").write_text(NEW_SPEC)
+    data, md = review(repo)
+    [note] = data["notes"]
+    assert "HEAD's code could not compute its model" in note
+    assert "read with the working tree's code" in note and f"> note: {note}" in md
+    assert [s["name"] for s in data["review"]["specs"]] == ["mha_review_new"]
+    assert {c["arch"] for c in data["review"]["cells"]} == {"sm80", "sm90"}
+
+
+def test_evidence_added_moves_cells_up(repo: Path) -> None:
+    """BASE has a variant without evidence; the working tree records its compile evidence:
+    the cells go back to "compiles", nothing is lost and nothing is left to run."""
+    (repo / "specs/mha/review_new.yaml").write_text(NEW_SPEC.replace("sm80, sm90", "sm80"))
+    pkg = repo / "generated/sm80/triton/mha/mha_review_new"
+    pkg.mkdir(parents=True)
+    (pkg / "kernels.py").write_text("# placeholder\n")
+    commit(repo, "a spec without evidence")
+    [row] = [r for r in load_sides(repo, "HEAD").now["variants"] if r["spec"] == "mha_review_new"]
+    path = repo / "evidence/compile/triton/sm80.json"
+    record = json.loads(path.read_text())
+    record["kernels"].append(
+        dict(
+            identity=row["identity"],
+            kernel="decode",
+            module=f"{row['package']}/kernels.py",
+            variant=NEW_URI,
+            registers=128,
+            shared_bytes=0,
+            spill_bytes=0,
+        )
+    )
+    path.write_text(json.dumps(record))
+    data, md = review(repo)
+    assert data["review"]["specs"] == []
+    cells = data["review"]["cells"]
+    assert cells and all(c["arch"] == "sm80" for c in cells)
+    assert all(
+        (c["before_symbol"], c["after_symbol"]) == ("no_evidence", "compiles") for c in cells
+    )
+    assert all(c["why"] == [f"1 variant gained evidence (mha_review_new {NEW_URI})"] for c in cells)
+    assert data["review"]["evidence_loss"] == [] and data["commands"] == []
+    assert [e["path"] for e in data["evidence"]] == ["evidence/compile/triton/sm80.json"]
+    assert "| MHA backends · triton sm80 | ❔ → 🔨 |" in md
+
+
+def test_runtime_change_asks_for_the_gpu_suite(repo: Path) -> None:
+    """Runtime code is not hashed into kernel identities: no cell moves, but the GPU suite
+    (and the bench) must run again."""
+    [path] = [p for p in (repo / "attngen/runtime").glob("graph.py")]
+    path.write_text(path.read_text() + "# one more line\n")
+    data, md = review(repo)
+    assert data["review"]["cells"] == [] and data["review"]["identities"] == []
+    assert list(data["sources"]) == ["runtime"]
+    commands = {c["command"]: c["why"] for c in data["commands"]}
+    gpu = "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT=evidence/gpu/sm90.json make test-gpu"
+    assert "runtime changed (kernel identities do not cover it)" in commands[gpu]
+    assert "make bench" in commands and "make evidence-compile" not in commands
+    assert "runtime: not part of kernel identities" in md
