@@ -155,7 +155,7 @@ def spec_lines(s: SpecChange) -> list[str]:
     if s.error:
         lines.append(f"REFUSED (generate stops here): {s.error}")
     for targets, uris in _grouped_targets(s.added):
-        lines.append(f"+ {targets}: {len(uris)} variant(s): {_uris(uris)}")
+        lines.append(f"added on {targets}: {len(uris)} variant(s): {_uris(uris)}")
     if s.added:
         gpu, compiled, none = s.new_evidence
         shared = (
@@ -169,7 +169,7 @@ def spec_lines(s: SpecChange) -> list[str]:
             f"{none} none{shared}"
         )
     for targets, uris in _grouped_targets(s.removed):
-        lines.append(f"- {targets}: {len(uris)} variant(s): {_uris(uris)}")
+        lines.append(f"removed from {targets}: {len(uris)} variant(s): {_uris(uris)}")
     for r in s.refused:
         status = r.status.replace("_", " ")
         lines.append(

@@ -25,7 +25,7 @@ SNAPSHOT = Path(__file__).with_name("snapshot.py")
 # What a side's model is computed from (the generated tree is compared as files only).
 MODEL_PATHS = ("attngen", "specs", "evidence")
 DIFF_PATHS = ("attngen", "specs", "evidence", "generated")
-DEFAULT_MAIN = "main"
+MAIN_REFS = ("main", "origin/main")  # the default BASE is where HEAD left the first
 
 
 class ReviewError(Exception):
@@ -68,8 +68,12 @@ def resolve_base(repo: Path, base: str | None) -> tuple[str, str]:
     """(label, commit) of BASE: the revision given, or the merge base of HEAD and main."""
     if base:
         return base, git(repo, "rev-parse", "--verify", f"{base}^{{commit}}").strip()
-    commit = git(repo, "merge-base", "HEAD", DEFAULT_MAIN).strip()
-    return f"merge-base(HEAD, {DEFAULT_MAIN})", commit
+    for main in MAIN_REFS:
+        try:
+            return f"merge-base(HEAD, {main})", git(repo, "merge-base", "HEAD", main).strip()
+        except ReviewError:
+            continue
+    raise ReviewError(f"no merge base of HEAD with {' or '.join(MAIN_REFS)}: give BASE")
 
 
 def unpack(repo: Path, commit: str, dest: Path) -> None:
@@ -124,6 +128,8 @@ def load_sides(repo: Path, base: str | None) -> Sides:
                 "its specs and evidence were read with the working tree's code, so kernel "
                 "code changes between the two are not visible below"
             )
+    notes += [f"{label}: {e}" for e in old["errors"]]
+    notes += [f"working tree: {e}" for e in now["errors"]]
     files = changed_files(repo, commit)
     on_disk = sorted(p.relative_to(repo).as_posix() for p in repo.glob("generated/**/*.py"))
     return Sides(label, commit, old, now, files, tuple(on_disk), tuple(notes))

@@ -19,7 +19,6 @@ import re
 import sys
 from pathlib import Path
 
-FORMAT = 1  # bumped when the snapshot's shape changes
 NOTE_REF = re.compile(r" ?\((\d+)\)")
 
 
@@ -45,7 +44,6 @@ def snapshot(root: Path) -> dict:
     lowered, spec_of = _lowered(plans)
     variants = [_variant_row(x, spec_of[x.package], ev) for x in lowered]
     return {
-        "format": FORMAT,
         "specs": specs,
         "variants": variants,
         "refused": refused,
@@ -58,67 +56,103 @@ def snapshot(root: Path) -> dict:
 def _lower(root: Path) -> tuple[dict, list[dict], list]:
     """Each spec loaded, validated and lowered on each of its targets, one at a time: a spec
     that fails is recorded with its error (generate would stop there) and the rest go on."""
-    from attngen.capabilities import supports
-    from attngen.generate import GenerateError, find_specs
-    from attngen.lower import lower_module
-    from attngen.spec.errors import SpecError
-    from attngen.spec.expand import expand
-    from attngen.spec.loader import load_spec
-    from attngen.validate import validate
-
-    try:
-        paths = find_specs(root / "specs")
-    except GenerateError:
-        paths = []
     specs: dict[str, dict] = {}
     refused: list[dict] = []
     plans: list = []
-    for path in paths:
-        rel = path.relative_to(root).as_posix()
-        entry = {"path": rel, "fields": _yaml_fields(path), "error": None}
-        try:
-            spec = load_spec(path, root)
-        except SpecError as err:
-            specs[f"<{rel}>"] = {**entry, "name": None, "error": str(err)}
+    for path in _spec_files(root / "specs"):
+        spec, entry = _load(path, root, specs)
+        if spec is None:
             continue
-        entry.update(name=spec.name, family=spec.family.value, sha256=spec.sha256)
-        if spec.name in specs:
-            entry["error"] = (
-                f"{rel}: name: {spec.name!r} is already used by {specs[spec.name]['path']}"
-            )
-            specs[f"<{rel}>"] = entry
-            continue
-        specs[spec.name] = entry
-        entry["targets"] = [[t.backend.value, a.value] for t in spec.targets for a in t.archs]
-        try:
-            expanded = validate(spec)
-        except SpecError as err:
-            entry["error"] = str(err)
-            try:
-                expanded = expand(spec)
-            except SpecError:
-                expanded = ()
-        entry["variants"] = [v.uri for v in expanded]
-        for target in spec.targets:
-            for arch in target.archs:
-                for v in expanded:
-                    verdict = supports(v, target.backend, arch)
-                    if not verdict.ok:
-                        refused.append(
-                            dict(
-                                spec=spec.name,
-                                uri=v.uri,
-                                backend=target.backend.value,
-                                arch=arch.value,
-                                status=verdict.status.value,
-                                reason=verdict.reason,
-                            )
-                        )
-                if entry["error"] is None:
-                    plan = lower_module(spec, expanded, target.backend, arch)
-                    if plan is not None:
-                        plans.append(plan)
+        variants = _validate(spec, entry)
+        refused += _refused(spec, variants)
+        if entry["error"] is None:
+            plans += _plans(spec, variants)
     return specs, refused, plans
+
+
+def _spec_files(folder: Path) -> list[Path]:
+    """generate's discovery rule (older revisions lack ``find_specs``: their rule was the
+    .yaml files of the folder)."""
+    try:
+        from attngen.generate import find_specs
+    except ImportError:
+        return sorted(folder.rglob("*.yaml"))
+    try:
+        return find_specs(folder)
+    except Exception:  # no specs folder, or an empty one: nothing to model
+        return []
+
+
+def _load(path: Path, root: Path, specs: dict[str, dict]):
+    """(Spec or None, its entry in ``specs``): keyed by name, or ``<path>`` when the file
+    does not load or repeats a name."""
+    from attngen.spec.errors import SpecError
+    from attngen.spec.loader import load_spec
+
+    rel = path.relative_to(root).as_posix()
+    entry = {"path": rel, "fields": _yaml_fields(path), "error": None, "name": None}
+    try:
+        spec = load_spec(path, root)
+    except SpecError as err:
+        specs[f"<{rel}>"] = {**entry, "error": str(err)}
+        return None, entry
+    entry.update(name=spec.name, family=spec.family.value, sha256=spec.sha256)
+    entry["targets"] = [[t.backend.value, a.value] for t in spec.targets for a in t.archs]
+    if spec.name in specs:
+        entry["error"] = f"{rel}: name: {spec.name!r} is already used by {specs[spec.name]['path']}"
+        specs[f"<{rel}>"] = entry
+        return None, entry
+    specs[spec.name] = entry
+    return spec, entry
+
+
+def _validate(spec, entry: dict) -> tuple:
+    """The spec's variants; validate's refusal goes into the entry (and the variants are
+    still expanded, so each target's verdicts can be listed)."""
+    from attngen.spec.errors import SpecError
+    from attngen.spec.expand import expand
+    from attngen.validate import validate
+
+    try:
+        variants = validate(spec)
+    except SpecError as err:
+        entry["error"] = str(err)
+        try:
+            variants = expand(spec)
+        except SpecError:
+            variants = ()
+    entry["variants"] = [v.uri for v in variants]
+    return variants
+
+
+def _refused(spec, variants: tuple) -> list[dict]:
+    """Every (variant, target) of the spec that supports() does not say SUPPORTED for."""
+    from attngen.capabilities import supports
+
+    out = []
+    for target in spec.targets:
+        for arch in target.archs:
+            for v in variants:
+                verdict = supports(v, target.backend, arch)
+                if not verdict.ok:
+                    out.append(
+                        dict(
+                            spec=spec.name,
+                            uri=v.uri,
+                            backend=target.backend.value,
+                            arch=arch.value,
+                            status=verdict.status.value,
+                            reason=verdict.reason,
+                        )
+                    )
+    return out
+
+
+def _plans(spec, variants: tuple) -> list:
+    from attngen.lower import lower_module
+
+    plans = [lower_module(spec, variants, t.backend, a) for t in spec.targets for a in t.archs]
+    return [p for p in plans if p is not None]
 
 
 def _variant_row(item, spec: str, ev) -> dict:

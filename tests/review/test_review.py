@@ -93,7 +93,7 @@ def test_add_spec_lists_new_variants_cells_and_commands(repo: Path) -> None:
     assert "make bench" not in commands  # no kernel code changed
     # Markdown: the spec, its variants per target, the cell row and the commands
     assert "- **added** `mha_review_new` (`specs/mha/review_new.yaml`)" in md
-    assert f"+ triton sm80, sm90: 1 variant(s): {NEW_URI}" in md
+    assert f"  - added on triton sm80, sm90: 1 variant(s): {NEW_URI}" in md
     assert "| MHA backends · triton sm80 | 🔨 → ❔ |" in md
     assert "| MHA backends · triton sm90 | ✅ → ✅ partly |" in md
     assert "make evidence-compile\n" in md and "ATTNGEN_EVIDENCE_OUT=evidence/gpu/sm90.json" in md
@@ -160,6 +160,7 @@ def test_removed_spec_lists_removed_packages(repo: Path) -> None:
     assert kinds["kernels"]["deleted"] == 3
     assert "- **removed** `mha_bidirectional` (`specs/mha/bidirectional.yaml`)" in md
     assert "packages removed: generated/sm100/triton/mha/mha_bidirectional" in md
+    assert "  - removed from triton sm80, sm90, sm100: " in md
 
 
 def test_description_only_changes_no_cell(repo: Path) -> None:
