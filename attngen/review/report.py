@@ -152,6 +152,8 @@ def spec_lines(s: SpecChange) -> list[str]:
     lines = []
     if s.fields:
         lines.append(f"fields changed: {', '.join(s.fields)}")
+    elif s.status == "changed" and not s.error:
+        lines.append("no field changed (comments or formatting)")
     if s.error:
         lines.append(f"REFUSED (generate stops here): {s.error}")
     for targets, uris in _grouped_targets(s.added):

@@ -131,7 +131,11 @@ def load_sides(repo: Path, base: str | None) -> Sides:
     notes += [f"{label}: {e}" for e in old["errors"]]
     notes += [f"working tree: {e}" for e in now["errors"]]
     files = changed_files(repo, commit)
-    on_disk = sorted(p.relative_to(repo).as_posix() for p in repo.glob("generated/**/*.py"))
+    on_disk = sorted(
+        p.relative_to(repo).as_posix()
+        for p in repo.glob("generated/**/*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
     return Sides(label, commit, old, now, files, tuple(on_disk), tuple(notes))
 
 

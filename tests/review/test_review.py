@@ -347,3 +347,24 @@ def test_runtime_change_asks_for_the_gpu_suite(repo: Path) -> None:
     assert "runtime changed (kernel identities do not cover it)" in commands[gpu]
     assert "make bench" in commands and "make evidence-compile" not in commands
     assert "runtime: not part of kernel identities" in md
+
+
+def test_spec_change_without_regenerating_asks_for_generate(repo: Path) -> None:
+    manifest = repo / "generated/MANIFEST.json"
+    manifest.write_text('{"files": {}}\n')
+    commit(repo, "a manifest")
+    path = repo / "specs/mha/gqa_paged.yaml"
+    path.write_text(path.read_text() + "# a comment changes the spec's hash\n")
+    data, md = review(repo)
+    [spec] = data["review"]["specs"]
+    assert (spec["status"], spec["fields"]) == ("changed", [])
+    assert "no field changed (comments or formatting)" in md
+    assert data["commands"] == [
+        {
+            "command": "make generate",
+            "why": "generated/ is not what the specs give: specs changed but "
+            "generated/MANIFEST.json did not",
+        }
+    ]
+    manifest.write_text('{"files": {"x": 1}}\n')
+    assert review(repo)[0]["commands"] == []
