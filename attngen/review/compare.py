@@ -30,7 +30,7 @@ class Refusal:
 class SpecChange:
     name: str
     path: str
-    status: str  # added | changed | removed
+    status: str  # added | changed | removed | relowered (same file, the code lowers it anew)
     fields: tuple[str, ...]  # top-level spec keys whose value changed
     error: str | None  # why the working tree's spec is refused (generate stops there)
     added: dict[str, tuple[str, ...]]  # "backend arch" -> uris
@@ -115,33 +115,58 @@ def target(row: dict) -> str:
 def spec_changes(
     base: dict, now: dict, old_rows: dict[VariantKey, dict], new_rows: dict[VariantKey, dict]
 ) -> tuple[SpecChange, ...]:
+    """Specs added, changed or removed, and unchanged specs whose variants the code now
+    lowers differently ("relowered")."""
     old, new = base["specs"], now["specs"]
     out = []
-    for name in sorted(set(old) | set(new)):
-        before, after = old.get(name), new.get(name)
-        if before is not None and after is not None and _same_spec(before, after):
-            continue
-        status = "added" if before is None else "removed" if after is None else "changed"
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
         spec = after or before
-        mine_old = {k: r for k, r in old_rows.items() if k[0] == spec.get("name")}
-        mine_new = {k: r for k, r in new_rows.items() if k[0] == spec.get("name")}
+        name = spec.get("name")
+        mine_old = {k: r for k, r in old_rows.items() if k[0] == name}
+        mine_new = {k: r for k, r in new_rows.items() if k[0] == name}
+        if before is None:
+            status = "added"
+        elif after is None:
+            status = "removed"
+        elif not _same_spec(before, after):
+            status = "changed"
+        elif _relowered(before, after, mine_old, mine_new, base, now):
+            status = "relowered"
+        else:
+            continue
         out.append(
             SpecChange(
-                name=spec.get("name") or spec["path"],
+                name=name or spec["path"],
                 path=spec["path"],
                 status=status,
                 fields=_changed_fields(before, after),
                 error=(after or {}).get("error"),
                 added=_by_target(mine_new, mine_old),
                 removed=_by_target(mine_old, mine_new),
-                refused=_refusals(now, spec.get("name")) if after is not None else (),
+                refused=_refusals(now, name) if after is not None else (),
                 packages_added=_packages(mine_new, mine_old),
                 packages_removed=_packages(mine_old, mine_new),
                 new_evidence=_new_evidence(mine_new, mine_old),
-                shared_with=_shared(mine_new, mine_old, new_rows),
+                shared_with=_shared(name, mine_new, mine_old, new_rows),
             )
         )
     return tuple(out)
+
+
+def _relowered(
+    before: dict, after: dict, mine_old: dict, mine_new: dict, base: dict, now: dict
+) -> bool:
+    name = after.get("name")
+    return (
+        before.get("error") != after.get("error")
+        or set(mine_old) != set(mine_new)
+        or _refused_of(base, name) != _refused_of(now, name)
+    )
+
+
+def _refused_of(snap: dict, spec: str | None) -> list[dict]:
+    return [r for r in snap["refused"] if r["spec"] == spec]
 
 
 def _new_evidence(
@@ -154,19 +179,18 @@ def _new_evidence(
 
 
 def _shared(
-    mine: dict[VariantKey, dict], other: dict[VariantKey, dict], rows: dict[VariantKey, dict]
+    spec: str | None,
+    mine: dict[VariantKey, dict],
+    other: dict[VariantKey, dict],
+    rows: dict[VariantKey, dict],
 ) -> tuple[str, ...]:
     ids = {r["identity"] for k, r in mine.items() if k not in other}
-    spec = next(iter(mine))[0] if mine else None
     return tuple(sorted({k[0] for k, r in rows.items() if r["identity"] in ids and k[0] != spec}))
 
 
 def _same_spec(a: dict, b: dict) -> bool:
-    return (a.get("sha256"), a["path"], a.get("error")) == (
-        b.get("sha256"),
-        b["path"],
-        b.get("error"),
-    )
+    """The same spec file (bytes and place)."""
+    return (a.get("sha256"), a["path"]) == (b.get("sha256"), b["path"])
 
 
 def _changed_fields(before: dict | None, after: dict | None) -> tuple[str, ...]:
@@ -204,9 +228,7 @@ def _packages(mine: dict[VariantKey, dict], other: dict[VariantKey, dict]) -> tu
 def _refusals(snap: dict, spec: str | None) -> tuple[Refusal, ...]:
     """The working tree's refused variants of a spec, grouped by reason."""
     groups: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
-    for r in snap["refused"]:
-        if r["spec"] != spec:
-            continue
+    for r in _refused_of(snap, spec):
         targets, uris = groups.setdefault((r["status"], r["reason"]), ([], []))
         if target(r) not in targets:
             targets.append(target(r))

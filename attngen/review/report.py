@@ -119,8 +119,9 @@ def cell_groups(cells: tuple[CellChange, ...]) -> list[tuple[str, str, str, list
 
 
 def _spec_counts(specs: tuple[SpecChange, ...]) -> str:
-    n = {s: sum(c.status == s for c in specs) for s in ("added", "changed", "removed")}
-    return f"{n['added']} added, {n['changed']} changed, {n['removed']} removed"
+    n = {s: sum(c.status == s for c in specs) for s in ("added", "changed", "removed", "relowered")}
+    relowered = f", {n['relowered']} relowered" if n["relowered"] else ""
+    return f"{n['added']} added, {n['changed']} changed, {n['removed']} removed{relowered}"
 
 
 def _size_line(s: DiffSize) -> str:
@@ -154,6 +155,8 @@ def spec_lines(s: SpecChange) -> list[str]:
         lines.append(f"fields changed: {', '.join(s.fields)}")
     elif s.status == "changed" and not s.error:
         lines.append("no field changed (comments or formatting)")
+    if s.status == "relowered":
+        lines.append("spec file unchanged: the code lowers it differently")
     if s.error:
         lines.append(f"REFUSED (generate stops here): {s.error}")
     for targets, uris in _grouped_targets(s.added):
@@ -231,7 +234,7 @@ def to_text(report: Report) -> str:
     out.append("")
     out.append(f"Specs: {_spec_counts(r.specs)}")
     for s in r.specs:
-        out.append(f"  {s.status:<8}{s.name} ({s.path})")
+        out.append(f"  {s.status:<10}{s.name} ({s.path})")
         out += [f"      {line}" for line in spec_lines(s)]
     out.append("")
     out.append(f"Support matrix: {len(r.cells)} cells change")

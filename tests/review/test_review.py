@@ -368,3 +368,24 @@ def test_spec_change_without_regenerating_asks_for_generate(repo: Path) -> None:
     ]
     manifest.write_text('{"files": {"x": 1}}\n')
     assert review(repo)[0]["commands"] == []
+
+
+def test_capability_change_relowers_an_unchanged_spec(repo: Path) -> None:
+    """The code, not the spec, changes what a spec generates: the spec is listed as
+    relowered, with the variants the targets now refuse and validate's message."""
+    path = repo / "attngen/families/mha/triton/capability.py"
+    text = path.read_text()
+    assert "192, 256})" in text
+    path.write_text(text.replace("192, 256})", "192})"))
+    data, md = review(repo)
+    [spec] = data["review"]["specs"]
+    assert (spec["name"], spec["status"], spec["fields"]) == ("mha_gqa_paged", "relowered", [])
+    assert "no target lowers variant d256_g1_ps1_bf16_causal" in spec["error"]
+    assert "head_dim 256 is not lowered yet" in spec["error"]
+    refused = [r for r in spec["refused"] if r["reason"] == "head_dim 256 is not lowered yet"]
+    assert [r["targets"] for r in refused] == [["triton sm80", "triton sm90", "triton sm100"]]
+    # generate stops at the refused spec: every variant of it is gone from the tree
+    assert set(spec["removed"]) == {"triton sm80", "triton sm90", "triton sm100"}
+    assert "spec file unchanged: the code lowers it differently" in md
+    assert "kernel library / lowering (mha x triton)" in data["sources"]
+    assert data["review"]["identities"] == []  # capability rules are not kernel code
