@@ -56,7 +56,8 @@ class CellChange:
     before_symbol: str
     after_symbol: str
     loss: bool  # a verified / compiles cell now claims less
-    why: tuple[str, ...]
+    moves: dict[str, tuple[VariantKey, ...]]  # MOVES kind -> the variants that moved so
+    why: tuple[str, ...]  # the moves as sentences
 
 
 @dataclass(frozen=True)
@@ -348,7 +349,8 @@ def _cell_change(
         before_symbol=before["symbol"] if before else "",
         after_symbol=after["symbol"] if after else "",
         loss=loss,
-        why=cell_reasons(some, before, after, old_rows, new_rows),
+        moves=(moves := cell_moves(before, after, old_rows, new_rows)),
+        why=why(moves),
     )
 
 
@@ -358,50 +360,57 @@ def _keys(cell: dict | None) -> set[VariantKey]:
     return {(spec, cell["backend"], cell["arch"], uri) for spec, uri in cell["items"]}
 
 
-def cell_reasons(
-    some: dict,
+# Why a cell moved: kinds of variant movement, each with how a reader is told about it.
+MOVES: dict[str, tuple[str, str]] = {
+    "new_without_evidence": ("new variant", "without evidence"),
+    "new_with_evidence": ("new variant", "with evidence"),
+    "kernel_code": ("variant", "changed kernel identity: kernel code changed"),
+    "config": ("variant", "changed kernel identity: its config changed"),
+    "evidence_added": ("variant", "gained evidence"),
+    "evidence_removed": ("variant", "lost evidence (evidence file changed)"),
+    "gone": ("variant", "no longer generated"),
+}
+NO_MOVE = "the capability model or the docs wording changed (no variant moved)"
+NAMED = 3  # variants named in a reason before only their specs are
+SPECS_NAMED = 4
+
+
+def cell_moves(
     before: dict | None,
     after: dict | None,
     old_rows: dict[VariantKey, dict],
     new_rows: dict[VariantKey, dict],
-) -> tuple[str, ...]:
-    """Why a cell moved, from the variants that decide it on either side."""
+) -> dict[str, tuple[VariantKey, ...]]:
+    """The variants deciding a cell on either side, by how they moved (MOVES)."""
     old_keys, new_keys = _keys(before), _keys(after)
     added = sorted(new_keys - old_keys)
-    bare = [k for k in added if not has_evidence(new_rows[k])]
     both = sorted(old_keys & new_keys)
     changed = [k for k in both if old_rows[k]["identity"] != new_rows[k]["identity"]]
     same = [k for k in both if k not in changed]
-    gained = [k for k in same if _evidence(new_rows[k]) > _evidence(old_rows[k])]
-    dropped = [k for k in same if _evidence(new_rows[k]) < _evidence(old_rows[k])]
-    why = []
-    if bare:
-        why.append(_count(bare, "new variant", "without evidence"))
-    if len(added) > len(bare):
-        why.append(_count([k for k in added if k not in bare], "new variant", "with evidence"))
-    code = [k for k in changed if old_rows[k]["config"] == new_rows[k]["config"]]
-    if code:
-        why.append(_count(code, "variant", "changed kernel identity: kernel code changed"))
-    if len(changed) > len(code):
-        why.append(_count([k for k in changed if k not in code], "variant", "changed config"))
-    if gained:
-        why.append(_count(gained, "variant", "gained evidence"))
-    if dropped:
-        why.append(_count(dropped, "variant", "lost evidence (evidence file changed)"))
-    gone = sorted(old_keys - new_keys)
-    if gone:
-        why.append(_count(gone, "variant", "no longer generated"))
-    if not why:
-        why.append("the capability model or the docs wording changed (no variant moved)")
-    return tuple(why)
+    moves = {
+        "new_without_evidence": [k for k in added if not has_evidence(new_rows[k])],
+        "new_with_evidence": [k for k in added if has_evidence(new_rows[k])],
+        "kernel_code": [k for k in changed if old_rows[k]["config"] == new_rows[k]["config"]],
+        "config": [k for k in changed if old_rows[k]["config"] != new_rows[k]["config"]],
+        "evidence_added": [k for k in same if _evidence(new_rows[k]) > _evidence(old_rows[k])],
+        "evidence_removed": [k for k in same if _evidence(new_rows[k]) < _evidence(old_rows[k])],
+        "gone": sorted(old_keys - new_keys),
+    }
+    return {kind: tuple(keys) for kind, keys in moves.items() if keys}
 
 
-def _count(keys: list[VariantKey], noun: str, what: str) -> str:
-    """ "2 new variants without evidence (spec_a d64_..., spec_a d128_...)"; past three
-    variants only the specs are named."""
-    s = "" if len(keys) == 1 else "s"
-    if len(keys) <= 3:
-        named = [f"{spec} {uri}" for spec, _, _, uri in keys]
-    else:
-        named = sorted({k[0] for k in keys})
-    return f"{len(keys)} {noun}{s} {what} ({', '.join(named)})"
+def why(moves: dict[str, tuple[VariantKey, ...]]) -> tuple[str, ...]:
+    """ "2 new variants without evidence (spec_a d64_..., spec_a d128_...)"; past NAMED
+    variants only their specs are named."""
+    out = []
+    for kind, keys in moves.items():
+        noun, what = MOVES[kind]
+        s = "" if len(keys) == 1 else "s"
+        if len(keys) <= NAMED:
+            named = [f"{spec} {uri}" for spec, _, _, uri in keys]
+        else:
+            specs = sorted({k[0] for k in keys})
+            more = len(specs) - SPECS_NAMED
+            named = specs[:SPECS_NAMED] + ([f"{more} more specs"] if more > 0 else [])
+        out.append(f"{len(keys)} {noun}{s} {what} ({', '.join(named)})")
+    return tuple(out) or (NO_MOVE,)

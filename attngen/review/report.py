@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from attngen.emit import docs
-from attngen.review.compare import CellChange, Review, SpecChange, review
+from attngen.review.compare import CellChange, Review, SpecChange, review, why
 from attngen.review.files import (
     DiffSize,
     evidence_files,
@@ -105,17 +105,26 @@ def detail(text: str) -> str:
 
 
 def cell_groups(cells: tuple[CellChange, ...]) -> list[tuple[str, str, str, list[str]]]:
-    """(table · target, before → after, why, columns) with like changes of a row together."""
-    groups: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    """(table · target, before → after, why, columns): the cells of a row that moved alike
+    (same symbols, same kinds of move) together, their reasons over all their variants."""
+    groups: dict[tuple[str, str, tuple[str, ...]], list[CellChange]] = defaultdict(list)
     for c in cells:
         move = f"{mark(c.before_symbol, c.before)} → {mark(c.after_symbol, c.after)}"
-        where = f"{c.table} · {c.backend} {c.arch}"
-        column = c.column
-        old, new = detail(c.before), detail(c.after)
-        if old != new and old and new:
-            column += f" ({old} → {new})"
-        groups[(where, move, "; ".join(c.why))].append(column)
-    return [(w, m, why, cols) for (w, m, why), cols in groups.items()]
+        groups[(f"{c.table} · {c.backend} {c.arch}", move, tuple(c.moves))].append(c)
+    out = []
+    for (where, move, _), members in groups.items():
+        moves: dict[str, set] = defaultdict(set)
+        for c in members:
+            for kind, keys in c.moves.items():
+                moves[kind].update(keys)
+        reasons = why({k: tuple(sorted(v)) for k, v in moves.items()})
+        out.append((where, move, "; ".join(reasons), [_column(c) for c in members]))
+    return out
+
+
+def _column(c: CellChange) -> str:
+    old, new = detail(c.before), detail(c.after)
+    return f"{c.column} ({old} → {new})" if old != new and old and new else c.column
 
 
 def _spec_counts(specs: tuple[SpecChange, ...]) -> str:
