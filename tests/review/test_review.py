@@ -136,6 +136,12 @@ def test_kernel_line_change_lists_cells_and_dropped_evidence(repo: Path) -> None
     assert f"{KERNEL_FILE} (M, +1 -0)" in md
     assert "triton sm90: " in md and "variant identities changed" in md
     assert "changed kernel identity: kernel code changed" in md
+    # one Markdown row per target: its cells moved alike, for one reason
+    rows = [line for line in md.splitlines() if line.startswith("| MHA backends · ")]
+    assert [row.split(" | ")[0] for row in rows] == [
+        f"| MHA backends · triton {a}" for a in ("sm80", "sm90", "sm100")
+    ]
+    assert all(c["moves"].keys() == {"kernel_code"} for c in r["cells"])
 
 
 def test_removed_spec_lists_removed_packages(repo: Path) -> None:
