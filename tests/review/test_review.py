@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 from attngen.capabilities import supports
+from attngen.evidence import COMPILE_DIR, compile_file
 from attngen.review.report import build, to_json, to_markdown, to_text
 from attngen.review.sides import load_sides
 from attngen.spec.enums import Arch, Backend
 from attngen.spec.expand import expand
 from attngen.spec.loader import load_spec
-from review_repo import commit, git
+from review_repo import commit, compile_record, git
 
 # A variant no spec of the test repository generates (page size 32), on one arch that
 # has GPU evidence and one that has compile evidence only.
@@ -313,19 +314,9 @@ def test_evidence_added_moves_cells_up(repo: Path) -> None:
     (pkg / "kernels.py").write_text("# placeholder\n")
     commit(repo, "a spec without evidence")
     [row] = [r for r in load_sides(repo, "HEAD").now["variants"] if r["spec"] == "mha_review_new"]
-    path = repo / "evidence/compile/triton/sm80.json"
+    path = repo / COMPILE_DIR / compile_file(row["backend"], row["arch"])
     record = json.loads(path.read_text())
-    record["kernels"].append(
-        dict(
-            identity=row["identity"],
-            kernel="decode",
-            module=f"{row['package']}/kernels.py",
-            variant=NEW_URI,
-            registers=128,
-            shared_bytes=0,
-            spill_bytes=0,
-        )
-    )
+    record["kernels"].append(compile_record(row))
     path.write_text(json.dumps(record))
     data, md = review(repo)
     assert data["review"]["specs"] == []
@@ -336,7 +327,7 @@ def test_evidence_added_moves_cells_up(repo: Path) -> None:
     )
     assert all(c["why"] == [f"1 variant gained evidence (mha_review_new {NEW_URI})"] for c in cells)
     assert data["review"]["evidence_loss"] == [] and data["commands"] == []
-    assert [e["path"] for e in data["evidence"]] == ["evidence/compile/triton/sm80.json"]
+    assert [e["path"] for e in data["evidence"]] == [path.relative_to(repo).as_posix()]
     assert "| MHA backends · triton sm80 | ❔ → 🔨 |" in md
 
 
