@@ -109,13 +109,32 @@ def finish_snapshot(proc: subprocess.Popen, what: str) -> dict:
 def load_sides(repo: Path, base: str | None) -> Sides:
     repo = Path(git(repo, "rev-parse", "--show-toplevel").strip())
     label, commit = resolve_base(repo, base)
-    notes: list[str] = []
+    old, now, notes = snapshots(repo, label, commit)
+    notes += [f"{label}: {e}" for e in old["errors"]]
+    notes += [f"working tree: {e}" for e in now["errors"]]
+    on_disk = sorted(
+        p.relative_to(repo).as_posix()
+        for p in repo.glob("generated/**/*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    files = changed_files(repo, commit)
+    return Sides(label, commit, old, now, files, tuple(on_disk), tuple(notes))
+
+
+def snapshots(repo: Path, label: str, commit: str) -> tuple[dict, dict, list[str]]:
+    """(BASE's snapshot, the working tree's, notes), both computed at once."""
+    notes = []
     with tempfile.TemporaryDirectory(prefix="attngen-review-") as tmp:
         base_root = Path(tmp)
         unpack(repo, commit, base_root)
         now_proc = start_snapshot(repo, repo)
         base_proc = start_snapshot(base_root, base_root)
-        now = finish_snapshot(now_proc, "the working tree")
+        try:
+            now = finish_snapshot(now_proc, "the working tree")
+        except ReviewError:
+            base_proc.kill()
+            base_proc.communicate()
+            raise
         try:
             old = finish_snapshot(base_proc, f"{label} with its own code")
         except ReviewError as err:
@@ -128,15 +147,7 @@ def load_sides(repo: Path, base: str | None) -> Sides:
                 "its specs and evidence were read with the working tree's code, so kernel "
                 "code changes between the two are not visible below"
             )
-    notes += [f"{label}: {e}" for e in old["errors"]]
-    notes += [f"working tree: {e}" for e in now["errors"]]
-    files = changed_files(repo, commit)
-    on_disk = sorted(
-        p.relative_to(repo).as_posix()
-        for p in repo.glob("generated/**/*")
-        if p.is_file() and "__pycache__" not in p.parts
-    )
-    return Sides(label, commit, old, now, files, tuple(on_disk), tuple(notes))
+    return old, now, notes
 
 
 def changed_files(repo: Path, commit: str) -> tuple[FileChange, ...]:
