@@ -386,3 +386,13 @@ def test_capability_change_relowers_an_unchanged_spec(repo: Path) -> None:
     assert "spec file unchanged: the code lowers it differently" in md
     assert "kernel library / lowering (mha x triton)" in data["sources"]
     assert data["review"]["identities"] == []  # capability rules are not kernel code
+
+
+def test_broken_working_tree_or_base_is_an_error(repo: Path) -> None:
+    run = cli(repo, "no-such-revision")
+    assert run.returncode == 2 and "no-such-revision" in run.stderr
+    (repo / "attngen/lower.py").write_text("def broken(:\n")
+    run = cli(repo, "HEAD")
+    assert run.returncode == 2
+    assert "computing the model of the working tree failed" in run.stderr
+    assert "SyntaxError" in run.stderr and run.stdout == ""
