@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from attngen.emit.header import regenerate_command
-from attngen.generate import ALL_ARCHS, GenerateError, find_specs, generate, log
+from attngen.generate import ALL_ARCHS, GenerateError, find_specs, generate, log, misplaced
 from attngen.emit.writer import DuplicateWrite
 from attngen.ir import PlanError
 from attngen.review import add_parser as add_review_parser
@@ -47,6 +47,9 @@ def _validate_file(path: Path, seen: dict[str, str]) -> int:
     except SpecError as err:
         print(err, file=sys.stderr)
         return 1
+    warning = misplaced(spec)
+    if warning:
+        log(warning)
     print(f"{path}: ok ({len(variants)} variants)")
     return 0
 

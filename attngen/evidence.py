@@ -10,10 +10,19 @@ over the kernel library's sources, the module's traits (hooks, phases, arch quir
 variant's config (:func:`kernel_identity`). Moving a package or generating the same kernel
 from two specs keeps its evidence; changing the library, the hooks or a tile drops it. The
 ``module`` field of a record only says where the check ran.
+
+A GPU check also ran the host code around the kernels: the generated package's modules
+(backend, graph metadata, bindings), the spine runtime (``attngen/runtime/``) and the
+family's runtime, keys and oracle (``attngen/families/<family>/*.py``). GPU records carry
+their **runtime identity** (:func:`runtime_identity`, a sha256 over that code with comments
+and docstrings left out), and a check counts only while both identities hold: editing a
+graph builder drops the graph checks it could break, editing a docstring drops nothing.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -51,6 +60,50 @@ def module_identity(module: ModuleType, uri: str) -> str:
     return kernel_identity(module.LIBRARY_SHA256, module.TRAITS, module.CONFIGS[uri])
 
 
+def code_digest(text: str) -> str:
+    """sha256 of a Python source's code: comments, docstrings and layout do not count."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
+    return hashlib.sha256(ast.dump(tree).encode("utf-8")).hexdigest()
+
+
+RUNTIME_DIR = "attngen/runtime"
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime_digests(root: Path, family: str) -> tuple[tuple[str, str], ...]:
+    paths = sorted((root / RUNTIME_DIR).glob("*.py")) + sorted(
+        (root / "attngen" / "families" / family).glob("*.py")
+    )
+    return tuple(
+        (p.relative_to(root).as_posix(), code_digest(p.read_text(encoding="utf-8"))) for p in paths
+    )
+
+
+def runtime_identity(root: Path, family: str, package: dict[str, str]) -> str:
+    """sha256 of the host code a GPU check of a generated package runs: the package's
+    modules (``{file name: text}``), the spine runtime and the family's top-level modules."""
+    parts = [f"{name}:{code_digest(text)}" for name, text in sorted(package.items())]
+    parts += [f"{name}:{digest}" for name, digest in _runtime_digests(root.resolve(), family)]
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
+
+
+def package_runtime_identity(root: Path, package_dir: Path) -> str:
+    """:func:`runtime_identity` of a generated package on disk
+    (``generated/<arch>/<backend>/<family>/<spec>/``)."""
+    texts = {p.name: p.read_text(encoding="utf-8") for p in sorted(package_dir.glob("*.py"))}
+    return runtime_identity(root, package_dir.parent.name, texts)
+
+
 @dataclass(frozen=True)
 class KernelUsage:
     kernel: str
@@ -65,11 +118,11 @@ class GpuEvidence:
     device: str
     commit: str
     date: str
-    passed: frozenset[tuple[str, str]]  # (identity, check)
+    passed: frozenset[tuple[str, str, str]]  # (kernel identity, runtime identity, check)
     details: dict[tuple[str, str], str] = field(default_factory=dict)  # measured figures
 
-    def has(self, identity: str, check: str) -> bool:
-        return (identity, check) in self.passed
+    def has(self, identity: str, runtime: str, check: str) -> bool:
+        return (identity, runtime, check) in self.passed
 
     def detail(self, identity: str, check: str) -> str:
         return self.details.get((identity, check), "")
@@ -103,7 +156,8 @@ def load_gpu(root: Path, arch: str) -> GpuEvidence | None:
         return None
     data = _read(root, rel, "results")
     ok = [r for r in data["results"] if r.get("passed") is True]
-    passed = frozenset((r["identity"], r["check"]) for r in ok)
+    # a record from before runtime identities matches no runtime: stale, not an error
+    passed = frozenset((r["identity"], r.get("runtime", ""), r["check"]) for r in ok)
     details = {(r["identity"], r["check"]): r["detail"] for r in ok if r.get("detail")}
     return GpuEvidence(rel, data["device"], data["commit"], data["date"], passed, details)
 

@@ -14,10 +14,10 @@ from attngen.emit.header import Provenance, regenerate_command
 from attngen.emit.modules import namespace_files, sha256_text
 from attngen.emit.schema import render_schema
 from attngen.emit.writer import Drift, check_tree, write_tree, write_once
-from attngen.evidence import load_compile, load_gpu
+from attngen.evidence import load_compile, load_gpu, runtime_identity
 from attngen.ir import ModulePlan
 from attngen.lower import lower_module, plan_files, plan_identities
-from attngen.spec.enums import Arch
+from attngen.spec.enums import Arch, Family
 from attngen.spec.errors import SpecError
 from attngen.spec.loader import load_spec
 from attngen.spec.model import Spec
@@ -62,10 +62,26 @@ def find_specs(path: Path) -> list[Path]:
     return found
 
 
+def misplaced(spec: Spec) -> str | None:
+    """A warning when the spec sits in another family's folder (``specs/<family>/``): it
+    still loads, but a reviewer looking for the family's specs would not find it there."""
+    families = {f.value for f in Family}
+    folders = [p for p in Path(spec.path).parent.parts if p in families]
+    if folders and folders[-1] != spec.family.value:
+        return (
+            f"warning: {spec.path}: a {spec.family.value} spec in the folder of "
+            f"{folders[-1]} specs (move it to a {spec.family.value}/ folder)"
+        )
+    return None
+
+
 def load_all(specs_dir: Path, root: Path) -> list[Spec]:
     specs = [load_spec(p, root) for p in find_specs(specs_dir)]
     seen: dict[str, Spec] = {}
     for spec in specs:
+        warning = misplaced(spec)
+        if warning:
+            log(warning)
         if spec.name in seen:
             raise SpecError(
                 spec.location, "name", f"{spec.name!r} is already used by {seen[spec.name].path}"
@@ -126,17 +142,33 @@ def build(root: Path, specs_dir: Path, verbose: bool = True) -> Build:
         )
     write_once(files, owners, namespace_files(plans, ALL_ARCHS, digest), "namespace packages")
     write_once(files, owners, {"schema/attngen-spec.schema.json": render_schema()}, "schema")
-    write_once(files, owners, docs_files(root, plans, digest), "support matrix")
+    write_once(files, owners, docs_files(root, plans, files, digest), "support matrix")
     files["MANIFEST.json"] = manifest(files, digest)
     return Build(tuple(specs), tuple(plans), files)
 
 
-def docs_files(root: Path, plans: list[ModulePlan], digest: str) -> dict[str, str]:
+def plan_runtime_identity(root: Path, plan: ModulePlan, files: dict[str, str]) -> str:
+    """The runtime identity of a plan's package as generated (``files``: path relative to
+    generated/ -> text); equal to ``package_runtime_identity`` of the package on disk."""
+    rel = plan.package.removeprefix("generated/") + "/"
+    package = {
+        path[len(rel) :]: text
+        for path, text in files.items()
+        if path.startswith(rel) and path.endswith(".py") and "/" not in path[len(rel) :]
+    }
+    return runtime_identity(root, plan.family.value, package)
+
+
+def docs_files(
+    root: Path, plans: list[ModulePlan], files: dict[str, str], digest: str
+) -> dict[str, str]:
     lowered = []
     for plan in plans:
         ids = plan_identities(plan)
+        runtime = plan_runtime_identity(root, plan, files)
         lowered += [
-            Lowered(ids[k.uri], plan.package, k, plan.arch, plan.backend) for k in plan.kernels
+            Lowered(ids[k.uri], runtime, plan.package, k, plan.arch, plan.backend)
+            for k in plan.kernels
         ]
     ev = Evidence(
         gpu={a: e for a in Arch if (e := load_gpu(root, a.value)) is not None},

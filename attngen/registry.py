@@ -2,8 +2,9 @@
 
 Three kinds of package register themselves here when :func:`load` imports them:
 
-- a **family** (``attngen/families/<family>/``): the docs columns it reports, its plainest
-  variant, and the hardware it needs whatever the backend (:class:`FamilyInfo`);
+- a **family** (``attngen/families/<family>/``): its sections of the spec language, the
+  docs columns it reports, its plainest variant, and the hardware it needs whatever the
+  backend (:class:`FamilyInfo`);
 - a **backend** (``attngen/backends/<backend>/``): the archs its kernels can exist on and its
   ahead-of-time compile check (:class:`BackendInfo`);
 - a **lowering** (``attngen/families/<family>/<backend>/``): what that pair can run and how
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from attngen.arch import ArchFacts
+from attngen.spec.family import FamilySpec
 from attngen.spec.fields import Int
 from attngen.spec.enums import Arch, Backend, Family
 
@@ -41,6 +43,7 @@ class FamilyInfo:
     family: Family
     features: Callable[[], tuple[Feature, ...]]  # docs-table columns, in order
     base_variant: Callable[[], Variant]  # its plainest variant (probes start from it)
+    spec: FamilySpec  # its sections of the spec language and how they expand
     arch_limit: Callable[[ArchFacts], str | None] = lambda facts: None  # why never on an arch
     title: str = ""  # docs-table title
     # hybrids: the keys a backend instance (and its pools) is built for, per module plan;
@@ -147,6 +150,11 @@ def lowering(f: Family, b: Backend) -> Lowering | None:
 def lowerings() -> Mapping[tuple[Family, Backend], Lowering]:
     load()
     return dict(_LOWERINGS)
+
+
+def families() -> Mapping[Family, FamilyInfo]:
+    load()
+    return dict(_FAMILIES)
 
 
 def backends() -> Mapping[Backend, BackendInfo]:

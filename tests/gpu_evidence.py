@@ -5,11 +5,13 @@ assertions passed. At the end of the session, when ``ATTNGEN_EVIDENCE_OUT`` is s
 records are written there as JSON (what the support matrix reads to mark a cell verified):
 
     {"arch", "device", "commit", "date", "torch", "triton",
-     "results": [{"identity", "module", "variant", "check", "passed": true, "detail"}, ...]}
+     "results": [{"identity", "runtime", "module", "variant", "check", "passed": true,
+                  "detail"}, ...]}
 
 ``identity`` is the variant's kernel identity (attngen.evidence.kernel_identity: library
-sources, module traits, config), so evidence goes stale when the kernels change and
-survives a move; ``module`` says which generated file the check ran through. Results are sorted and
+sources, module traits, config) and ``runtime`` the package's runtime identity (the host
+code the check ran: attngen.evidence.runtime_identity), so evidence goes stale when either
+changes and survives a move; ``module`` says which generated file the check ran through. Results are sorted and
 de-duplicated. Under pytest-xdist each worker ships its records to the controller, which
 writes the one file. Nothing is written when no check passed.
 """
@@ -25,7 +27,7 @@ from types import ModuleType
 
 import pytest
 
-from attngen.evidence import GPU_CHECKS, module_identity
+from attngen.evidence import GPU_CHECKS, module_identity, package_runtime_identity
 from attngen.testing.paths import REPO_ROOT
 
 CHECKS = GPU_CHECKS
@@ -35,6 +37,7 @@ WORKER_KEY = "attngen_evidence"
 @dataclass(frozen=True, order=True)
 class Result:
     identity: str  # the variant's kernel identity
+    runtime: str  # the package's runtime identity (host code the check ran)
     module: str  # kernels.py, relative to the repository root
     variant: str
     check: str
@@ -62,8 +65,10 @@ class Evidence:
             )
         identity = module_identity(kernels_module, variant_uri)
         note = " ".join(f"{k}={v}" for k, v in sorted(detail.items()))
-        module = Path(kernels_module.__file__).resolve().relative_to(REPO_ROOT).as_posix()
-        self.results.add(Result(identity, module, variant_uri, check, True, note))
+        path = Path(kernels_module.__file__).resolve()
+        runtime = package_runtime_identity(REPO_ROOT, path.parent)
+        module = path.relative_to(REPO_ROOT).as_posix()
+        self.results.add(Result(identity, runtime, module, variant_uri, check, True, note))
 
     def to_json(self) -> list[dict]:
         return [asdict(r) for r in sorted(self.results)]

@@ -33,9 +33,11 @@ VERIFIED, COMPILES, NO_EVIDENCE, NOT_LOWERED, UNSUPPORTED = "✅", "🔨", "❔"
 
 @dataclass(frozen=True)
 class Lowered:
-    """One generated variant: its kernel identity (what evidence is keyed by) and package."""
+    """One generated variant: its kernel identity (what compile evidence is keyed by), the
+    runtime identity of its package (GPU evidence needs both) and its package."""
 
     identity: str
+    runtime: str
     package: str  # repo-relative generated package
     plan: KernelPlan
     arch: Arch
@@ -49,7 +51,7 @@ class Evidence:
 
     def verified(self, item: Lowered, checks: frozenset[str]) -> bool:
         ev = self.gpu.get(item.arch)
-        return ev is not None and all(ev.has(item.identity, c) for c in checks)
+        return ev is not None and all(ev.has(item.identity, item.runtime, c) for c in checks)
 
     def compiles(self, item: Lowered) -> bool:
         ev = self.compiled.get(item.arch)

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from attngen import registry
-from attngen.spec.enums import Arch, Backend
+from attngen.spec.enums import Arch, Backend, Family
 from attngen.spec.fields import Bool, Field, Float, Int, OneOf, Text
 from attngen.spec.model import SECTIONS, Spec
 
@@ -63,6 +63,12 @@ def _section_schema(fields: tuple[Field, ...], doc: str) -> dict[str, Any]:
 
 def spec_schema() -> dict[str, Any]:
     schema = _section_schema(Spec.FIELDS, "An attngen attention-variant spec")
+    families = sorted(registry.families().items(), key=lambda kv: list(Family).index(kv[0]))
+    for family, info in families:
+        for key, cls in info.spec.sections.items():
+            users = [f.value for f, i in families if key in i.spec.sections]
+            doc = f"{(cls.__doc__ or '').strip()} Required for, and only for, family {' and '.join(users)}."
+            schema["properties"].setdefault(key, _section_schema(cls.FIELDS, doc))
     for key, cls in SECTIONS.items():
         schema["properties"][key] = _section_schema(cls.FIELDS, (cls.__doc__ or "").strip())
     archs = {"type": "string", "enum": [a.value for a in Arch]}

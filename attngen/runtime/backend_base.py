@@ -16,6 +16,7 @@ A family's runtime (e.g. attngen/families/mha/runtime.py) subclasses it; a gener
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 
@@ -104,18 +105,33 @@ class AttentionBackendBase:
         raise NotImplementedError
 
     def _check_slots(self, fb: ForwardBatch) -> None:
-        """Request rows, cached token slots and out_cache_loc inside the pools (one sync)."""
+        """Request rows, cached token slots and out_cache_loc inside the pools, ``seq_lens``
+        equal to ``seq_lens_cpu``, and the family's own device-side checks
+        (:meth:`_device_checks`): one host sync for all of them."""
         table = self.req_to_token_pool.req_to_token
         num_slots = self.kv_pool.num_slots
         rows = fb.req_pool_indices.long()
         bad_row = (rows < 0) | (rows >= table.shape[0])
         longest = int(fb.seq_lens_cpu.max())
+        seq_lens = fb.seq_lens.long()
         slots = table[rows.clamp(0, table.shape[0] - 1), :longest]
-        used = torch.arange(longest, device=self.device)[None, :] < fb.seq_lens[:, None]
+        used = torch.arange(longest, device=self.device)[None, :] < seq_lens[:, None]
         bad_slot = used & ((slots < 0) | (slots >= num_slots))
         loc = fb.out_cache_loc
         bad_loc = (loc < 0) | (loc >= num_slots)
-        flags = torch.stack([bad_row.any(), bad_slot.any(), bad_loc.any()]).tolist()
+        extra = self._device_checks(fb)
+        flags = torch.stack([bad_row.any(), bad_slot.any(), bad_loc.any(), *(f for f, _ in extra)])
+        host = torch.cat([flags.long(), seq_lens]).tolist()  # the one sync
+        device_lens, flags = host[len(flags) :], host[: len(flags)]
+        if device_lens != fb.seq_lens_cpu.tolist():
+            b = next(
+                i for i, (d, c) in enumerate(zip(device_lens, fb.seq_lens_cpu.tolist())) if d != c
+            )
+            fail(
+                f"forward_batch.seq_lens[{b}]",
+                f"seq_lens_cpu[{b}] = {int(fb.seq_lens_cpu[b])} (the two must agree)",
+                device_lens[b],
+            )
         if flags[0]:
             b = int(bad_row.nonzero()[0, 0])
             fail(
@@ -134,6 +150,15 @@ class AttentionBackendBase:
         if flags[2]:
             i = int(bad_loc.nonzero()[0, 0])
             fail(f"forward_batch.out_cache_loc[{i}]", f"a slot in 0..{num_slots - 1}", int(loc[i]))
+        for flag, (_, report) in zip(flags[3:], extra):
+            if flag:
+                report()
+
+    def _device_checks(self, fb: ForwardBatch) -> list[tuple[torch.Tensor, Callable[[], None]]]:
+        """The family's checks of device values, folded into the one sync of eager
+        metadata: (a bool scalar tensor that is True when the input is bad, a function that
+        raises the error for it)."""
+        return []
 
     # -- per-layer guards ----
 

@@ -156,6 +156,11 @@ class DraftExtendInfo:
     extend_lens: torch.Tensor
 
 
+def tree_mask_bytes(num_draft_tokens: int) -> int:
+    """Bytes of one request's packed ``[n, n]`` tree mask (whole bytes, see below)."""
+    return -(-num_draft_tokens * num_draft_tokens // 8)
+
+
 def pack_tree_masks(masks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Bit-pack per-request ``[n, n]`` bool masks (row i: the drafts draft i sees).
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from attngen.runtime.batch import INDEX_DTYPES, ForwardMode
+from attngen.runtime.batch import INDEX_DTYPES, ForwardMode, tree_mask_bytes
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
 
 
@@ -73,7 +73,7 @@ class VerifyGraphBuffers:
         device: torch.device,
     ) -> VerifyGraphBuffers:
         n = draft_token_num
-        mask_bytes = -(-n * n // 8) if tree else 0
+        mask_bytes = tree_mask_bytes(n) if tree else 0
         i32 = dict(dtype=torch.int32, device=device)
         return VerifyGraphBuffers(
             draft_token_num=n,

@@ -10,9 +10,10 @@ import yaml
 from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
 from attngen.spec.errors import Location, SpecError
 from attngen.spec.fields import OneOf, convert_scalar, node_location
+from attngen.spec.family import FamilySpec
 from attngen.spec.model import (
-    SECTIONS,
-    SPEC_KEYS,
+    SCALAR_KEYS,
+    TAIL_KEYS,
     KvCache,
     Mask,
     Spec,
@@ -22,14 +23,6 @@ from attngen.spec.model import (
 )
 from attngen.spec.reader import MapReader, default_section, read_section
 
-# Which shape sections each family takes: required ones, and the rest are forbidden.
-SHAPE_SECTIONS = ("heads", "mla", "gdn", "dsa")
-FAMILY_SECTIONS = {
-    Family.MHA: ("heads",),
-    Family.MLA: ("mla",),
-    Family.GDN: ("gdn",),
-    Family.DSA: ("dsa", "mla"),
-}
 QUANTIZED_KV = {
     DType.FP8_E4M3: (ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD),
     DType.FP8_E5M2: (ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD),
@@ -61,12 +54,26 @@ def _relative(path: Path, root: Path | None) -> str:
     return path.as_posix()
 
 
+def family_specs() -> dict[Family, FamilySpec]:
+    """Every registered family's part of the spec language."""
+    from attngen import registry  # the family packages register on first use
+
+    return {f: info.spec for f, info in registry.families().items()}
+
+
+def spec_keys() -> tuple[str, ...]:
+    """Every top-level key a spec may have, in the order the docs list them."""
+    family_keys = dict.fromkeys(k for fs in family_specs().values() for k in fs.sections)
+    return (*SCALAR_KEYS, *family_keys, *TAIL_KEYS)
+
+
 def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
     reader = MapReader(node, path, "")
-    reader.check_known(SPEC_KEYS)
+    reader.check_known(spec_keys())
     top = {f.key: reader.pop(f) for f in Spec.FIELDS}
     family: Family = top["family"]
-    shapes = _read_shape_sections(reader, family)
+    fspec = family_specs()[family]
+    sections = _read_family_sections(reader, family, fspec)
     kv_node = reader.pop_node("kv_cache")
     mask_node = reader.pop_node("mask")
     spec_node = reader.pop_node("speculative")
@@ -78,46 +85,49 @@ def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
         location=reader.location,
         path=path,
         sha256=sha,
-        kv_cache=_read_kv_cache(kv_node, family, path, reader.location),
-        mask=_read_mask(mask_node, family, path, reader.location),
+        kv_cache=_read_kv_cache(kv_node, fspec, path, reader.location),
+        mask=_read_mask(mask_node, path, reader.location),
         speculative=(
             read_section(Speculative, spec_node, path, "speculative") if spec_node else None
         ),
         targets=_read_targets(targets_node, path),
         tuning=_read_tuning(tuning_node, path, family),
+        sections=sections,
         **top,
-        **shapes,
     )
     _check_spec(spec)
+    fspec.check(spec)
     return spec
 
 
-def _read_shape_sections(reader: MapReader, family: Family) -> dict[str, object]:
-    wanted = FAMILY_SECTIONS[family]
-    shapes: dict[str, object] = {}
-    for key in SHAPE_SECTIONS:
-        cls = SECTIONS[key]
-        node = reader.pop_node(key)
-        if node is None and key in wanted:
-            raise SpecError(reader.location, key, f"required for family {family.value}")
-        if node is not None and key not in wanted:
+def _read_family_sections(
+    reader: MapReader, family: Family, fspec: FamilySpec
+) -> tuple[object, ...]:
+    """The family's own sections (each required), refusing any other family's."""
+    wanted = tuple(fspec.sections)
+    others = [k for fs in family_specs().values() for k in fs.sections if k not in wanted]
+    for key in dict.fromkeys(others):
+        if key in reader.entries:
             raise SpecError(
-                node_location(reader.path, node),
+                node_location(reader.path, reader.entries[key][0]),
                 key,
                 f"not used by family {family.value} (it takes: {', '.join(wanted)})",
             )
-        shapes[key] = read_section(cls, node, reader.path, key) if node is not None else None
-    return shapes
+    nodes = {key: reader.pop_node(key) for key in wanted}
+    for key, node in nodes.items():
+        if node is None:
+            raise SpecError(reader.location, key, f"required for family {family.value}")
+    return tuple(
+        read_section(cls, nodes[key], reader.path, key) for key, cls in fspec.sections.items()
+    )
 
 
 def _read_kv_cache(
-    node: yaml.Node | None, family: Family, path: str, loc: Location
+    node: yaml.Node | None, fspec: FamilySpec, path: str, loc: Location
 ) -> KvCache | None:
-    if family is Family.GDN:
+    if fspec.kv_cache is not None:
         if node is not None:
-            raise SpecError(
-                node_location(path, node), "kv_cache", "gdn keeps a recurrent state, not a KV cache"
-            )
+            raise SpecError(node_location(path, node), "kv_cache", fspec.kv_cache)
         return None
     if node is None:
         return default_section(KvCache, loc)
@@ -142,7 +152,7 @@ def _read_kv_cache(
     return kv
 
 
-def _read_mask(node: yaml.Node | None, family: Family, path: str, loc: Location) -> Mask:
+def _read_mask(node: yaml.Node | None, path: str, loc: Location) -> Mask:
     if node is None:
         return default_section(Mask, loc)
     mask = read_section(Mask, node, path, "mask")
@@ -151,14 +161,6 @@ def _read_mask(node: yaml.Node | None, family: Family, path: str, loc: Location)
             mask.location,
             "mask.window_left",
             "required when mask.kind is sliding_window, and only then",
-        )
-    if family is Family.GDN and (
-        mask.kind is not MaskKind.CAUSAL or mask.logit_softcap or mask.sinks
-    ):
-        raise SpecError(
-            mask.location,
-            "mask",
-            "gdn is causal linear attention: no other mask kind, softcap or sinks",
         )
     return mask
 

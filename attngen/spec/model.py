@@ -6,10 +6,13 @@ A ``dict`` never travels past the loader: everything downstream reads these obje
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
 from attngen.spec.errors import Location
 from attngen.spec.fields import Bool, Field, Float, Int, OneOf, Text
+
+T = TypeVar("T")
 
 ACT_DTYPES = (DType.BF16, DType.FP16)
 KV_DTYPES = (
@@ -21,108 +24,6 @@ KV_DTYPES = (
     DType.NVFP4,
     DType.MXFP4,
 )
-
-
-@dataclass(frozen=True)
-class MhaHeads:
-    """MHA/GQA/MQA head shapes."""
-
-    FIELDS = (
-        # any size the language can say; which ones a backend lowers is supports()' answer
-        Field("head_dim", Int(1, 512), "q/k head dim", required=True, axis=True),
-        Field(
-            "v_head_dim",
-            Int(1, 512),
-            "v head dim (default: head_dim)",
-            axis=True,
-        ),
-        Field("gqa_group", Int(1, 128), "query heads per kv head", default=(1,), axis=True),
-    )
-    location: Location
-    head_dim: tuple[int, ...]
-    v_head_dim: tuple[int, ...] | None
-    gqa_group: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class MlaDims:
-    """DeepSeek MLA: latent KV of kv_lora_rank plus a decoupled rope part."""
-
-    FIELDS = (
-        Field("kv_lora_rank", Int(64, 1024, power_of_two=True), "latent dim", default=512),
-        Field("qk_rope_head_dim", Int(16, 128, power_of_two=True), "rope part", default=64),
-        Field(
-            "qk_nope_head_dim", Int(16, 256, power_of_two=True), "prefill nope part", default=128
-        ),
-        Field("v_head_dim", Int(16, 256, power_of_two=True), "prefill v head dim", default=128),
-        Field(
-            "num_heads",
-            Int(1, 128, power_of_two=True),
-            "q heads per rank",
-            default=(128,),
-            axis=True,
-        ),
-    )
-    location: Location
-    kv_lora_rank: int
-    qk_rope_head_dim: int
-    qk_nope_head_dim: int
-    v_head_dim: int
-    num_heads: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class GdnDims:
-    """Gated delta rule linear attention: per-head recurrent state [key_dim, value_dim]."""
-
-    FIELDS = (
-        Field("key_dim", Int(16, 256, power_of_two=True), "k head dim", default=(128,), axis=True),
-        Field(
-            "value_dim", Int(16, 256, power_of_two=True), "v head dim", default=(128,), axis=True
-        ),
-        Field(
-            "v_heads_per_k_head",
-            Int(1, 16, power_of_two=True),
-            "grouped value heads",
-            default=(1,),
-            axis=True,
-        ),
-        Field(
-            "state_dtype",
-            OneOf(DType, (DType.FP32, DType.BF16)),
-            "recurrent state dtype",
-            default=(DType.FP32,),
-            axis=True,
-        ),
-        Field("chunk_size", Int(16, 128, power_of_two=True), "chunked-prefill chunk", default=64),
-    )
-    location: Location
-    key_dim: tuple[int, ...]
-    value_dim: tuple[int, ...]
-    v_heads_per_k_head: tuple[int, ...]
-    state_dtype: tuple[DType, ...]
-    chunk_size: int
-
-
-@dataclass(frozen=True)
-class DsaIndexer:
-    """DeepSeek sparse attention's lightning indexer and top-k selection."""
-
-    FIELDS = (
-        Field("index_heads", Int(1, 128, power_of_two=True), "indexer heads", default=64),
-        Field("index_head_dim", Int(32, 256, power_of_two=True), "indexer head dim", default=128),
-        Field(
-            "index_topk",
-            Int(64, 8192, power_of_two=True),
-            "kv tokens kept per query",
-            default=(2048,),
-            axis=True,
-        ),
-    )
-    location: Location
-    index_heads: int
-    index_head_dim: int
-    index_topk: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -226,16 +127,20 @@ class Spec:
     description: str
     phases: tuple[Phase, ...]
     dtype: tuple[DType, ...]
-    heads: MhaHeads | None
-    mla: MlaDims | None
-    gdn: GdnDims | None
-    dsa: DsaIndexer | None
+    sections: tuple[object, ...]  # the family's shape sections (its FamilySpec), read
     kv_cache: KvCache | None
     mask: Mask
     speculative: Speculative | None
     targets: tuple[Target, ...]
     tuning: tuple[Tuning, ...]
     sha256: str  # of the spec file's bytes: provenance and cache keys
+
+    def section(self, cls: type[T]) -> T:
+        """The family section of type ``cls`` (the family's FamilySpec declares it)."""
+        for section in self.sections:
+            if isinstance(section, cls):
+                return section
+        raise KeyError(f"spec {self.name} ({self.family.value}) has no {cls.__name__} section")
 
     def tuning_for(self, backend: Backend, arch: Arch) -> dict[str, int]:
         """The tile overrides this spec sets for one backend and arch."""
@@ -244,15 +149,14 @@ class Spec:
         }
 
 
-# Typed sections of a spec, by key: the loader reads them and the JSON schema describes them.
+# The typed sections every family's spec may have, by key (the families add their shape
+# sections through their FamilySpec): the loader reads them and the JSON schema describes them.
 SECTIONS: dict[str, type] = {
-    "heads": MhaHeads,
-    "mla": MlaDims,
-    "gdn": GdnDims,
-    "dsa": DsaIndexer,
     "kv_cache": KvCache,
     "mask": Mask,
     "speculative": Speculative,
 }
-# Every top-level key a spec may have, in the order the docs list them.
-SPEC_KEYS: tuple[str, ...] = (*(f.key for f in Spec.FIELDS), *SECTIONS, "targets", "tuning")
+# The top-level keys of any spec, in the order the docs list them (family sections go
+# between the scalar fields and these sections).
+SCALAR_KEYS: tuple[str, ...] = tuple(f.key for f in Spec.FIELDS)
+TAIL_KEYS: tuple[str, ...] = (*SECTIONS, "targets", "tuning")

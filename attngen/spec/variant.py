@@ -9,60 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attngen.spec.enums import DType, Family, MaskKind, Phase, ScaleGranularity
+from attngen.spec.family import Shape
 from attngen.spec.model import Mask, Spec
-
-
-@dataclass(frozen=True)
-class MhaShape:
-    head_dim: int
-    v_head_dim: int
-    gqa_group: int
-
-    @property
-    def uri(self) -> str:
-        dv = "" if self.v_head_dim == self.head_dim else f"v{self.v_head_dim}"
-        return f"d{self.head_dim}{dv}_g{self.gqa_group}"
-
-
-@dataclass(frozen=True)
-class MlaShape:
-    kv_lora_rank: int
-    qk_rope_head_dim: int
-    qk_nope_head_dim: int
-    v_head_dim: int
-    num_heads: int
-
-    @property
-    def uri(self) -> str:
-        return f"r{self.kv_lora_rank}_rope{self.qk_rope_head_dim}_h{self.num_heads}"
-
-
-@dataclass(frozen=True)
-class GdnShape:
-    key_dim: int
-    value_dim: int
-    v_heads_per_k_head: int
-    state_dtype: DType
-    chunk_size: int
-
-    @property
-    def uri(self) -> str:
-        return f"k{self.key_dim}_v{self.value_dim}_gv{self.v_heads_per_k_head}_s{self.state_dtype.value}"
-
-
-@dataclass(frozen=True)
-class DsaShape:
-    mla: MlaShape
-    index_heads: int
-    index_head_dim: int
-    index_topk: int
-
-    @property
-    def uri(self) -> str:
-        return f"{self.mla.uri}_ix{self.index_heads}x{self.index_head_dim}_top{self.index_topk}"
-
-
-Shape = MhaShape | MlaShape | GdnShape | DsaShape
 
 
 @dataclass(frozen=True)

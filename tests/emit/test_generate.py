@@ -164,6 +164,42 @@ def test_generated_identities_match_the_imported_modules(files: dict[str, str]) 
             assert ids[uri] == module_identity(module, uri), (plan.package, uri)
 
 
+def test_runtime_identities_match_the_packages_on_disk() -> None:
+    """GPU evidence keys: the generator's runtime identity of every package equals the one
+    the GPU recorder computes from the files on disk."""
+    from attngen.evidence import package_runtime_identity
+    from attngen.generate import plan_runtime_identity
+
+    result = build(ROOT, ROOT / "specs", verbose=False)
+    for plan in result.plans:
+        want = package_runtime_identity(ROOT, ROOT / plan.package)
+        assert plan_runtime_identity(ROOT, plan, result.files) == want, plan.package
+
+
+def test_runtime_identity_follows_code_not_comments_or_docstrings(tmp_path: Path) -> None:
+    from attngen.evidence import runtime_identity
+
+    base = 'def f(x):\n    """Docs."""\n    return x + 1  # one\n'
+    ident = runtime_identity(ROOT, "mha", {"backend.py": base})
+    reworded = base.replace("Docs.", "Other docs.").replace("# one", "# two")
+    assert runtime_identity(ROOT, "mha", {"backend.py": reworded}) == ident
+    changed = base.replace("x + 1", "x + 2")
+    assert runtime_identity(ROOT, "mha", {"backend.py": changed}) != ident
+    assert runtime_identity(ROOT, "mla", {"backend.py": base}) != ident  # family runtime
+
+
+def test_a_kernels_module_refuses_an_edited_library() -> None:
+    """A generated kernels.py imported against a library edited after generation fails
+    at import (its identities, and the evidence, would describe other kernels)."""
+    pytest.importorskip("triton")
+    rel = "sm90/triton/mha/mha_gqa_paged/kernels.py"
+    text = (GENERATED / rel).read_text()
+    sha = text.split('LIBRARY_SHA256 = "')[1].split('"')[0]
+    stale = text.replace(f'LIBRARY_SHA256 = "{sha}"', f'LIBRARY_SHA256 = "{"0" * 64}"')
+    with pytest.raises(ImportError, match="generated against MHA Triton library 000000000000"):
+        exec(compile(stale, rel, "exec"), {"__name__": "stale_kernels"})
+
+
 def test_packages_have_the_backend_in_their_path(files: dict[str, str]) -> None:
     packages = {rel.rsplit("/", 1)[0] for rel in files if rel.endswith("/kernels.py")}
     assert packages and all(len(p.split("/")) == 4 for p in packages)  # arch/backend/family/spec

@@ -14,6 +14,7 @@ same addresses; a backend that reallocated or copied metadata would replay stale
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import random
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from attngen.runtime.batch import (
     ForwardMode,
     ReqToTokenPool,
     VerifyInfo,
+    pack_tree_masks,
 )
 from attngen.runtime.pools import NvFp4KVPool, PagedKVPool
 from attngen.runtime.checks import AttngenInputError
@@ -875,3 +877,46 @@ def test_verify_batches_are_checked() -> None:
         AttngenInputError, match=r"extend_seq_lens_cpu: expected spec_info.draft_token_num=3"
     ):
         three.check(device=rig.backend.device, max_context_len=64)
+
+
+def test_device_lengths_that_disagree_with_the_host_fail_before_any_launch() -> None:
+    """seq_lens on the device larger than seq_lens_cpu would read past the page table the
+    host sized: eager metadata compares them in its one sync."""
+    rig = make_rig(CONFIGS[0])
+    pb = rig.builder.decode([5, 9])
+    longer = pb.batch.seq_lens.clone()
+    longer[1] += 8
+    with pytest.raises(
+        AttngenInputError, match=r"seq_lens\[1\]: expected seq_lens_cpu\[1\] = 9 .*got 17"
+    ):
+        rig.backend.init_forward_metadata(ForwardBatch(**{**vars(pb.batch), "seq_lens": longer}))
+    assert rig.kernels.calls == []
+
+
+TREE = dataclasses.replace(CONFIGS[0], uri="tree_d32", spec_topk=2, num_draft_tokens=3)
+
+
+def test_tree_masks_of_the_wrong_size_or_offsets_fail_in_eager_mode() -> None:
+    class TreeKernels(OracleKernels):
+        PHASES = ("extend", "decode", "verify")
+
+    rig = make_rig(TREE, backend_cls=backend_class(TreeKernels([TREE])))
+    pb = rig.builder.extend([3, 4], [3, 3])
+    masks = [torch.tril(torch.ones(3, 3, dtype=torch.bool)) for _ in range(2)]
+    packed, indptr = pack_tree_masks(masks)  # 2 bytes per request
+
+    def verify(mask: torch.Tensor, offsets: torch.Tensor) -> ForwardBatch:
+        info = VerifyInfo(3, tree_mask=mask, tree_mask_indptr=offsets)
+        fields = {**vars(pb.batch), "forward_mode": ForwardMode.TARGET_VERIFY, "spec_info": info}
+        return ForwardBatch(**fields)
+
+    rig.backend.init_forward_metadata(verify(packed, indptr))  # the right mask passes
+    for wrong in (packed[:-1], torch.cat([packed, packed[:1]])):
+        with pytest.raises(AttngenInputError, match=r"tree_mask: expected 4 bytes .*got \d bytes"):
+            rig.backend.init_forward_metadata(verify(wrong, indptr))
+    shifted = indptr.clone()
+    shifted[1] = 1
+    with pytest.raises(AttngenInputError, match=r"tree_mask_indptr\[1\]: expected 2 .*got 1"):
+        rig.backend.init_forward_metadata(verify(packed, shifted))
+    with pytest.raises(AttngenInputError, match=r"tree_mask_indptr: expected shape"):
+        rig.backend.init_forward_metadata(verify(packed, indptr[:-1]))

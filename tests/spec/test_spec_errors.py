@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 
+import re
+from pathlib import Path
+
 import pytest
 
+from attngen.generate import misplaced
+from attngen.spec.enums import Family
 from attngen.spec.errors import SpecError
 from attngen.spec.loader import load_spec
 from attngen.validate import validate
@@ -21,19 +26,19 @@ EXPECTED = {
         "tests/spec/bad_specs/dsa_missing_mla.yaml:1: mla: required for family dsa"
     ),
     "dsa_sm80": (
-        "tests/spec/bad_specs/dsa_sm80.yaml:12: targets.triton: sm80 cannot run variant r512_rope64_h16_ix64x128_top2048_ps64_bf16_causal: DSA's lightning indexer scores keys in fp8 e4m3, which sm80 lacks (possible on: triton sm90, triton sm100, cute_dsl sm90, cute_dsl sm100)"
+        "tests/spec/bad_specs/dsa_sm80.yaml:14: targets.triton: sm80 cannot run variant r512_rope64_h16_ix64x128_top2048_ps64_bf16_causal: DSA's lightning indexer scores keys in fp8 e4m3, which sm80 lacks (possible on: triton sm90, triton sm100, cute_dsl sm90, cute_dsl sm100)"
     ),
     "dsa_topk": (
-        "tests/spec/bad_specs/dsa_topk.yaml:8: dsa.index_topk: 3000 is not allowed: expected an integer in 64..8192 and a power of two"
+        "tests/spec/bad_specs/dsa_topk.yaml:10: dsa.index_topk: 3000 is not allowed: expected an integer in 64..8192 and a power of two"
     ),
     "gdn_chunk_size": (
-        "tests/spec/bad_specs/gdn_chunk_size.yaml:6: gdn.chunk_size: 48 is not allowed: expected an integer in 16..128 and a power of two"
+        "tests/spec/bad_specs/gdn_chunk_size.yaml:9: gdn.chunk_size: 48 is not allowed: expected an integer in 16..128 and a power of two"
     ),
     "gdn_kv_cache": (
-        "tests/spec/bad_specs/gdn_kv_cache.yaml:8: kv_cache: gdn keeps a recurrent state, not a KV cache"
+        "tests/spec/bad_specs/gdn_kv_cache.yaml:10: kv_cache: gdn keeps a recurrent state, not a KV cache"
     ),
     "gdn_sinks": (
-        "tests/spec/bad_specs/gdn_sinks.yaml:8: mask: gdn is causal linear attention: no other mask kind, softcap or sinks"
+        "tests/spec/bad_specs/gdn_sinks.yaml:10: mask: gdn is causal linear attention: no other mask kind, softcap or sinks"
     ),
     "mha_bad_name": (
         "tests/spec/bad_specs/mha_bad_name.yaml:1: name: 'Bad-Name' is not an identifier ([a-z][a-z0-9_]*)"
@@ -106,10 +111,19 @@ EXPECTED = {
         "tests/spec/bad_specs/mha_wrong_type.yaml:7: heads.gqa_group: expected an integer in 1..128, got 'four'"
     ),
     "mla_heads_section": (
-        "tests/spec/bad_specs/mla_heads_section.yaml:8: heads: not used by family mla (it takes: mla)"
+        "tests/spec/bad_specs/mla_heads_section.yaml:7: heads: not used by family mla (it takes: mla)"
     ),
     "mla_latent_rank": (
         "tests/spec/bad_specs/mla_latent_rank.yaml:6: mla.kv_lora_rank: 500 is not allowed: expected an integer in 64..1024 and a power of two"
+    ),
+    "mla_missing_rank": (
+        "tests/spec/bad_specs/mla_missing_rank.yaml:6: mla.kv_lora_rank: required field is missing"
+    ),
+    "gdn_empty_section": (
+        "tests/spec/bad_specs/gdn_empty_section.yaml:5: gdn.key_dim: required field is missing"
+    ),
+    "dsa_page_16": (
+        "tests/spec/bad_specs/dsa_page_16.yaml:9: kv_cache.page_size: dsa needs 64-token pages, not 16: the indexer's key cache packs 64 fp8 keys and their scales per page, and sparse MLA reads the latent cache in the same pages"
     ),
 }
 
@@ -129,3 +143,29 @@ def test_fixtures_cover_every_family() -> None:
     families = {name.split("_", 1)[0] for name in EXPECTED}
     assert {"mha", "mla", "gdn", "dsa"} <= families
     assert len(set(EXPECTED.values())) >= 12
+
+
+def test_a_spec_in_another_familys_folder_loads_with_a_warning(tmp_path: Path) -> None:
+    folder = tmp_path / "specs" / "mla"
+    folder.mkdir(parents=True)
+    text = (ROOT / "specs" / "mha" / "gqa_paged.yaml").read_text()
+    (folder / "gqa_paged.yaml").write_text(text)
+    spec = load_spec(folder / "gqa_paged.yaml", tmp_path)
+    warning = misplaced(spec)
+    assert warning is not None and "a mha spec in the folder of mla specs" in warning
+    assert misplaced(load_spec(ROOT / "specs" / "mha" / "gqa_paged.yaml", ROOT)) is None
+
+
+def test_the_spec_layer_names_no_family() -> None:
+    """Family sections live in the family packages (their FamilySpec), not in attngen/spec;
+    the one vocabulary table (enums.py) is where family names are listed."""
+    names = {f.value for f in Family} | {"heads", "Mha", "Mla", "Gdn", "Dsa"}
+    for path in sorted((ROOT / "attngen" / "spec").glob("*.py")):
+        if path.name == "enums.py":
+            continue
+        code = "\n".join(
+            line.split("#")[0] for line in path.read_text().splitlines() if '"""' not in line
+        )
+        words = set(re.findall(r"[A-Za-z_]+", code))
+        hits = sorted(n for n in names if n in words or any(w.startswith(n) for w in words))
+        assert not hits, f"{path.name} names {hits}"

@@ -9,7 +9,7 @@ from attngen.arch import ArchFacts
 from attngen.families.mla import DEEPSEEK_V3, latent_features, latent_variant
 from attngen.registry import FamilyInfo, register_family
 from attngen.spec.enums import Family
-from attngen.spec.variant import DsaShape
+from attngen.families.dsa.spec import SPEC, DsaShape
 
 
 def arch_limit(arch: ArchFacts) -> str | None:
@@ -23,7 +23,8 @@ register_family(
         Family.DSA,
         lambda: latent_features(Family.DSA),
         lambda: latent_variant(Family.DSA, DsaShape(DEEPSEEK_V3, 64, 128, 2048)),
-        arch_limit,
+        SPEC,
+        arch_limit=arch_limit,
         title="DSA (DeepSeek sparse attention) backends",
     )
 )

@@ -9,7 +9,8 @@ from attngen.features import Feature, has_phase, only_phase, phase_checks, plain
 from attngen.features import speculative, topk_is
 from attngen.registry import FamilyInfo, register_family
 from attngen.spec.enums import DType, Family, Phase
-from attngen.spec.variant import GdnShape, Variant
+from attngen.families.gdn.spec import SPEC, GdnShape
+from attngen.spec.variant import Variant
 
 FAMILY = Family.GDN
 
@@ -43,4 +44,6 @@ def features() -> tuple[Feature, ...]:
     )
 
 
-register_family(FamilyInfo(FAMILY, features, base_variant, title="GDN (gated delta rule) backends"))
+register_family(
+    FamilyInfo(FAMILY, features, base_variant, SPEC, title="GDN (gated delta rule) backends")
+)

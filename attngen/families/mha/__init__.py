@@ -14,7 +14,8 @@ from attngen.features import (
 )
 from attngen.registry import FamilyInfo, register_family
 from attngen.spec.enums import Family, MaskKind, Phase
-from attngen.spec.variant import MhaShape, Variant
+from attngen.families.mha.spec import SPEC, MhaShape
+from attngen.spec.variant import Variant
 
 FAMILY = Family.MHA
 
@@ -135,6 +136,7 @@ register_family(
         FAMILY,
         features,
         base_variant,
+        SPEC,
         title="MHA backends",
         layer_keys=docs.layer_keys,
         hybrid_example=docs.hybrid_example,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from attngen.spec.enums import KV_DTYPE_NAME, TORCH_DTYPE_NAME
-from attngen.spec.variant import MhaShape, Variant
+from attngen.families.mha.spec import MhaShape
+from attngen.spec.variant import Variant
 
 
 @dataclass(frozen=True, order=True)

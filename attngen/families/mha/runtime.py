@@ -19,7 +19,7 @@ capturable.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, ClassVar
 
@@ -36,6 +36,7 @@ from attngen.runtime.batch import (
     ReqToTokenPool,
     VerifyInfo,
     check_max_seq_len,
+    tree_mask_bytes,
 )
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
 from attngen.runtime.graph import (
@@ -210,7 +211,9 @@ class PagedMhaBackend(AttentionBackendBase):
         qo_indptr = torch.zeros((fb.batch_size + 1,), dtype=torch.int32, device=self.device)
         torch.cumsum(fb.extend_seq_lens, dim=0, dtype=torch.int32, out=qo_indptr[1:])
         verify = fb.forward_mode is ForwardMode.TARGET_VERIFY
-        tree_mask, tree_mask_indptr = self._tree_mask(fb.spec_info) if verify else (None, None)
+        tree_mask, tree_mask_indptr = (
+            self._tree_mask(fb.spec_info, fb.batch_size) if verify else (None, None)
+        )
         return ExtendMetadata(
             batch_size=fb.batch_size,
             num_tokens=sum(fb.extend_seq_lens_cpu),
@@ -224,7 +227,9 @@ class PagedMhaBackend(AttentionBackendBase):
             tree_mask_indptr=tree_mask_indptr,
         )
 
-    def _tree_mask(self, info: VerifyInfo) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def _tree_mask(
+        self, info: VerifyInfo, batch_size: int
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The verify mask tensors the config needs (trees), checked; None for chains."""
         n, want = info.draft_token_num, self.config.num_draft_tokens
         if n != want:
@@ -233,16 +238,48 @@ class PagedMhaBackend(AttentionBackendBase):
             if info.tree_mask is not None:
                 fail("spec_info.tree_mask", "None (this spec verifies draft chains)", "a tensor")
             return None, None
+        self._check_tree_mask(info, batch_size)
+        return info.tree_mask, info.tree_mask_indptr
+
+    def _check_tree_mask(self, info: VerifyInfo, batch_size: int) -> None:
+        """Host-side checks of a tree verify's mask: dtype, device, and exactly the bytes
+        ``pack_tree_masks`` gives ``batch_size`` requests of ``num_draft_tokens`` drafts."""
+        n = self.config.num_draft_tokens
         check_tensor("spec_info.tree_mask", info.tree_mask, dtype=torch.uint8, device=self.device)
         check_tensor(
             "spec_info.tree_mask_indptr",
             info.tree_mask_indptr,
             dtype=torch.int32,
-            shape=[None],
+            shape=[batch_size + 1],
             device=self.device,
             contiguous=True,
         )
-        return info.tree_mask, info.tree_mask_indptr
+        want = batch_size * tree_mask_bytes(n)
+        if info.tree_mask.numel() != want:
+            fail(
+                "spec_info.tree_mask",
+                f"{want} bytes ({batch_size} requests x {n}x{n} bits, see pack_tree_masks)",
+                f"{info.tree_mask.numel()} bytes",
+            )
+
+    def _device_checks(self, fb: ForwardBatch) -> list[tuple[torch.Tensor, Callable[[], None]]]:
+        """A tree verify's mask offsets: request b's mask starts at byte b * mask bytes."""
+        info = fb.spec_info
+        if not (fb.forward_mode.is_target_verify() and self.config.spec_topk > 1):
+            return []
+        if not isinstance(info, VerifyInfo) or info.tree_mask is None:
+            return []  # the metadata builder names what is missing
+        self._check_tree_mask(info, fb.batch_size)
+        per = tree_mask_bytes(self.config.num_draft_tokens)
+        want = torch.arange(fb.batch_size + 1, device=self.device, dtype=torch.int32) * per
+        indptr = info.tree_mask_indptr
+
+        def report() -> None:
+            got = indptr.tolist()
+            b = next(i for i, (g, w) in enumerate(zip(got, want.tolist())) if g != w)
+            fail(f"spec_info.tree_mask_indptr[{b}]", f"{b * per} (b x {per} mask bytes)", got[b])
+
+        return [((indptr != want).any(), report)]
 
     def _pages_for(self, seq_lens_cpu: torch.Tensor) -> int:
         """Page-table width that covers the longest request."""

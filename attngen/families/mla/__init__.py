@@ -9,7 +9,9 @@ from attngen.features import Feature, has_phase, kv_cache_columns, only_phase, p
 from attngen.features import plain_variant
 from attngen.registry import FamilyInfo, register_family
 from attngen.spec.enums import Family, Phase
-from attngen.spec.variant import MlaShape, Shape, Variant
+from attngen.families.mla.spec import SPEC, MlaShape
+from attngen.spec.family import Shape
+from attngen.spec.variant import Variant
 
 DEEPSEEK_V3 = MlaShape(512, 64, 128, 128, 16)  # latent 512 + rope 64, 16 heads per rank
 
@@ -49,6 +51,7 @@ register_family(
         Family.MLA,
         lambda: latent_features(Family.MLA),
         lambda: latent_variant(Family.MLA, DEEPSEEK_V3),
+        SPEC,
         title="MLA backends",
     )
 )

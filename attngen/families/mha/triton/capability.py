@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from attngen.verdict import Verdict, first_failure
 from attngen.spec.enums import DType, MaskKind, Phase
-from attngen.spec.variant import MhaShape, Variant
+from attngen.families.mha.spec import MhaShape
+from attngen.spec.variant import Variant
 
 PHASES = frozenset(Phase)
 HEAD_DIMS = frozenset({64, 80, 96, 128, 192, 256})  # padded to a power of two in the tiles

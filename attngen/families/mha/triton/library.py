@@ -8,7 +8,15 @@ them. Device code lives in ``kernels/`` (fp4, attend, decode, extend), host code
 
 KV cache: k_cache [num_pages, page_size, Hkv, D] and v_cache [num_pages, page_size, Hkv, Dv],
 read through page_table[b, j] = physical page of tokens j*page_size .. (j+1)*page_size-1 of
-request b. Query head h reads kv head h // gqa_group. Every q/out/cache row must start on 16
+request b.
+
+What the launchers check, and what they do not: shapes, dtypes, devices, strides and
+alignment of every tensor, always (host-side, no sync). They never read device values:
+seq_lens[b] <= page_table.shape[1] * page_size, page_table entries < num_pages, qo_indptr
+and prefix lengths consistent with the tensors are the caller's promise, and a broken one
+reads out of bounds or gives wrong output. The generated backends (the runtime) check
+those values in eager mode, in one host sync per forward; call the kernels directly only
+with inputs built as the backend builds them. Query head h reads kv head h // gqa_group. Every q/out/cache row must start on 16
 bytes (data pointer and strides): the kernels tell the compiler so, and the launchers check it.
 D and Dv are multiples of 8 in 16 .. 256, not necessarily equal; the kernels' tiles are their
 next powers of two (BLOCK_D, BLOCK_DV), with the padded lanes masked (no masks when D and Dv

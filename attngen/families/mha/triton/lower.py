@@ -18,7 +18,8 @@ from attngen.hooks import MaskHooks
 from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
 from attngen.spec.enums import Arch, Backend, DType
 from attngen.spec.model import Spec
-from attngen.spec.variant import MhaShape, Variant
+from attngen.families.mha.spec import MhaShape
+from attngen.spec.variant import Variant
 
 SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed decode batch read one (valid) token
 RUNTIME_CLASS = "attngen.families.mha.runtime:PagedMhaBackend"

@@ -34,7 +34,13 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "f10c99c13d16e5971362ffe1d0d1314d9c59109f0ef8e7885b654c9f087e06a9"
+LIBRARY_SHA256 = "a97a9112000d050fc1da99387c63b0a615fdaf0c342677c56972ff98c9d1f1ae"
+if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
+    raise ImportError(
+        f"{__name__} was generated against MHA Triton library {LIBRARY_SHA256[:12]}, but the "
+        f"library is now {library.SOURCE_SHA256[:12]}: run `make generate` (its kernels and "
+        "their evidence would not match)"
+    )
 HOOKS = MaskHooks(
     causal=True,
     window_left=None,

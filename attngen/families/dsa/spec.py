@@ -1,0 +1,86 @@
+"""DSA's part of a spec: the ``dsa`` indexer section plus MLA's ``mla`` section.
+
+DSA's caches come in 64-token pages: the indexer's key cache packs 64 fp8 keys and their
+64 scales per page, and the sparse MLA kernels address the latent cache in the same pages.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from attngen.families.mla.spec import MlaDims, MlaShape
+from attngen.families.mla.spec import shapes as mla_shapes
+from attngen.spec.errors import Location, SpecError
+from attngen.spec.family import FamilySpec
+from attngen.spec.fields import Field, Int
+from attngen.spec.model import Spec
+
+PAGE_SIZE = 64
+
+
+@dataclass(frozen=True)
+class DsaIndexer:
+    """DeepSeek sparse attention's lightning indexer and top-k selection."""
+
+    FIELDS = (
+        Field(
+            "index_heads",
+            Int(1, 128, power_of_two=True),
+            "indexer heads (DeepSeek-V3.2: 64)",
+            required=True,
+        ),
+        Field(
+            "index_head_dim",
+            Int(32, 256, power_of_two=True),
+            "indexer head dim (DeepSeek-V3.2: 128)",
+            required=True,
+        ),
+        Field(
+            "index_topk",
+            Int(64, 8192, power_of_two=True),
+            "kv tokens kept per query (DeepSeek-V3.2: 2048)",
+            required=True,
+            axis=True,
+        ),
+    )
+    location: Location
+    index_heads: int
+    index_head_dim: int
+    index_topk: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DsaShape:
+    mla: MlaShape
+    index_heads: int
+    index_head_dim: int
+    index_topk: int
+
+    @property
+    def uri(self) -> str:
+        return f"{self.mla.uri}_ix{self.index_heads}x{self.index_head_dim}_top{self.index_topk}"
+
+
+def shapes(spec: Spec) -> Iterator[DsaShape]:
+    dsa = spec.section(DsaIndexer)
+    for mla, topk in itertools.product(mla_shapes(spec), dsa.index_topk):
+        yield DsaShape(mla, dsa.index_heads, dsa.index_head_dim, topk)
+
+
+def check(spec: Spec) -> None:
+    kv = spec.kv_cache
+    assert kv is not None  # DSA keeps a KV cache: the loader fills the section
+    other = [p for p in kv.page_size if p != PAGE_SIZE]
+    if other:
+        raise SpecError(
+            kv.location,
+            "kv_cache.page_size",
+            f"dsa needs {PAGE_SIZE}-token pages, not {other[0]}: the indexer's key cache packs "
+            f"{PAGE_SIZE} fp8 keys and their scales per page, and sparse MLA reads the latent "
+            "cache in the same pages",
+        )
+
+
+SPEC = FamilySpec({"dsa": DsaIndexer, "mla": MlaDims}, shapes, check=check)

@@ -1,0 +1,56 @@
+"""MHA's part of a spec: the ``heads`` section and the shape it expands into."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from attngen.spec.errors import Location
+from attngen.spec.family import FamilySpec
+from attngen.spec.fields import Field, Int
+from attngen.spec.model import Spec
+
+
+@dataclass(frozen=True)
+class MhaHeads:
+    """MHA/GQA/MQA head shapes."""
+
+    FIELDS = (
+        # any size the language can say; which ones a backend lowers is supports()' answer
+        Field("head_dim", Int(1, 512), "q/k head dim", required=True, axis=True),
+        Field("v_head_dim", Int(1, 512), "v head dim (default: head_dim)", axis=True),
+        Field(
+            "gqa_group",
+            Int(1, 128),
+            "query heads per kv head (default 1: MHA)",
+            default=(1,),
+            axis=True,
+        ),
+    )
+    location: Location
+    head_dim: tuple[int, ...]
+    v_head_dim: tuple[int, ...] | None
+    gqa_group: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MhaShape:
+    head_dim: int
+    v_head_dim: int
+    gqa_group: int
+
+    @property
+    def uri(self) -> str:
+        dv = "" if self.v_head_dim == self.head_dim else f"v{self.v_head_dim}"
+        return f"d{self.head_dim}{dv}_g{self.gqa_group}"
+
+
+def shapes(spec: Spec) -> Iterator[MhaShape]:
+    heads = spec.section(MhaHeads)
+    v_dims = heads.v_head_dim or (None,)
+    for d, dv, g in itertools.product(heads.head_dim, v_dims, heads.gqa_group):
+        yield MhaShape(d, d if dv is None else dv, g)
+
+
+SPEC = FamilySpec({"heads": MhaHeads}, shapes)
