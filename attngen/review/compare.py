@@ -62,11 +62,12 @@ class CellChange:
 
 @dataclass(frozen=True)
 class IdentityChanges:
-    """Variants generated on both sides whose kernel identity differs, per target."""
+    """Variants generated on both sides whose kernel or runtime identity differs, per target."""
 
     target: str  # "backend arch"
     code: int  # same config, different identity: library sources or module traits changed
     config: int  # the config itself changed (tiles, shapes)
+    runtime: int  # kernels unchanged, the package's runtime identity changed (host code)
     gpu_lost: int  # had GPU checks at BASE, none now
     compile_lost: int  # compiled at BASE, not now
     packages: tuple[str, ...]
@@ -244,12 +245,26 @@ def _refusals(snap: dict, spec: str | None) -> tuple[Refusal, ...]:
 # -- variants and kernel identities ----
 
 
+def change(old: dict, new: dict) -> str | None:
+    """How a variant generated on both sides changed: its kernel identity by kernel code
+    (same config) or by its config, or only its package's runtime identity (host code a GPU
+    check runs; '' on revisions without runtime identities); None when neither moved."""
+    if old["identity"] != new["identity"]:
+        return "kernel_code" if old["config"] == new["config"] else "config"
+    runtimes = old.get("runtime", ""), new.get("runtime", "")
+    if all(runtimes) and runtimes[0] != runtimes[1]:
+        return "runtime_code"
+    return None
+
+
 def variant_kinds(
     old_rows: dict[VariantKey, dict], new_rows: dict[VariantKey, dict]
 ) -> dict[str, list[VariantKey]]:
-    """new / removed / identity (changed) / evidence_added / evidence_removed."""
+    """new / removed / identity (kernel) / runtime (runtime only) / evidence_added /
+    evidence_removed (identities unchanged)."""
     out: dict[str, list[VariantKey]] = {
-        k: [] for k in ("new", "removed", "identity", "evidence_added", "evidence_removed")
+        k: []
+        for k in ("new", "removed", "identity", "runtime", "evidence_added", "evidence_removed")
     }
     for key in sorted(set(old_rows) | set(new_rows)):
         old, new = old_rows.get(key), new_rows.get(key)
@@ -257,8 +272,8 @@ def variant_kinds(
             out["new"].append(key)
         elif new is None:
             out["removed"].append(key)
-        elif old["identity"] != new["identity"]:
-            out["identity"].append(key)
+        elif change(old, new) is not None:
+            out["runtime" if change(old, new) == "runtime_code" else "identity"].append(key)
         elif _evidence(new) > _evidence(old):
             out["evidence_added"].append(key)
         elif _evidence(new) < _evidence(old):
@@ -277,22 +292,24 @@ def has_evidence(row: dict) -> bool:
 def identity_changes(
     old_rows: dict[VariantKey, dict], new_rows: dict[VariantKey, dict]
 ) -> tuple[IdentityChanges, ...]:
-    per: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
+    per: dict[str, list[tuple[dict, dict, str]]] = defaultdict(list)
     for key, old in old_rows.items():
         new = new_rows.get(key)
-        if new is not None and new["identity"] != old["identity"]:
-            per[target(new)].append((old, new))
+        how = change(old, new) if new is not None else None
+        if how is not None:
+            per[target(new)].append((old, new, how))
     out = []
     for t in sorted(per, key=_target_order):
-        pairs = per[t]
+        moved = per[t]
         out.append(
             IdentityChanges(
                 target=t,
-                code=sum(o["config"] == n["config"] for o, n in pairs),
-                config=sum(o["config"] != n["config"] for o, n in pairs),
-                gpu_lost=sum(bool(o["gpu"]) and not n["gpu"] for o, n in pairs),
-                compile_lost=sum(o["compiles"] and not n["compiles"] for o, n in pairs),
-                packages=tuple(sorted({n["package"] for _, n in pairs})),
+                code=sum(how == "kernel_code" for _, _, how in moved),
+                config=sum(how == "config" for _, _, how in moved),
+                runtime=sum(how == "runtime_code" for _, _, how in moved),
+                gpu_lost=sum(bool(o["gpu"]) and not n["gpu"] for o, n, _ in moved),
+                compile_lost=sum(o["compiles"] and not n["compiles"] for o, n, _ in moved),
+                packages=tuple(sorted({n["package"] for _, n, _ in moved})),
             )
         )
     return tuple(out)
@@ -363,9 +380,11 @@ def _keys(cell: dict | None) -> set[VariantKey]:
 # Why a cell moved: kinds of variant movement, each with how a reader is told about it.
 MOVES: dict[str, tuple[str, str]] = {
     "new_without_evidence": ("new variant", "without evidence"),
-    "new_with_evidence": ("new variant", "with evidence"),
+    "new_compiled": ("new variant", "with compile evidence only"),
+    "new_verified": ("new variant", "with GPU evidence"),
     "kernel_code": ("variant", "changed kernel identity: kernel code changed"),
     "config": ("variant", "changed kernel identity: its config changed"),
+    "runtime_code": ("variant", "changed runtime identity: host code of the package changed"),
     "evidence_added": ("variant", "gained evidence"),
     "evidence_removed": ("variant", "lost evidence (evidence file changed)"),
     "gone": ("variant", "no longer generated"),
@@ -385,13 +404,15 @@ def cell_moves(
     old_keys, new_keys = _keys(before), _keys(after)
     added = sorted(new_keys - old_keys)
     both = sorted(old_keys & new_keys)
-    changed = [k for k in both if old_rows[k]["identity"] != new_rows[k]["identity"]]
-    same = [k for k in both if k not in changed]
+    how = {k: change(old_rows[k], new_rows[k]) for k in both}
+    same = [k for k in both if how[k] is None]
     moves = {
         "new_without_evidence": [k for k in added if not has_evidence(new_rows[k])],
-        "new_with_evidence": [k for k in added if has_evidence(new_rows[k])],
-        "kernel_code": [k for k in changed if old_rows[k]["config"] == new_rows[k]["config"]],
-        "config": [k for k in changed if old_rows[k]["config"] != new_rows[k]["config"]],
+        "new_compiled": [k for k in added if new_rows[k]["compiles"] and not new_rows[k]["gpu"]],
+        "new_verified": [k for k in added if new_rows[k]["gpu"]],
+        "kernel_code": [k for k in both if how[k] == "kernel_code"],
+        "config": [k for k in both if how[k] == "config"],
+        "runtime_code": [k for k in both if how[k] == "runtime_code"],
         "evidence_added": [k for k in same if _evidence(new_rows[k]) > _evidence(old_rows[k])],
         "evidence_removed": [k for k in same if _evidence(new_rows[k]) < _evidence(old_rows[k])],
         "gone": sorted(old_keys - new_keys),

@@ -95,14 +95,5 @@ def generated_packages(paths: list[str]) -> set[str]:
     }
 
 
-# Sources a GPU run exercises that kernel identities do not hash: evidence keyed by identity
-# stands in the matrix after they change, until the GPU suite runs again.
-UNHASHED = ("runtime", "binding template", "wrapper templates")
-
-
-def unhashed_changes(sources: dict[str, tuple[FileChange, ...]]) -> tuple[str, ...]:
-    return tuple(g for g in sources if g.startswith(UNHASHED))
-
-
 def evidence_files(files: tuple[FileChange, ...]) -> tuple[FileChange, ...]:
     return tuple(f for f in files if f.path.startswith("evidence/"))

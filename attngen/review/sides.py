@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SNAPSHOT = Path(__file__).with_name("snapshot.py")
-# What a side's model is computed from (the generated tree is compared as files only).
-MODEL_PATHS = ("attngen", "specs", "evidence")
+# What a side's model is computed from (generated/: the packages' runtime identities).
+MODEL_PATHS = ("attngen", "specs", "evidence", "generated")
 DIFF_PATHS = ("attngen", "specs", "evidence", "generated")
 MAIN_REFS = ("main", "origin/main")  # the default BASE is where HEAD left the first
 
@@ -139,8 +139,8 @@ def snapshots(repo: Path, label: str, commit: str) -> tuple[dict, dict, list[str
             old = finish_snapshot(base_proc, f"{label} with its own code")
         except ReviewError as err:
             # BASE's spine predates what the snapshot asks of it: read BASE's specs and
-            # evidence with the working tree's code (identity changes are then invisible)
-            shutil.rmtree(base_root / "attngen")
+            # evidence with the working tree's code (kernel code changes are then invisible;
+            # BASE's attngen/ stays as data: runtime identities hash its runtime sources)
             old = finish_snapshot(start_snapshot(repo, base_root), label)
             notes.append(
                 f"{label}'s code could not compute its model ({str(err).splitlines()[-1]}); "

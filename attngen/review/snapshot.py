@@ -3,12 +3,14 @@ identities and evidence, refused variants, support-matrix cells), as plain JSON 
 
 This file is run by :mod:`attngen.review.sides` in a fresh interpreter whose ``attngen`` is
 the tree's own code: the working tree's for the new side, BASE's (``git archive``) for the
-old one, so a kernel identity is what that revision's code makes of it. It therefore
+old one, so a kernel identity is what that revision's code makes of it. Runtime identities
+(what GPU evidence also needs) hash the generated packages: they are read from the tree's
+generated/, and rendered only for packages it does not hold yet. It therefore
 imports only the spine (spec, capabilities, lower, probes, evidence, emit.docs) and nothing
 of attngen.review, which BASE may not have. Nothing is emitted or written.
 
 Run: ``python snapshot.py CODE_ROOT DATA_ROOT`` prints the snapshot of DATA_ROOT (specs/,
-evidence/) computed by the attngen package under CODE_ROOT.
+evidence/, generated/) computed by the attngen package under CODE_ROOT.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def snapshot(root: Path) -> dict:
             if found is not None:
                 table[arch] = found
     ev = Evidence(gpu=gpu, compiled=compiled)
-    lowered, spec_of = _lowered(plans)
+    lowered, spec_of = _lowered(plans, root)
     variants = [_variant_row(x, spec_of[x.package], ev) for x in lowered]
     return {
         "specs": specs,
@@ -156,8 +158,9 @@ def _plans(spec, variants: tuple) -> list:
 
 
 def _variant_row(item, spec: str, ev) -> dict:
-    """One lowered variant: where it is generated, its identity and the evidence it has."""
-    gpu = ev.gpu.get(item.arch)
+    """One lowered variant: where it is generated, its identities and the evidence it has."""
+    from attngen.evidence import GPU_CHECKS
+
     return dict(
         spec=spec,
         uri=item.plan.uri,
@@ -166,23 +169,52 @@ def _variant_row(item, spec: str, ev) -> dict:
         family=item.plan.variant.family.value,
         package=item.package,
         identity=item.identity,
+        runtime=getattr(item, "runtime", ""),
         # the config alone (tiles, shapes): tells a config change from a code change
         config=hashlib.sha256(repr(item.plan.config).encode()).hexdigest(),
-        gpu=sorted(c for (i, c) in gpu.passed if i == item.identity) if gpu else [],
+        gpu=[c for c in GPU_CHECKS if ev.verified(item, frozenset({c}))],
         compiles=ev.compiles(item),
     )
 
 
-def _lowered(plans: list) -> tuple[list, dict[str, str]]:
-    """docs.Lowered items (identity from the pair's lowering), and package -> spec name."""
+def _lowered(plans: list, root: Path) -> tuple[list, dict[str, str]]:
+    """docs.Lowered items (kernel identity from the pair's lowering, runtime identity of the
+    package), and package -> spec name."""
+    from dataclasses import fields
+
     from attngen.emit.docs import Lowered
     from attngen.lower import plan_identities
 
+    has_runtime = "runtime" in {f.name for f in fields(Lowered)}  # older revisions: no
     out = []
     for plan in plans:
         ids = plan_identities(plan)
-        out += [Lowered(ids[k.uri], plan.package, k, plan.arch, plan.backend) for k in plan.kernels]
+        extra = {"runtime": _runtime(root, plan)} if has_runtime else {}
+        out += [
+            Lowered(
+                identity=ids[k.uri],
+                package=plan.package,
+                plan=k,
+                arch=plan.arch,
+                backend=plan.backend,
+                **extra,
+            )
+            for k in plan.kernels
+        ]
     return out, {plan.package: plan.spec.name for plan in plans}
+
+
+def _runtime(root: Path, plan) -> str:
+    """The runtime identity of a plan's package, as the docs compute it: from the package
+    in generated/ (the tree under review), rendered only when it is not there yet."""
+    from attngen.evidence import package_runtime_identity
+    from attngen.generate import plan_runtime_identity
+    from attngen.lower import plan_files
+
+    folder = root / plan.package
+    if any(folder.glob("*.py")):
+        return package_runtime_identity(root, folder)
+    return plan_runtime_identity(root, plan, plan_files(plan))
 
 
 def _cells(lowered: list, spec_of: dict[str, str], ev) -> list[dict]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attngen.review.compare import Review, VariantKey, _target_order
-from attngen.review.files import generated_packages, source_changes, unhashed_changes
+from attngen.review.files import generated_packages
 from attngen.review.sides import Sides
 
 GPU_SUITE = "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT={path} make test-gpu"
@@ -31,19 +31,20 @@ def commands(sides: Sides, review: Review) -> tuple[Command, ...]:
     out += _regenerate(sides)
     touched = _touched(sides, review)
     out += _compile(sides, touched)
-    sources = source_changes(sides.files)
-    gpu = _gpu(sides, touched, unhashed_changes(sources))
+    gpu = _gpu(sides, touched)
     out += gpu
     if gpu:
         out.append(Command("make generate", "the support matrix picks up the GPU evidence"))
-    out += _bench(review, sources)
+    out += _bench(review)
     return tuple(out)
 
 
 def _touched(sides: Sides, review: Review) -> list[dict]:
-    """The working tree's variants that are new or whose kernel identity changed."""
+    """The working tree's variants that are new or whose kernel or runtime identity changed."""
     now = {(r["spec"], r["backend"], r["arch"], r["uri"]): r for r in sides.now["variants"]}
-    keys: list[VariantKey] = review.variants.get("new", []) + review.variants.get("identity", [])
+    keys: list[VariantKey] = [
+        k for kind in ("new", "identity", "runtime") for k in review.variants.get(kind, [])
+    ]
     return [now[k] for k in keys]
 
 
@@ -94,27 +95,30 @@ def _compile(sides: Sides, touched: list[dict]) -> list[Command]:
     ]
 
 
-def _gpu(sides: Sides, touched: list[dict], unhashed: tuple[str, ...]) -> list[Command]:
+def _gpu(sides: Sides, touched: list[dict]) -> list[Command]:
     """One GPU suite run per arch that records GPU evidence (on either side)."""
     paths = {**sides.base["evidence"]["gpu"], **sides.now["evidence"]["gpu"]}
     out = []
     for arch in sorted(paths, key=lambda a: _target_order(f"- {a}")):
         bare = [r for r in touched if r["arch"] == arch and not r["gpu"]]
-        why = []
         if bare:
-            why.append(f"GPU evidence for {len(bare)} new or changed variant(s)")
-        if unhashed:
-            why.append(f"{', '.join(unhashed)} changed (kernel identities do not cover it)")
-        if why:
-            path = paths[arch]["path"]
-            out.append(Command(GPU_SUITE.format(path=path), f"on an {arch} GPU: {'; '.join(why)}"))
+            out.append(
+                Command(
+                    GPU_SUITE.format(path=paths[arch]["path"]),
+                    f"on an {arch} GPU: GPU evidence for {len(bare)} new or changed variant(s)",
+                )
+            )
     return out
 
 
-def _bench(review: Review, sources: dict) -> list[Command]:
+def _bench(review: Review) -> list[Command]:
     code = sum(i.code for i in review.identities)
-    unhashed = unhashed_changes(sources)
-    if not code and not unhashed:
+    runtime = sum(i.runtime for i in review.identities)
+    if not code and not runtime:
         return []
-    what = f"kernel code of {code} variant(s) changed" if code else f"{unhashed[0]} changed"
-    return [Command("make bench", f"on the GPU: {what}; time it against the peers again")]
+    what = [
+        f"{n} {how}"
+        for n, how in ((code, "variants' kernel code"), (runtime, "variants' host code"))
+        if n
+    ]
+    return [Command("make bench", f"on the GPU: {' and '.join(what)} changed; time it again")]

@@ -1,8 +1,9 @@
 """A small attngen repository in a temporary folder for review tests: this checkout's
 attngen/, three of its specs (two lowered, one not lowered anywhere yet), placeholder
-generated packages and evidence recorded for the identities this code gives (GPU checks on
-sm90, compile results on every arch, as the checked-in evidence has them; made here so the
-tests do not depend on evidence/ being current), committed on ``main``. Each test gets its
+generated packages and evidence recorded for the kernel and runtime identities this code
+gives (GPU checks on sm90, compile results on every arch, as the checked-in evidence has
+them; made here so the tests do not depend on evidence/ being current), committed on
+``main``. Each test gets its
 own copy and changes its working tree; ``review`` compares it with HEAD."""
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def _evidence(repo: Path, rows: list[dict]) -> None:
     results = [
         dict(
             identity=r["identity"],
+            runtime=r["runtime"],
             module=f"{r['package']}/kernels.py",
             variant=r["uri"],
             check=check,
@@ -84,9 +86,9 @@ def template_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (repo / "specs" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO_ROOT / "specs" / rel, repo / "specs" / rel)
     (repo / ".gitignore").write_text("__pycache__/\n")
-    rows = snapshot(repo)["variants"]
-    _evidence(repo, rows)
-    _placeholder_packages(repo, rows)
+    _placeholder_packages(repo, snapshot(repo)["variants"])
+    # runtime identities hash the generated packages: take them with the placeholders there
+    _evidence(repo, snapshot(repo)["variants"])
     git(repo, "init", "-q", "-b", "main")
     commit(repo, "base")
     return repo
