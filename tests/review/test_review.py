@@ -35,6 +35,9 @@ targets:
   triton: [sm80, sm90]
 """
 NEW_URI = "d128_g4_ps32_bf16_causal"
+GPU_SUITE_SM90 = (
+    "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT=evidence/gpu/sm90.json make test-gpu"
+)
 # one line of the MHA Triton kernel library (its sources are hashed into every identity)
 KERNEL_FILE = "attngen/families/mha/triton/kernels/decode.py"
 
@@ -87,10 +90,7 @@ def test_add_spec_lists_new_variants_cells_and_commands(repo: Path) -> None:
     assert commands[0] == "make generate"  # the new packages are not generated yet
     assert "make evidence-compile" in commands
     gpu = [c for c in data["commands"] if "make test-gpu" in c["command"]]
-    assert [c["command"] for c in gpu] == [
-        "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT=evidence/gpu/sm90.json "
-        "make test-gpu"
-    ]
+    assert [c["command"] for c in gpu] == [GPU_SUITE_SM90]
     assert "make bench" not in commands  # no kernel code changed
     # Markdown: the spec, its variants per target, the cell row and the commands
     assert "- **added** `mha_review_new` (`specs/mha/review_new.yaml`)" in md
@@ -290,7 +290,10 @@ def test_spec_that_does_not_load_is_shown_with_its_error(repo: Path) -> None:
     (repo / "specs/mha/review_new.yaml").write_text(text)
     data, md = review(repo)
     [change] = data["review"]["specs"]
-    error = "specs/mha/review_new.yaml:10: kv_cache.scale: required when kv_cache.dtype includes fp8_e4m3"
+    error = (
+        "specs/mha/review_new.yaml:10: kv_cache.scale: required when kv_cache.dtype includes "
+        "fp8_e4m3"
+    )
     assert (change["status"], change["error"]) == ("added", error)
     assert data["review"]["errors"] == [error] and data["review"]["cells"] == []
 
@@ -361,7 +364,7 @@ def test_runtime_change_drops_gpu_evidence_only(repo: Path) -> None:
     assert per["triton sm90"]["gpu_lost"] == per["triton sm90"]["runtime"]
     assert per["triton sm90"]["compile_lost"] == 0
     commands = {c["command"]: c["why"] for c in data["commands"]}
-    gpu = "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT=evidence/gpu/sm90.json make test-gpu"
+    gpu = GPU_SUITE_SM90
     assert gpu in commands and "make bench" in commands
     assert "make evidence-compile" not in commands
     assert "changed runtime identity: host code of the package changed" in md
