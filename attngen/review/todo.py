@@ -29,9 +29,9 @@ def commands(sides: Sides, review: Review) -> tuple[Command, ...]:
             )
         )
     out += _regenerate(sides)
-    touched = _touched(sides, review)
-    out += _compile(sides, touched)
-    gpu = _gpu(sides, touched)
+    # compile evidence is keyed by kernel identity alone; GPU evidence also by runtime
+    out += _compile(sides, _touched(sides, review, ("new", "identity")))
+    gpu = _gpu(sides, _touched(sides, review, ("new", "identity", "runtime")))
     out += gpu
     if gpu:
         out.append(Command("make generate", "the support matrix picks up the GPU evidence"))
@@ -39,12 +39,10 @@ def commands(sides: Sides, review: Review) -> tuple[Command, ...]:
     return tuple(out)
 
 
-def _touched(sides: Sides, review: Review) -> list[dict]:
-    """The working tree's variants that are new or whose kernel or runtime identity changed."""
+def _touched(sides: Sides, review: Review, kinds: tuple[str, ...]) -> list[dict]:
+    """The working tree's variants of the given variant kinds (compare.variant_kinds)."""
     now = {(r["spec"], r["backend"], r["arch"], r["uri"]): r for r in sides.now["variants"]}
-    keys: list[VariantKey] = [
-        k for kind in ("new", "identity", "runtime") for k in review.variants.get(kind, [])
-    ]
+    keys: list[VariantKey] = [k for kind in kinds for k in review.variants.get(kind, [])]
     return [now[k] for k in keys]
 
 
