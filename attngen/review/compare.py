@@ -213,10 +213,10 @@ def _by_target(
     for key, row in mine.items():
         if key not in other:
             out[target(row)].append(row["uri"])
-    return {t: tuple(u) for t, u in sorted(out.items(), key=lambda kv: _target_order(kv[0]))}
+    return {t: tuple(u) for t, u in sorted(out.items(), key=lambda kv: target_order(kv[0]))}
 
 
-def _target_order(t: str) -> tuple[str, int]:
+def target_order(t: str) -> tuple[str, int]:
     backend, arch = t.split(" ")
     digits = "".join(ch for ch in arch if ch.isdigit())
     return backend, int(digits) if digits else 0
@@ -237,7 +237,7 @@ def _refusals(snap: dict, spec: str | None) -> tuple[Refusal, ...]:
         if r["uri"] not in uris:
             uris.append(r["uri"])
     return tuple(
-        Refusal(tuple(sorted(t, key=_target_order)), status, reason, tuple(u))
+        Refusal(tuple(sorted(t, key=target_order)), status, reason, tuple(u))
         for (status, reason), (t, u) in groups.items()
     )
 
@@ -299,7 +299,7 @@ def identity_changes(
         if how is not None:
             per[target(new)].append((old, new, how))
     out = []
-    for t in sorted(per, key=_target_order):
+    for t in sorted(per, key=target_order):
         moved = per[t]
         out.append(
             IdentityChanges(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attngen.review.compare import Review, VariantKey, _target_order
+from attngen.review.compare import Review, VariantKey, target_order
 from attngen.review.files import generated_packages
 from attngen.review.sides import Sides
 
@@ -50,7 +50,7 @@ def _archs(rows: list[dict]) -> str:
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["arch"]] = counts.get(r["arch"], 0) + 1
-    order = sorted(counts, key=lambda a: _target_order(f"- {a}"))
+    order = sorted(counts, key=lambda a: target_order(f"- {a}"))
     return ", ".join(f"{a}: {counts[a]}" for a in order)
 
 
@@ -97,7 +97,7 @@ def _gpu(sides: Sides, touched: list[dict]) -> list[Command]:
     """One GPU suite run per arch that records GPU evidence (on either side)."""
     paths = {**sides.base["evidence"]["gpu"], **sides.now["evidence"]["gpu"]}
     out = []
-    for arch in sorted(paths, key=lambda a: _target_order(f"- {a}")):
+    for arch in sorted(paths, key=lambda a: target_order(f"- {a}")):
         bare = [r for r in touched if r["arch"] == arch and not r["gpu"]]
         if bare:
             out.append(
