@@ -40,8 +40,22 @@ class KernelPlan:
             value = getattr(self.config, f.name)
             if f.default is value or f.default == value and type(f.default) is type(value):
                 continue
-            out.append((f.name, repr(value)))
+            out.append((f.name, py_literal(value)))
         return out
+
+
+def py_literal(value: object) -> str:
+    """``value`` as Python source in the formatter's style: strings in double quotes,
+    tuples and lists element by element, anything else as ``repr``."""
+    if isinstance(value, str):
+        escaped = value.encode("unicode_escape").decode("ascii").replace('"', '\\"')
+        return f'"{escaped}"'
+    if isinstance(value, tuple):
+        items = [py_literal(v) for v in value]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if isinstance(value, list):
+        return f"[{', '.join(py_literal(v) for v in value)}]"
+    return repr(value)
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attngen.spec.enums import Arch
 
 ARCH_DIRS = tuple(a.value for a in Arch)
+FILE_MODE = 0o644  # generated files are plain, non-executable files
+DIFF_LINES = 12  # lines of unified diff shown per changed file
+DIFF_FILES = 8  # changed files shown with a diff
 
 
 class DuplicateWrite(Exception):
@@ -31,10 +35,13 @@ class Drift:
     missing: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    stale_dirs: list[str] = field(default_factory=list)  # folders holding no generated file
+    modes: list[str] = field(default_factory=list)  # files whose mode is not FILE_MODE
+    diffs: dict[str, list[str]] = field(default_factory=dict)  # changed file -> diff lines
 
     @property
     def clean(self) -> bool:
-        return not (self.missing or self.changed or self.stale)
+        return not (self.missing or self.changed or self.stale or self.stale_dirs or self.modes)
 
     def report(self, regenerate: str) -> str:
         lines = []
@@ -42,8 +49,16 @@ class Drift:
             ("missing", self.missing),
             ("changed", self.changed),
             ("stale", self.stale),
+            ("stale folder", self.stale_dirs),
+            ("mode is not 644", self.modes),
         ):
             lines += [f"  {label}: {p}" for p in paths]
+        shown = list(self.diffs.items())[:DIFF_FILES]
+        for path, diff in shown:
+            lines.append(f"--- diff of {path} (generated vs on disk, first lines) ---")
+            lines += [f"    {line}" for line in diff]
+        if len(self.diffs) > len(shown):
+            lines.append(f"  ... and {len(self.diffs) - len(shown)} more changed files")
         lines.append(f"generated/ is out of date: run `{regenerate}` and commit the result")
         return "\n".join(lines)
 
@@ -70,13 +85,39 @@ def check_tree(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> Drif
     for rel, text in sorted(files.items()):
         if not owned(rel, archs):
             continue
-        path = out / rel
+        path, name = out / rel, f"{out.name}/{rel}"
         if not path.is_file():
-            drift.missing.append(f"{out.name}/{rel}")
-        elif path.read_bytes() != text.encode("utf-8"):
-            drift.changed.append(f"{out.name}/{rel}")
+            drift.missing.append(name)
+            continue
+        on_disk = path.read_bytes()
+        if on_disk != text.encode("utf-8"):
+            drift.changed.append(name)
+            drift.diffs[name] = _short_diff(on_disk.decode("utf-8", "replace"), text, name)
+        if path.stat().st_mode & 0o777 != FILE_MODE:
+            drift.modes.append(f"{name} ({path.stat().st_mode & 0o777:o})")
     drift.stale = [f"{out.name}/{rel}" for rel in existing_files(out, archs) if rel not in files]
+    wanted_dirs = {str(Path(rel).parent) for rel in files}
+    wanted_dirs |= {str(p) for d in list(wanted_dirs) for p in Path(d).parents}
+    if out.is_dir():
+        for path in sorted(out.rglob("*")):
+            rel = path.relative_to(out).as_posix()
+            if (
+                path.is_dir()
+                and "__pycache__" not in rel.split("/")
+                and owned(rel, archs)
+                and rel not in wanted_dirs
+                and not any(p.is_file() for p in path.rglob("*") if "__pycache__" not in p.parts)
+            ):
+                drift.stale_dirs.append(f"{out.name}/{rel}")
     return drift
+
+
+def _short_diff(old: str, new: str, name: str) -> list[str]:
+    diff = difflib.unified_diff(
+        old.splitlines(), new.splitlines(), f"{name} (on disk)", f"{name} (generated)", n=1
+    )
+    lines = [line for line in diff][: DIFF_LINES + 2]
+    return [line[:160] for line in lines[2:]]  # skip the ---/+++ header
 
 
 def write_tree(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> Drift:
@@ -89,6 +130,8 @@ def write_tree(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> Drif
             if not path.is_file() or path.read_bytes() != data:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
+            if path.stat().st_mode & 0o777 != FILE_MODE:
+                path.chmod(FILE_MODE)
     for rel in existing_files(out, archs):
         if rel not in files:
             (out / rel).unlink()

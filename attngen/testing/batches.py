@@ -74,7 +74,7 @@ def oracle_output(
     k_block_scales: torch.Tensor | None = None,
     v_block_scales: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The torch oracle's ``[T, Hq, Dv]`` fp32 output for ``pb``, read through the builder's
+    """The torch oracle's ``[T, Hq, Dv]`` float64 output for ``pb``, read through the builder's
     own page table (not a backend's), from caches that already hold the new tokens' K/V.
 
     fp8 caches are dequantized first (``cache * scale``, per tensor or per kv head), NVFP4
@@ -108,10 +108,10 @@ def oracle_output(
 
 
 def dequantize_fp8(cache: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
-    """``[pages, page_size, Hkv, D]`` fp8 -> fp32 ``cache * scale`` ([1] or [Hkv] scale)."""
+    """``[pages, page_size, Hkv, D]`` fp8 -> float64 ``cache * scale`` ([1] or [Hkv] scale)."""
     if scale is None:
         raise AttngenInputError("dequantize_fp8: an fp8 cache needs its scale")
-    return cache.float() * scale.float().view(1, 1, -1, 1)
+    return cache.double() * scale.double().view(1, 1, -1, 1)
 
 
 def make_pools(
@@ -159,6 +159,13 @@ def make_pools(
     return req_pool, kv_pool
 
 
+Q_STD = 2.0
+# The GPU suite's long batches (what the tolerance must resolve: outputs averaged over
+# thousands of keys): (prefix_lens, extend_lens) of the long extend, seq_lens of the long decode.
+LONG_EXTEND = ([4096, 0, 1000, 37], [1536, 2048, 1, 300])
+LONG_DECODE = [8192, 1, 3000, 4097, 513]
+
+
 def random_qkv(
     num_tokens: int,
     layer: AttentionLayer,
@@ -167,14 +174,16 @@ def random_qkv(
     device: torch.device | str,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Fresh ``q [T, Hq, D]``, ``k [T, Hkv, D]``, ``v [T, Hkv, Dv]``, random normal."""
+    """Fresh ``q [T, Hq, D]``, ``k [T, Hkv, D]``, ``v [T, Hkv, Dv]``, random normal, q with
+    standard deviation ``Q_STD``: scores of std ~2 at the usual 1/sqrt(D) scale give a
+    softmax as peaked as trained models' are, on which a 1% scale error shows."""
     shapes = (
         (num_tokens, layer.num_q_heads, layer.head_dim),
         (num_tokens, layer.num_kv_heads, layer.head_dim),
         (num_tokens, layer.num_kv_heads, layer.v_head_dim),
     )
     q, k, v = (torch.randn(s, generator=generator, device=device, dtype=dtype) for s in shapes)
-    return q, k, v
+    return q * Q_STD, k, v  # a power of two: exact in every dtype
 
 
 class PagedBatchBuilder:

@@ -63,12 +63,22 @@ def test_check_names_missing_changed_and_stale_files(tmp_path: Path) -> None:
     with (out / "sm100/triton/mha/mha_gqa_paged/kernels.py").open("a") as f:
         f.write("# hand edit\n")
     (out / "sm80/leftover.py").write_text("x = 1\n")
-    result = run_cli("generate", "--arch", "all", "--out", str(out), "--check")
-    assert result.returncode == 1
+    (out / "sm90/triton/mha/mha_empty_package").mkdir()
+    (out / "sm90/triton/mha/mha_gqa_paged/graph.py").chmod(0o755)
+    result = run_cli("generate", "--arch", "sm90", "--out", str(out), "--check")
+    assert result.returncode == 1  # one arch asked for, every arch checked
     assert "missing: generated/sm90/triton/mha/mha_gqa_paged/backend.py" in result.stderr
     assert "changed: generated/sm100/triton/mha/mha_gqa_paged/kernels.py" in result.stderr
     assert "stale: generated/sm80/leftover.py" in result.stderr
+    assert "stale folder: generated/sm90/triton/mha/mha_empty_package" in result.stderr
+    assert "mode is not 644: generated/sm90/triton/mha/mha_gqa_paged/graph.py (755)" in (
+        result.stderr
+    )
+    assert "--- diff of generated/sm100/triton/mha/mha_gqa_paged/kernels.py" in result.stderr
+    assert "    -# hand edit" in result.stderr  # the diff shows the edit
     assert "run `make generate ARCH=all`" in result.stderr
+    assert run_cli("generate", "--arch", "all", "--out", str(out)).returncode == 0
+    assert run_cli("generate", "--arch", "sm80", "--out", str(out), "--check").returncode == 0
 
 
 def test_single_arch_generation_touches_only_its_subtree(tmp_path: Path) -> None:
@@ -79,8 +89,31 @@ def test_single_arch_generation_touches_only_its_subtree(tmp_path: Path) -> None
     assert run_cli("generate", "--arch", "sm100", "--out", str(out)).returncode == 0
     assert (out / "sm100/triton/mha/mha_gqa_paged/graph.py").is_file()
     assert (out / "sm90/leftover.py").is_file()  # sm90 is not this run's to clean
-    assert run_cli("generate", "--arch", "sm100", "--out", str(out), "--check").returncode == 0
-    assert run_cli("generate", "--arch", "sm90", "--out", str(out), "--check").returncode == 1
+    check = run_cli("generate", "--arch", "sm100", "--out", str(out), "--check")
+    assert check.returncode == 1 and "stale: generated/sm90/leftover.py" in check.stderr
+
+
+def test_generated_python_is_in_the_formatters_style(files: dict[str, str]) -> None:
+    """Generation formats only files with long code lines (the formatter is 90% of its
+    time): every template must emit the formatter's style itself. Checked on every file
+    of three specs per family that generates and on the namespace packages."""
+    import black
+
+    from attngen.emit.python import MODE
+
+    packages = sorted({rel.rsplit("/", 1)[0] for rel in files if rel.endswith("/kernels.py")})
+    by_family: dict[str, list[str]] = {}
+    for package in packages:
+        by_family.setdefault(package.split("/")[2], []).append(package)
+    chosen = {p for group in by_family.values() for p in group[:: max(1, len(group) // 3)]}
+    sample = [
+        rel
+        for rel in files
+        if rel.endswith(".py") and (rel.rsplit("/", 1)[0] in chosen or rel.count("/") < 3)
+    ]
+    assert sample
+    unformatted = [rel for rel in sample if black.format_str(files[rel], mode=MODE) != files[rel]]
+    assert not unformatted, f"not in the formatter's style: {unformatted[:5]}"
 
 
 def test_every_python_file_parses_and_carries_the_header(files: dict[str, str]) -> None:
@@ -186,6 +219,15 @@ def test_runtime_identity_follows_code_not_comments_or_docstrings(tmp_path: Path
     changed = base.replace("x + 1", "x + 2")
     assert runtime_identity(ROOT, "mha", {"backend.py": changed}) != ident
     assert runtime_identity(ROOT, "mla", {"backend.py": base}) != ident  # family runtime
+    # what runs in a GPU check counts; the family's description (docs columns, spec
+    # sections, registration) does not
+    from attngen.evidence import DESCRIPTION_MODULES, _runtime_digests
+
+    names = [name for name, _ in _runtime_digests(ROOT.resolve(), "mha")]
+    assert "attngen/families/mha/runtime.py" in names
+    assert "attngen/families/mha/reference.py" in names
+    assert not [n for n in names if n.rsplit("/", 1)[-1] in DESCRIPTION_MODULES[1:]]
+    assert "attngen/families/mha/__init__.py" not in names
 
 
 def test_a_kernels_module_refuses_an_edited_library() -> None:
@@ -274,3 +316,33 @@ def test_a_description_holding_code_stays_inert_text(tmp_path: Path) -> None:
         doc = ast.get_docstring(tree) or ""
         if path.name in ("backend.py", "__init__.py") and path.parent.name == "mha_sliding_window":
             assert 'os.system("echo injected")' in doc, path
+
+
+def test_a_spec_of_many_variants_is_warned_about(tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    text = (ROOT / "specs" / "mha" / "gqa_paged.yaml").read_text()
+    spec = yaml.safe_load(text)
+    spec["heads"] = {"head_dim": [64, 128, 256], "gqa_group": [1, 2, 4, 8, 16]}
+    spec["kv_cache"] = {"page_size": [1, 16, 64, 128], "dtype": ["auto"]}
+    spec["dtype"] = ["bf16", "fp16"]
+    spec["targets"] = {"triton": ["sm90"]}
+    (specs / "many.yaml").write_text(yaml.safe_dump(spec))
+    from attngen.generate import MANY_VARIANTS, lower_all, load_all
+
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        lower_all(load_all(specs, tmp_path), verbose=True)
+    assert "variants (over" not in err.getvalue()  # 240 is under it
+    spec["mask"] = {"kind": "causal", "logit_softcap": 30.0}
+    spec["heads"]["head_dim"] = [64, 80, 96, 128, 256]
+    spec["kv_cache"]["dtype"] = ["auto", "fp8_e4m3"]  # 5 x 5 x 4 x 2 x 2 = 400
+    spec["kv_cache"]["scale"] = "per_tensor"
+    (specs / "many.yaml").write_text(yaml.safe_dump(spec))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        lower_all(load_all(specs, tmp_path), verbose=True)
+    assert f"400 variants (over {MANY_VARIANTS})" in err.getvalue()

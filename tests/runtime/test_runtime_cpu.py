@@ -31,8 +31,10 @@ from attngen.runtime.batch import (
     ForwardBatch,
     ForwardMode,
     ReqToTokenPool,
+    DraftExtendInfo,
     VerifyInfo,
     pack_tree_masks,
+    tree_mask_bytes,
 )
 from attngen.runtime.pools import NvFp4KVPool, PagedKVPool
 from attngen.runtime.checks import AttngenInputError
@@ -162,9 +164,11 @@ class OracleKernels:
         bs = qo_indptr.shape[0] - 1
         _check_common(q, k_cache, v_cache, page_table, out, config, rows=bs)
         assert qo_indptr.dtype == prefix_lens.dtype == torch.int32
-        assert prefix_lens.shape == (bs,) and int(qo_indptr[-1]) == q.shape[0]
+        # a captured draft extend has room for more rows than a replay fills, and its
+        # max_extend_len is the room per request
+        assert prefix_lens.shape == (bs,) and int(qo_indptr[-1]) <= q.shape[0]
         assert isinstance(max_extend_len, int)
-        assert max_extend_len == int((qo_indptr[1:] - qo_indptr[:-1]).max())
+        assert max_extend_len >= int((qo_indptr[1:] - qo_indptr[:-1]).max())
         ref = paged_extend_ref(
             q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, sm_scale, mask=self.HOOKS
         )
@@ -292,7 +296,8 @@ class GraphEmulator:
 
     @contextmanager
     def capture(self) -> Iterator[None]:
-        targets = [(self.kernels, "decode"), (self.kv_pool, "set_kv_buffer")]
+        names = [n for n in ("decode", "extend", "verify") if hasattr(self.kernels, n)]
+        targets = [(self.kernels, n) for n in names] + [(self.kv_pool, "set_kv_buffer")]
         originals = [(obj, name, getattr(obj, name)) for obj, name in targets]
         for obj, name, fn in originals:
             setattr(obj, name, self._recording(fn))
@@ -920,3 +925,152 @@ def test_tree_masks_of_the_wrong_size_or_offsets_fail_in_eager_mode() -> None:
         rig.backend.init_forward_metadata(verify(packed, shifted))
     with pytest.raises(AttngenInputError, match=r"tree_mask_indptr: expected shape"):
         rig.backend.init_forward_metadata(verify(packed, indptr[:-1]))
+
+
+# -- CUDA-graph replay of the speculative phases (verify chains and trees, draft extend) ----
+
+
+def unpack_tree_masks(packed: torch.Tensor, indptr: torch.Tensor, n: int, bs: int):
+    """The inverse of pack_tree_masks for ``bs`` requests of ``n`` drafts."""
+    bits = ((packed[:, None].long() >> torch.arange(8)) & 1).flatten().bool()
+    return [
+        bits[int(indptr[b]) * 8 : int(indptr[b]) * 8 + n * n].view(n, n).clone() for b in range(bs)
+    ]
+
+
+class SpeculativeOracleKernels(OracleKernels):
+    PHASES = ("extend", "decode", "verify", "draft_extend")
+
+    def verify(
+        self,
+        q,
+        k_cache,
+        v_cache,
+        page_table,
+        qo_indptr,
+        prefix_lens,
+        out,
+        *,
+        config,
+        sm_scale,
+        tree_mask=None,
+        tree_mask_indptr=None,
+        sinks=None,
+        k_scale=None,
+        v_scale=None,
+        trusted_metadata=False,
+    ) -> None:
+        assert sinks is None and k_scale is None and v_scale is None and trusted_metadata
+        n = config.num_draft_tokens
+        bs = int(prefix_lens.shape[0])
+        _check_common(q, k_cache, v_cache, page_table, out, config, rows=bs)
+        assert torch.equal(qo_indptr[: bs + 1].cpu(), torch.arange(bs + 1, dtype=torch.int32) * n)
+        masks = None
+        if config.spec_topk > 1:
+            masks = unpack_tree_masks(tree_mask, tree_mask_indptr, n, bs)
+        ref = paged_extend_ref(
+            q,
+            k_cache,
+            v_cache,
+            page_table[:bs],
+            qo_indptr[: bs + 1],
+            prefix_lens,
+            sm_scale,
+            mask=self.HOOKS,
+            tree_masks=masks,
+        )
+        out.copy_(ref)
+        self.calls.append("verify")
+
+
+CHAIN = dataclasses.replace(CONFIGS[0], uri="chain_d32", spec_topk=1, num_draft_tokens=3)
+TREE4 = dataclasses.replace(CONFIGS[2], uri="tree_d32_ps1", spec_topk=2, num_draft_tokens=4)
+
+
+@pytest.mark.parametrize(
+    "config, mode",
+    [
+        (CHAIN, ForwardMode.TARGET_VERIFY),
+        (TREE4, ForwardMode.TARGET_VERIFY),
+        (CHAIN, ForwardMode.DRAFT_EXTEND),
+    ],
+    ids=["verify-chain", "verify-tree", "draft-extend"],
+)
+def test_speculative_graph_replay_matches_eager(config: MhaTritonConfig, mode: ForwardMode):
+    """Capture once at max_bs requests x n rows, replay 24 batches of fewer requests, new
+    prefixes (and accepted counts), through the graph buffers only: the outputs equal the
+    eager forward's, the metadata never moves, and nothing else is launched."""
+    max_bs, max_context_len, n = 4, 64, config.num_draft_tokens
+    rig = make_rig(
+        config,
+        max_context_len=max_context_len,
+        num_pages=1024,
+        backend_cls=backend_class(SpeculativeOracleKernels([config])),
+    )
+    backend, layer = rig.backend, rig.layer
+    fill = backend.get_cuda_graph_seq_len_fill_value()
+    verify = mode is ForwardMode.TARGET_VERIFY
+    tree = config.spec_topk > 1
+    backend.init_cuda_graph_state(max_bs, max_bs * n)
+    q_s, k_s, v_s = rig.builder.qkv(max_bs * n, layer)
+    loc_s = torch.zeros(max_bs * n, dtype=torch.int64)
+    rows_s = torch.zeros(max_bs, dtype=torch.int64)
+    lens_s = torch.full((max_bs,), fill, dtype=torch.int32)
+    extend_lens_s = torch.ones(max_bs, dtype=torch.int32)
+    mask_bytes = tree_mask_bytes(n)
+
+    def infos(pb, real: int):
+        if not verify:
+            return DraftExtendInfo(extend_lens_s)
+        info = pb.batch.spec_info
+        if not tree:
+            return info
+        pad = torch.full(((max_bs - real) * mask_bytes,), 255, dtype=torch.uint8)
+        return VerifyInfo(n, torch.cat([info.tree_mask, pad]), info.tree_mask_indptr)
+
+    def batch_for(prefix: list[int], accepted: list[int]):
+        if verify:
+            return rig.builder.verify(prefix, n, tree=tree)
+        return rig.builder.draft_extend(prefix, accepted)
+
+    first = batch_for([max_context_len - n] * max_bs, [n] * max_bs)
+    static = dataclasses.replace(first.batch, out_cache_loc=loc_s)
+    backend.init_forward_metadata_capture_cuda_graph(
+        max_bs, max_bs * n, rows_s, lens_s, None, mode, infos(first, max_bs)
+    )
+    addresses = {k: v for k, v in vars(backend.forward_metadata).items() if torch.is_tensor(v)}
+    addresses = {k: v.data_ptr() for k, v in addresses.items()}
+    graph = GraphEmulator(rig.kernels, rig.kv_pool)
+    with graph.capture():
+        out_s = backend.forward_extend(q_s, k_s, v_s, layer, static)
+    rng = random.Random(rig.builder.seed)
+    for step in range(24):
+        real = max_bs if step % 5 == 0 else rng.randint(1, max_bs - 1)
+        prefix = [rng.choice([0, rng.randint(1, max_context_len - n)]) for _ in range(real)]
+        accepted = [rng.randint(1, n) for _ in range(real)] if not verify else [n] * real
+        pb = batch_for(prefix, accepted)
+        tokens = sum(accepted)
+        q, k, v = rig.builder.qkv(tokens, layer)
+        eager = run_forward(rig, pb, q, k, v).clone()
+        q_s[:tokens], k_s[:tokens], v_s[:tokens] = q, k, v
+        loc_s.zero_()
+        loc_s[:tokens] = pb.batch.out_cache_loc
+        rows_s.zero_()
+        rows_s[:real] = pb.batch.req_pool_indices
+        lens_s.fill_(fill)
+        lens_s[:real] = pb.batch.seq_lens
+        extend_lens_s.fill_(1)
+        extend_lens_s[:real] = torch.tensor(accepted, dtype=torch.int32)
+        out_s.fill_(float("nan"))
+        backend.init_forward_metadata_replay_cuda_graph(
+            max_bs, rows_s, lens_s, int(lens_s.sum()), None, mode, infos(pb, real), lens_s.clone()
+        )
+        now = {
+            k: v.data_ptr() for k, v in vars(backend.forward_metadata).items() if torch.is_tensor(v)
+        }
+        assert now == addresses, f"step {step}: metadata moved"
+        graph.replay()
+        msg = f"seed {rig.builder.seed}, step {step}, prefix {prefix}, accepted {accepted}"
+        assert torch.equal(out_s[:tokens], eager), msg
+    kernel = "verify" if verify else "extend"
+    assert [op[0].__name__ for op in graph.ops] == ["set_kv_buffer", kernel]

@@ -1,6 +1,6 @@
 """Torch oracle for paged multi-head attention (MHA / GQA), decode and extend.
 
-Plain fp32 math, one request at a time, written to be read rather than to be fast. The
+Plain float64 math, one request at a time, written to be read rather than to be fast. The
 generated Triton kernels are checked against these functions.
 
 Layouts (the same as the kernels'):
@@ -57,20 +57,21 @@ def attention(
     ``visible [M, N]`` is True where query ``m`` may attend key ``n``. Scores are
     ``s = q.k * sm_scale``, capped to ``logit_softcap * tanh(s / logit_softcap)`` when the
     cap is > 0. ``sinks [Hq]`` (natural-log logits) join each head's softmax denominator
-    only. A row with no visible key gives zeros. Returns ``[M, Hq, Dv]`` fp32.
+    only. A row with no visible key gives zeros. Computed in float64 from the inputs as
+    given (already rounded to their dtype); returns ``[M, Hq, Dv]`` float64.
     """
     used = visible.any(dim=0)  # keys no query sees are not read (they may be stale or NaN)
     k, v, visible = k[used], v[used], visible[:, used]
     group = q.shape[1] // k.shape[1]
-    k = k.float().repeat_interleave(group, dim=1)
-    v = v.float().repeat_interleave(group, dim=1)
-    scores = torch.einsum("mhd,nhd->hmn", q.float(), k) * sm_scale
+    k = k.double().repeat_interleave(group, dim=1)
+    v = v.double().repeat_interleave(group, dim=1)
+    scores = torch.einsum("mhd,nhd->hmn", q.double(), k) * sm_scale
     if logit_softcap > 0:
         scores = logit_softcap * torch.tanh(scores / logit_softcap)
     scores = scores.masked_fill(~visible, float("-inf"))
     if sinks is not None:
         # one extra logit per head in the softmax, whose probability multiplies nothing
-        sink_column = sinks.float()[:, None, None].expand(-1, scores.shape[1], 1)
+        sink_column = sinks.double()[:, None, None].expand(-1, scores.shape[1], 1)
         probs = torch.softmax(torch.cat([scores, sink_column], dim=-1), dim=-1)[..., :-1]
     else:
         probs = torch.softmax(scores, dim=-1)
@@ -93,11 +94,11 @@ def paged_decode_ref(
 
     ``q [B, Hq, D]``; request ``b``'s query sits at position ``seq_lens[b] - 1`` and attends
     cache positions ``0 .. seq_lens[b]-1`` (those in its window, if ``mask`` has one). A
-    request with ``seq_lens[b] == 0`` gets zeros. Returns ``[B, Hq, Dv]`` fp32.
+    request with ``seq_lens[b] == 0`` gets zeros. Returns ``[B, Hq, Dv]`` float64.
     """
     mask = MaskHooks() if mask is None else mask
     batch, num_heads = q.shape[:2]
-    out = torch.zeros(batch, num_heads, v_cache.shape[-1], dtype=torch.float32, device=q.device)
+    out = torch.zeros(batch, num_heads, v_cache.shape[-1], dtype=torch.float64, device=q.device)
     for b in range(batch):
         length = int(seq_lens[b])
         if length == 0:
@@ -131,11 +132,11 @@ def paged_extend_ref(
     at position ``prefix_lens[b] + i`` and sees the keys ``mask`` allows among positions
     ``0 .. prefix_lens[b] + extend_len - 1``. With ``tree_masks`` (speculative verify of
     draft trees), query ``i`` sees the whole prefix and new key ``j`` iff
-    ``tree_masks[b][i, j]``. Returns ``[T, Hq, Dv]`` fp32 (rows of no request stay zero).
+    ``tree_masks[b][i, j]``. Returns ``[T, Hq, Dv]`` float64 (rows of no request stay zero).
     """
     mask = MaskHooks() if mask is None else mask
     total, num_heads = q.shape[:2]
-    out = torch.zeros(total, num_heads, v_cache.shape[-1], dtype=torch.float32, device=q.device)
+    out = torch.zeros(total, num_heads, v_cache.shape[-1], dtype=torch.float64, device=q.device)
     for b in range(qo_indptr.shape[0] - 1):
         start, end = int(qo_indptr[b]), int(qo_indptr[b + 1])
         prefix = int(prefix_lens[b])
@@ -167,9 +168,9 @@ def prefill_ref(
 ) -> torch.Tensor:
     """Cache-free ragged attention: request ``b`` is rows ``cu_seqlens[b] .. [b+1]-1`` of
     ``q [T, Hq, D]``, ``k [T, Hkv, D]`` and ``v [T, Hkv, Dv]``; query ``i`` sits at
-    position ``i``. Returns ``[T, Hq, Dv]`` fp32."""
+    position ``i``. Returns ``[T, Hq, Dv]`` float64."""
     mask = MaskHooks() if mask is None else mask
-    out = torch.zeros(*q.shape[:2], v.shape[-1], dtype=torch.float32, device=q.device)
+    out = torch.zeros(*q.shape[:2], v.shape[-1], dtype=torch.float64, device=q.device)
     for b in range(cu_seqlens.shape[0] - 1):
         start, end = int(cu_seqlens[b]), int(cu_seqlens[b + 1])
         if end == start:

@@ -228,7 +228,7 @@ class PagedMhaBackend(AttentionBackendBase):
         )
 
     def _tree_mask(
-        self, info: VerifyInfo, batch_size: int
+        self, info: VerifyInfo, batch_size: int | None
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The verify mask tensors the config needs (trees), checked; None for chains."""
         n, want = info.draft_token_num, self.config.num_draft_tokens
@@ -238,7 +238,10 @@ class PagedMhaBackend(AttentionBackendBase):
             if info.tree_mask is not None:
                 fail("spec_info.tree_mask", "None (this spec verifies draft chains)", "a tensor")
             return None, None
-        self._check_tree_mask(info, batch_size)
+        if batch_size is not None:  # eager: the mask and offsets the kernels will read
+            self._check_tree_mask(info, batch_size)
+        else:  # graph replay: the static buffers keep their own offsets
+            check_tensor("spec_info.tree_mask", info.tree_mask, dtype=torch.uint8, shape=[None])
         return info.tree_mask, info.tree_mask_indptr
 
     def _check_tree_mask(self, info: VerifyInfo, batch_size: int) -> None:
@@ -542,7 +545,7 @@ class PagedMhaBackend(AttentionBackendBase):
         if mode is ForwardMode.TARGET_VERIFY:
             if not isinstance(spec_info, VerifyInfo):
                 fail("spec_info", "a VerifyInfo (TARGET_VERIFY)", type(spec_info).__name__)
-            tree_mask, _ = self._tree_mask(spec_info)
+            tree_mask, _ = self._tree_mask(spec_info, None)  # the buffers check its size
             bufs.load(bs, page_table=page_table, seq_lens=seq_lens, tree_mask=tree_mask)
         else:
             if not isinstance(spec_info, DraftExtendInfo):

@@ -46,6 +46,7 @@ from attngen.testing import (
     oracle_output,
     pad_decode_batch,
 )
+from attngen.testing.batches import LONG_DECODE, LONG_EXTEND
 from attngen.testing.paths import REPO_ROOT
 from attngen.testing.tolerance import KERNEL, assert_close
 
@@ -54,10 +55,6 @@ NUM_KV_HEADS = 2
 MAX_BS = 8  # the graph test's captured batch size
 GRAPH_TABLE_WIDTH = 2048  # tokens per request row in the graph test (req_to_token width)
 REPLAYS = 24
-
-# (prefix_lens, extend_lens) and decode seq_lens of the long cases
-LONG_EXTEND = ([4096, 0, 1000, 37], [1536, 2048, 1, 300])
-LONG_DECODE = [8192, 1, 3000, 4097, 513]
 
 
 # -- discovery ----

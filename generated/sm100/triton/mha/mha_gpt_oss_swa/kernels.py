@@ -48,7 +48,8 @@ HOOKS = MaskHooks(
     sinks=True,
     tree=False,
 )
-PHASES = ("extend", "decode")  # phases the spec generates; the backend serves only these
+# phases the spec generates; the backend serves only these
+PHASES = ("extend", "decode")
 TRAITS = MhaTraits(HOOKS, PHASES, fp4_scales_as_bytes=False)
 
 CONFIGS: dict[str, MhaTritonConfig] = {

@@ -19,7 +19,7 @@ Covers (mha on triton sm100; one line per docs column):
   yes:           Extend (cached prefix)
   yes:           GQA group: 1
   yes:           MQA (one kv head)
-  yes:           Head dims: 192
+  yes:           Head dims: 192/128
   not here:      CUDA graph (decode) (lowered for this target; not in this spec)
 
 decode / extend / verify / prefill / compile_specs are the library's, with this module's
@@ -48,7 +48,8 @@ HOOKS = MaskHooks(
     sinks=False,
     tree=False,
 )
-PHASES = ("extend",)  # phases the spec generates; the backend serves only these
+# phases the spec generates; the backend serves only these
+PHASES = ("extend",)
 TRAITS = MhaTraits(HOOKS, PHASES, fp4_scales_as_bytes=False)
 
 CONFIGS: dict[str, MhaTritonConfig] = {

@@ -48,7 +48,8 @@ HOOKS = MaskHooks(
     sinks=False,
     tree=False,
 )
-PHASES = ("prefill",)  # phases the spec generates; the backend serves only these
+# phases the spec generates; the backend serves only these
+PHASES = ("prefill",)
 TRAITS = MhaTraits(HOOKS, PHASES, fp4_scales_as_bytes=False)
 
 CONFIGS: dict[str, MhaTritonConfig] = {

@@ -48,7 +48,8 @@ HOOKS = MaskHooks(
     sinks=False,
     tree=False,
 )
-PHASES = ("extend",)  # phases the spec generates; the backend serves only these
+# phases the spec generates; the backend serves only these
+PHASES = ("extend",)
 TRAITS = MhaTraits(HOOKS, PHASES, fp4_scales_as_bytes=True)
 
 CONFIGS: dict[str, MhaTritonConfig] = {
