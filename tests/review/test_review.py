@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from attngen.capabilities import supports
 from attngen.evidence import COMPILE_DIR, compile_file
 from attngen.review.report import build, to_json, to_markdown, to_text
 from attngen.review.sides import load_sides
 from attngen.spec.enums import Arch, Backend
+from attngen.spec.errors import SpecError
 from attngen.spec.expand import expand
 from attngen.spec.loader import load_spec
 from review_repo import commit, compile_record, git
@@ -288,14 +291,15 @@ def test_text_output_names_every_section(repo: Path) -> None:
 def test_spec_that_does_not_load_is_shown_with_its_error(repo: Path) -> None:
     text = NEW_SPEC.replace("page_size: [32]", "page_size: [32]\n  dtype: fp8_e4m3")
     (repo / "specs/mha/review_new.yaml").write_text(text)
+    with pytest.raises(SpecError) as err:  # the loader's own message, file:line included
+        load_spec(repo / "specs/mha/review_new.yaml", repo)
+    error = str(err.value)
+    assert error.startswith("specs/mha/review_new.yaml:") and "kv_cache.scale" in error
     data, md = review(repo)
     [change] = data["review"]["specs"]
-    error = (
-        "specs/mha/review_new.yaml:10: kv_cache.scale: required when kv_cache.dtype includes "
-        "fp8_e4m3"
-    )
     assert (change["status"], change["error"]) == ("added", error)
     assert data["review"]["errors"] == [error] and data["review"]["cells"] == []
+    assert f"- :x: **refused**: `{error}`" in md
 
 
 def test_base_whose_code_cannot_compute_its_model_falls_back(repo: Path) -> None:
