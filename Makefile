@@ -10,7 +10,7 @@ TEST_STAMP := $(VENV)/.stamp-test
 # Where the CPU torch wheel is looked for first (this build machine keeps one on disk).
 PIP_FIND := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: generate check test test-gpu sanitize-gpu evidence-compile bench bench-plot clean-venv
+.PHONY: generate check test test-gpu sanitize-gpu evidence-compile bench bench-plot review clean-venv
 
 $(GEN_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,13 @@ bench:
 bench-plot: $(GEN_STAMP)
 	$(PY) -m pip install -q $(PIP_FIND) -e '.[bench]'
 	$(PY) bench/plot.py $(BENCH_JSON)
+
+## review: what the working tree changes against BASE (default: the merge base with main):
+## variants, matrix cells and why, evidence dropped, commands to run (REVIEW_ARGS=--format md)
+BASE ?=
+REVIEW_ARGS ?=
+review: $(GEN_STAMP)
+	$(PY) -m attngen review $(BASE) $(REVIEW_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

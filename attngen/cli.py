@@ -1,4 +1,5 @@
-"""Command line: ``python -m attngen validate PATH...`` and ``python -m attngen generate``."""
+"""Command line: ``python -m attngen validate PATH...``, ``python -m attngen generate`` and
+``python -m attngen review [BASE]``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from attngen.emit.header import regenerate_command
 from attngen.generate import ALL_ARCHS, GenerateError, find_specs, generate, log, misplaced
 from attngen.emit.writer import DuplicateWrite
 from attngen.ir import PlanError
+from attngen.review import add_parser as add_review_parser
 from attngen.spec.errors import SpecError
 from attngen.spec.loader import load_spec
 from attngen.validate import validate
@@ -83,6 +85,7 @@ def parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--check", action="store_true", help="write nothing; fail if the tree differs")
     g.set_defaults(func=cmd_generate)
+    add_review_parser(sub, REPO_ROOT)
     return p
 
 
