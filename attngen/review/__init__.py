@@ -8,7 +8,9 @@ that restore the evidence; the size of the generated diff by kind.
 
 - :mod:`.snapshot`: one side's model (run on that side's own code, spine only);
 - :mod:`.sides`: BASE unpacked with ``git archive``, both snapshots, git file facts;
-- :mod:`.compare`: the differences; :mod:`.files`: file kinds; :mod:`.todo`: commands;
+- :mod:`.compare`: specs, variants, identities; :mod:`.cells`: matrix cells and why they
+  move; :mod:`.variants`: how one variant changed; :mod:`.files`: file kinds; :mod:`.todo`:
+  commands;
 - :mod:`.report`: text, Markdown and JSON.
 """
 

@@ -1,5 +1,6 @@
 """What a change does, from the two sides' snapshots: specs, variants per target, refused
-variants, support-matrix cells and why they move, the evidence that kernel changes drop.
+variants, the support-matrix cells that move (:mod:`.cells`), the evidence that kernel and
+host-code changes drop.
 
 Pure functions over the snapshot data (:mod:`attngen.review.snapshot`); nothing here names a
 family or a backend, they are values read from the snapshots.
@@ -10,12 +11,15 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-# How much a cell claims, for "falls back": full verified > partly verified > compiles >
-# no evidence > not lowered / not supported.
-RANK = {"verified": 4, "compiles": 2, "no_evidence": 1, "not_lowered": 0, "unsupported": 0}
-EVIDENCE_SYMBOLS = frozenset({"verified", "compiles"})
-
-VariantKey = tuple[str, str, str, str]  # spec, backend, arch, uri
+from attngen.review.cells import CellChange, cell_changes
+from attngen.review.variants import (
+    VariantKey,
+    change,
+    evidence_of,
+    rows,
+    target,
+    target_order,
+)
 
 
 @dataclass(frozen=True)
@@ -40,24 +44,9 @@ class SpecChange:
     packages_removed: tuple[str, ...]
     # new variants (targets included) by evidence: GPU-verified, compiled only, none
     new_evidence: tuple[int, int, int] = (0, 0, 0)
-    # other specs generating the same kernels (identities) as the new variants: their
-    # evidence is the new variants' too
+    # other specs generating the same kernels (kernel identities) as the new variants: their
+    # compile evidence counts for the new variants (GPU evidence also needs the package's)
     shared_with: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class CellChange:
-    table: str
-    backend: str
-    arch: str
-    column: str
-    before: str
-    after: str
-    before_symbol: str
-    after_symbol: str
-    loss: bool  # a verified / compiles cell now claims less
-    moves: dict[str, tuple[VariantKey, ...]]  # MOVES kind -> the variants that moved so
-    why: tuple[str, ...]  # the moves as sentences
 
 
 @dataclass(frozen=True)
@@ -87,7 +76,7 @@ class Review:
 
 
 def review(base: dict, now: dict) -> Review:
-    old_rows, new_rows = _rows(base), _rows(now)
+    old_rows, new_rows = rows(base), rows(now)
     return Review(
         specs=spec_changes(base, now, old_rows, new_rows),
         errors=tuple(
@@ -101,14 +90,6 @@ def review(base: dict, now: dict) -> Review:
 
 def _path(spec: dict) -> str:
     return spec["path"]
-
-
-def _rows(snap: dict) -> dict[VariantKey, dict]:
-    return {(r["spec"], r["backend"], r["arch"], r["uri"]): r for r in snap["variants"]}
-
-
-def target(row: dict) -> str:
-    return f"{row['backend']} {row['arch']}"
 
 
 # -- specs ----
@@ -149,7 +130,7 @@ def spec_changes(
                 refused=_refusals(now, name) if after is not None else (),
                 packages_added=_packages(mine_new, mine_old),
                 packages_removed=_packages(mine_old, mine_new),
-                new_evidence=_new_evidence(mine_new, mine_old),
+                new_evidence=_newevidence_of(mine_new, mine_old),
                 shared_with=_shared(name, mine_new, mine_old, new_rows),
             )
         )
@@ -171,7 +152,7 @@ def _refused_of(snap: dict, spec: str | None) -> list[dict]:
     return [r for r in snap["refused"] if r["spec"] == spec]
 
 
-def _new_evidence(
+def _newevidence_of(
     mine: dict[VariantKey, dict], other: dict[VariantKey, dict]
 ) -> tuple[int, int, int]:
     new = [r for k, r in mine.items() if k not in other]
@@ -216,12 +197,6 @@ def _by_target(
     return {t: tuple(u) for t, u in sorted(out.items(), key=lambda kv: target_order(kv[0]))}
 
 
-def target_order(t: str) -> tuple[str, int]:
-    backend, arch = t.split(" ")
-    digits = "".join(ch for ch in arch if ch.isdigit())
-    return backend, int(digits) if digits else 0
-
-
 def _packages(mine: dict[VariantKey, dict], other: dict[VariantKey, dict]) -> tuple[str, ...]:
     theirs = {r["package"] for r in other.values()}
     return tuple(sorted({r["package"] for r in mine.values()} - theirs))
@@ -245,18 +220,6 @@ def _refusals(snap: dict, spec: str | None) -> tuple[Refusal, ...]:
 # -- variants and kernel identities ----
 
 
-def change(old: dict, new: dict) -> str | None:
-    """How a variant generated on both sides changed: its kernel identity by kernel code
-    (same config) or by its config, or only its package's runtime identity (host code a GPU
-    check runs; '' on revisions without runtime identities); None when neither moved."""
-    if old["identity"] != new["identity"]:
-        return "kernel_code" if old["config"] == new["config"] else "config"
-    runtimes = old.get("runtime", ""), new.get("runtime", "")
-    if all(runtimes) and runtimes[0] != runtimes[1]:
-        return "runtime_code"
-    return None
-
-
 def variant_kinds(
     old_rows: dict[VariantKey, dict], new_rows: dict[VariantKey, dict]
 ) -> dict[str, list[VariantKey]]:
@@ -274,19 +237,11 @@ def variant_kinds(
             out["removed"].append(key)
         elif change(old, new) is not None:
             out["runtime" if change(old, new) == "runtime_code" else "identity"].append(key)
-        elif _evidence(new) > _evidence(old):
+        elif evidence_of(new) > evidence_of(old):
             out["evidence_added"].append(key)
-        elif _evidence(new) < _evidence(old):
+        elif evidence_of(new) < evidence_of(old):
             out["evidence_removed"].append(key)
     return out
-
-
-def _evidence(row: dict) -> frozenset[str]:
-    return frozenset(row["gpu"]) | ({"<compiles>"} if row["compiles"] else frozenset())
-
-
-def has_evidence(row: dict) -> bool:
-    return bool(row["gpu"]) or row["compiles"]
 
 
 def identity_changes(
@@ -313,125 +268,3 @@ def identity_changes(
             )
         )
     return tuple(out)
-
-
-# -- support-matrix cells ----
-
-
-def _cell_key(c: dict) -> tuple[str, str, str, str]:
-    return c["family"], c["backend"], c["arch"], c["column"]
-
-
-def cell_changes(
-    base: dict, now: dict, old_rows: dict[VariantKey, dict], new_rows: dict[VariantKey, dict]
-) -> tuple[CellChange, ...]:
-    old = {_cell_key(c): c for c in base["cells"]}
-    out = []
-    for cell in now["cells"]:
-        before = old.pop(_cell_key(cell), None)
-        if before is not None and before["text"] == cell["text"]:
-            continue
-        out.append(_cell_change(before, cell, old_rows, new_rows))
-    out += [_cell_change(c, None, old_rows, new_rows) for c in old.values()]
-    return tuple(out)
-
-
-def level(cell: dict | None) -> int:
-    if cell is None:
-        return 0
-    rank = RANK.get(cell["symbol"], 0)
-    if cell["symbol"] == "verified" and cell["verified"] < len(cell["items"]):
-        rank -= 1  # verified for some of its variants only
-    return rank
-
-
-def _cell_change(
-    before: dict | None,
-    after: dict | None,
-    old_rows: dict[VariantKey, dict],
-    new_rows: dict[VariantKey, dict],
-) -> CellChange:
-    some = after or before
-    assert some is not None
-    loss = (
-        before is not None and before["symbol"] in EVIDENCE_SYMBOLS and level(after) < level(before)
-    )
-    return CellChange(
-        table=some["table"],
-        backend=some["backend"],
-        arch=some["arch"],
-        column=some["column"],
-        before=before["text"] if before else "(no cell)",
-        after=after["text"] if after else "(no cell)",
-        before_symbol=before["symbol"] if before else "",
-        after_symbol=after["symbol"] if after else "",
-        loss=loss,
-        moves=(moves := cell_moves(before, after, old_rows, new_rows)),
-        why=why(moves),
-    )
-
-
-def _keys(cell: dict | None) -> set[VariantKey]:
-    if cell is None:
-        return set()
-    return {(spec, cell["backend"], cell["arch"], uri) for spec, uri in cell["items"]}
-
-
-# Why a cell moved: kinds of variant movement, each with how a reader is told about it.
-MOVES: dict[str, tuple[str, str]] = {
-    "new_without_evidence": ("new variant", "without evidence"),
-    "new_compiled": ("new variant", "with compile evidence only"),
-    "new_verified": ("new variant", "with GPU evidence"),
-    "kernel_code": ("variant", "changed kernel identity: kernel code changed"),
-    "config": ("variant", "changed kernel identity: its config changed"),
-    "runtime_code": ("variant", "changed runtime identity: host code of the package changed"),
-    "evidence_added": ("variant", "gained evidence"),
-    "evidence_removed": ("variant", "lost evidence (evidence file changed)"),
-    "gone": ("variant", "no longer generated"),
-}
-NO_MOVE = "the capability model or the docs wording changed (no variant moved)"
-NAMED = 3  # variants named in a reason before only their specs are
-SPECS_NAMED = 4
-
-
-def cell_moves(
-    before: dict | None,
-    after: dict | None,
-    old_rows: dict[VariantKey, dict],
-    new_rows: dict[VariantKey, dict],
-) -> dict[str, tuple[VariantKey, ...]]:
-    """The variants deciding a cell on either side, by how they moved (MOVES)."""
-    old_keys, new_keys = _keys(before), _keys(after)
-    added = sorted(new_keys - old_keys)
-    both = sorted(old_keys & new_keys)
-    how = {k: change(old_rows[k], new_rows[k]) for k in both}
-    same = [k for k in both if how[k] is None]
-    moves = {
-        "new_without_evidence": [k for k in added if not has_evidence(new_rows[k])],
-        "new_compiled": [k for k in added if new_rows[k]["compiles"] and not new_rows[k]["gpu"]],
-        "new_verified": [k for k in added if new_rows[k]["gpu"]],
-        "kernel_code": [k for k in both if how[k] == "kernel_code"],
-        "config": [k for k in both if how[k] == "config"],
-        "runtime_code": [k for k in both if how[k] == "runtime_code"],
-        "evidence_added": [k for k in same if _evidence(new_rows[k]) > _evidence(old_rows[k])],
-        "evidence_removed": [k for k in same if _evidence(new_rows[k]) < _evidence(old_rows[k])],
-        "gone": sorted(old_keys - new_keys),
-    }
-    return {kind: tuple(keys) for kind, keys in moves.items() if keys}
-
-
-def why(moves: dict[str, tuple[VariantKey, ...]]) -> tuple[str, ...]:
-    """ "2 new variants without evidence (spec_a d64_..., spec_a d128_...)"; past NAMED
-    variants only their specs are named."""
-    out = []
-    for kind, keys in moves.items():
-        noun, what = MOVES[kind]
-        s = "" if len(keys) == 1 else "s"
-        if len(keys) <= NAMED:
-            named = [f"{spec} {uri}" for spec, _, _, uri in keys]
-        else:
-            specs = sorted({k[0] for k in keys})
-            more = len(specs) - SPECS_NAMED
-            named = specs[:SPECS_NAMED] + ([f"{more} more specs"] if more > 0 else [])
-        out.append(f"{len(keys)} {noun}{s} {what} ({', '.join(named)})")
-    return tuple(out) or (NO_MOVE,)

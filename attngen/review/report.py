@@ -9,7 +9,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from attngen.emit import docs
-from attngen.review.compare import CellChange, Review, SpecChange, review, why
+from attngen.review.cells import CellChange, why
+from attngen.review.compare import Review, SpecChange, review
 from attngen.review.files import (
     DiffSize,
     evidence_files,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attngen.review.compare import Review, VariantKey, target_order
+from attngen.review.compare import Review
+from attngen.review.variants import VariantKey, target_order
 from attngen.review.files import generated_packages
 from attngen.review.sides import Sides
 
