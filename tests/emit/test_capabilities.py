@@ -38,7 +38,7 @@ def test_hardware_limits_are_unsupported_with_a_reason() -> None:
     )
 
 
-@pytest.mark.parametrize("family", [Family.MLA, Family.GDN, Family.DSA])
+@pytest.mark.parametrize("family", [Family.MLA, Family.DSA])
 def test_other_families_are_not_lowered_yet(family: Family) -> None:
     v = base_variant(family)
     assert supports(v, Backend.TRITON, Arch.SM90).status is Status.NOT_LOWERED
@@ -104,7 +104,10 @@ def test_every_family_and_backend_is_registered() -> None:
         assert registry.family(family).title
     for backend in Backend:
         assert registry.backend(backend).backend is backend
-    assert set(registry.lowerings()) == {(Family.MHA, Backend.TRITON)}
+    assert set(registry.lowerings()) == {
+        (Family.MHA, Backend.TRITON),
+        (Family.GDN, Backend.TRITON),
+    }
 
 
 def test_a_verdict_that_refuses_must_say_why() -> None:
