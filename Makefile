@@ -10,7 +10,7 @@ TEST_STAMP := $(VENV)/.stamp-test
 # Where the CPU torch wheel is looked for first (this build machine keeps one on disk).
 PIP_FIND := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: generate check test test-gpu evidence-compile bench clean-venv
+.PHONY: generate check test test-gpu sanitize-gpu evidence-compile bench bench-plot clean-venv
 
 $(GEN_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ GPU_PYTEST_ARGS ?= -n 4
 test-gpu:
 	ATTNGEN_GPU=1 $(PYTHON) -m pytest -q -p no:cacheprovider $(GPU_PYTEST_ARGS) tests/families/*/gpu
 
+## sanitize-gpu: a small GPU suite under compute-sanitizer (memcheck, racecheck), recorded
+sanitize-gpu:
+	$(PYTHON) tests/gpu_sanitize.py --out evidence/gpu/sanitizer-sm90.json --commit $$(git rev-parse --short HEAD)
+
 ## evidence-compile: AOT-compile every generated kernel and record registers/smem/spills
 evidence-compile: $(TEST_STAMP)
 	for a in sm80 sm90 sm100; do env -u TRITON_INTERPRET $(PY) -m attngen.aot --arch $$a --out-dir evidence/compile || exit 1; done
@@ -49,6 +53,11 @@ evidence-compile: $(TEST_STAMP)
 BENCH_ARGS ?=
 bench:
 	$(PYTHON) bench/run.py --out bench/results $(BENCH_ARGS)
+
+## bench-plot: plot a bench JSON (default: the newest) as attngen/peer ratios, next to it
+bench-plot: $(GEN_STAMP)
+	$(PY) -m pip install -q $(PIP_FIND) -e '.[bench]'
+	$(PY) bench/plot.py $(BENCH_JSON)
 
 clean-venv:
 	rm -rf $(VENV)

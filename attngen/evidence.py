@@ -13,7 +13,8 @@ from two specs keeps its evidence; changing the library, the hooks or a tile dro
 
 A GPU check also ran the host code around the kernels: the generated package's modules
 (backend, graph metadata, bindings), the spine runtime (``attngen/runtime/``) and the
-family's runtime, keys and oracle (``attngen/families/<family>/*.py``). GPU records carry
+family's runtime, keys and oracle (``attngen/families/<family>/*.py`` but the modules that
+only describe the family: ``DESCRIPTION_MODULES``). GPU records carry
 their **runtime identity** (:func:`runtime_identity`, a sha256 over that code with comments
 and docstrings left out), and a check counts only while both identities hold: editing a
 graph builder drops the graph checks it could break, editing a docstring drops nothing.
@@ -24,7 +25,9 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import io
 import json
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -61,8 +64,11 @@ def module_identity(module: ModuleType, uri: str) -> str:
 
 
 def code_digest(text: str) -> str:
-    """sha256 of a Python source's code: comments, docstrings and layout do not count."""
+    """sha256 of a Python source's code: comments, docstrings, blank lines and trailing
+    spaces do not count. Computed on the text (not on ``ast.dump``, whose output differs
+    between Python versions), so the generator and a GPU machine agree."""
     tree = ast.parse(text)
+    dropped: set[int] = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (
@@ -72,18 +78,31 @@ def code_digest(text: str) -> str:
             and isinstance(body[0].value, ast.Constant)
             and isinstance(body[0].value.value, str)
         ):
-            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
-    return hashlib.sha256(ast.dump(tree).encode("utf-8")).hexdigest()
+            dropped.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    lines = text.splitlines()
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            lines[row - 1] = lines[row - 1][:col]
+    kept = [line.rstrip() for n, line in enumerate(lines, 1) if n not in dropped]
+    code = "\n".join(line for line in kept if line.strip())
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()
 
 
 RUNTIME_DIR = "attngen/runtime"
+# A family package's modules that describe it (registration, docs columns, spec sections)
+# and never run in a GPU check; its other top-level modules (runtime, keys, oracle) do.
+DESCRIPTION_MODULES = ("__init__.py", "docs.py", "spec.py")
 
 
 @functools.lru_cache(maxsize=None)
 def _runtime_digests(root: Path, family: str) -> tuple[tuple[str, str], ...]:
-    paths = sorted((root / RUNTIME_DIR).glob("*.py")) + sorted(
-        (root / "attngen" / "families" / family).glob("*.py")
-    )
+    family_modules = [
+        p
+        for p in sorted((root / "attngen" / "families" / family).glob("*.py"))
+        if p.name not in DESCRIPTION_MODULES
+    ]
+    paths = sorted((root / RUNTIME_DIR).glob("*.py")) + family_modules
     return tuple(
         (p.relative_to(root).as_posix(), code_digest(p.read_text(encoding="utf-8"))) for p in paths
     )

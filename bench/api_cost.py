@@ -115,8 +115,15 @@ def build_inputs(api, batch: int, device: torch.device) -> SimpleNamespace:
     num_pages = batch * math.ceil(CTX / PAGE) + 1  # page 0 stays free (graph padding)
     if api.make_pools is not None:
         req_pool, kv_pool = api.make_pools(
-            num_layers=1, max_reqs=batch + 1, max_context_len=CTX, num_pages=num_pages,
-            page_size=PAGE, num_kv_heads=HKV, head_dim=D, dtype=dtype, device=device,
+            num_layers=1,
+            max_reqs=batch + 1,
+            max_context_len=CTX,
+            num_pages=num_pages,
+            page_size=PAGE,
+            num_kv_heads=HKV,
+            head_dim=D,
+            dtype=dtype,
+            device=device,
         )
         builder = api.PagedBatchBuilder(req_pool, kv_pool)
         fb, seed = builder.decode([CTX] * batch).batch, builder.seed
@@ -124,11 +131,23 @@ def build_inputs(api, batch: int, device: torch.device) -> SimpleNamespace:
         req_pool, kv_pool = own_pools(api, batch, num_pages, device)
         fb, seed = own_decode_batch(api, req_pool, batch, num_pages, device), None
     backend = api.make_backend(
-        ARCH, SPEC, num_q_heads=HQ, num_kv_heads=HKV, head_dim=D, page_size=PAGE,
-        dtype=dtype, device=device, req_to_token_pool=req_pool, kv_pool=kv_pool,
+        ARCH,
+        SPEC,
+        num_q_heads=HQ,
+        num_kv_heads=HKV,
+        head_dim=D,
+        page_size=PAGE,
+        dtype=dtype,
+        device=device,
+        req_to_token_pool=req_pool,
+        kv_pool=kv_pool,
     )
     layer = api.AttentionLayer(
-        layer_id=0, num_q_heads=HQ, num_kv_heads=HKV, head_dim=D, v_head_dim=D,
+        layer_id=0,
+        num_q_heads=HQ,
+        num_kv_heads=HKV,
+        head_dim=D,
+        v_head_dim=D,
         scaling=D**-0.5,
     )
     q, k, v = (torch.randn(batch, h, D, dtype=dtype, device=device) for h in (HQ, HKV, HKV))
@@ -139,8 +158,13 @@ def own_pools(api, batch: int, num_pages: int, device: torch.device):
     """Fallback for attngen.testing.make_pools: the runtime's pools, K/V random normal."""
     req_pool = api.ReqToTokenPool(batch + 1, CTX, device)
     kv_pool = api.PagedKVPool(
-        num_layers=1, num_pages=num_pages, page_size=PAGE, num_kv_heads=HKV, head_dim=D,
-        dtype=torch.bfloat16, device=device,
+        num_layers=1,
+        num_pages=num_pages,
+        page_size=PAGE,
+        num_kv_heads=HKV,
+        head_dim=D,
+        dtype=torch.bfloat16,
+        device=device,
     )
     for buf in kv_pool.k_buffer + kv_pool.v_buffer:
         buf.normal_()
@@ -287,8 +311,14 @@ def measure_graph(api, s: SimpleNamespace, eager_out: torch.Tensor) -> dict:
 
     def replay_metadata():
         s.backend.init_forward_metadata_replay_cuda_graph(
-            static.batch_size, static.req_pool_indices, static.seq_lens, seq_lens_sum, None,
-            api.ForwardMode.DECODE, None, seq_lens_cpu=static.seq_lens_cpu,
+            static.batch_size,
+            static.req_pool_indices,
+            static.seq_lens,
+            seq_lens_sum,
+            None,
+            api.ForwardMode.DECODE,
+            None,
+            seq_lens_cpu=static.seq_lens_cpu,
         )
 
     found = {"replay_metadata_us": wall_us(replay_metadata)}  # leaves the batch loaded
@@ -344,12 +374,22 @@ def run_case(batch: int) -> dict:
         "mismatch": [] if check["ok"] else ["graph_vs_eager"],
     }
     return {
-        "case": f"B{batch} ctx{CTX}", "batch": batch, "ctx": CTX, "page_size": PAGE,
-        "hq": HQ, "hkv": HKV, "head_dim": D, "arch": ARCH, "spec": SPEC,
+        "case": f"B{batch} ctx{CTX}",
+        "batch": batch,
+        "ctx": CTX,
+        "page_size": PAGE,
+        "hq": HQ,
+        "hkv": HKV,
+        "head_dim": D,
+        "arch": ARCH,
+        "spec": SPEC,
         "uri": getattr(getattr(s.backend, "config", None), "uri", None),
-        "inputs_from": api.helpers, "seed": s.seed, "torch_op_host_us": floor,
+        "inputs_from": api.helpers,
+        "seed": s.seed,
+        "torch_op_host_us": floor,
         "timing": f"median of {REPEATS} loops of {ITERS} calls ({HOST_ITERS} host-only)",
-        "results": {"attngen": result}, "ratio": {},
+        "results": {"attngen": result},
+        "ratio": {},
     }
 
 
@@ -360,16 +400,18 @@ def summary(row: dict) -> str:
     res = row["results"]["attngen"]
     if "measures" not in res:
         return f"api {row['case']}: {res.get('error', res)}"
-    figures = ", ".join(f"{n} {m['us']:.1f}" for n, m in res["measures"].items()
-                        if m["us"] is not None)
+    figures = ", ".join(
+        f"{n} {m['us']:.1f}" for n, m in res["measures"].items() if m["us"] is not None
+    )
     failed = res["failed_targets"]
     floor = f"; one tiny torch op: {row['torch_op_host_us']:.1f} host"
     return f"api {row['case']}: {figures}{floor}" + (f"; over target: {failed}" if failed else "")
 
 
 def table_lines(rows: list[dict]) -> list[str]:
-    lines = ["api host cost (us)   measure                                        us  target"
-             "  check"]
+    lines = [
+        "api host cost (us)   measure                                        us  target" "  check"
+    ]
     for row in rows:
         res = row["results"]["attngen"]
         if "measures" not in res:

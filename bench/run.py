@@ -87,12 +87,20 @@ def extend_mask_kwargs(mod, cfg, causal: bool) -> dict | None:
     return {} if causal else None  # attngen's extend is causal unless it says otherwise
 
 
-def find_variant(variants, phase: str, page_size: int, causal: bool = True, kv: str = DTYPE,
-                 spec_topk: int = 0):
+def find_variant(
+    variants, phase: str, page_size: int, causal: bool = True, kv: str = DTYPE, spec_topk: int = 0
+):
     """(spec, module, config, extra kwargs) of the variant for our shapes, or None."""
     for spec, mod, cfg in variants:
-        key = (cfg.head_dim, cfg.v_head_dim, cfg.gqa_group, cfg.page_size, cfg.dtype,
-               getattr(cfg, "kv_dtype", DTYPE), getattr(cfg, "spec_topk", 0))
+        key = (
+            cfg.head_dim,
+            cfg.v_head_dim,
+            cfg.gqa_group,
+            cfg.page_size,
+            cfg.dtype,
+            getattr(cfg, "kv_dtype", DTYPE),
+            getattr(cfg, "spec_topk", 0),
+        )
         want = (D, D, HQ // HKV, page_size, DTYPE, kv, spec_topk)
         if key != want or phase not in getattr(mod, "PHASES", (phase,)):
             continue
@@ -219,8 +227,16 @@ def token_slots(page_table, page_size: int, seq_len: int):
 
 def run_decode(batch, ctx, page_size, variants, fa4, num_sms, kv, q, keep_out=False) -> dict:
     k_flat, v_flat = kv
-    row = {"case": f"B{batch} ctx{ctx}", "batch": batch, "ctx": ctx, "page_size": page_size,
-           "hq": HQ, "hkv": HKV, "head_dim": D, "bytes": 2 * batch * ctx * HKV * D * 2}
+    row = {
+        "case": f"B{batch} ctx{ctx}",
+        "batch": batch,
+        "ctx": ctx,
+        "page_size": page_size,
+        "hq": HQ,
+        "hkv": HKV,
+        "head_dim": D,
+        "bytes": 2 * batch * ctx * HKV * D * 2,
+    }
     k_cache, v_cache = (x.view(-1, page_size, HKV, D) for x in (k_flat, v_flat))
     page_table = shuffled_page_table(batch, ctx // page_size, k_cache.shape[0], seed=page_size)
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device=DEV)
@@ -237,8 +253,19 @@ def run_decode(batch, ctx, page_size, variants, fa4, num_sms, kv, q, keep_out=Fa
         part_lse = torch.empty(batch, HQ, cfg.max_splits, dtype=torch.float32, device=DEV)
 
         def attngen():
-            mod.decode(q, k_cache, v_cache, page_table, seq_lens, num_splits, out, part_o,
-                       part_lse, config=cfg, sm_scale=SCALE)
+            mod.decode(
+                q,
+                k_cache,
+                v_cache,
+                page_table,
+                seq_lens,
+                num_splits,
+                out,
+                part_o,
+                part_lse,
+                config=cfg,
+                sm_scale=SCALE,
+            )
             return out
 
         res["attngen"], outs["attngen"] = measure(attngen, row["bytes"], "tbps")
@@ -246,9 +273,17 @@ def run_decode(batch, ctx, page_size, variants, fa4, num_sms, kv, q, keep_out=Fa
     if fa4 is None:
         res["fa4"] = {"status": "unavailable"}
     else:
+
         def fa4_decode():
-            return fa4[1](q.unsqueeze(1), k_cache, v_cache, page_table=page_table,
-                          seqused_k=seq_lens, softmax_scale=SCALE, causal=False)[0]
+            return fa4[1](
+                q.unsqueeze(1),
+                k_cache,
+                v_cache,
+                page_table=page_table,
+                seqused_k=seq_lens,
+                softmax_scale=SCALE,
+                causal=False,
+            )[0]
 
         res["fa4"], o = measure(fa4_decode, row["bytes"], "tbps")
         if o is not None:
@@ -256,9 +291,14 @@ def run_decode(batch, ctx, page_size, variants, fa4, num_sms, kv, q, keep_out=Fa
     outs = {k: v for k, v in outs.items() if v is not None}
     rows = [0, batch - 1]
     slots = token_slots(page_table[rows], page_size, ctx)
-    ref = torch.cat([reference(q[b : b + 1], k_flat[s], v_flat[s],
-                               torch.tensor([ctx - 1], device=DEV), False)
-                     for b, s in zip(rows, slots)])
+    ref = torch.cat(
+        [
+            reference(
+                q[b : b + 1], k_flat[s], v_flat[s], torch.tensor([ctx - 1], device=DEV), False
+            )
+            for b, s in zip(rows, slots)
+        ]
+    )
     add_checks(res, outs, ref, rows)
     row.update(results=res, ratio=ratios(res, "tbps"))
     if keep_out and "attngen" in outs:  # for the quantized rows; popped before saving
@@ -300,13 +340,22 @@ def run_quantized_decode(batch, ctx, variants, fa4, num_sms, kv, q) -> list[dict
     the time ratio is what the smaller cache buys; outputs are held to the bf16 ones."""
     bf16 = run_decode(batch, ctx, QUANT_PAGE, variants, fa4, num_sms, kv, q, keep_out=True)
     base_ms = {n: r.get("ms") for n, r in bf16["results"].items()}
-    page_table = shuffled_page_table(batch, ctx // QUANT_PAGE, kv[0].shape[0] // QUANT_PAGE,
-                                     seed=QUANT_PAGE)
+    page_table = shuffled_page_table(
+        batch, ctx // QUANT_PAGE, kv[0].shape[0] // QUANT_PAGE, seed=QUANT_PAGE
+    )
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device=DEV)
     rows = []
     for kind, kv_name in QUANT_KINDS:
-        row = {"case": f"B{batch} ctx{ctx} {kind}", "batch": batch, "ctx": ctx,
-               "page_size": QUANT_PAGE, "kv_dtype": kv_name, "hq": HQ, "hkv": HKV, "head_dim": D}
+        row = {
+            "case": f"B{batch} ctx{ctx} {kind}",
+            "batch": batch,
+            "ctx": ctx,
+            "page_size": QUANT_PAGE,
+            "kv_dtype": kv_name,
+            "hq": HQ,
+            "hkv": HKV,
+            "head_dim": D,
+        }
         found = find_variant(variants, "decode", QUANT_PAGE, kv=kv_name)
         if found is None:
             row.update(results={"attngen": {"status": "not generated"}}, ratio={})
@@ -321,8 +370,20 @@ def run_quantized_decode(batch, ctx, variants, fa4, num_sms, kv, q) -> list[dict
         part_lse = torch.empty(batch, HQ, cfg.max_splits, dtype=torch.float32, device=DEV)
 
         def attngen():
-            mod.decode(q, k_cache, v_cache, page_table, seq_lens, num_splits, out, part_o,
-                       part_lse, config=cfg, sm_scale=SCALE, **scales)
+            mod.decode(
+                q,
+                k_cache,
+                v_cache,
+                page_table,
+                seq_lens,
+                num_splits,
+                out,
+                part_o,
+                part_lse,
+                config=cfg,
+                sm_scale=SCALE,
+                **scales,
+            )
             return out
 
         res, o = measure(attngen, row["bytes"], "tbps")
@@ -335,8 +396,11 @@ def run_quantized_decode(batch, ctx, variants, fa4, num_sms, kv, q) -> list[dict
             res["vs_bf16"] = {"rel_rms": rel, "bound": bound, "ok": rel <= bound}
             res["mismatch"] = [] if rel <= bound else ["vs_bf16"]
         ms = res.get("ms")
-        row["ratio"] = {f"time_{n}_bf16_over_this": base_ms[n] / ms
-                        for n in ("attngen", "fa4") if ms and base_ms.get(n)}
+        row["ratio"] = {
+            f"time_{n}_bf16_over_this": base_ms[n] / ms
+            for n in ("attngen", "fa4")
+            if ms and base_ms.get(n)
+        }
         rows.append(row)
     bf16.pop("_out_bf16", None)
     bf16["case"] += " bf16"
@@ -348,9 +412,17 @@ def run_verify(batch, ctx, drafts, variants, fa4, kv) -> dict:
     attngen verify vs FA4 (batched q with a page table, causal = bottom-right aligned)."""
     k_flat, v_flat = kv
     total = ctx + drafts
-    row = {"case": f"B{batch} ctx{ctx}+{drafts} chain", "batch": batch, "ctx": ctx,
-           "drafts": drafts, "page_size": QUANT_PAGE, "hq": HQ, "hkv": HKV, "head_dim": D,
-           "bytes": 2 * batch * total * HKV * D * 2}
+    row = {
+        "case": f"B{batch} ctx{ctx}+{drafts} chain",
+        "batch": batch,
+        "ctx": ctx,
+        "drafts": drafts,
+        "page_size": QUANT_PAGE,
+        "hq": HQ,
+        "hkv": HKV,
+        "head_dim": D,
+        "bytes": 2 * batch * total * HKV * D * 2,
+    }
     pages = math.ceil(total / QUANT_PAGE)
     k_cache, v_cache = (x.view(-1, QUANT_PAGE, HKV, D) for x in (k_flat, v_flat))
     page_table = shuffled_page_table(batch, pages, k_cache.shape[0], seed=7)
@@ -366,8 +438,9 @@ def run_verify(batch, ctx, drafts, variants, fa4, kv) -> dict:
         out = torch.full_like(q, float("nan"))
 
         def attngen():
-            mod.verify(q, k_cache, v_cache, page_table, qo_indptr, prefix, out, config=cfg,
-                       sm_scale=SCALE)
+            mod.verify(
+                q, k_cache, v_cache, page_table, qo_indptr, prefix, out, config=cfg, sm_scale=SCALE
+            )
             return out
 
         res["attngen"], outs["attngen"] = measure(attngen, row["bytes"], "tbps")
@@ -378,8 +451,15 @@ def run_verify(batch, ctx, drafts, variants, fa4, kv) -> dict:
         seqused = torch.full((batch,), total, dtype=torch.int32, device=DEV)
 
         def fa4_verify():
-            return fa4[1](q.view(batch, drafts, HQ, D), k_cache, v_cache, page_table=page_table,
-                          seqused_k=seqused, softmax_scale=SCALE, causal=True)[0]
+            return fa4[1](
+                q.view(batch, drafts, HQ, D),
+                k_cache,
+                v_cache,
+                page_table=page_table,
+                seqused_k=seqused,
+                softmax_scale=SCALE,
+                causal=True,
+            )[0]
 
         res["fa4"], o = measure(fa4_verify, row["bytes"], "tbps")
         if o is not None:
@@ -388,8 +468,12 @@ def run_verify(batch, ctx, drafts, variants, fa4, kv) -> dict:
     seqs = [0, batch - 1]
     slots = token_slots(page_table[seqs], QUANT_PAGE, total)
     pos = torch.arange(ctx, total, device=DEV)
-    ref = torch.cat([reference(q[b * drafts:(b + 1) * drafts], k_flat[s], v_flat[s], pos, True)
-                     for b, s in zip(seqs, slots)])
+    ref = torch.cat(
+        [
+            reference(q[b * drafts : (b + 1) * drafts], k_flat[s], v_flat[s], pos, True)
+            for b, s in zip(seqs, slots)
+        ]
+    )
     rows = torch.cat([torch.arange(b * drafts, (b + 1) * drafts) for b in seqs]).to(DEV)
     add_checks(res, outs, ref, rows)
     row.update(results=res, ratio=ratios(res, "tbps"))
@@ -415,8 +499,19 @@ def attngen_extend(found, q, k, v, batch, seqlen, page_size):
     out = torch.full_like(q, float("nan"))
 
     def fn():
-        mod.extend(q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out,
-                   max_extend_len=seqlen, config=cfg, sm_scale=SCALE, **kwargs)
+        mod.extend(
+            q,
+            k_cache,
+            v_cache,
+            page_table,
+            qo_indptr,
+            prefix_lens,
+            out,
+            max_extend_len=seqlen,
+            config=cfg,
+            sm_scale=SCALE,
+            **kwargs,
+        )
         return out
 
     return fn
@@ -453,13 +548,31 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4) -> list[dict]:
     pos = torch.cat([torch.arange(32), torch.arange(seqlen - 32, seqlen)]).to(DEV)
     seqs = sorted({0, batch - 1})
     rows = torch.cat([b * seqlen + pos for b in seqs])
-    ref = torch.cat([reference(q[b * seqlen + pos], k[b * seqlen : (b + 1) * seqlen],
-                               v[b * seqlen : (b + 1) * seqlen], pos, causal) for b in seqs])
+    ref = torch.cat(
+        [
+            reference(
+                q[b * seqlen + pos],
+                k[b * seqlen : (b + 1) * seqlen],
+                v[b * seqlen : (b + 1) * seqlen],
+                pos,
+                causal,
+            )
+            for b in seqs
+        ]
+    )
     out_rows = []
     for page_size in page_sizes:
-        row = {"case": f"S{seqlen} {'causal' if causal else 'non-causal'}", "seqlen": seqlen,
-               "batch": batch, "causal": causal, "page_size": page_size, "hq": HQ, "hkv": HKV,
-               "head_dim": D, "flops": flops}
+        row = {
+            "case": f"S{seqlen} {'causal' if causal else 'non-causal'}",
+            "seqlen": seqlen,
+            "batch": batch,
+            "causal": causal,
+            "page_size": page_size,
+            "hq": HQ,
+            "hkv": HKV,
+            "head_dim": D,
+            "flops": flops,
+        }
         res = {p: dict(r) for p, r in peer_res.items()}
         outs = dict(peer_outs)
         found = page_size and find_variant(variants, "extend", page_size, causal)
@@ -492,15 +605,25 @@ def environment(args, fa4_version: str) -> dict:
         dsl = f"unavailable: {short(e)}"
     props = torch.cuda.get_device_properties(0)
     now = datetime.datetime.now(datetime.timezone.utc).isoformat()
-    return {"commit": commit_id(args), "date": now, "gpu": props.name,
-            "num_sms": props.multi_processor_count, "capability": [props.major, props.minor],
-            "python": sys.version.split()[0],
-            "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(), "triton": triton.__version__,
-            "peers": {"flash-attn-4": fa4_version, "nvidia-cutlass-dsl": dsl,
-                      "sdpa_flash_impl": str(flash_impl())},
-            "timing": f"triton.testing.do_bench median, warmup {WARMUP_MS} ms, rep {REP_MS} ms",
-            "check": f"max|out-ref| <= {ATOL} + {RTOL}*max|ref| (ref: fp32 torch rows, or peer)"}
+    return {
+        "commit": commit_id(args),
+        "date": now,
+        "gpu": props.name,
+        "num_sms": props.multi_processor_count,
+        "capability": [props.major, props.minor],
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "triton": triton.__version__,
+        "peers": {
+            "flash-attn-4": fa4_version,
+            "nvidia-cutlass-dsl": dsl,
+            "sdpa_flash_impl": str(flash_impl()),
+        },
+        "timing": f"triton.testing.do_bench median, warmup {WARMUP_MS} ms, rep {REP_MS} ms",
+        "check": f"max|out-ref| <= {ATOL} + {RTOL}*max|ref| (ref: fp32 torch rows, or peer)",
+    }
 
 
 def commit_id(args) -> str:
@@ -526,36 +649,47 @@ def table(report: dict) -> str:
     for row in report["decode"]:
         r, a = row["results"], row["results"].get("attngen", {})
         chk = "MISMATCH" if a.get("mismatch") else "ok" if "mismatch" in a else "-"
-        lines.append(f"{row['case']:<20} {row['page_size']:>5} {cell(a, 'tbps')} "
-                     f"{cell(r.get('fa4', {}), 'tbps')} {row['ratio'].get('fa4', 0):7.2f} "
-                     f"{a.get('num_splits', '-'):>7}  {chk}")
-    lines.append("quantized decode           page  attngen TB/s  ms   bf16 attngen/this"
-                 "  bf16 FA4/this  rel_rms  check")
+        lines.append(
+            f"{row['case']:<20} {row['page_size']:>5} {cell(a, 'tbps')} "
+            f"{cell(r.get('fa4', {}), 'tbps')} {row['ratio'].get('fa4', 0):7.2f} "
+            f"{a.get('num_splits', '-'):>7}  {chk}"
+        )
+    lines.append(
+        "quantized decode           page  attngen TB/s  ms   bf16 attngen/this"
+        "  bf16 FA4/this  rel_rms  check"
+    )
     for row in report.get("quantized_decode", []):
         a = row["results"].get("attngen", {})
         chk = "MISMATCH" if a.get("mismatch") else "ok" if "mismatch" in a else "-"
         ratio = row.get("ratio", {})
         rel = a.get("vs_bf16", {}).get("rel_rms")
-        lines.append(f"{row['case']:<26} {row['page_size']:>4} {cell(a, 'tbps')} "
-                     f"{a.get('ms', float('nan')):6.3f} "
-                     f"{ratio.get('time_attngen_bf16_over_this', 0):18.2f} "
-                     f"{ratio.get('time_fa4_bf16_over_this', 0):14.2f} "
-                     f"{rel if rel is not None else float('nan'):8.4f}  {chk}")
+        lines.append(
+            f"{row['case']:<26} {row['page_size']:>4} {cell(a, 'tbps')} "
+            f"{a.get('ms', float('nan')):6.3f} "
+            f"{ratio.get('time_attngen_bf16_over_this', 0):18.2f} "
+            f"{ratio.get('time_fa4_bf16_over_this', 0):14.2f} "
+            f"{rel if rel is not None else float('nan'):8.4f}  {chk}"
+        )
     lines.append("verify TB/s                page  attngen      FA4  ag/FA4  check")
     for row in report.get("verify", []):
         r, a = row["results"], row["results"].get("attngen", {})
         chk = "MISMATCH" if a.get("mismatch") else "ok" if "mismatch" in a else "-"
-        lines.append(f"{row['case']:<26} {row['page_size']:>4} {cell(a, 'tbps')} "
-                     f"{cell(r.get('fa4', {}), 'tbps')} {row['ratio'].get('fa4', 0):7.2f}  {chk}")
-    lines.append("prefill TFLOP/s       page  attngen      FA4    cuDNN      FA2  ag/FA4 ag/cuDNN"
-                 "  check")
+        lines.append(
+            f"{row['case']:<26} {row['page_size']:>4} {cell(a, 'tbps')} "
+            f"{cell(r.get('fa4', {}), 'tbps')} {row['ratio'].get('fa4', 0):7.2f}  {chk}"
+        )
+    lines.append(
+        "prefill TFLOP/s       page  attngen      FA4    cuDNN      FA2  ag/FA4 ag/cuDNN" "  check"
+    )
     for row in report["prefill"]:
         r, a = row["results"], row["results"].get("attngen", {})
         chk = "MISMATCH" if a.get("mismatch") else "ok" if "mismatch" in a else "-"
         peers = " ".join(cell(r.get(p, {"status": "-"}), "tflops") for p in PEERS)
-        lines.append(f"{row['case']:<20} {row['page_size'] or '-':>5} {cell(a, 'tflops')} "
-                     f"{peers} {row['ratio'].get('fa4', 0):7.2f} "
-                     f"{row['ratio'].get('cudnn', 0):8.2f}  {chk}")
+        lines.append(
+            f"{row['case']:<20} {row['page_size'] or '-':>5} {cell(a, 'tflops')} "
+            f"{peers} {row['ratio'].get('fa4', 0):7.2f} "
+            f"{row['ratio'].get('cudnn', 0):8.2f}  {chk}"
+        )
     lines += api_cost().table_lines(report.get("api", []))
     return "\n".join(lines)
 
@@ -585,8 +719,9 @@ def bench_decode(args, report: dict, variants, fa4, save_report) -> None:
         kv, q = (rand(batch * ctx, HKV, D), rand(batch * ctx, HKV, D)), rand(batch, HQ, D)
         for page_size in pages[-1:] if args.quick else pages:
             case = dict(case=f"B{batch} ctx{ctx}", page_size=page_size)
-            [row] = guarded(run_decode, batch, ctx, page_size, variants, fa4,
-                            report["num_sms"], kv, q, **case)
+            [row] = guarded(
+                run_decode, batch, ctx, page_size, variants, fa4, report["num_sms"], kv, q, **case
+            )
             report["decode"].append(row)
             save_report()
             progress("decode", row, "tbps")
@@ -598,8 +733,9 @@ def bench_quantized(args, report: dict, variants, fa4, save_report) -> None:
     for batch, ctx in DECODE_CASES[:1] if args.quick else DECODE_CASES:
         kv, q = (rand(batch * ctx, HKV, D), rand(batch * ctx, HKV, D)), rand(batch, HQ, D)
         case = dict(case=f"B{batch} ctx{ctx} quantized", page_size=QUANT_PAGE)
-        for row in guarded(run_quantized_decode, batch, ctx, variants, fa4, report["num_sms"],
-                           kv, q, **case):
+        for row in guarded(
+            run_quantized_decode, batch, ctx, variants, fa4, report["num_sms"], kv, q, **case
+        ):
             report["quantized_decode"].append(row)
             save_report()
             progress("quantized decode", row, "tbps")
@@ -656,10 +792,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default="bench/results", help="folder for the JSON and table")
     ap.add_argument("--commit", default=None, help="commit id (else $ATTNGEN_COMMIT, else git)")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: B64 ctx4096, S=1024, api B8 only")
-    ap.add_argument("--only", choices=("decode", "quantized", "verify", "prefill", "api"),
-                    default=None)
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: B64 ctx4096, S=1024, api B8 only"
+    )
+    ap.add_argument(
+        "--only", choices=("decode", "quantized", "verify", "prefill", "api"), default=None
+    )
     args = ap.parse_args()
     global torch
     import torch
@@ -672,24 +810,39 @@ def main() -> int:
     fa4, fa4_version = load_fa4()
     report = environment(args, fa4_version)
     uris = sorted({c.uri for _, _, c in variants})
-    report.update(attngen={"variants": uris, "import_errors": errors}, decode=[], prefill=[],
-                  quantized_decode=[], verify=[], api=[])
+    report.update(
+        attngen={"variants": uris, "import_errors": errors},
+        decode=[],
+        prefill=[],
+        quantized_decode=[],
+        verify=[],
+        api=[],
+    )
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
     path = Path(args.out) / f"h200-{stamp}-{report['commit']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    log(f"bench: {report['gpu']}, torch {report['torch']}, triton {report['triton']}, "
-        f"FA4 {fa4_version}; {len(variants)} attngen variants {errors or ''}; writing {path}")
+    log(
+        f"bench: {report['gpu']}, torch {report['torch']}, triton {report['triton']}, "
+        f"FA4 {fa4_version}; {len(variants)} attngen variants {errors or ''}; writing {path}"
+    )
     save_report = lambda: save(report, path)  # noqa: E731  (after every case: a crash keeps rows)
-    for name, fn in (("decode", bench_decode), ("quantized", bench_quantized),
-                     ("verify", bench_verify), ("prefill", bench_prefill)):
+    for name, fn in (
+        ("decode", bench_decode),
+        ("quantized", bench_quantized),
+        ("verify", bench_verify),
+        ("prefill", bench_prefill),
+    ):
         if args.only in (None, name):
             fn(args, report, variants, fa4, save_report)
     if args.only in (None, "api"):
         bench_api(args, report, save_report)
     every = report["decode"] + report["quantized_decode"] + report["verify"] + report["prefill"]
     every += report["api"]
-    bad = [f"{r['case']} page {r['page_size']}" for r in every
-           if r["results"]["attngen"].get("mismatch") or "error" in r["results"]["attngen"]]
+    bad = [
+        f"{r['case']} page {r['page_size']}"
+        for r in every
+        if r["results"]["attngen"].get("mismatch") or "error" in r["results"]["attngen"]
+    ]
     report["attngen_failures"] = bad
     save_report()
     text = table(report)

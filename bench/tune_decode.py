@@ -30,9 +30,12 @@ def main() -> None:
     seq_lens = torch.full((B,), CTX, dtype=torch.int32, device="cuda")
     for kv_name, spec in SPECS.items():
         mod = importlib.import_module(f"generated.sm90.triton.mha.{spec}.kernels")
-        [base] = [c for c in mod.CONFIGS.values()
-                  if (c.head_dim, c.gqa_group, c.page_size, c.kv_dtype, c.dtype)
-                  == (128, 4, PS, kv_name, "bfloat16")]
+        [base] = [
+            c
+            for c in mod.CONFIGS.values()
+            if (c.head_dim, c.gqa_group, c.page_size, c.kv_dtype, c.dtype)
+            == (128, 4, PS, kv_name, "bfloat16")
+        ]
         if kv_name == "bfloat16":
             k, v = (x.view(-1, PS, bench.HKV, bench.D) for x in kv)
             scales = {}
@@ -45,11 +48,25 @@ def main() -> None:
                 out = torch.empty_like(q)
                 po = torch.empty(B, bench.HQ, cfg.max_splits, bench.D, device="cuda")
                 pl = torch.empty(B, bench.HQ, cfg.max_splits, device="cuda")
-                fn = lambda: mod.decode(q, k, v, table, seq_lens, splits, out, po, pl,  # noqa
-                                        config=cfg, sm_scale=0.088, **scales)
+                fn = lambda: mod.decode(
+                    q,
+                    k,
+                    v,
+                    table,
+                    seq_lens,
+                    splits,
+                    out,
+                    po,
+                    pl,  # noqa
+                    config=cfg,
+                    sm_scale=0.088,
+                    **scales,
+                )
                 try:
                     ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
-                    print(f"{kv_name:14} block_n {block_n:3} stages {stages}: {ms:.3f} ms", flush=True)
+                    print(
+                        f"{kv_name:14} block_n {block_n:3} stages {stages}: {ms:.3f} ms", flush=True
+                    )
                 except Exception as e:  # noqa: BLE001
                     print(f"{kv_name:14} block_n {block_n:3} stages {stages}: {type(e).__name__}")
 

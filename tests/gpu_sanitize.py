@@ -28,7 +28,11 @@ MEMCHECK = (
     "or (mha_nvfp4_kv-d128_g8_ps16_bf16_kvnvfp4_causal) or (mha_bidirectional-d128_g1_ps16_bf16_none)"
 )
 RACECHECK = "mha_gqa_paged-d128_g4_ps16_bf16_causal and (test_decode or test_extend)"
-ERRORS = re.compile(r"ERROR SUMMARY: (\d+) error")
+# memcheck ends with "ERROR SUMMARY: N errors", racecheck with
+# "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)"
+ERRORS = re.compile(
+    r"ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error"
+)
 
 
 def run(tool: str, selection: str, log_dir: Path) -> dict:
@@ -51,18 +55,24 @@ def run(tool: str, selection: str, log_dir: Path) -> dict:
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     log = done.stdout + done.stderr
     (log_dir / f"sanitizer-{tool}.log").write_text(log)
-    counts = [int(n) for n in ERRORS.findall(log)]
+    shown = command[:3] + ["python3"] + command[4:-1] + [repr(selection)]
+    result = summarize(tool, " ".join(shown), done.returncode, log)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def summarize(tool: str, command: str, exit_code: int, log: str) -> dict:
+    """One run's record: its error count from the sanitizer's summary line."""
+    counts = [int(a or b) for a, b in ERRORS.findall(log)]
     passed = re.search(r"(\d+) passed", log)
-    result = {
+    return {
         "tool": tool,
-        "command": " ".join(command[:4] + ["python3"] + command[5:-1] + [repr(selection)]),
-        "exit_code": done.returncode,
+        "command": command,
+        "exit_code": exit_code,
         "errors": sum(counts),
         "sanitizer_summaries": len(counts),
         "tests_passed": int(passed.group(1)) if passed else 0,
     }
-    print(json.dumps(result), flush=True)
-    return result
 
 
 def main() -> int:
@@ -83,7 +93,13 @@ def main() -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
-    ok = all(r["exit_code"] == 0 and r["errors"] == 0 and r["tests_passed"] > 0 for r in runs)
+    ok = all(
+        r["exit_code"] == 0
+        and r["errors"] == 0
+        and r["sanitizer_summaries"] == 1
+        and r["tests_passed"] > 0
+        for r in runs
+    )
     return 0 if ok else 1
 
 

@@ -135,17 +135,17 @@ def _read_kv_cache(
     quantized = [d for d in kv.dtype if d in QUANTIZED_KV]
     if quantized and kv.scale is None:
         raise SpecError(
-            kv.location,
+            kv.at("dtype"),
             "kv_cache.scale",
             f"required when kv_cache.dtype includes {quantized[0].value}",
         )
     if not quantized and kv.scale is not None:
-        raise SpecError(kv.location, "kv_cache.scale", "only applies to fp8/fp4 KV cache dtypes")
+        raise SpecError(kv.at("scale"), "kv_cache.scale", "only applies to fp8/fp4 KV cache dtypes")
     for dtype in quantized:
         if kv.scale not in QUANTIZED_KV[dtype]:
             allowed = " or ".join(s.value for s in QUANTIZED_KV[dtype])
             raise SpecError(
-                kv.location,
+                kv.at("scale"),
                 "kv_cache.scale",
                 f"{dtype.value} takes {allowed} scales, not {kv.scale.value}",
             )
@@ -158,7 +158,7 @@ def _read_mask(node: yaml.Node | None, path: str, loc: Location) -> Mask:
     mask = read_section(Mask, node, path, "mask")
     if (mask.kind is MaskKind.SLIDING_WINDOW) != (mask.window_left is not None):
         raise SpecError(
-            mask.location,
+            mask.at("window_left" if mask.window_left is not None else "kind"),
             "mask.window_left",
             "required when mask.kind is sliding_window, and only then",
         )
@@ -248,12 +248,14 @@ def _check_spec(spec: Spec) -> None:
     if spec.speculative is not None:
         spec_sec = spec.speculative
         if spec_sec.num_draft_tokens < max(spec_sec.topk):
-            raise SpecError(spec_sec.location, "speculative.num_draft_tokens", "must be >= topk")
+            raise SpecError(
+                spec_sec.at("num_draft_tokens"), "speculative.num_draft_tokens", "must be >= topk"
+            )
     if spec.mask.kind is MaskKind.CUSTOM and (
         spec.speculative is None or max(spec.speculative.topk) == 1
     ):
         raise SpecError(
-            spec.mask.location, "mask.kind", "custom masks come from speculative trees (topk > 1)"
+            spec.mask.at("kind"), "mask.kind", "custom masks come from speculative trees (topk > 1)"
         )
     targets = {(t.backend, a) for t in spec.targets for a in t.archs}
     for tuning in spec.tuning:

@@ -5,7 +5,7 @@ A ``dict`` never travels past the loader: everything downstream reads these obje
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
@@ -27,7 +27,23 @@ KV_DTYPES = (
 
 
 @dataclass(frozen=True)
-class KvCache:
+class Section:
+    """A typed spec section. Its ``location`` is the section's first line; ``at(key)`` is
+    the line of one of its keys (where an error about that key should point)."""
+
+    key_lines: tuple[tuple[str, Location], ...] = field(
+        default=(), kw_only=True, compare=False, repr=False
+    )
+
+    def at(self, key: str) -> Location:
+        for name, location in self.key_lines:
+            if name == key:
+                return location
+        return self.location  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class KvCache(Section):
     """Paged KV cache: page size and storage dtype."""
 
     FIELDS = (
@@ -54,7 +70,7 @@ class KvCache:
 
 
 @dataclass(frozen=True)
-class Mask:
+class Mask(Section):
     """Which keys each query sees, and score modifiers."""
 
     FIELDS = (
@@ -71,7 +87,7 @@ class Mask:
 
 
 @dataclass(frozen=True)
-class Speculative:
+class Speculative(Section):
     """Speculative decoding: topk 1 = chain of drafts, > 1 = tree."""
 
     FIELDS = (

@@ -219,6 +219,15 @@ def test_runtime_identity_follows_code_not_comments_or_docstrings(tmp_path: Path
     changed = base.replace("x + 1", "x + 2")
     assert runtime_identity(ROOT, "mha", {"backend.py": changed}) != ident
     assert runtime_identity(ROOT, "mla", {"backend.py": base}) != ident  # family runtime
+    # what runs in a GPU check counts; the family's description (docs columns, spec
+    # sections, registration) does not
+    from attngen.evidence import DESCRIPTION_MODULES, _runtime_digests
+
+    names = [name for name, _ in _runtime_digests(ROOT.resolve(), "mha")]
+    assert "attngen/families/mha/runtime.py" in names
+    assert "attngen/families/mha/reference.py" in names
+    assert not [n for n in names if n.rsplit("/", 1)[-1] in DESCRIPTION_MODULES[1:]]
+    assert "attngen/families/mha/__init__.py" not in names
 
 
 def test_a_kernels_module_refuses_an_edited_library() -> None:

@@ -57,7 +57,7 @@ EXPECTED = {
         "tests/spec/bad_specs/mha_fp8_e4m3_sm80.yaml:11: targets.triton: sm80 cannot run variant d128_g1_ps1_bf16_kvfp8_e4m3_causal: fp8 e4m3 conversion needs sm89+; sm80 has no e4m3 hardware type (possible on: triton sm90, triton sm100, cute_dsl sm90, cute_dsl sm100)"
     ),
     "mha_fp8_no_scale": (
-        "tests/spec/bad_specs/mha_fp8_no_scale.yaml:8: kv_cache.scale: required when kv_cache.dtype includes fp8_e4m3"
+        "tests/spec/bad_specs/mha_fp8_no_scale.yaml:9: kv_cache.scale: required when kv_cache.dtype includes fp8_e4m3"
     ),
     "mha_head_dim": (
         "tests/spec/bad_specs/mha_head_dim.yaml:8: targets.triton: no target lowers variant d100_g1_ps1_bf16_causal: head_dim 100 is not lowered yet (triton sm90; lowered on: none yet)"
@@ -90,7 +90,7 @@ EXPECTED = {
         "tests/spec/bad_specs/mha_page_not_pow2.yaml:8: kv_cache.page_size: 48 is not allowed: expected an integer in 1..128 and a power of two"
     ),
     "mha_spec_topk_gt_drafts": (
-        "tests/spec/bad_specs/mha_spec_topk_gt_drafts.yaml:10: speculative.num_draft_tokens: must be >= topk"
+        "tests/spec/bad_specs/mha_spec_topk_gt_drafts.yaml:11: speculative.num_draft_tokens: must be >= topk"
     ),
     "mha_tuning_key": (
         "tests/spec/bad_specs/mha_tuning_key.yaml:12: tuning.triton.sm90.block_q: unknown tile key (allowed: decode_block_n, decode_num_warps, decode_num_stages, max_splits, combine_num_warps, extend_block_m, extend_block_n, extend_num_warps, extend_num_stages, verify_block_m, verify_block_n, verify_num_warps)"

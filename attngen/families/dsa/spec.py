@@ -75,7 +75,7 @@ def check(spec: Spec) -> None:
     other = [p for p in kv.page_size if p != PAGE_SIZE]
     if other:
         raise SpecError(
-            kv.location,
+            kv.at("page_size"),
             "kv_cache.page_size",
             f"dsa needs {PAGE_SIZE}-token pages, not {other[0]}: the indexer's key cache packs "
             f"{PAGE_SIZE} fp8 keys and their scales per page, and sparse MLA reads the latent "

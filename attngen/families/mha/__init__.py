@@ -29,6 +29,13 @@ def _shape(v: Variant) -> MhaShape:
     return v.shape
 
 
+def _head_dims(shape: MhaShape) -> str:
+    """A head-dims cell value: "128", or "192/128" when v's head dim differs from q/k's."""
+    if shape.v_head_dim == shape.head_dim:
+        return str(shape.head_dim)
+    return f"{shape.head_dim}/{shape.v_head_dim}"
+
+
 def _windowed(v: Variant) -> Variant:
     return with_mask(v, kind=MaskKind.SLIDING_WINDOW, window_left=4096)
 
@@ -117,7 +124,7 @@ def features() -> tuple[Feature, ...]:
                 lambda v: True,
                 lambda v: v,
                 phase_checks,
-                lambda v: str(_shape(v).head_dim),
+                lambda v: _head_dims(_shape(v)),
             ),
             Feature(
                 "cuda_graph",

@@ -19,7 +19,7 @@ Covers (mha on triton sm90; one line per docs column):
   yes:           Extend (cached prefix)
   yes:           GQA group: 1
   yes:           MQA (one kv head)
-  yes:           Head dims: 192
+  yes:           Head dims: 192/128
   not here:      CUDA graph (decode) (lowered for this target; not in this spec)
 
 decode / extend / verify / prefill / compile_specs are the library's, with this module's

@@ -1,0 +1,94 @@
+"""Plot a bench result: attngen against each peer per case, from the JSON `bench/run.py` wrote.
+
+    python bench/plot.py bench/results/<run>.json      # writes bench/results/<run>.png
+    make bench-plot                                    # the newest result
+
+One panel per part (decode, quantized decode, verify, prefill): for every case, the ratio
+attngen / peer of the part's figure (TB/s or TFLOP/s; above 1 is faster than the peer), one
+bar per peer, the best attngen row of the case (its page size in the label). The title names
+the commit, GPU and peer versions; the plot is regenerated from the JSON, never edited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+PARTS = (  # (JSON key, title, figure per result)
+    ("decode", "paged decode (TB/s ratio)", "tbps"),
+    ("quantized_decode", "quantized decode (TB/s ratio)", "tbps"),
+    ("verify", "speculative verify (TB/s ratio)", "tbps"),
+    ("prefill", "prefill (TFLOP/s ratio)", "tflops"),
+)
+
+
+def ratios(cases: list[dict], figure: str) -> tuple[list[str], dict[str, list[float]]]:
+    """Case labels and, per peer, attngen's figure / the peer's (NaN where either is missing).
+
+    A case may hold several attngen rows (``attngen``, ``attngen ps64``, ...): the best one
+    counts, and the label says which."""
+    labels, per_peer = [], {}
+    peers = sorted({k for c in cases for k in c["results"] if not k.startswith("attngen")})
+    for case in cases:
+        ours = {
+            k: r[figure]
+            for k, r in case["results"].items()
+            if k.startswith("attngen") and isinstance(r, dict) and r.get(figure)
+        }
+        best = max(ours, key=ours.get) if ours else None
+        label = case["case"] + (f" ps{case['page_size']}" if "page_size" in case else "")
+        labels.append(label if best else f"{label}\n(no attngen row)")
+        for peer in peers:
+            theirs = case["results"].get(peer, {})
+            value = theirs.get(figure) if isinstance(theirs, dict) else None
+            ok = best is not None and value
+            per_peer.setdefault(peer, []).append(ours[best] / value if ok else float("nan"))
+    return labels, per_peer
+
+
+def plot(result: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = [p for p in PARTS if result.get(p[0])]
+    fig, axes = plt.subplots(len(parts), 1, figsize=(12, 3.2 * len(parts)), squeeze=False)
+    for ax, (key, title, figure) in zip(axes[:, 0], parts):
+        labels, per_peer = ratios(result[key], figure)
+        width = 0.8 / max(1, len(per_peer))
+        for i, (peer, values) in enumerate(sorted(per_peer.items())):
+            xs = [x + (i - (len(per_peer) - 1) / 2) * width for x in range(len(labels))]
+            ax.bar(xs, values, width, label=f"vs {peer}")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=30, ha="right")
+        ax.set_ylabel("attngen / peer")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, loc="upper right")
+    peers = ", ".join(str(p) for p in result.get("peers", []))
+    fig.suptitle(
+        f"attngen {result['commit']} on {result['gpu']} (torch {result['torch']}, "
+        f"triton {result['triton']}; peers: {peers})",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("result", type=Path, nargs="?", help="a bench JSON (default: newest)")
+    args = parser.parse_args(argv)
+    path = args.result or max(Path("bench/results").glob("*.json"), key=lambda p: p.name[5:])
+    result = json.loads(path.read_text())
+    out = path.with_suffix(".png")
+    plot(result, out)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
