@@ -38,7 +38,7 @@ def test_hardware_limits_are_unsupported_with_a_reason() -> None:
     )
 
 
-@pytest.mark.parametrize("family", [Family.GDN, Family.DSA])
+@pytest.mark.parametrize("family", [Family.DSA])
 def test_other_families_are_not_lowered_yet(family: Family) -> None:
     v = base_variant(family)
     assert supports(v, Backend.TRITON, Arch.SM90).status is Status.NOT_LOWERED

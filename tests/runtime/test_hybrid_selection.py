@@ -444,7 +444,7 @@ def test_make_backend_unknown_spec_lists_the_available_ones() -> None:
     with pytest.raises(AttngenInputError, match="decode_spec is required"):
         make_backend("sm90", None, prefill_spec="mha_gqa_paged")
     gdn = [s for s, where in available_specs("sm90").items() if ("triton", "gdn") in where]
-    assert gdn == []  # nothing lowered for gdn yet
+    assert gdn == ["gdn_gva1", "gdn_qwen3_next"]
     with pytest.raises(AttngenInputError, match="no generated backend on cute_dsl for sm90"):
         make_backend("sm90", "mha_gqa_paged", backend="cute_dsl")
 
@@ -502,13 +502,15 @@ def test_mha_resolves_to_triton_and_says_why(arch: Arch, phase: Phase) -> None:
 
 
 @pytest.mark.parametrize("arch", list(Arch))
-def test_gdn_has_no_backend_anywhere(arch: Arch) -> None:
+def test_gdn_selects_triton(arch: Arch) -> None:
+    """GDN is lowered in Triton only: CuTe DSL (where the arch has it) is skipped with its
+    reason."""
     sel = select_backend(base_variant(Family.GDN), arch, Phase.DECODE)
-    assert not sel.ok and sel.backend is None and sel.status is Status.NOT_LOWERED
-    assert sel.reason.startswith("no backend available: ")
-    assert "triton: no Triton lowering for gdn yet" in sel.reason
-    assert ("cute_dsl: no CuTe DSL lowering for gdn yet" in sel.reason) is (arch is not Arch.SM80)
-    assert [s.backend for s in sel.skipped] == list(PREFERENCE[arch])
+    assert sel.ok and sel.backend is Backend.TRITON and sel.status is Status.SUPPORTED
+    skipped = [s.backend for s in sel.skipped]
+    assert skipped == [b for b in PREFERENCE[arch] if b is not Backend.TRITON]
+    if skipped:
+        assert "no CuTe DSL lowering for gdn yet" in sel.reason
 
 
 def test_dsa_on_sm80_is_unsupported() -> None:
@@ -607,7 +609,7 @@ def test_support_matrix_documents_selection_from_code() -> None:
         )
         assert mha_row.count("`triton` (") == len(Arch)
         gdn_row = next(r for r in section.splitlines() if r.startswith("| GDN |"))
-        assert gdn_row.count("none ⏳") == len(Arch)
+        assert gdn_row.count("`triton` (") == len(Arch)
         assert "### Hybrid prefill/decode backends" in section
         assert "make_backend(" in section and "prefill_spec=" in section
 
