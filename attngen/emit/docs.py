@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from attngen import registry
 from attngen.capabilities import Status
 from attngen.emit.header import Provenance
-from attngen.evidence import GPU_CHECKS, CompileEvidence, GpuEvidence
+from attngen.evidence import COMPILE_DIR, GPU_CHECKS, CompileEvidence, GpuEvidence, compile_file
 from attngen.features import Feature
 from attngen.probes import base_variant, family_features, probe_verdict
 from attngen.ir import KernelPlan, ModulePlan
@@ -106,13 +106,15 @@ def _evidence_cell(feature: Feature, relevant: list[Lowered], ev: Evidence, note
     return f"{NO_EVIDENCE} {notes.ref('lowered and generated, but no test evidence recorded yet')}"
 
 
-def _evidence_links(arch: Arch, ev: Evidence) -> str:
-    """Links from a table row to the evidence files its cells rest on (from generated/docs/)."""
+def _evidence_links(arch: Arch, backend: Backend, ev: Evidence) -> str:
+    """Links from a backend x arch row to the evidence files its cells rest on (from
+    generated/docs/): the arch's GPU record and that backend's compile record."""
     links = []
     if arch in ev.gpu:
         links.append(f"[GPU](../../{ev.gpu[arch].path})")
     if arch in ev.compiled:
-        links += [f"[compile](../../{path})" for path in ev.compiled[arch].paths]
+        own = f"{COMPILE_DIR}/{compile_file(backend.value, arch.value)}"
+        links += [f"[compile](../../{path})" for path in ev.compiled[arch].paths if path == own]
     return f" ({', '.join(links)})" if links else ""
 
 
@@ -141,7 +143,8 @@ def family_table(family: Family, lowered: list[Lowered], ev: Evidence, notes: No
         for arch in Arch:
             mine = [x for x in lowered if x.backend is backend and x.arch is arch]
             row = [
-                f"attngen {backend.value} {arch.value}{_evidence_links(arch, ev) if mine else ''}"
+                f"attngen {backend.value} {arch.value}"
+                f"{_evidence_links(arch, backend, ev) if mine else ''}"
             ]
             row += [cell(f, backend, arch, mine, ev, notes) for f in features]
             rows.append(row)
