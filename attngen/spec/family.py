@@ -32,7 +32,7 @@ class FamilySpec:
     """A family's part of a spec.
 
     ``sections`` maps each top-level key the family reads to its typed section (a frozen
-    dataclass with a ``FIELDS`` table and a docstring); every one is required in that
+    ``attngen.spec.model.Section`` dataclass with a ``FIELDS`` table and a docstring); every one is required in that
     family's specs and refused in the others'. ``shapes`` expands the read sections into
     the family's shape axis. ``kv_cache`` is None when the family keeps a paged KV cache
     (the ``kv_cache`` section applies), else the reason it has none. ``check`` raises

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import fields
 from typing import Any, TypeVar
 
 import yaml
@@ -102,8 +101,7 @@ def read_section(cls: type[T], node: yaml.Node, path: str, prefix: str) -> T:
     reader.check_known([f.key for f in cls.FIELDS])  # type: ignore[attr-defined]
     lines = tuple((k, node_location(path, key)) for k, (key, _) in reader.entries.items())
     values = {f.key: reader.pop(f) for f in cls.FIELDS}  # type: ignore[attr-defined]
-    extra = {"key_lines": lines} if "key_lines" in {f.name for f in fields(cls)} else {}  # type: ignore[arg-type]
-    return cls(location=reader.location, **values, **extra)  # type: ignore[call-arg]
+    return cls(location=reader.location, key_lines=lines, **values)  # type: ignore[call-arg]
 
 
 def default_section(cls: type[T], location: Location) -> T:

@@ -15,13 +15,13 @@ from attngen.families.mla.spec import shapes as mla_shapes
 from attngen.spec.errors import Location, SpecError
 from attngen.spec.family import FamilySpec
 from attngen.spec.fields import Field, Int
-from attngen.spec.model import Spec
+from attngen.spec.model import Section, Spec
 
 PAGE_SIZE = 64
 
 
 @dataclass(frozen=True)
-class DsaIndexer:
+class DsaIndexer(Section):
     """DeepSeek sparse attention's lightning indexer and top-k selection."""
 
     FIELDS = (

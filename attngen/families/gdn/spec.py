@@ -14,11 +14,11 @@ from attngen.spec.enums import DType, MaskKind
 from attngen.spec.errors import Location, SpecError
 from attngen.spec.family import FamilySpec
 from attngen.spec.fields import Bool, Field, Int, OneOf
-from attngen.spec.model import Spec
+from attngen.spec.model import Section, Spec
 
 
 @dataclass(frozen=True)
-class GdnDims:
+class GdnDims(Section):
     """Gated delta rule linear attention: per-head recurrent state [key_dim, value_dim]."""
 
     FIELDS = (

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from attngen.spec.errors import Location
 from attngen.spec.family import FamilySpec
 from attngen.spec.fields import Field, Int
-from attngen.spec.model import Spec
+from attngen.spec.model import Section, Spec
 
 
 @dataclass(frozen=True)
-class MhaHeads:
+class MhaHeads(Section):
     """MHA/GQA/MQA head shapes."""
 
     FIELDS = (

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from attngen.spec.errors import Location
 from attngen.spec.family import FamilySpec
 from attngen.spec.fields import Field, Int
-from attngen.spec.model import Spec
+from attngen.spec.model import Section, Spec
 
 
 @dataclass(frozen=True)
-class MlaDims:
+class MlaDims(Section):
     """DeepSeek MLA: latent KV of kv_lora_rank plus a decoupled rope part."""
 
     FIELDS = (
