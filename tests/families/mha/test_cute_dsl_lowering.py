@@ -163,3 +163,56 @@ def test_extend_refuses_fp8_scales() -> None:
 def test_capability_constants_agree_with_the_kernel() -> None:
     assert capability.EXTEND_PAGE_SIZES == set(verify.TILE_N)
     assert capability.HEAD_DIMS == {64, 128}
+
+
+# -- speculative draft chains: verify and draft extend run the extend kernel ----
+
+
+def chain(page: int = 64, topk: int = 1, phases=(Phase.VERIFY, Phase.DRAFT_EXTEND)):
+    v = dataclasses.replace(prefill_extend(page=page), phases=phases)
+    return dataclasses.replace(v, spec_topk=topk, num_draft_tokens=4)
+
+
+def test_draft_chains_are_lowered_trees_are_not() -> None:
+    for arch in (Arch.SM90, Arch.SM100):
+        assert supports(chain(), Backend.CUTE_DSL, arch).ok
+        assert supports(chain(128, phases=(Phase.EXTEND, Phase.VERIFY)), Backend.CUTE_DSL, arch).ok
+    assert "draft trees (topk > 1)" in reason(chain(topk=2))
+    assert "page size 16" in reason(chain(page=16))  # verify reads the cache by TMA too
+    c = lower.kernel_config(chain(page=64), Arch.SM90)
+    assert (c.fwd_tile_n, c.spec_topk, c.num_draft_tokens) == (64, 1, 4)
+    assert verify.config_problems(c, ("verify", "draft_extend")) == []
+    tree = dataclasses.replace(c, spec_topk=2)
+    assert "only draft chains" in verify.config_problems(tree, ("verify",))[0]
+    no_drafts = dataclasses.replace(c, num_draft_tokens=0)
+    assert "num_draft_tokens >= 1" in verify.config_problems(no_drafts, ("verify",))[0]
+
+
+def test_verify_and_draft_extend_compile_the_extend_kernel() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import compile_specs
+
+    c = lower.kernel_config(chain(page=64), Arch.SM90)
+    for phases in (("verify",), ("draft_extend",), ("extend", "verify", "draft_extend")):
+        specs = compile_specs(c, traits=MhaCuteTraits(MaskHooks(causal=True), phases))
+        assert [(s.name, s.shape.paged) for s in specs] == [("extend", True)], phases
+
+
+def test_verify_refuses_trees_before_any_gpu_work() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import verify as verify_launch
+
+    q, _, _, cu, out = _tensors()
+    cache = torch.randn(4, 64, 2, 128, dtype=torch.bfloat16)
+    table, prefix = torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    traits = MhaCuteTraits(MaskHooks(causal=True), ("verify",))
+    c = lower.kernel_config(chain(page=64), Arch.SM90)
+    args = (q, cache, cache, table, cu, prefix, out)
+    with pytest.raises(AttngenInputError, match="tree_mask: expected None"):
+        verify_launch(*args, config=c, traits=traits, sm_scale=0.1,
+                      tree_mask=torch.zeros(4, dtype=torch.uint8))  # fmt: skip
+    with pytest.raises(AttngenInputError, match="config.spec_topk: expected 1"):
+        verify_launch(*args, config=dataclasses.replace(c, spec_topk=0), traits=traits,
+                      sm_scale=0.1)  # fmt: skip
+    with pytest.raises(AttngenInputError, match="q: expected a CUDA tensor"):
+        verify_launch(*args, config=c, traits=traits, sm_scale=0.1)

@@ -1,4 +1,5 @@
-"""What the CuTe DSL MHA lowering covers (first slice): prefill and extend, on sm90 with the
+"""What the CuTe DSL MHA lowering covers: prefill and extend (and, through the extend kernel,
+speculative verify of draft chains and draft extend), on sm90 with the
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
 and a cache of the same dtype; head dims 64 and 128; causal, bidirectional and sliding-window
@@ -13,7 +14,10 @@ from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
 
 ARCHS = frozenset({Arch.SM90, Arch.SM100})
-PHASES = frozenset({Phase.PREFILL, Phase.EXTEND})
+PHASES = frozenset({Phase.PREFILL, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
+# phases that read the paged cache (the extend kernel): verify of a draft chain is an extend
+# of num_draft_tokens causal rows per request, draft extend one of 1 .. num_draft_tokens
+PAGED_PHASES = frozenset({Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
 HEAD_DIMS = frozenset({64, 128})
 DTYPES = frozenset({DType.BF16, DType.FP16})
 MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
@@ -42,14 +46,18 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"{kv_name} KV cache is not lowered in CuTe DSL yet (only the activation dtype)",
             ),
             (kind in MASKS, f"mask {kind.value} is not lowered in CuTe DSL yet"),
-            (not variant.spec_topk, "speculative verify is not lowered in CuTe DSL yet"),
+            (
+                (variant.spec_topk or 0) <= 1,
+                "speculative verify of draft trees (topk > 1) is not lowered in CuTe DSL yet "
+                "(draft chains, topk 1, are)",
+            ),
             (
                 shape.head_dim in HEAD_DIMS and shape.v_head_dim == shape.head_dim,
                 f"head dims {shape.head_dim}/{shape.v_head_dim} are not lowered in CuTe DSL yet "
                 f"(equal qk and v dims in {sorted(HEAD_DIMS)})",
             ),
             (
-                Phase.EXTEND not in variant.phases or variant.page_size in EXTEND_PAGE_SIZES,
+                not PAGED_PHASES & set(variant.phases) or variant.page_size in EXTEND_PAGE_SIZES,
                 f"page size {variant.page_size} is not lowered in CuTe DSL yet: extend reads whole "
                 f"key tiles out of pages through TMA (pages of {sorted(EXTEND_PAGE_SIZES)} "
                 "tokens)",

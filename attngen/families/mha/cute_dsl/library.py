@@ -10,8 +10,10 @@ layouts; ``fragments``: register views of wgmma accumulators), host code in ``ho
 launches). A config's ``arch`` picks the kernel.
 
 Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens over a paged
-cache read in whole key tiles: page sizes 64 and 128). KV in the activation dtype (bf16,
-fp16); head dims 64 and 128.
+cache read in whole key tiles: page sizes 64 and 128); speculative verify of draft chains
+(``verify``: num_draft_tokens causal rows per request) and draft extend run the extend
+kernel, with grids fixed by the config and the batch, so they are CUDA-graph capturable.
+KV in the activation dtype (bf16, fp16); head dims 64 and 128.
 
 What the launchers check, and what they do not: shapes, dtypes, devices, strides and
 alignment of every tensor, always (host-side, no sync). They never read device values:
@@ -29,9 +31,9 @@ gives zeros.
 from __future__ import annotations
 
 from attngen.families.mha.cute_dsl.host.compile import compile_specs
-from attngen.families.mha.cute_dsl.host.launch import extend, prefill
+from attngen.families.mha.cute_dsl.host.launch import extend, prefill, verify
 from attngen.families.mha.cute_dsl.source import source_sha256
 
-__all__ = ["SOURCE_SHA256", "compile_specs", "extend", "prefill", "source_sha256"]
+__all__ = ["SOURCE_SHA256", "compile_specs", "extend", "prefill", "source_sha256", "verify"]
 
 SOURCE_SHA256 = source_sha256()  # generated kernels.py files record the one they bind
