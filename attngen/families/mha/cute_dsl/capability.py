@@ -3,8 +3,8 @@ speculative verify of draft chains and draft extend), on sm90 with the
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
 and a cache of the same dtype; head dims 64 and 128; causal, bidirectional and sliding-window
-masks, logit softcap and attention sinks; any GQA group; extend over pages of 64 or 128
-tokens (whole key tiles, read by TMA). Everything else is "not lowered" with the reason."""
+masks, logit softcap and attention sinks; any GQA group; extend over pages of 16, 32, 64 or
+128 tokens (read by TMA, one copy per page). Everything else is "not lowered" with the reason."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ PAGED_PHASES = frozenset({Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
 HEAD_DIMS = frozenset({64, 128})
 DTYPES = frozenset({DType.BF16, DType.FP16})
 MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
-# extend: TMA reads whole key tiles out of a page (sm90: the tile is the page, as in FA4;
-# sm100: 64-key tiles, one or two per page)
-EXTEND_PAGE_SIZES = frozenset({64, 128})
+# extend: TMA reads K/V one box per page: a page of 64 / 128 tokens is a whole key tile
+# (sm90: the tile is the page, as in FA4; sm100: 64-key tiles, one or two per page); pages
+# of 16 / 32 tokens fill a 128-key (sm90) or 64-key (sm100) tile with one copy each. Smaller
+# pages would need a copy per token or two: gathers with cp.async, not written yet.
+EXTEND_PAGE_SIZES = frozenset({16, 32, 64, 128})
 
 
 def supports(variant: Variant, arch: Arch) -> Verdict:
@@ -58,9 +60,9 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
             ),
             (
                 not PAGED_PHASES & set(variant.phases) or variant.page_size in EXTEND_PAGE_SIZES,
-                f"page size {variant.page_size} is not lowered in CuTe DSL yet: extend reads whole "
-                f"key tiles out of pages through TMA (pages of {sorted(EXTEND_PAGE_SIZES)} "
-                "tokens)",
+                f"page size {variant.page_size} is not lowered in CuTe DSL yet: extend reads K/V "
+                f"through TMA, one copy per page (pages of {sorted(EXTEND_PAGE_SIZES)} tokens); "
+                "smaller pages need cp.async gathers",
             ),
         ]
     )

@@ -33,11 +33,14 @@ FWD_NUM_STAGES = 2
 
 
 def fwd_tile_n(variant: Variant, arch: Arch) -> int:
-    """Keys per stage: sm90 reads one TMA box per page when extend reads the paged cache."""
+    """Keys per stage: on sm90 a page of 64 or 128 tokens is the key tile when extend reads
+    the paged cache (one TMA box per tile); smaller pages fill the default tile, one TMA copy
+    per page."""
+    tile = FWD_TILE_N[arch]
     if arch is Arch.SM90 and PAGED_PHASES & set(variant.phases):
         assert variant.page_size is not None
-        return variant.page_size
-    return FWD_TILE_N[arch]
+        return variant.page_size if variant.page_size >= 64 else tile
+    return tile
 
 
 def kernel_config(

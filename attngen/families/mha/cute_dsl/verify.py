@@ -7,7 +7,8 @@ from attngen.families.mha.cute_dsl.config import PAGED_PHASES, MhaCuteConfig
 from attngen.ir import ModulePlan, PlanError, check_unique_uris
 
 WGMMA_ROWS = 64  # rows per consumer warpgroup
-TILE_N = (64, 128)  # keys per stage: wgmma N and the TMA box (and the page, for extend)
+TILE_N = (64, 128)  # keys per stage: the MMA's N (and the page, for extend over large pages)
+PAGE_SIZES = (16, 32, 64, 128)  # extend: one TMA copy per page (a tile, part of one, or pages)
 
 
 def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
@@ -17,10 +18,17 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
         problems.append(f"fwd_tile_m={c.fwd_tile_m}: the kernel runs 2 consumer warpgroups")
     if c.fwd_tile_n not in TILE_N:
         problems.append(f"fwd_tile_n={c.fwd_tile_n} is not one of {TILE_N}")
-    if paged and c.arch == "sm90" and c.fwd_tile_n != c.page_size:
-        problems.append(f"fwd_tile_n={c.fwd_tile_n} != page_size={c.page_size} (one tile a page)")
-    if paged and c.page_size % c.fwd_tile_n:
-        problems.append(f"page_size={c.page_size} is not a multiple of fwd_tile_n={c.fwd_tile_n}")
+    if paged and c.page_size not in PAGE_SIZES:
+        problems.append(f"page_size={c.page_size} is not one of {PAGE_SIZES} (TMA per page)")
+    elif paged and c.arch == "sm90" and c.fwd_tile_n % c.page_size:
+        problems.append(
+            f"fwd_tile_n={c.fwd_tile_n} is not a multiple of page_size={c.page_size} "
+            "(sm90 reads whole pages into a tile)"
+        )
+    elif paged and c.page_size % c.fwd_tile_n and c.fwd_tile_n % c.page_size:
+        problems.append(
+            f"page_size={c.page_size} and fwd_tile_n={c.fwd_tile_n}: neither divides the other"
+        )
     if c.arch == "sm100" and c.fwd_tile_n != 64:
         problems.append(f"fwd_tile_n={c.fwd_tile_n}: sm100 rows of S hold 64 keys (128 spill)")
     if c.fwd_intra_wg_overlap and c.arch != "sm90":

@@ -47,6 +47,7 @@ def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> F
         sinks=hooks.sinks,
         paged=paged,
         overlap=bool(config.fwd_intra_wg_overlap),
+        pages_per_tile=max(1, config.fwd_tile_n // config.page_size) if paged else 1,
     )
 
 

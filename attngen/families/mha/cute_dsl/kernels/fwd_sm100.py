@@ -15,7 +15,8 @@ Warp roles (6 warps, 192 threads):
   normalises O and writes it to global memory.
 - warp 4, **MMA**: allocates tensor memory (S: ``tile_n`` fp32 columns, O: ``Dv`` columns) and
   issues S = Q K^T and O += P V (tcgen05, one CTA, all operands in shared memory).
-- warp 5, **load**: TMA of Q once and of each K and V tile into a ``num_stages`` ring.
+- warp 5, **load**: TMA of Q once and of each K and V tile into a ``num_stages`` ring (paged:
+  a tile out of a page of 64 / 128 tokens, or one copy per page of 16 / 32 tokens).
 
 Order per key tile j (mbarrier pipelines): load K_j, V_j -> MMA S_j (after softmax released
 S_{j-1}) -> softmax reads S_j, waits for PV_{j-1}, rescales O, writes P_j -> MMA PV_j. The
@@ -42,6 +43,7 @@ from attngen.families.mha.cute_dsl.kernels.common import (
     SMEM_ALIGN,
     FwdShape,
     mode_select,
+    page_slice,
     rows_aligned,
     smem_layout,
 )
@@ -144,8 +146,12 @@ class MhaFwdSm100:
         load = cpasync.CopyBulkTensorTileG2SOp()
         tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load, mQ, sQ_layout, (self.tile_m, d))
         sK_one, sV_one = (cute.select(s, mode=[0, 1]) for s in (sK_layout, sV_layout))
-        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_one, (self.tile_n, d), 1)
-        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_one, (self.tile_n, dv), 1)
+        rows = shape.page_rows  # rows of the tile one TMA copy fills (a page, or the tile)
+        sK_box, sV_box = sK_one, sV_one
+        if const_expr(shape.pages_per_tile > 1):
+            sK_box, sV_box = (page_slice(s, rows) for s in (sK_one, sV_one))
+        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_box, (rows, d), 1)
+        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_box, (rows, dv), 1)
         self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
         self.tx_bytes_k = cute.size_in_bytes(self.dtype, sK_one)
         self.tx_bytes_v = cute.size_in_bytes(self.dtype, sV_one)
@@ -272,11 +278,18 @@ class MhaFwdSm100:
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
         if m_block * self.tile_m < seqlen_q:
             if warp_idx == LOAD_WARP:
-                self.load(
-                    mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
-                    pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
-                    n_block_min, n_block_max,
-                )  # fmt: skip
+                if const_expr(self.shape.pages_per_tile > 1):
+                    self.load_pages(
+                        mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
+                        pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
+                        n_block_min, n_block_max,
+                    )  # fmt: skip
+                else:
+                    self.load(
+                        mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
+                        pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
+                        n_block_min, n_block_max,
+                    )  # fmt: skip
             if warp_idx == MMA_WARP:
                 tmem.allocate(TMEM_COLS)
                 tmem.wait_for_alloc()
@@ -389,6 +402,75 @@ class MhaFwdSm100:
             else:
                 cute.copy(tma_atom_K, tKgK[None, n_block], sK_i, tma_bar_ptr=bar_k)
                 cute.copy(tma_atom_V, tVgV[None, n_block], sV_i, tma_bar_ptr=bar_v)
+            state.advance()
+
+    @cute.jit
+    def load_pages(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        mPageTable: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        pipe_q: pipeline.PipelineAsync,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        q_start: Int32,
+        head: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        m_block: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        """The load warp when pages are smaller than a key tile: one TMA copy per page into
+        its rows of the stage, all on the stage's barrier (which expects the whole tile).
+        Pages past the table's width read its last entry: any page id keeps a TMA copy in
+        bounds (coordinates outside the cache are zero-filled) and those keys are masked."""
+        d, dv = self.shape.head_dim, self.shape.v_head_dim
+        rows, ppt = self.shape.page_rows, self.shape.pages_per_tile
+        gQ = cute.local_tile(
+            cute.domain_offset((q_start, 0), mQ[None, None, head]), (self.tile_m, d), (m_block, 0)
+        )
+        tQsQ, tQgQ = cpasync.tma_partition(
+            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+        )  # fmt: skip
+        gK = cute.local_tile(mK[None, None, head_kv, None], (rows, d), (0, 0, None))
+        gV = cute.local_tile(mV[None, None, head_kv, None], (rows, dv), (0, 0, None))
+        # smem: (rows, D, (page of the tile, 1, stage))
+        sK_pages = cute.group_modes(cute.flat_divide(sK, (rows, d)), 2, 5)
+        sV_pages = cute.group_modes(cute.flat_divide(sV, (rows, dv)), 2, 5)
+        tKsK, tKgK = cpasync.tma_partition(
+            tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK_pages, 0, 2),
+            cute.group_modes(gK, 0, 2),
+        )  # fmt: skip
+        tVsV, tVgV = cpasync.tma_partition(
+            tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV_pages, 0, 2),
+            cute.group_modes(gV, 0, 2),
+        )  # fmt: skip
+        last_page = mPageTable.shape[1] - 1
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        pipe_q.producer_acquire(q_state)
+        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.shape.num_stages
+        )
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            pipe_k.producer_acquire(state)
+            pipe_v.producer_acquire(state)
+            bar_k, bar_v = pipe_k.producer_get_barrier(state), pipe_v.producer_get_barrier(state)
+            for p in cutlass.range_constexpr(ppt):
+                page = mPageTable[batch, cutlass.min(n_block * ppt + p, last_page)]
+                cute.copy(tma_atom_K, tKgK[None, page], tKsK[None, (p, 0, state.index)],
+                          tma_bar_ptr=bar_k)  # fmt: skip
+                cute.copy(tma_atom_V, tVgV[None, page], tVsV[None, (p, 0, state.index)],
+                          tma_bar_ptr=bar_v)  # fmt: skip
             state.advance()
 
     # -- MMA warp: tcgen05 ----

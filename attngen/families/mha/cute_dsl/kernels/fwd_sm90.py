@@ -17,9 +17,11 @@ Layouts (what ``__call__`` takes; the host passes torch tensors through DLPack):
 
 - q ``[T, Hq, D]``, out ``[T, Hq, Dv]``: ragged requests, ``cu_seqlens_q[b] .. [b+1]``;
 - contiguous K/V (``page_table`` None, prefill): ``[T, Hkv, D]`` rows aligned with q's;
-- paged K/V (extend): ``[num_pages, page_size, Hkv, D]`` with ``page_size == tile_n``, read
-  through ``page_table[b, j]``; request ``b`` has ``prefix_lens[b]`` cached tokens followed by
-  its new tokens (already written), so its key length is prefix + new.
+- paged K/V (extend): ``[num_pages, page_size, Hkv, D]`` read through ``page_table[b, j]``,
+  one TMA copy per page: ``page_size == tile_n`` (a page is a key tile) or
+  ``tile_n = pages_per_tile * page_size`` (pages of 16 / 32 tokens, each copied into its rows
+  of the tile, all on the stage's mbarrier); request ``b`` has ``prefix_lens[b]`` cached
+  tokens followed by its new tokens (already written), so its key length is prefix + new.
 
 Mask (attngen.hooks.MaskHooks, compile-time): a query row ``i`` of a request with key
 length ``Lk`` and query length ``Lq`` sits at position ``p = i + Lk - Lq``; it sees key ``k``
@@ -48,6 +50,7 @@ from attngen.families.mha.cute_dsl.kernels.common import (
     SMEM_ALIGN,
     FwdShape,
     mode_select,
+    page_slice,
     rows_aligned,
     smem_layout,
 )
@@ -160,8 +163,12 @@ class MhaFwdSm90:
         load = cpasync.CopyBulkTensorTileG2SOp()
         tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load, mQ, sQ_layout, (self.tile_m, d))
         sK_one, sV_one = (cute.select(s, mode=[0, 1]) for s in (sK_layout, sV_layout))
-        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_one, (self.tile_n, d), 1)
-        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_one, (self.tile_n, dv), 1)
+        rows = shape.page_rows  # one TMA copy per page: rows of the tile it fills
+        sK_box, sV_box = sK_one, sV_one
+        if const_expr(shape.pages_per_tile > 1):
+            sK_box, sV_box = (page_slice(s, rows) for s in (sK_one, sV_one))
+        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_box, (rows, d), 1)
+        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_box, (rows, dv), 1)
         self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
         self.tx_bytes_k = cute.size_in_bytes(self.dtype, sK_one)
         self.tx_bytes_v = cute.size_in_bytes(self.dtype, sV_one)
@@ -359,9 +366,10 @@ class MhaFwdSm90:
             cute.group_modes(sQ, 0, 2),
             cute.group_modes(gQ, 0, 2),
         )
-        if const_expr(self.shape.paged):  # (tile_n, D, page): one tile per page
-            gK = cute.local_tile(mK[None, None, head_kv, None], (self.tile_n, d), (0, 0, None))
-            gV = cute.local_tile(mV[None, None, head_kv, None], (self.tile_n, dv), (0, 0, None))
+        rows, ppt = self.shape.page_rows, self.shape.pages_per_tile
+        if const_expr(self.shape.paged):  # (rows, D, page): one page per TMA copy
+            gK = cute.local_tile(mK[None, None, head_kv, None], (rows, d), (0, 0, None))
+            gV = cute.local_tile(mV[None, None, head_kv, None], (rows, dv), (0, 0, None))
         else:  # (tile_n, D, n_block) of this request's rows
             gK = cute.local_tile(
                 cute.domain_offset((q_start, 0), mK[None, None, head_kv]),
@@ -373,20 +381,26 @@ class MhaFwdSm90:
                 (self.tile_n, dv),
                 (None, 0),
             )
+        # smem: (rows, D, (page of the tile, 1, stage))
+        sK_pages = cute.group_modes(cute.flat_divide(sK, (rows, d)), 2, 5)
+        sV_pages = cute.group_modes(cute.flat_divide(sV, (rows, dv)), 2, 5)
         tKsK, tKgK = cpasync.tma_partition(
             tma_atom_K,
             0,
             cute.make_layout(1),
-            cute.group_modes(sK, 0, 2),
+            cute.group_modes(sK_pages, 0, 2),
             cute.group_modes(gK, 0, 2),
         )
         tVsV, tVgV = cpasync.tma_partition(
             tma_atom_V,
             0,
             cute.make_layout(1),
-            cute.group_modes(sV, 0, 2),
+            cute.group_modes(sV_pages, 0, 2),
             cute.group_modes(gV, 0, 2),
         )
+        last_page = Int32(0)
+        if const_expr(self.shape.paged):
+            last_page = mPageTable.shape[1] - 1  # table entries past it are never read
 
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
         pipe_q.producer_acquire(q_state)
@@ -396,24 +410,36 @@ class MhaFwdSm90:
         )
         for i in cutlass.range(n_block_max - n_block_min, unroll=1):
             n_block = n_block_max - 1 - i
-            src = n_block
-            if const_expr(self.shape.paged):
-                src = mPageTable[batch, n_block]
             pipe_k.producer_acquire(state)
-            cute.copy(
-                tma_atom_K,
-                tKgK[None, src],
-                tKsK[None, state.index],
-                tma_bar_ptr=pipe_k.producer_get_barrier(state),
-            )
+            for p in cutlass.range_constexpr(ppt):
+                cute.copy(
+                    tma_atom_K,
+                    tKgK[None, self.page_of(mPageTable, batch, n_block * ppt + p, last_page)],
+                    tKsK[None, (p, 0, state.index)],
+                    tma_bar_ptr=pipe_k.producer_get_barrier(state),
+                )
             pipe_v.producer_acquire(state)
-            cute.copy(
-                tma_atom_V,
-                tVgV[None, src],
-                tVsV[None, state.index],
-                tma_bar_ptr=pipe_v.producer_get_barrier(state),
-            )
+            for p in cutlass.range_constexpr(ppt):
+                cute.copy(
+                    tma_atom_V,
+                    tVgV[None, self.page_of(mPageTable, batch, n_block * ppt + p, last_page)],
+                    tVsV[None, (p, 0, state.index)],
+                    tma_bar_ptr=pipe_v.producer_get_barrier(state),
+                )
             state.advance()
+
+    @cute.jit
+    def page_of(
+        self, mPageTable: Optional[cute.Tensor], batch: Int32, j: Int32, last_page: Int32
+    ) -> Int32:
+        """Where key block j (of page_rows tokens) lives: its page (paged), else block j of
+        the request's rows. Blocks past the table's width (the last tile's pages past the
+        sequence) read its last entry: a TMA copy of any page stays in bounds (coordinates
+        out of the cache are zero-filled), and those keys are masked."""
+        src = j
+        if const_expr(self.shape.paged):
+            src = mPageTable[batch, cutlass.min(j, last_page)]
+        return src
 
     # -- consumers: wgmma + online softmax ----
 

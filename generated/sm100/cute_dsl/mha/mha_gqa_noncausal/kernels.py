@@ -8,7 +8,7 @@ Covers (mha on cute_dsl sm100; one line per docs column):
   yes:           Page Size > 1 (native): 128
   not lowered:   FP8 KV Cache (phase decode is not lowered in CuTe DSL yet)
   not lowered:   FP4 KV Cache (phase decode is not lowered in CuTe DSL yet)
-  not lowered:   Spec topk=1 (page size 1 is not lowered in CuTe DSL yet: extend reads whole key tiles out of pages through TMA (pages of [64, 128] tokens))
+  not lowered:   Spec topk=1 (page size 1 is not lowered in CuTe DSL yet: extend reads K/V through TMA, one copy per page (pages of [16, 32, 64, 128] tokens); smaller pages need cp.async gathers)
   not lowered:   Spec topk>1 (mask custom is not lowered in CuTe DSL yet)
   not lowered:   Sliding Window (phase decode is not lowered in CuTe DSL yet)
   yes:           MultiModal (bidirectional prefill)
@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "94161a3518ec8c786803cf32319741c4984e4d57a38ceaf18250b51ebd25df38"
+LIBRARY_SHA256 = "211938b1b9854705175a6077cad33f4ebe03ef848db998f9ede3e336cc64a3fd"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
