@@ -193,6 +193,28 @@ def test_mha_launch_path_compiles_once_per_machine(
         t2 = time.perf_counter()
         warm = host_compile.compiled_fwd(arch, shape, args)
         t3 = time.perf_counter()
-    assert str(warm.execution_args.signature) == str(cold.execution_args.signature)
+    assert isinstance(warm, host_compile._FirstCallOfLoaded)  # until its first call returns
+    assert str(warm.fn.execution_args.signature) == str(cold.execution_args.signature)
     assert t3 - t2 < t1 - t0, (t1 - t0, t3 - t2)
     print(f"first use: cold {t1 - t0:.3f} s (compile + store), warm {t3 - t2:.4f} s (load)")
+
+
+def test_a_loaded_kernel_that_fails_its_first_call_is_recompiled(
+    cache_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attngen.families.mha.cute_dsl.host import compile as host_compile
+
+    calls = []
+    key = ("sm90", "shape")
+    monkeypatch.setattr(host_compile, "_COMPILED", {})
+    monkeypatch.setattr(host_compile, "compile_fwd", lambda *a: calls.append(a) or (lambda *x: 7))
+
+    def broken(*_: object) -> None:
+        raise TypeError("argument 3: wrong type")
+
+    guard = host_compile._FirstCallOfLoaded(key, broken, "entry.o")
+    with pytest.warns(disk_cache.CacheWarning, match="entry.o failed"):
+        assert guard(1, 2) == 7
+    assert calls == [("sm90", "shape", (1, 2))] and host_compile._COMPILED[key](0) == 7
+    ok = host_compile._FirstCallOfLoaded(key, lambda *x: 5, "entry.o")
+    assert ok(1) == 5 and host_compile._COMPILED[key] is ok.fn  # the guard steps aside

@@ -185,5 +185,33 @@ def compiled_fwd(arch: str, shape: FwdShape, args: tuple[Any, ...]) -> Any:
                 found = load_or_compile(
                     disk_identity(arch, shape), target, lambda: compile_fwd(arch, shape, args)
                 )
-                fn = _COMPILED[key] = found.function
+                fn = found.function
+                if found.status == "hit":
+                    fn = _FirstCallOfLoaded(key, fn, found.path)
+                _COMPILED[key] = fn
     return fn
+
+
+class _FirstCallOfLoaded:
+    """A kernel loaded from the disk cache, until its first call returns: if that call
+    raises (an entry its loader accepted but that cannot take these arguments), the kernel
+    is compiled afresh and called instead; after the first call the loaded kernel itself
+    is what the table holds."""
+
+    def __init__(self, key: tuple[str, FwdShape], fn: Any, path: Any) -> None:
+        self.key, self.fn, self.path = key, fn, path
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            result = self.fn(*args)
+        except Exception as e:  # noqa: BLE001 - any failure of a cached kernel: recompile
+            import warnings
+
+            from attngen.backends.cute_dsl.disk_cache import CacheWarning
+
+            warnings.warn(f"attngen: cached CuTe DSL kernel {self.path} failed ({e}); "
+                          "compiling it afresh", CacheWarning)  # fmt: skip
+            fn = _COMPILED[self.key] = compile_fwd(*self.key, args)
+            return fn(*args)
+        _COMPILED[self.key] = self.fn
+        return result

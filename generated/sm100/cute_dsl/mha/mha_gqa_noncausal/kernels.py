@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "211938b1b9854705175a6077cad33f4ebe03ef848db998f9ede3e336cc64a3fd"
+LIBRARY_SHA256 = "13a80b8ede855d24bfb5696e4dd989a74e364aa8ad2f55c7841fd688de54e036"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
