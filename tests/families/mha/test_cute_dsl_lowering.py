@@ -48,8 +48,11 @@ def test_prefill_and_extend_on_sm90_and_sm100_are_lowered() -> None:
 
 def test_what_is_not_lowered_says_why() -> None:
     assert "phase decode" in reason(base_variant(Family.MHA))
-    assert "page size 1 is not lowered" in reason(prefill_extend(page=1))
-    assert "cp.async gathers" in reason(prefill_extend(page=8))
+    assert supports(prefill_extend(page=1), Backend.CUTE_DSL, Arch.SM90).ok  # gathered
+    assert "page size 1 is not lowered in CuTe DSL on sm100" in reason(
+        prefill_extend(page=1), Arch.SM100
+    )
+    assert "gathered with cp.async" in reason(prefill_extend(page=3))
     assert "head dims 256/256" in reason(prefill_extend(head_dim=256))
     fp8 = prefill_extend(kv_dtype=DType.FP8_E4M3, kv_scale=ScaleGranularity.PER_TENSOR)
     assert "fp8_e4m3 KV cache" in reason(fp8)
@@ -90,10 +93,21 @@ def test_small_pages_fill_a_tile_one_copy_each() -> None:
         shape = fwd_shape(c, traits, paged=True)
         assert (shape.pages_per_tile, shape.page_rows) == (ppt, tile // ppt)
         assert fwd_shape(c, traits, paged=False).pages_per_tile == 1
+    c = lower.kernel_config(prefill_extend(page=1), Arch.SM90)
+    assert c.fwd_tile_n == 128 and verify.config_problems(c, traits.phases) == []
+    gathered = fwd_shape(c, traits, paged=True)
+    assert gathered.gather and (gathered.pages_per_tile, gathered.page_rows) == (128, 1)
+    assert not fwd_shape(lower.kernel_config(prefill_extend(page=16), Arch.SM90), traits,
+                         paged=True).gather  # fmt: skip
+    c100 = lower.kernel_config(prefill_extend(page=16), Arch.SM100)
+    assert (
+        "not one of (16, 32, 64, 128) on sm100"
+        in verify.config_problems(dataclasses.replace(c100, page_size=1), ("extend",))[0]
+    )
     c = lower.kernel_config(prefill_extend(page=16), Arch.SM90)
     assert (
-        "not one of (16, 32, 64, 128)"
-        in verify.config_problems(dataclasses.replace(c, page_size=8), ("extend",))[0]
+        "not one of (16, 32, 64, 128, 1, 2, 4, 8)"
+        in verify.config_problems(dataclasses.replace(c, page_size=3), ("extend",))[0]
     )
     assert (
         "not a multiple of page_size=128"
@@ -188,7 +202,8 @@ def test_extend_refuses_fp8_scales() -> None:
 
 
 def test_capability_constants_agree_with_the_kernel() -> None:
-    assert capability.EXTEND_PAGE_SIZES == set(verify.PAGE_SIZES)
+    assert capability.TMA_PAGE_SIZES == set(verify.PAGE_SIZES)
+    assert capability.GATHER_PAGE_SIZES == set(verify.GATHER_PAGE_SIZES)
     assert all(t % p == 0 or p % t == 0 for t in verify.TILE_N for p in verify.PAGE_SIZES)
     assert capability.HEAD_DIMS == {64, 128}
 
@@ -206,7 +221,7 @@ def test_draft_chains_are_lowered_trees_are_not() -> None:
         assert supports(chain(), Backend.CUTE_DSL, arch).ok
         assert supports(chain(128, phases=(Phase.EXTEND, Phase.VERIFY)), Backend.CUTE_DSL, arch).ok
     assert "draft trees (topk > 1)" in reason(chain(topk=2))
-    assert "page size 8" in reason(chain(page=8))  # verify reads the cache by TMA too
+    assert "page size 8" in reason(chain(page=8), Arch.SM100)  # verify reads the cache too
     c = lower.kernel_config(chain(page=64), Arch.SM90)
     assert (c.fwd_tile_n, c.spec_topk, c.num_draft_tokens) == (64, 1, 4)
     assert verify.config_problems(c, ("verify", "draft_extend")) == []

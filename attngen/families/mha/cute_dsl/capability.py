@@ -4,7 +4,8 @@ Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
 and a cache of the same dtype; head dims 64 and 128; causal, bidirectional and sliding-window
 masks, logit softcap and attention sinks; any GQA group; extend over pages of 16, 32, 64 or
-128 tokens (read by TMA, one copy per page). Everything else is "not lowered" with the reason."""
+128 tokens (read by TMA, one copy per page) and, on sm90, of 1, 2, 4 or 8 tokens (K/V rows
+gathered with cp.async). Everything else is "not lowered" with the reason."""
 
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
 # extend: TMA reads K/V one box per page: a page of 64 / 128 tokens is a whole key tile
 # (sm90: the tile is the page, as in FA4; sm100: 64-key tiles, one or two per page); pages
 # of 16 / 32 tokens fill a 128-key (sm90) or 64-key (sm100) tile with one copy each. Smaller
-# pages would need a copy per token or two: gathers with cp.async, not written yet.
-EXTEND_PAGE_SIZES = frozenset({16, 32, 64, 128})
+# pages (sm90): the producer warpgroup gathers K/V rows with cp.async.
+TMA_PAGE_SIZES = frozenset({16, 32, 64, 128})
+GATHER_PAGE_SIZES = frozenset({1, 2, 4, 8})
+EXTEND_PAGE_SIZES = {Arch.SM90: TMA_PAGE_SIZES | GATHER_PAGE_SIZES, Arch.SM100: TMA_PAGE_SIZES}
 
 
 def supports(variant: Variant, arch: Arch) -> Verdict:
@@ -59,10 +62,12 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"(equal qk and v dims in {sorted(HEAD_DIMS)})",
             ),
             (
-                not PAGED_PHASES & set(variant.phases) or variant.page_size in EXTEND_PAGE_SIZES,
-                f"page size {variant.page_size} is not lowered in CuTe DSL yet: extend reads K/V "
-                f"through TMA, one copy per page (pages of {sorted(EXTEND_PAGE_SIZES)} tokens); "
-                "smaller pages need cp.async gathers",
+                not PAGED_PHASES & set(variant.phases)
+                or variant.page_size in EXTEND_PAGE_SIZES.get(arch, ()),
+                f"page size {variant.page_size} is not lowered in CuTe DSL on {arch.value} yet: "
+                f"extend reads K/V through TMA, one copy per page (pages of "
+                f"{sorted(TMA_PAGE_SIZES)} tokens); smaller pages are gathered with cp.async "
+                f"(pages of {sorted(GATHER_PAGE_SIZES)} tokens, sm90 only)",
             ),
         ]
     )

@@ -74,7 +74,8 @@ class CompileSpec:
     @property
     def requires(self) -> dict[str, tuple[str, ...]]:
         """Instructions every compiled kernel must contain ({"ptx": ..., "sass": ...})."""
-        return kernel_module(self.arch).REQUIRES
+        module = kernel_module(self.arch)
+        return module.requires(self.shape) if hasattr(module, "requires") else module.REQUIRES
 
     @property
     def shared_bytes(self) -> int:
@@ -82,7 +83,8 @@ class CompileSpec:
 
 
 def kernel_module(arch: str) -> Any:
-    """The forward kernel module of an arch (KERNEL, REQUIRES, shared_bytes)."""
+    """The forward kernel module of an arch (KERNEL, REQUIRES or requires(shape),
+    shared_bytes)."""
     return importlib.import_module(f"attngen.families.mha.cute_dsl.kernels.fwd_{arch}")
 
 

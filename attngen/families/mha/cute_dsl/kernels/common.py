@@ -44,7 +44,14 @@ class FwdShape:
         """Tokens per page (paged) = rows of the tile one TMA copy of a page fills."""
         return self.tile_n // self.pages_per_tile
 
+    @property
+    def gather(self) -> bool:
+        """Pages of fewer than GATHER_BELOW tokens: K/V rows are gathered one by one with
+        cp.async by the whole producer warpgroup instead of copied per page by TMA."""
+        return self.paged and self.page_rows < GATHER_BELOW
 
+
+GATHER_BELOW = 16  # pages of fewer tokens are gathered row by row (see FwdShape.gather)
 DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 SMEM_ALIGN = 1024  # each tile starts on 1 KiB (128-byte swizzle atoms); the barriers come first
 

@@ -20,8 +20,11 @@ Layouts (what ``__call__`` takes; the host passes torch tensors through DLPack):
 - paged K/V (extend): ``[num_pages, page_size, Hkv, D]`` read through ``page_table[b, j]``,
   one TMA copy per page: ``page_size == tile_n`` (a page is a key tile) or
   ``tile_n = pages_per_tile * page_size`` (pages of 16 / 32 tokens, each copied into its rows
-  of the tile, all on the stage's mbarrier); request ``b`` has ``prefix_lens[b]`` cached
-  tokens followed by its new tokens (already written), so its key length is prefix + new.
+  of the tile, all on the stage's mbarrier) or, for pages of fewer than 16 tokens, rows
+  gathered by the whole producer warpgroup with 16-byte ``cp.async`` copies that arrive on
+  the stage's mbarrier (the consumers fence the async proxy before wgmma reads them);
+  request ``b`` has ``prefix_lens[b]`` cached tokens followed by its new tokens (already
+  written), so its key length is prefix + new.
 
 Mask (attngen.hooks.MaskHooks, compile-time): a query row ``i`` of a request with key
 length ``Lk`` and query length ``Lq`` sits at position ``p = i + Lk - Lq``; it sees key ``k``
@@ -63,11 +66,24 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (
 WARPGROUP = 128  # threads
 PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg (TMA issue only)
 CONSUMER_REGS = 240  # registers per consumer thread (S and O accumulators, P)
+# gathering producers compute a row address per copy: 40 + 2 x 232 warpgroups fit 64 Ki regs
+GATHER_PRODUCER_REGS, GATHER_CONSUMER_REGS = 40, 232
+CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
 
 
 # What the design relies on, checked in every compiled kernel by the AOT check: wgmma and
 # bulk tensor copies (TMA), in the PTX and in the SASS ptxas made of it.
 REQUIRES = {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor"), "sass": ("HGMMA", "UTMALDG")}
+# gathered K/V: 16-byte cp.async copies that arrive on the stage's mbarrier, and the proxy
+# fence before wgmma reads what they wrote
+GATHER_REQUIRES = ("cp.async.ca.shared.global", "cp.async.mbarrier.arrive", "fence.proxy.async")
+
+
+def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
+    """Instructions the compiled kernel of ``shape`` must contain (PTX, SASS)."""
+    if shape.gather:
+        return {**REQUIRES, "ptx": REQUIRES["ptx"] + GATHER_REQUIRES}
+    return REQUIRES
 
 
 def shared_bytes(shape: FwdShape) -> int:
@@ -165,7 +181,9 @@ class MhaFwdSm90:
         sK_one, sV_one = (cute.select(s, mode=[0, 1]) for s in (sK_layout, sV_layout))
         rows = shape.page_rows  # one TMA copy per page: rows of the tile it fills
         sK_box, sV_box = sK_one, sV_one
-        if const_expr(shape.pages_per_tile > 1):
+        if const_expr(shape.gather):  # K/V gathered by cp.async: these atoms go unused
+            rows = self.tile_n
+        elif const_expr(shape.pages_per_tile > 1):
             sK_box, sV_box = (page_slice(s, rows) for s in (sK_one, sV_one))
         tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_box, (rows, d), 1)
         tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_box, (rows, dv), 1)
@@ -195,6 +213,8 @@ class MhaFwdSm90:
             tma_Q,
             tma_K,
             tma_V,
+            mK,
+            mV,
             mO,
             mCuSeqlensQ,
             mPrefixLens,
@@ -226,6 +246,8 @@ class MhaFwdSm90:
         mQ: cute.Tensor,
         mK: cute.Tensor,
         mV: cute.Tensor,
+        mK_rows: cute.Tensor,  # the cache itself (gathers read rows of it)
+        mV_rows: cute.Tensor,
         mO: cute.Tensor,
         mCuSeqlensQ: cute.Tensor,
         mPrefixLens: Optional[cute.Tensor],
@@ -273,22 +295,39 @@ class MhaFwdSm90:
             tx_count=self.tx_bytes_q,
             defer_sync=True,
         )
-        pipe_k = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_k.data_ptr(),
-            num_stages=self.shape.num_stages,
-            producer_group=producer,
-            consumer_group=consumers,
-            tx_count=self.tx_bytes_k,
-            defer_sync=True,
-        )
-        pipe_v = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_v.data_ptr(),
-            num_stages=self.shape.num_stages,
-            producer_group=producer,
-            consumer_group=consumers,
-            tx_count=self.tx_bytes_v,
-            defer_sync=True,
-        )
+        if const_expr(self.shape.gather):  # every producer thread arrives after its copies
+            gatherers = pipeline.CooperativeGroup(pipeline.Agent.Thread, WARPGROUP)
+            pipe_k = pipeline.PipelineCpAsync.create(
+                barrier_storage=storage.mbar_k.data_ptr(),
+                num_stages=self.shape.num_stages,
+                producer_group=gatherers,
+                consumer_group=consumers,
+                defer_sync=True,
+            )
+            pipe_v = pipeline.PipelineCpAsync.create(
+                barrier_storage=storage.mbar_v.data_ptr(),
+                num_stages=self.shape.num_stages,
+                producer_group=gatherers,
+                consumer_group=consumers,
+                defer_sync=True,
+            )
+        else:
+            pipe_k = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.mbar_k.data_ptr(),
+                num_stages=self.shape.num_stages,
+                producer_group=producer,
+                consumer_group=consumers,
+                tx_count=self.tx_bytes_k,
+                defer_sync=True,
+            )
+            pipe_v = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.mbar_v.data_ptr(),
+                num_stages=self.shape.num_stages,
+                producer_group=producer,
+                consumer_group=consumers,
+                tx_count=self.tx_bytes_v,
+                defer_sync=True,
+            )
         cute.arch.mbarrier_init_fence()
         cute.arch.barrier()
 
@@ -299,15 +338,26 @@ class MhaFwdSm90:
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
         if m_block * self.tile_m < seqlen_q:
             if warp_idx < 4:
-                cute.arch.setmaxregister_decrease(PRODUCER_REGS)
-                if warp_idx == 0:
-                    self.load(
-                        mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
-                        pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
-                        n_block_min, n_block_max,
+                if const_expr(self.shape.gather):
+                    cute.arch.setmaxregister_decrease(GATHER_PRODUCER_REGS)
+                    self.gather(
+                        mQ, mK_rows, mV_rows, sQ, sK, sV, mPageTable, tma_atom_Q, pipe_q,
+                        pipe_k, pipe_v, tidx, warp_idx, q_start, head, head_kv, batch, m_block,
+                        seqlen_k, n_block_min, n_block_max,
                     )  # fmt: skip
+                else:
+                    cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+                    if warp_idx == 0:
+                        self.load(
+                            mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K,
+                            tma_atom_V, pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch,
+                            m_block, n_block_min, n_block_max,
+                        )  # fmt: skip
             else:
-                cute.arch.setmaxregister_increase(CONSUMER_REGS)
+                if const_expr(self.shape.gather):
+                    cute.arch.setmaxregister_increase(GATHER_CONSUMER_REGS)
+                else:
+                    cute.arch.setmaxregister_increase(CONSUMER_REGS)
                 self.attend(
                     mO, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
                     tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q, seqlen_k,
@@ -441,6 +491,104 @@ class MhaFwdSm90:
             src = mPageTable[batch, cutlass.min(j, last_page)]
         return src
 
+    # -- producer: cp.async gathers (pages smaller than GATHER_BELOW tokens) ----
+
+    @cute.jit
+    def gather(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        mPageTable: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        pipe_q: pipeline.PipelineAsync,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        tidx: Int32,
+        warp_idx: Int32,
+        q_start: Int32,
+        head: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        m_block: Int32,
+        seqlen_k: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        """Q by TMA (first warp); each K and V tile row by row: thread t copies 16 bytes of
+        row ``t // chunks`` (+ the rows of later passes) from the row's page, then arrives on
+        the stage's mbarrier when its copies land (cp.async.mbarrier.arrive). Keys past the
+        sequence read its last key (finite, masked), so no copy leaves the request's pages."""
+        d = self.shape.head_dim
+        if warp_idx == 0:
+            gQ = cute.local_tile(
+                cute.domain_offset((q_start, 0), mQ[None, None, head]),
+                (self.tile_m, d),
+                (m_block, 0),
+            )
+            tQsQ, tQgQ = cpasync.tma_partition(
+                tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
+                cute.group_modes(gQ, 0, 2),
+            )  # fmt: skip
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            pipe_q.producer_acquire(q_state)
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        atom = cute.make_copy_atom(cpasync.CopyG2SOp(), self.dtype, num_bits_per_copy=128)
+        last_page = mPageTable.shape[1] - 1
+        state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.shape.num_stages
+        )
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            pipe_k.producer_acquire(state)
+            self.gather_tile(atom, mK, sK, mPageTable, tidx, head_kv, batch, seqlen_k, n_block,
+                             state.index, last_page)  # fmt: skip
+            pipe_k.producer_commit(state)
+            pipe_v.producer_acquire(state)
+            self.gather_tile(atom, mV, sV, mPageTable, tidx, head_kv, batch, seqlen_k, n_block,
+                             state.index, last_page)  # fmt: skip
+            pipe_v.producer_commit(state)
+            state.advance()
+
+    @cute.jit
+    def gather_tile(
+        self,
+        atom: cute.CopyAtom,
+        mX: cute.Tensor,
+        sX: cute.Tensor,
+        mPageTable: cute.Tensor,
+        tidx: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        seqlen_k: Int32,
+        n_block: Int32,
+        stage: Int32,
+        last_page: Int32,
+    ):
+        """One tile of K or V (``mX``: [page_rows, D, Hkv, pages]) into stage ``stage``."""
+        ps = self.shape.page_rows
+        chunks = cute.size(sX, mode=[1]) // CHUNK
+        rows_per_pass = WARPGROUP // chunks
+        row0, chunk = tidx // chunks, tidx % chunks
+        for r in cutlass.range_constexpr(self.tile_n // rows_per_pass):
+            row = r * rows_per_pass + row0
+            key = cutlass.min(n_block * self.tile_n + row, seqlen_k - 1)
+            page = mPageTable[batch, cutlass.min(key // ps, last_page)]
+            src = cute.local_tile(mX[key % ps, None, head_kv, page], (CHUNK,), (chunk,))
+            dst = cute.local_tile(sX[row, None, stage], (CHUNK,), (chunk,))
+            cute.copy(atom, src, dst)
+
+    @cute.jit
+    def wait_kv(self, pipe: pipeline.PipelineAsync, state: pipeline.PipelineState):
+        """Wait for a K or V stage; gathered stages were written through the generic proxy,
+        so a proxy fence orders them before the wgmma (async proxy) reads them."""
+        pipe.consumer_wait(state)
+        if const_expr(self.shape.gather):
+            cute.arch.fence_view_async_shared()
+
     # -- consumers: wgmma + online softmax ----
 
     @cute.jit
@@ -512,7 +660,7 @@ class MhaFwdSm90:
                 acc_S = cute.make_rmem_tensor(
                     tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
                 )
-                pipe_k.consumer_wait(state)
+                self.wait_kv(pipe_k, state)
                 _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
                 pipe_k.consumer_release(state)
                 acc_S_rc = rows_cols(acc_S)
@@ -541,7 +689,7 @@ class MhaFwdSm90:
                     acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale)
                 # -- O += P V ----
                 tOrP.store(mma_a(acc_S).load().to(self.dtype))
-                pipe_v.consumer_wait(state)
+                self.wait_kv(pipe_v, state)
                 _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
                 pipe_v.consumer_release(state)
                 state.advance()
@@ -604,7 +752,7 @@ class MhaFwdSm90:
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, shape.num_stages)
         # -- the first (newest) key tile: S, softmax, P; O is zero, nothing to rescale ----
         acc_S = cute.make_rmem_tensor(s_shape, Float32)
-        pipe_k.consumer_wait(state)
+        self.wait_kv(pipe_k, state)
         _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, 0)
         pipe_k.consumer_release(state)
         self.scores_to_probs(
@@ -617,9 +765,9 @@ class MhaFwdSm90:
         for i in cutlass.range(n_block_max - n_block_min - 1, unroll=1):
             n_block = n_block_max - 2 - i
             acc_S = cute.make_rmem_tensor(s_shape, Float32)
-            pipe_k.consumer_wait(state)
+            self.wait_kv(pipe_k, state)
             _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, -1)
-            pipe_v.consumer_wait(state_v)
+            self.wait_kv(pipe_v, state_v)
             _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 1)
             pipe_k.consumer_release(state)  # S_j is done (PV may still run)
             self.scores_to_probs(
@@ -633,7 +781,7 @@ class MhaFwdSm90:
             tOrP.store(mma_a(acc_S).load().to(self.dtype))
             state_v = state.clone()
             state.advance()
-        pipe_v.consumer_wait(state_v)
+        self.wait_kv(pipe_v, state_v)
         _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 0)
         pipe_v.consumer_release(state_v)
 

@@ -8,13 +8,13 @@ Covers (mha on cute_dsl sm100; one line per docs column):
   yes:           Page Size > 1 (native): 128
   not lowered:   FP8 KV Cache (phase decode is not lowered in CuTe DSL yet)
   not lowered:   FP4 KV Cache (phase decode is not lowered in CuTe DSL yet)
-  not lowered:   Spec topk=1 (page size 1 is not lowered in CuTe DSL yet: extend reads K/V through TMA, one copy per page (pages of [16, 32, 64, 128] tokens); smaller pages need cp.async gathers)
+  not lowered:   Spec topk=1 (page size 1 is not lowered in CuTe DSL on sm100 yet: extend reads K/V through TMA, one copy per page (pages of [16, 32, 64, 128] tokens); smaller pages are gathered with cp.async (pages of [1, 2, 4, 8] tokens, sm90 only))
   not lowered:   Spec topk>1 (mask custom is not lowered in CuTe DSL yet)
   not lowered:   Sliding Window (phase decode is not lowered in CuTe DSL yet)
   not here:      MultiModal (bidirectional prefill) (lowered for this target; not in this spec)
   yes:           Logit softcap
   not lowered:   Attention sinks (phase decode is not lowered in CuTe DSL yet)
-  not lowered:   Non-causal extend (page size 1 is not lowered in CuTe DSL yet: extend reads K/V through TMA, one copy per page (pages of [16, 32, 64, 128] tokens); smaller pages need cp.async gathers)
+  not lowered:   Non-causal extend (page size 1 is not lowered in CuTe DSL on sm100 yet: extend reads K/V through TMA, one copy per page (pages of [16, 32, 64, 128] tokens); smaller pages are gathered with cp.async (pages of [1, 2, 4, 8] tokens, sm90 only))
   not lowered:   Decode (phase decode is not lowered in CuTe DSL yet)
   yes:           Extend (cached prefix)
   yes:           GQA group: 6
@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "13a80b8ede855d24bfb5696e4dd989a74e364aa8ad2f55c7841fd688de54e036"
+LIBRARY_SHA256 = "118399996efde85103331759ab2e7cc5261a5ca96a4659a56ae6d2bc0681b541"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "

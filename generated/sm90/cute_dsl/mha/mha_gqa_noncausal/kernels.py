@@ -8,7 +8,7 @@ Covers (mha on cute_dsl sm90; one line per docs column):
   yes:           Page Size > 1 (native): 128
   not lowered:   FP8 KV Cache (phase decode is not lowered in CuTe DSL yet)
   not lowered:   FP4 KV Cache (phase decode is not lowered in CuTe DSL yet)
-  not lowered:   Spec topk=1 (page size 1 is not lowered in CuTe DSL yet: extend reads K/V through TMA, one copy per page (pages of [16, 32, 64, 128] tokens); smaller pages need cp.async gathers)
+  not here:      Spec topk=1 (lowered for this target; not in this spec)
   not lowered:   Spec topk>1 (mask custom is not lowered in CuTe DSL yet)
   not lowered:   Sliding Window (phase decode is not lowered in CuTe DSL yet)
   yes:           MultiModal (bidirectional prefill)
@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "13a80b8ede855d24bfb5696e4dd989a74e364aa8ad2f55c7841fd688de54e036"
+LIBRARY_SHA256 = "118399996efde85103331759ab2e7cc5261a5ca96a4659a56ae6d2bc0681b541"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
