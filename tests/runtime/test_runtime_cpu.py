@@ -925,7 +925,9 @@ def test_tree_masks_of_the_wrong_size_or_offsets_fail_in_eager_mode() -> None:
         rig.backend.init_forward_metadata(verify(packed, shifted))
     with pytest.raises(AttngenInputError, match=r"tree_mask_indptr: expected shape"):
         rig.backend.init_forward_metadata(verify(packed, indptr[:-1]))
-    with pytest.raises(AttngenInputError, match=r"tree_mask: expected a torch.Tensor, got NoneType"):
+    with pytest.raises(
+        AttngenInputError, match=r"tree_mask: expected a torch.Tensor, got NoneType"
+    ):
         rig.backend.init_forward_metadata(verify(None, indptr))
 
 
