@@ -295,20 +295,25 @@ class MhaFwdSm90:
             tx_count=self.tx_bytes_q,
             defer_sync=True,
         )
-        if const_expr(self.shape.gather):  # every producer thread arrives after its copies
+        if const_expr(self.shape.gather):
+            # every producer thread arrives (when its copies land); every consumer thread
+            # releases (the cp.async pipeline has no one-lane-per-warp signalling)
             gatherers = pipeline.CooperativeGroup(pipeline.Agent.Thread, WARPGROUP)
+            releasers = pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_consumers * WARPGROUP
+            )
             pipe_k = pipeline.PipelineCpAsync.create(
                 barrier_storage=storage.mbar_k.data_ptr(),
                 num_stages=self.shape.num_stages,
                 producer_group=gatherers,
-                consumer_group=consumers,
+                consumer_group=releasers,
                 defer_sync=True,
             )
             pipe_v = pipeline.PipelineCpAsync.create(
                 barrier_storage=storage.mbar_v.data_ptr(),
                 num_stages=self.shape.num_stages,
                 producer_group=gatherers,
-                consumer_group=consumers,
+                consumer_group=releasers,
                 defer_sync=True,
             )
         else:

@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "118399996efde85103331759ab2e7cc5261a5ca96a4659a56ae6d2bc0681b541"
+LIBRARY_SHA256 = "641b5c4cda0a12201dc287042ba19f123596b155a213e2f27e0c7d1151f6d5e9"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
