@@ -218,3 +218,33 @@ def test_a_loaded_kernel_that_fails_its_first_call_is_recompiled(
     assert calls == [("sm90", "shape", (1, 2))] and host_compile._COMPILED[key](0) == 7
     ok = host_compile._FirstCallOfLoaded(key, lambda *x: 5, "entry.o")
     assert ok(1) == 5 and host_compile._COMPILED[key] is ok.fn  # the guard steps aside
+
+
+def test_a_loaded_mha_kernel_takes_the_launchers_arguments(
+    cache_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Called with the launchers' argument types, a kernel loaded from the cache converts
+    every argument and gets as far as the CUDA runtime: on a machine without a driver, the
+    only error is the missing driver (an ABI mismatch would fail in argument conversion)."""
+    import torch
+
+    from attngen.families.mha.cute_dsl.host import compile as host_compile
+    from attngen.families.mha.cute_dsl.testing import fake_cuda, fake_launch
+    from attngen.testing.paths import REPO_ROOT
+
+    if torch.cuda.is_available():
+        pytest.skip("would launch on fake (null) tensors: the GPU suite runs loaded kernels")
+    sys.path.insert(0, str(REPO_ROOT))
+    from generated.sm90.cute_dsl.mha.mha_gqa_prefill_page1 import kernels
+
+    config = kernels.CONFIGS["d64_g4_ps1_bf16_causal"]  # the cp.async-gathering kernel
+    monkeypatch.setattr(host_compile, "_COMPILED", {})
+    with fake_cuda():
+        arch, shape, args = fake_launch(config, kernels.TRAITS, "extend")
+        assert shape.gather
+        host_compile.compiled_fwd(arch, shape, args)  # compile + store
+        monkeypatch.setattr(host_compile, "_COMPILED", {})
+        loaded = host_compile.compiled_fwd(arch, shape, args)
+        assert isinstance(loaded, host_compile._FirstCallOfLoaded)
+        with pytest.raises(Exception, match="cudaErrorInsufficientDriver"):
+            loaded.fn(*args)
