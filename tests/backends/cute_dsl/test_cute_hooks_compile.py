@@ -35,6 +35,7 @@ def _config(head_dim: int, page: int, arch: str, tile_n: int, overlap: int) -> M
         ("sm100", 128, 16, 64, 0),
         ("sm90", 128, 1, 128, 0),  # pages below 16 tokens: K/V rows gathered with cp.async
         ("sm90", 64, 8, 128, 0),
+        ("sm100", 128, 1, 64, 0),
     ],
 )
 def test_window_softcap_sinks_compile(

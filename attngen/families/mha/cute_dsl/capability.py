@@ -4,8 +4,8 @@ Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
 and a cache of the same dtype; head dims 64 and 128; causal, bidirectional and sliding-window
 masks, logit softcap and attention sinks; any GQA group; extend over pages of 16, 32, 64 or
-128 tokens (read by TMA, one copy per page) and, on sm90, of 1, 2, 4 or 8 tokens (K/V rows
-gathered with cp.async). Everything else is "not lowered" with the reason."""
+128 tokens (read by TMA, one copy per page) and of 1, 2, 4 or 8 tokens (K/V rows gathered
+with cp.async). Everything else is "not lowered" with the reason."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
 # extend: TMA reads K/V one box per page: a page of 64 / 128 tokens is a whole key tile
 # (sm90: the tile is the page, as in FA4; sm100: 64-key tiles, one or two per page); pages
 # of 16 / 32 tokens fill a 128-key (sm90) or 64-key (sm100) tile with one copy each. Smaller
-# pages (sm90): the producer warpgroup gathers K/V rows with cp.async.
+# pages: K/V rows gathered with cp.async (sm90: the producer warpgroup; sm100: the load warp).
 TMA_PAGE_SIZES = frozenset({16, 32, 64, 128})
 GATHER_PAGE_SIZES = frozenset({1, 2, 4, 8})
-EXTEND_PAGE_SIZES = {Arch.SM90: TMA_PAGE_SIZES | GATHER_PAGE_SIZES, Arch.SM100: TMA_PAGE_SIZES}
+EXTEND_PAGE_SIZES = {arch: TMA_PAGE_SIZES | GATHER_PAGE_SIZES for arch in ARCHS}
 
 
 def supports(variant: Variant, arch: Arch) -> Verdict:
@@ -67,7 +67,7 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"page size {variant.page_size} is not lowered in CuTe DSL on {arch.value} yet: "
                 f"extend reads K/V through TMA, one copy per page (pages of "
                 f"{sorted(TMA_PAGE_SIZES)} tokens); smaller pages are gathered with cp.async "
-                f"(pages of {sorted(GATHER_PAGE_SIZES)} tokens, sm90 only)",
+                f"(pages of {sorted(GATHER_PAGE_SIZES)} tokens)",
             ),
         ]
     )

@@ -11,8 +11,8 @@ layouts; ``fragments``: register views of wgmma accumulators), host code in ``ho
 launches). A config's ``arch`` picks the kernel.
 
 Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens over a paged
-cache read by TMA, one copy per page: page sizes 16, 32, 64 and 128; on sm90 also pages of
-1, 2, 4 and 8 tokens, K/V rows gathered with cp.async); speculative verify of
+cache read by TMA, one copy per page: page sizes 16, 32, 64 and 128; pages of 1, 2, 4 and 8
+tokens: K/V rows gathered with cp.async); speculative verify of
 draft chains
 (``verify``: num_draft_tokens causal rows per request) and draft extend run the extend
 kernel, with grids fixed by the config and the batch, so they are CUDA-graph capturable.

@@ -9,7 +9,7 @@ from attngen.ir import ModulePlan, PlanError, check_unique_uris
 WGMMA_ROWS = 64  # rows per consumer warpgroup
 TILE_N = (64, 128)  # keys per stage: the MMA's N (and the page, for extend over large pages)
 PAGE_SIZES = (16, 32, 64, 128)  # extend: one TMA copy per page (a tile, part of one, or pages)
-GATHER_PAGE_SIZES = (1, 2, 4, 8)  # sm90 extend: K/V rows gathered with cp.async
+GATHER_PAGE_SIZES = (1, 2, 4, 8)  # extend: K/V rows gathered with cp.async
 
 
 def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
@@ -19,11 +19,11 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
         problems.append(f"fwd_tile_m={c.fwd_tile_m}: the kernel runs 2 consumer warpgroups")
     if c.fwd_tile_n not in TILE_N:
         problems.append(f"fwd_tile_n={c.fwd_tile_n} is not one of {TILE_N}")
-    page_sizes = PAGE_SIZES + (GATHER_PAGE_SIZES if c.arch == "sm90" else ())
+    page_sizes = PAGE_SIZES + GATHER_PAGE_SIZES
     if paged and c.page_size not in page_sizes:
         problems.append(
-            f"page_size={c.page_size} is not one of {page_sizes} on {c.arch} (TMA per page"
-            f"{', cp.async gathers below 16' if c.arch == 'sm90' else ''})"
+            f"page_size={c.page_size} is not one of {page_sizes} (TMA per page, cp.async "
+            "gathers below 16)"
         )
     elif paged and c.arch == "sm90" and c.fwd_tile_n % c.page_size:
         problems.append(

@@ -8,13 +8,13 @@ Covers (mha on cute_dsl sm100; one line per docs column):
   yes:           Page Size > 1 (native): 64
   not lowered:   FP8 KV Cache (phase decode is not lowered in CuTe DSL yet)
   not lowered:   FP4 KV Cache (phase decode is not lowered in CuTe DSL yet)
-  not lowered:   Spec topk=1 (page size 1 is not lowered in CuTe DSL on sm100 yet: extend reads K/V through TMA, one copy per page (pages of [16, 32, 64, 128] tokens); smaller pages are gathered with cp.async (pages of [1, 2, 4, 8] tokens, sm90 only))
+  not here:      Spec topk=1 (lowered for this target; not in this spec)
   not lowered:   Spec topk>1 (mask custom is not lowered in CuTe DSL yet)
   yes:           Sliding Window
   not here:      MultiModal (bidirectional prefill) (lowered for this target; not in this spec)
   not lowered:   Logit softcap (phase decode is not lowered in CuTe DSL yet)
   yes:           Attention sinks
-  not lowered:   Non-causal extend (page size 1 is not lowered in CuTe DSL on sm100 yet: extend reads K/V through TMA, one copy per page (pages of [16, 32, 64, 128] tokens); smaller pages are gathered with cp.async (pages of [1, 2, 4, 8] tokens, sm90 only))
+  not here:      Non-causal extend (lowered for this target; not in this spec)
   not lowered:   Decode (phase decode is not lowered in CuTe DSL yet)
   yes:           Extend (cached prefix)
   yes:           GQA group: 8
@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "641b5c4cda0a12201dc287042ba19f123596b155a213e2f27e0c7d1151f6d5e9"
+LIBRARY_SHA256 = "c9db3ede0847bf48825826b17ca13358478219fe27a7ebe9b07b6d250067362f"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "

@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "641b5c4cda0a12201dc287042ba19f123596b155a213e2f27e0c7d1151f6d5e9"
+LIBRARY_SHA256 = "c9db3ede0847bf48825826b17ca13358478219fe27a7ebe9b07b6d250067362f"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
