@@ -102,8 +102,8 @@ def sparse_mla_kernel(
     q1 = tl.load(q_ptrs + CHUNK + offs_k[None, :], mask=mask_h[:, None], other=0.0)
     q2 = tl.load(q_ptrs + 2 * CHUNK + offs_k[None, :], mask=mask_h[:, None], other=0.0)
     q3 = tl.load(q_ptrs + 3 * CHUNK + offs_k[None, :], mask=mask_h[:, None], other=0.0)
-    r_ptrs = Q_ROPE + off_t.to(tl.int64) * stride_rt + heads[:, None] * stride_rh
-    q_rope = tl.load(r_ptrs + offs_r[None, :], mask=mask_h[:, None], other=0.0)
+    qr_ptrs = Q_ROPE + off_t.to(tl.int64) * stride_rt + heads[:, None] * stride_rh
+    q_rope = tl.load(qr_ptrs + offs_r[None, :], mask=mask_h[:, None], other=0.0)
     dt = q0.dtype  # both products run in the activations' dtype
 
     # -- online softmax over the split's slots (base 2) ----
