@@ -249,9 +249,9 @@ def main():
                 )
     for kv in ("fp8", "bf16"):
         for tiles in (
-            {"sparse_block_h": 32, "sparse_block_n": 32},
+            {"sparse_block_h": 64, "sparse_block_n": 16},
             {"sparse_block_h": 64, "sparse_block_n": 32},
-            {"sparse_block_h": 32, "sparse_block_n": 16},
+            {"sparse_block_h": 64, "sparse_block_n": 32, "sparse_num_stages": 3},
         ):
             steps.append(
                 lambda kv=kv, tiles=tiles: sparse_case(None, kv, 128, 128, 8192, rows, tiles)

@@ -20,6 +20,15 @@ def indexer_logits(
     return torch.einsum("ths,th->ts", dots, weights.to(F64)) * k_scale.to(F64)[None, :]
 
 
+def indexer_abs_sum(
+    q: torch.Tensor, weights: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor
+) -> torch.Tensor:
+    """``[T, S]``: k_scale[s] * sum_h |weights[t, h]| * sum_d |q[t, h, d] k[s, d]|, the scale
+    of the rounding errors of a score accumulated in limited precision."""
+    dots = torch.einsum("thd,sd->ths", q.to(F64).abs(), k.to(F64).abs())
+    return torch.einsum("ths,th->ts", dots, weights.to(F64).abs()) * k_scale.to(F64).abs()[None, :]
+
+
 def topk_positions(scores: torch.Tensor, length: int, k: int) -> list[int]:
     """The tie rule of the kernel: the ``k`` best of ``scores[:length]`` by (higher score,
     lower position), returned in ascending position order (all of them when length <= k)."""

@@ -24,13 +24,13 @@ RUNTIME_CLASS = "attngen.families.dsa.runtime:DsaBackend"
 MAX_SPLITS = 8  # top-k splits per row when rows x head blocks leave SMs idle
 
 # Sparse MLA tiles (BLOCK_H heads, BLOCK_N slots, warps, stages) by the padded head count:
-# four fp32 accumulators of BLOCK_H x 128, and every slot tile a gather of 1152-byte (bf16)
-# or 656-byte (fp8) rows. Spill-free on sm_90a (Triton 3.6, ptxas): bf16 16 x 32 on 8
-# warps (231 registers; 4 warps spilled 1.2 KB at 64 slots), 64 x 16 (64 x 32 spilled 32-48
-# bytes); the fp8 rows (e4m3 upcast in registers, a scale per chunk) need 16-slot tiles
-# (16 x 32 spilled 80 bytes, 64 x 32 160).
-SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 16, 8, 2), 64: (64, 16, 8, 2)}
-FP8_SPARSE_TILES = {16: (16, 16, 8, 2), 32: (32, 16, 8, 2), 64: (64, 16, 8, 2)}
+# four fp32 accumulators of BLOCK_H x 128, every slot tile a gather of 1152-byte (bf16) or
+# 656-byte (fp8) rows. Spill-free on sm_90a and sm_100a (Triton 3.6, ptxas): bf16 64 x 32
+# (223 registers on sm_90a; ran 160 TFLOP/s at h_q 128 on the H200 vs 98 for 64 x 16),
+# 16 x 32 (128); the fp8 rows (e4m3 -> fp16 in registers, a scale per chunk) spill at
+# 64 x 32 (544 bytes) and run 64 x 16; 16 x 32 (194).
+SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 32, 8, 2), 64: (64, 32, 8, 2)}
+FP8_SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 16, 8, 2), 64: (64, 16, 8, 2)}
 # Indexer: one 64-key page per tensor-core tile (64 heads x 128 fp8), 1024 keys a program.
 INDEXER = dict(indexer_block_n=64, indexer_block_s=1024, indexer_num_warps=4)
 # Top-k: 2048 scores per pass step on 8 warps.

@@ -8,8 +8,9 @@ through a page table. Two cache layouts:
 - ``FP8 = False``: the latent pool's rows ``[slots, 576]`` in the activations' dtype;
 - ``FP8 = True``: DeepSeek-V3.2's 656-byte rows: 512 e4m3 latent values, 4 fp32 scales
   (one per 128 values; value = e4m3 * scale), 64 bf16 rope values. The kernel reads them
-  through three views of the same bytes (e4m3, fp32 words, 16-bit words) and decodes the
-  bf16 rope from its bits.
+  through three views of the same bytes (e4m3, fp32 words, 16-bit words), decodes the
+  bf16 rope from its bits, and runs both products in fp16 (e4m3 -> fp16 is one
+  conversion per pair; q's bf16 values convert exactly in fp16's normal range).
 
 The latent is handled as 4 chunks of 128 columns, each with its own scale (1 for the
 plain layout): chunk scales multiply the score columns, and the softmax weights of the
@@ -31,7 +32,9 @@ CHUNK = tl.constexpr(128)  # latent columns per fp8 scale
 def _latent_chunk(KV, KVF, rows, mask_n, c: tl.constexpr, stride_kv, stride_kvf, FP8: tl.constexpr):
     """Columns c*128 .. c*128+127 of the gathered rows (raw, unscaled) and their scales."""
     offs = c * CHUNK + tl.arange(0, CHUNK)
-    x = tl.load(KV + rows[:, None] * stride_kv + offs[None, :], mask=mask_n[:, None], other=0.0)
+    # rows start on 16 bytes (576 x 2 or 656 bytes): vector loads
+    row = tl.multiple_of(rows * stride_kv, 16)
+    x = tl.load(KV + row[:, None] + offs[None, :], mask=mask_n[:, None], other=0.0)
     if FP8:
         scale = tl.load(KVF + rows * stride_kvf + 128 + c, mask=mask_n, other=0.0)
     else:
@@ -104,7 +107,14 @@ def sparse_mla_kernel(
     q3 = tl.load(q_ptrs + 3 * CHUNK + offs_k[None, :], mask=mask_h[:, None], other=0.0)
     qr_ptrs = Q_ROPE + off_t.to(tl.int64) * stride_rt + heads[:, None] * stride_rh
     q_rope = tl.load(qr_ptrs + offs_r[None, :], mask=mask_h[:, None], other=0.0)
-    dt = q0.dtype  # both products run in the activations' dtype
+    dt = q0.dtype  # both products run in the activations' dtype, or (fp8 rows) fp16:
+    if FP8:
+        # e4m3 pairs become fp16 in one cvt on sm89+ (bf16 takes a longer path); q's bf16
+        # values convert exactly while |q| < 65504 (and above fp16's subnormals), the
+        # rope's bf16 bits through fp32 likewise; P in [0, 1] times a scale loses nothing
+        dt = tl.float16
+        q0, q1, q2, q3 = q0.to(dt), q1.to(dt), q2.to(dt), q3.to(dt)
+        q_rope = q_rope.to(dt)
 
     # -- online softmax over the split's slots (base 2) ----
     qk_scale = sm_scale * LOG2E
@@ -125,12 +135,13 @@ def sparse_mla_kernel(
         c3, s3 = _latent_chunk(KV, KVF, rows, mask_n, 3, stride_kv, stride_kvf, FP8)
         if FP8:
             # bf16 rope after the 528 bytes of latent and scales: its bits are fp32's top half
-            r_ptrs = KV16 + rows[:, None] * stride_kv16 + 264 + offs_r[None, :]
+            r_row = tl.multiple_of(rows * stride_kv16, 8)  # 656 bytes: 328 16-bit words
+            r_ptrs = KV16 + r_row[:, None] + 264 + offs_r[None, :]
             bits = tl.load(r_ptrs, mask=mask_n[:, None], other=0).to(tl.uint16, bitcast=True)
             k_rope = (bits.to(tl.uint32) << 16).to(tl.float32, bitcast=True).to(dt)
             c0, c1, c2, c3 = c0.to(dt), c1.to(dt), c2.to(dt), c3.to(dt)
         else:
-            r_ptrs = KV + rows[:, None] * stride_kv + LORA + offs_r[None, :]
+            r_ptrs = KV + tl.multiple_of(rows * stride_kv, 16)[:, None] + LORA + offs_r[None, :]
             k_rope = tl.load(r_ptrs, mask=mask_n[:, None], other=0.0)
         # -- scores: sum over chunks of (q_c . latent_c) * scale_c, plus q_rope . k_rope ----
         s = tl.dot(q_rope, tl.trans(k_rope))

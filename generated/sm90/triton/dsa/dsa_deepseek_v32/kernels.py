@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "f1bc53e55199989e903d6d6a5fe1b2344ce135894578223bb2df536267cc11a8"
+LIBRARY_SHA256 = "90a55054158ebe60fe8300330c4d1a24bc4f182e5cae19442a72c160abfbe2e0"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -76,7 +76,7 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         spec_topk=1,
         num_draft_tokens=2,
         sparse_block_h=64,
-        sparse_block_n=16,
+        sparse_block_n=32,
         sparse_num_warps=8,
         sparse_num_stages=2,
         max_splits=8,
@@ -101,7 +101,7 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         spec_topk=1,
         num_draft_tokens=2,
         sparse_block_h=64,
-        sparse_block_n=16,
+        sparse_block_n=32,
         sparse_num_warps=8,
         sparse_num_stages=2,
         max_splits=8,
