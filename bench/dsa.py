@@ -135,8 +135,9 @@ def sparse_case(fm, kv, heads, b, ctx, rows_log, tiles=None):
 
             o_peer, _ = peer()
             ours()
-            diff = (o_peer.view(b, heads, 512).float() - out.float()).abs().max().item()
-            rms = out.float().pow(2).mean().sqrt().item()
+            delta = o_peer.view(b, heads, 512).float() - out.float()
+            diff, rms = delta.abs().max().item(), out.float().pow(2).mean().sqrt().item()
+            row["rms_diff_over_rms"] = delta.pow(2).mean().sqrt().item() / rms
             tp = bench(peer)
             row.update(
                 peer_ms=tp, peer_tflops=flops / tp / 1e9, ratio=tp / t, max_diff_over_rms=diff / rms
@@ -180,8 +181,9 @@ def prefill_case(fm, rows_log):
 
             o_peer = peer()[0]
             ours()
-            diff = (o_peer.float() - out.float()).abs().max().item()
-            rms = out.float().pow(2).mean().sqrt().item()
+            delta = o_peer.float() - out.float()
+            diff, rms = delta.abs().max().item(), out.float().pow(2).mean().sqrt().item()
+            row["rms_diff_over_rms"] = delta.pow(2).mean().sqrt().item() / rms
             tp = bench(peer)
             row.update(
                 peer_ms=tp, peer_tflops=flops / tp / 1e9, ratio=tp / t, max_diff_over_rms=diff / rms
