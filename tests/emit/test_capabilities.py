@@ -38,10 +38,10 @@ def test_hardware_limits_are_unsupported_with_a_reason() -> None:
     )
 
 
-@pytest.mark.parametrize("family", [Family.DSA])
-def test_other_families_are_not_lowered_yet(family: Family) -> None:
-    v = base_variant(family)
-    assert supports(v, Backend.TRITON, Arch.SM90).status is Status.NOT_LOWERED
+def test_dsa_is_lowered_in_triton_only() -> None:
+    v = base_variant(Family.DSA)
+    assert supports(v, Backend.TRITON, Arch.SM90).ok
+    assert supports(v, Backend.CUTE_DSL, Arch.SM90).status is Status.NOT_LOWERED
 
 
 def test_lowered_variants_are_exactly_the_supported_ones() -> None:
