@@ -24,7 +24,7 @@ from attngen.spec.model import (
 from attngen.spec.reader import MapReader, default_section, read_section
 
 QUANTIZED_KV = {
-    # per_block: one scale per 128 values (DeepSeek-V3.2's 656-byte latent rows)
+    # per_block: one scale per block of values (e.g. each 128 values of an fp8 latent row)
     DType.FP8_E4M3: (
         ScaleGranularity.PER_TENSOR,
         ScaleGranularity.PER_HEAD,

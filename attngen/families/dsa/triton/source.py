@@ -1,26 +1,18 @@
-"""What the DSA Triton library is made of, and its sha256 (importable without torch or
-triton: the generator records it in every generated kernels.py).
+"""The DSA Triton library's sha256 (see :func:`attngen.evidence.library_sha256`):
+importable without torch or the compiler.
 
-The library launches MLA's split combine kernel, so MLA's absorbed kernel file (and the
-MHA file it imports) count as its sources too: editing them makes DSA's evidence stale.
+It covers this package's own sources. The library also launches MLA's split combine kernel
+(``attngen/families/mla/triton/kernels/absorbed.py``), whose edits do not change it.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
+from attngen.evidence import library_sha256
+
 PACKAGE_DIR = Path(__file__).resolve().parent
-FAMILIES_DIR = PACKAGE_DIR.parents[1]
-SOURCE_FILES = ("library.py", "config.py", "kernels/*.py", "host/*.py")
-BORROWED_FILES = ("mla/triton/kernels/absorbed.py", "mha/triton/kernels/fp4.py")
 
 
 def source_sha256() -> str:
-    """sha256 over the library's source files (sorted relative paths and bytes)."""
-    digest = hashlib.sha256()
-    own = sorted({p for pattern in SOURCE_FILES for p in PACKAGE_DIR.glob(pattern)})
-    for path in own + [FAMILIES_DIR / rel for rel in BORROWED_FILES]:
-        digest.update(path.relative_to(FAMILIES_DIR).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    return library_sha256(PACKAGE_DIR)
