@@ -274,7 +274,7 @@ def test_a_wrong_specs_path_touches_nothing(tmp_path: Path) -> None:
     for specs, message in [
         (tmp_path / "nope", "no such spec file or folder"),
         (tmp_path / "empty", "no spec files (.yaml, .yml) in this folder"),
-        (tmp_path / "mla", "holds gdn, mha packages but the specs have no gdn or mha spec"),
+        (tmp_path / "mla", "holds dsa, gdn, mha packages but the specs have no dsa or gdn or mha spec"),
     ]:
         result = run_cli("generate", "--specs", str(specs), "--out", str(out))
         assert result.returncode == 1 and message in result.stderr, result.stderr
