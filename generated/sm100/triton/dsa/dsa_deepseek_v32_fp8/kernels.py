@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "3565a03811295eacedbf3587cf4143a1ac44267abfb55591f0e5a15ed84604e3"
+LIBRARY_SHA256 = "a74a4e44e8d7fe5025ffa3a8b1ecf41c6946f1e800e7fd10ab1bd9685447706a"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "
