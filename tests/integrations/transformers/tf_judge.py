@@ -50,17 +50,26 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def teacher_forced(model: Any, impl: str, seqs: torch.Tensor, mask: torch.Tensor, start: int) -> torch.Tensor:
+def teacher_forced(
+    model: Any, impl: str, seqs: torch.Tensor, mask: torch.Tensor, start: int
+) -> torch.Tensor:
     """Logits ``[B, steps, V]`` predicting tokens ``start ..`` of ``seqs`` in one forward."""
     model.set_attn_implementation(impl)
     with torch.no_grad():
-        out = model(input_ids=seqs, attention_mask=mask, position_ids=_positions(mask), use_cache=False)
+        out = model(
+            input_ids=seqs, attention_mask=mask, position_ids=_positions(mask), use_cache=False
+        )
     return out.logits[:, start - 1 : -1].float()
 
 
 def check_generate(
-    case: M.Case, page_size: int, kv_dtype: torch.dtype, seed: int, device: str,
-    new_tokens: int = NEW_TOKENS, **options: Any
+    case: M.Case,
+    page_size: int,
+    kv_dtype: torch.dtype,
+    seed: int,
+    device: str,
+    new_tokens: int = NEW_TOKENS,
+    **options: Any,
 ) -> Report:
     from attngen.integrations import transformers as atf
 
@@ -68,8 +77,14 @@ def check_generate(
     model = M.build(case, seed, device)
     ids, mask = M.prompts(case, seed, device)
     start = ids.shape[1]
-    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-              output_logits=True, return_dict_in_generate=True, pad_token_id=M.PAD)
+    kw = dict(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=M.PAD,
+    )
     with torch.no_grad():
         ref = model.generate(input_ids=ids, attention_mask=mask, **kw)
         runtime = atf.enable(model, page_size=page_size, kv_cache_dtype=kv_dtype, **options)
@@ -82,7 +97,9 @@ def check_generate(
     logits = torch.stack(got.logits, dim=1).float()  # [B, steps, V]
     full_mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
     exact = teacher_forced(model, "eager", got.sequences, full_mask, start)
-    emu = teacher_forced(model, M.register_emulation(kv_dtype, act), got.sequences, full_mask, start)
+    emu = teacher_forced(
+        model, M.register_emulation(kv_dtype, act), got.sequences, full_mask, start
+    )
     bound = M.LOGIT_FACTOR * (emu - exact).abs().amax(dim=(1, 2))  # [B]
     error = (logits - exact).abs().amax(dim=2)  # [B, steps]
     report.max_error, report.bound = float(error.max()), float(bound.min())
@@ -92,7 +109,9 @@ def check_generate(
     return report
 
 
-def _check_logits(report: Report, error: torch.Tensor, bound: torch.Tensor, judge: M.LayerJudge) -> None:
+def _check_logits(
+    report: Report, error: torch.Tensor, bound: torch.Tensor, judge: M.LayerJudge
+) -> None:
     bad = error > bound[:, None]
     bad |= ~torch.isfinite(error)
     layer = judge.first_failure()
@@ -105,7 +124,11 @@ def _check_logits(report: Report, error: torch.Tensor, bound: torch.Tensor, judg
         rows, steps = bad.nonzero(as_tuple=True)
         first = int(steps.min())
         b = int(rows[steps == first][0])
-        where = f"; per-layer judge: {report.failures[0]}" if layer else "; every layer within its bound"
+        where = (
+            f"; per-layer judge: {report.failures[0]}"
+            if layer
+            else "; every layer within its bound"
+        )
         report.failures.append(
             f"logits first diverge at step {first} (row {b}): |attngen - eager fp32| "
             f"{float(error[b, first]):.3e} > bound {float(bound[b]):.3e}{where}"
@@ -124,7 +147,9 @@ def _check_tokens(report, tokens, tokens_ref, exact, bound) -> None:
         if margin <= 2 * float(bound[b]):
             report.ties.append(note + " (a tie within the bound)")
         else:
-            report.failures.append(f"greedy tokens first diverge at {note} > 2 x bound {float(bound[b]):.3e}")
+            report.failures.append(
+                f"greedy tokens first diverge at {note} > 2 x bound {float(bound[b]):.3e}"
+            )
 
 
 def _check_sensitivity(report, case, model, seqs, mask, start, exact, bound) -> None:
@@ -172,12 +197,18 @@ def cb_config(**overrides: Any) -> Any:
     return ContinuousBatchingConfig(**settings)
 
 
-def run_batch(model: Any, impl: str, prompts: list[list[int]], new_tokens: int, **cb: Any) -> list[list[int]]:
+def run_batch(
+    model: Any, impl: str, prompts: list[list[int]], new_tokens: int, **cb: Any
+) -> list[list[int]]:
     from transformers import GenerationConfig
 
-    gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=M.PAD)
+    gen = GenerationConfig(
+        max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=M.PAD
+    )
     model.set_attn_implementation(impl)
-    out = model.generate_batch(prompts, generation_config=gen, continuous_batching_config=cb_config(**cb))
+    out = model.generate_batch(
+        prompts, generation_config=gen, continuous_batching_config=cb_config(**cb)
+    )
     return [list(out[f"req_{i}"].generated_tokens) for i in range(len(prompts))]
 
 
@@ -196,7 +227,7 @@ def check_continuous_batching(
     report = CbReport(case.name, seed, requests=len(lengths))
     model = M.build(case, seed, device).to(dtype)
     gen = torch.Generator().manual_seed(seed + 2)
-    prompts = [torch.randint(1, M.VOCAB, (n,), generator=gen).tolist() for n in lengths]
+    prompts = [torch.randint(1, case.vocab, (n,), generator=gen).tolist() for n in lengths]
     with torch.no_grad():
         ref = run_batch(model, "paged|sdpa", prompts, new_tokens, **cb)
         atf.enable(model, **(options or {}))
@@ -220,7 +251,9 @@ def check_continuous_batching(
         if margin <= 2 * deviation:
             report.ties.append(note + f" (<= 2 x bf16 deviation {deviation:.3e})")
         else:
-            report.failures.append(f"tokens first diverge at {note}, bf16 deviation {deviation:.3e}")
+            report.failures.append(
+                f"tokens first diverge at {note}, bf16 deviation {deviation:.3e}"
+            )
     return report
 
 

@@ -36,6 +36,7 @@ class Case:
     prompt_lengths: tuple[int, ...] = (150, 131, 203)
     switch_off: dict[str, Callable[[Any], Callable[[], None]]] = field(default_factory=dict)
     post_init: Callable[[Any, torch.Generator], None] | None = None
+    vocab: int = VOCAB
 
 
 def _common(**kw: Any) -> dict[str, Any]:
@@ -239,7 +240,7 @@ def prompts(case: Case, seed: int, device: str) -> tuple[torch.Tensor, torch.Ten
     ids = torch.full((len(case.prompt_lengths), width), PAD, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for b, n in enumerate(case.prompt_lengths):
-        ids[b, width - n :] = torch.randint(1, VOCAB, (n,), generator=gen)
+        ids[b, width - n :] = torch.randint(1, case.vocab, (n,), generator=gen)
         mask[b, width - n :] = 1
     return ids.to(device), mask.to(device)
 
@@ -312,8 +313,21 @@ class LayerJudge:
         window = kwargs.get("sliding_window")
         mask = self._mask(fwd.padding_mask, query.shape[2], key.shape[2], window)
         eager = eager_of(module)
-        extra = {k: kwargs[k] for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None}
-        ref, _ = eager(module, query.float(), key.float(), value.float(), mask, scaling=kwargs["scaling"], dropout=0.0, **extra)
+        extra = {
+            k: kwargs[k]
+            for k in ("sliding_window", "softcap", "s_aux")
+            if kwargs.get(k) is not None
+        }
+        ref, _ = eager(
+            module,
+            query.float(),
+            key.float(),
+            value.float(),
+            mask,
+            scaling=kwargs["scaling"],
+            dropout=0.0,
+            **extra,
+        )
         emu, _ = eager(
             module,
             query.to(self.act).float(),
