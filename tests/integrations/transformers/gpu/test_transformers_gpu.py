@@ -44,7 +44,9 @@ SEED = int(os.environ.get("ATTNGEN_SEED", random.randrange(1 << 20)))
 )
 def test_generate(name: str, page_size: int, kv_dtype: torch.dtype) -> None:
     report = tf_judge.check_generate(M.CASES[name], page_size, kv_dtype, SEED, "cuda")
-    print(report.line(), "|", "; ".join(report.choices), "|", "; ".join(report.ties))
+    print(
+        f"seed {SEED}", report.line(), "|", "; ".join(report.choices), "|", "; ".join(report.ties)
+    )
     assert not report.failures, f"seed {SEED}: " + "\n".join(report.failures)
 
 
@@ -54,5 +56,5 @@ CB_CASES = ["llama", "qwen2", "gemma2", "gpt_oss"]
 @pytest.mark.parametrize("name", CB_CASES)
 def test_continuous_batching(name: str) -> None:
     result = tf_judge.check_continuous_batching(M.CASES[name], SEED, "cuda")
-    print(result.line())
+    print(f"seed {SEED}", result.line())
     assert not result.failures, f"seed {SEED}: " + "\n".join(result.failures)
