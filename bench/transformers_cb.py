@@ -183,7 +183,8 @@ def summarize(results: dict, args: argparse.Namespace, cfg) -> dict:
             row["same_tokens_as_sdpa"] = same
             row["speed_vs_sdpa"] = ratio
             table.append(
-                f"{section:20s} {impl:26s} {row['tokens_per_s']:9.1f} tok/s  {row['seconds']:7.2f} s"
+                f"{section:20s} {impl:26s} {row['tokens_per_s']:9.1f} tok/s"
+                f"  {row['seconds']:7.2f} s"
                 f"  x{ratio:.2f} vs sdpa  same tokens as sdpa: {same}"
             )
         for row in rows.values():

@@ -40,7 +40,8 @@ class Report:
     def line(self) -> str:
         sens = " ".join(f"{k}:{v:.0f}x" for k, v in self.sensitivity.items())
         return (
-            f"{self.case:8s} ps={self.page_size:<3d} kv={self.kv_dtype:13s} err={self.max_error:.3e} "
+            f"{self.case:8s} ps={self.page_size:<3d} kv={self.kv_dtype:13s} "
+            f"err={self.max_error:.3e} "
             f"bound={self.bound:.3e} ties={len(self.ties)} off/bound[{sens}] "
             f"{'OK' if not self.failures else 'FAIL'}"
         )
@@ -177,6 +178,7 @@ CB_PROMPTS = (150, 131, 203, 40, 97, 260)
 class CbReport:
     case: str
     seed: int
+    reference: str = "paged|sdpa"
     requests: int = 0
     equal: int = 0
     ties: list[str] = field(default_factory=list)
@@ -184,7 +186,8 @@ class CbReport:
 
     def line(self) -> str:
         return (
-            f"cb {self.case:8s} requests={self.requests} same_tokens={self.equal} "
+            f"cb {self.case:8s} vs {self.reference} requests={self.requests} "
+            f"same_tokens={self.equal} "
             f"ties={len(self.ties)} {'OK' if not self.failures else 'FAIL'} {'; '.join(self.ties)}"
         )
 
@@ -224,12 +227,12 @@ def check_continuous_batching(
 ) -> CbReport:
     from attngen.integrations import transformers as atf
 
-    report = CbReport(case.name, seed, requests=len(lengths))
+    report = CbReport(case.name, seed, case.paged_reference, requests=len(lengths))
     model = M.build(case, seed, device).to(dtype)
     gen = torch.Generator().manual_seed(seed + 2)
     prompts = [torch.randint(1, case.vocab, (n,), generator=gen).tolist() for n in lengths]
     with torch.no_grad():
-        ref = run_batch(model, "paged|sdpa", prompts, new_tokens, **cb)
+        ref = run_batch(model, case.paged_reference, prompts, new_tokens, **cb)
         atf.enable(model, **(options or {}))
         got = run_batch(model, "paged|attngen", prompts, new_tokens, **cb)
     exact = M.build(case, seed, device)  # the same weights in fp32
@@ -247,7 +250,8 @@ def check_continuous_batching(
         logits16 = all_logits(model, seq)[0, len(p) - 1 :]
         deviation = float((logits16 - logits32).abs().max())
         margin = abs(float(logits32[t, a[t]] - logits32[t, r[t]]))
-        note = f"request {i} step {t}: attngen {a[t]}, sdpa {r[t]}, fp32 margin {margin:.3e}"
+        peer = case.paged_reference
+        note = f"request {i} step {t}: attngen {a[t]}, {peer} {r[t]}, fp32 margin {margin:.3e}"
         if margin <= 2 * deviation:
             report.ties.append(note + f" (<= 2 x bf16 deviation {deviation:.3e})")
         else:
