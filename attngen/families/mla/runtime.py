@@ -192,7 +192,8 @@ class PagedMlaBackend(AttentionBackendBase):
 
     @property
     def _head_blocks(self) -> int:
-        return -(-self.num_heads // self.config.decode_block_h)
+        """Programs per (row, split): head blocks times latent column parts."""
+        return -(-self.num_heads // self.config.decode_block_h) * self.config.decode_lora_parts
 
     def _split_cap(self, rows: int) -> int:
         return decode_split_cap(

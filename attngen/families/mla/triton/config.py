@@ -37,6 +37,7 @@ class MlaTritonConfig:
     decode_block_n: int  # latent rows per inner iteration
     decode_num_warps: int
     decode_num_stages: int
+    decode_lora_parts: int  # programs sharing a head block, each owning LORA / parts columns
     max_splits: int  # upper bound of KV splits per row (grid dim)
     combine_num_warps: int
     # -- ragged MHA with LSE (prefill, prefix chunks) ----

@@ -64,12 +64,13 @@ def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch, tree: bool) -> d
         tile = SM90_WIDE_TILE
     else:
         tile = ABSORBED_TILES[rows]
-    block_h, block_n, warps, stages = tile
+    block_h, block_n, warps, stages = tile[:4]
     return {
         "decode_block_h": block_h,
         "decode_block_n": block_n,
         "decode_num_warps": warps,
         "decode_num_stages": stages,
+        "decode_lora_parts": tile[4] if len(tile) > 4 else 1,
         "max_splits": MAX_SPLITS,
         "combine_num_warps": 4,
     }

@@ -171,6 +171,33 @@ def test_extend(heads, page_size, evidence):
     evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_kimi_k2(page_size, evidence):
+    """Kimi-K2's spec (64 heads): ragged decode up to 16k with LSE, absorbed extend, and the
+    chunked-prefix ragged extend with merge."""
+    torch.manual_seed(13 + page_size)
+    r = rig("mla_kimi_k2", 64, page_size)
+    rb = rig_batch(r, [n - 1 for n in LONG], [1] * len(LONG), ForwardMode.DECODE)
+    q = torch.randn(len(LONG), 64, 576, device="cuda").to(BF16)
+    out, lse = decode(r, rb, q)
+    want, want_lse = oracle(r, rb, q, decode=True)
+    check_close(out, want, BF16, f"kimi decode ps{page_size}")
+    check_lse(lse, want_lse, "kimi decode lse")
+    evidence.record(r.backend.kernels, r.backend.config.uri, "decode")
+    prefix, ext = [0, 100, 3000], [7, 1, 33]
+    rb = rig_batch(r, prefix, ext, ForwardMode.EXTEND, seed=2)
+    t = sum(ext)
+    q = torch.randn(t, 64, 576, device="cuda").to(BF16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_extend(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
+    )
+    check_close(out.view(t, 64, 512), oracle(r, rb, q, False)[0], BF16, "kimi absorbed extend")
+    _ragged_chunks(r, 64, prefix=[0, 130, 2000], ext=[50, 9, 300], chunk=1000)
+    evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
+
+
 def _ragged_chunks(r, h, prefix, ext, chunk):
     cuda = dict(device="cuda")
     nchunks = max(-(-p // chunk) for p in prefix)

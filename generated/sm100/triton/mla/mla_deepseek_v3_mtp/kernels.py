@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "15d31e630f7d57608fa4c71ca0495d66514d75e549d6c4e4eac8249fa99afd16"
+LIBRARY_SHA256 = "25bb9716a46a123a70ed8cea4c882a23976ea4751ad60705e1f7adce0d11533d"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -52,6 +52,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_block_n=32,
         decode_num_warps=4,
         decode_num_stages=2,
+        decode_lora_parts=1,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
@@ -75,6 +76,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_block_n=32,
         decode_num_warps=4,
         decode_num_stages=2,
+        decode_lora_parts=1,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
@@ -98,6 +100,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_block_n=32,
         decode_num_warps=8,
         decode_num_stages=2,
+        decode_lora_parts=1,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
@@ -121,6 +124,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_block_n=32,
         decode_num_warps=8,
         decode_num_stages=2,
+        decode_lora_parts=1,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
