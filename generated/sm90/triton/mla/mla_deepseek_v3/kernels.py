@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "25bb9716a46a123a70ed8cea4c882a23976ea4751ad60705e1f7adce0d11533d"
+LIBRARY_SHA256 = "693b8ef3db445031fbe0ab07ad69e23ea267e703414dc3a8b8f105dffd6563de"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
