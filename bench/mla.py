@@ -45,7 +45,9 @@ PAGE = 64
 SCALE = 192**-0.5
 SUFFIX = {"bf16": "", "fp8": "_kvfp8_e4m3", "nvfp4": "_kvnvfp4"}
 
-# Decode tiles (BLOCK_H, BLOCK_N, warps, stages, latent column parts) swept per (heads, kv);
+# Decode tiles (BLOCK_H, BLOCK_N, warps, stages, latent column parts[, keys-major[, value
+# reload]]) swept per
+# (heads, kv), the ones that compiled spill-free on sm_90a (AOT, Triton 3.6);
 # each is timed with the split counts of SPLITS ("auto": the backend's heuristic; 1: no
 # partials, no combine).
 SWEEP_TILES = {
@@ -55,28 +57,15 @@ SWEEP_TILES = {
         (64, 64, 8, 1, 1),
         (64, 32, 8, 3, 1),
         (64, 32, 4, 2, 2),
-        (64, 64, 4, 2, 2),
-        (64, 32, 4, 3, 2),
+        (64, 16, 4, 2, 2),
         (64, 16, 4, 3, 2),
-        (64, 32, 8, 2, 2),
         (64, 64, 8, 2, 2),
         (128, 32, 8, 2, 2),
         (128, 16, 8, 2, 2),
         (128, 32, 8, 1, 2),
-        (32, 64, 4, 2, 1),
-        (32, 32, 4, 2, 1),
-    ),
-    (16, "bf16"): (
-        (16, 32, 4, 2, 1),
-        (16, 64, 4, 2, 1),
-        (16, 32, 4, 3, 1),
-        (16, 16, 4, 3, 1),
-        (16, 32, 2, 2, 1),
-        (16, 64, 8, 2, 1),
-        (16, 32, 4, 2, 2),
-        (16, 64, 4, 2, 2),
-        (64, 32, 4, 2, 2),
-        (64, 32, 8, 2, 1),
+        (64, 32, 8, 2, 1, 1),
+        (64, 64, 8, 2, 2, 1),
+        (32, 64, 4, 2, 1, 1),
     ),
     (16, "fp8"): (
         (16, 64, 8, 2, 1),
@@ -84,23 +73,41 @@ SWEEP_TILES = {
         (16, 32, 4, 2, 1),
         (16, 16, 4, 2, 1),
         (16, 64, 4, 2, 1),
-        (16, 128, 8, 2, 1),
         (16, 32, 4, 2, 2),
-        (16, 64, 4, 2, 2),
         (16, 64, 8, 2, 2),
         (16, 32, 4, 3, 2),
         (16, 16, 2, 2, 1),
         (64, 32, 4, 2, 2),
+        (16, 32, 4, 2, 1, 1),
+        (16, 16, 4, 2, 1, 1),
+        (16, 32, 4, 3, 1, 1),
+        (16, 32, 4, 2, 1, 0, 1),
+        (16, 64, 4, 2, 1, 0, 1),
+        (16, 64, 8, 2, 1, 0, 1),
+        (16, 32, 4, 3, 1, 0, 1),
+    ),
+    (16, "bf16"): (
+        (16, 32, 4, 2, 1),
+        (16, 64, 4, 2, 1),
+        (16, 32, 4, 3, 1),
+        (16, 16, 4, 3, 1),
+        (16, 32, 2, 2, 1),
+        (16, 32, 4, 2, 2),
+        (16, 64, 4, 2, 2),
+        (64, 32, 4, 2, 2),
+        (16, 64, 4, 2, 1, 1),
+        (16, 32, 4, 2, 1, 1),
+        (16, 64, 8, 2, 1, 1),
+        (16, 32, 4, 3, 1, 1),
     ),
     (128, "fp8"): (
         (32, 32, 8, 2, 1),
-        (64, 32, 4, 2, 2),
-        (64, 16, 4, 2, 2),
         (64, 32, 8, 2, 2),
-        (128, 16, 8, 2, 2),
+        (32, 32, 8, 2, 1, 0, 1),
+        (64, 32, 8, 2, 2, 0, 1),
     ),
 }
-SPLITS = {128: ("auto", 1, 2), 16: ("auto", 2, 8)}
+SPLITS = {128: ("auto", 1), 16: ("auto", 8)}
 
 
 def load_flashmla(path: str | None):
@@ -161,7 +168,7 @@ def base_config(mods, heads, kv):
 
 
 def tiled(cfg, tile):
-    bh, bn, warps, stages, parts = tile
+    bh, bn, warps, stages, parts = tile[:5]
     return dataclasses.replace(
         cfg,
         decode_block_h=bh,
@@ -169,6 +176,8 @@ def tiled(cfg, tile):
         decode_num_warps=warps,
         decode_num_stages=stages,
         decode_lora_parts=parts,
+        decode_keys_major=tile[5] if len(tile) > 5 else 0,
+        decode_value_reload=tile[6] if len(tile) > 6 else 0,
     )
 
 
@@ -447,6 +456,8 @@ def tile_of(cfg):
         cfg.decode_num_warps,
         cfg.decode_num_stages,
         cfg.decode_lora_parts,
+        cfg.decode_keys_major,
+        cfg.decode_value_reload,
     ]
 
 
@@ -667,7 +678,9 @@ def main() -> None:
         path.write_text(json.dumps(result, indent=1))
 
     skip, rows = set(args.skip.split(",")), result["rows"]
-    if args.sweep or args.best_of:
+    if args.best_of and not Path(args.best_of).exists():
+        print(f"no {args.best_of}: no sweep", flush=True)
+    elif args.sweep or args.best_of:
         only = best_keys(args.best_of) if args.best_of else None
         sweep_rows(torch, do_bench, mods, fm, rows, save, only)
     if "decode" not in skip:

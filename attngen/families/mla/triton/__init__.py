@@ -27,9 +27,17 @@ WARPS = Int(1, 16, choices=(1, 2, 4, 8, 16))
 STAGES = Int(1, 8)
 SPLITS = Int(1, 64, power_of_two=True)
 TILE_ROWS = Int(16, 256, power_of_two=True)
+FLAG = Int(0, 1, choices=(0, 1))
+CHOICES = {
+    "decode_lora_parts": Int(1, 2, choices=(1, 2)),
+    "decode_keys_major": FLAG,
+    "decode_value_reload": FLAG,
+}
 
 
 def _tuning_value(key: str) -> Int:
+    if key in CHOICES:
+        return CHOICES[key]
     if key.endswith("num_warps"):
         return WARPS
     if key.endswith("num_stages"):

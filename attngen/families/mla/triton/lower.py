@@ -71,6 +71,8 @@ def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch, tree: bool) -> d
         "decode_num_warps": warps,
         "decode_num_stages": stages,
         "decode_lora_parts": tile[4] if len(tile) > 4 else 1,
+        "decode_keys_major": tile[5] if len(tile) > 5 else 0,
+        "decode_value_reload": tile[6] if len(tile) > 6 else 0,
         "max_splits": MAX_SPLITS,
         "combine_num_warps": 4,
     }

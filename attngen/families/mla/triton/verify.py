@@ -19,6 +19,9 @@ def config_problems(c: MlaTritonConfig) -> list[str]:
         problems.append("tl.dot needs tiles of at least 16")
     if c.decode_lora_parts not in (1, 2):
         problems.append(f"decode_lora_parts={c.decode_lora_parts} is not 1 or 2")
+    for name in ("decode_keys_major", "decode_value_reload"):
+        if getattr(c, name) not in (0, 1):
+            problems.append(f"{name}={getattr(c, name)} is not 0 or 1")
     for name in ("decode_num_warps", "combine_num_warps", "ragged_num_warps"):
         if getattr(c, name) not in WARP_COUNTS:
             problems.append(f"{name}={getattr(c, name)} is not a warp count Triton accepts")

@@ -313,6 +313,8 @@ def absorbed_options(config: MlaTritonConfig, *, write_lse: bool, tree: bool = F
         KV_FP4=fp4(config),
         WRITE_LSE=write_lse,
         LORA_PARTS=config.decode_lora_parts,
+        KEYS_MAJOR=bool(config.decode_keys_major),
+        VALUE_RELOAD=bool(config.decode_value_reload),
         num_warps=config.decode_num_warps,
         num_stages=config.decode_num_stages,
     )

@@ -47,10 +47,12 @@ def _latent_cols(
     WIDTH: tl.constexpr,
     BLOCK_N: tl.constexpr,
     KV_FP4: tl.constexpr,
+    SECOND: tl.constexpr = False,
 ):
     """Columns c0 .. c0+WIDTH-1 of BLOCK_N latent rows (row_ptrs: each row's first
     element): the cache's values, or NVFP4 rows (e2m1 code pairs, e4m3 block scales per 16
-    in KV_BSCALE rows stride_ks apart) decoded without their global scale."""
+    in KV_BSCALE rows stride_ks apart) decoded without their global scale. SECOND: a second
+    load of the same elements, marked (evict_last) so it is not merged with the first."""
     if KV_FP4:
         offs2 = c0 // 2 + tl.arange(0, WIDTH // 2)
         offs16 = c0 // 16 + tl.arange(0, WIDTH // 16)
@@ -62,7 +64,10 @@ def _latent_cols(
             WIDTH,
         )
     offs = c0 + tl.arange(0, WIDTH)
-    return tl.load(row_ptrs[:, None] + offs[None, :], mask=mask_n[:, None], other=0.0)
+    ptrs = row_ptrs[:, None] + offs[None, :]
+    if SECOND:
+        return tl.load(ptrs, mask=mask_n[:, None], other=0.0, eviction_policy="evict_last")
+    return tl.load(ptrs, mask=mask_n[:, None], other=0.0)
 
 
 @triton.jit
@@ -110,6 +115,8 @@ def absorbed_split_kernel(
     WRITE_LSE: tl.constexpr,
     NUM_DRAFTS: tl.constexpr,
     LORA_PARTS: tl.constexpr = 1,
+    KEYS_MAJOR: tl.constexpr = False,
+    VALUE_RELOAD: tl.constexpr = False,
 ):
     """Stage 1: heads h0 .. h0+BLOCK_H-1 of query row t over one split of its keys.
 
@@ -119,7 +126,13 @@ def absorbed_split_kernel(
     s (page s // PAGE_SIZE). KV_SCALED: the cache is fp8 (or, with KV_FP4, NVFP4: e2m1
     pairs with e4m3 block scales per 16 in KV_BSCALE rows stride_ks apart) with the fp32
     per-tensor (global) scale KV_SCALE, folded into the score scale and the output.
-    Grid axis 1 is head block x LORA_PARTS (the part fastest).
+    Grid axis 1 is head block x LORA_PARTS (the part fastest). KEYS_MAJOR: both products
+    are computed transposed (scores [keys, heads], output [columns, heads]), so the latent
+    tile is their A operand and the heads their N (small head counts fill the MMA's M).
+    VALUE_RELOAD: the value operand is loaded again (from L1/L2) instead of reusing the
+    score's tile: a quantized tile decoded in registers has two consumers of different
+    layouts, which keeps Triton from pipelining its load; two loads of one consumer each
+    are pipelined.
     """
     off_t = tl.program_id(0)
     off_hb = tl.program_id(1) // LORA_PARTS
@@ -183,7 +196,10 @@ def absorbed_split_kernel(
     qk_scale = sm_scale * kv_scale * LOG2E
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, PART], dtype=tl.float32)
+    if KEYS_MAJOR:
+        acc_t = tl.zeros([PART, BLOCK_H], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_H, PART], dtype=tl.float32)
     page_row = PAGE_TABLE + off_b.to(tl.int64) * stride_ptb
     for start_n in range(kv_start, kv_end, BLOCK_N):
         rows = _latent_rows(page_row, start_n, kv_end, PAGE_SIZE, BLOCK_N)
@@ -199,16 +215,19 @@ def absorbed_split_kernel(
         if KV_SCALED:
             latent = latent.to(tl.float16)
             k_rope = k_rope.to(tl.float16)
-        # -- scores: q_nope . latent + q_rope . k_rope ----
-        s = tl.dot(q_nope, tl.trans(latent))
         if LORA_PARTS == 2:
             other = _latent_cols(
                 row_ptrs, rows, KV_BSCALE, stride_ks, mask_n, c1, PART, BLOCK_N, KV_FP4
             )
             if KV_SCALED:
                 other = other.to(tl.float16)
-            s = tl.dot(q_other, tl.trans(other), s)
-        s = tl.dot(q_rope, tl.trans(k_rope), s)
+        value = latent
+        if VALUE_RELOAD:
+            value = _latent_cols(
+                row_ptrs, rows, KV_BSCALE, stride_ks, mask_n, c0, PART, BLOCK_N, KV_FP4, True
+            )
+            if KV_SCALED:
+                value = value.to(tl.float16)
         visible = mask_n
         if TREE_MASK is not None:
             col = start_n + tl.arange(0, BLOCK_N) - tree_lo
@@ -216,18 +235,42 @@ def absorbed_split_kernel(
             bit = draft * NUM_DRAFTS + col
             bits = tl.load(mask_row + bit // 8, mask=in_tree, other=0).to(tl.int32)
             visible = mask_n & ((col < 0) | (((bits >> (bit % 8)) & 1) != 0))
-        s = tl.where(visible[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = m_new
-        if TREE_MASK is not None:  # a tree may hide every key of a block: keep exp2 finite
-            m_use = tl.where(m_new > float("-inf"), m_new, 0.0)
-        p = tl.math.exp2(s - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        # -- values: the latent itself ----
-        acc = tl.dot(p.to(latent.dtype), latent, acc * alpha[:, None])
+        if KEYS_MAJOR:
+            # -- scores transposed, [keys, heads]: the latent tile is the A operand of
+            # both products and q stays the (shared-memory) B operand ----
+            s = tl.dot(latent, tl.trans(q_nope))
+            if LORA_PARTS == 2:
+                s = tl.dot(other, tl.trans(q_other), s)
+            s = tl.dot(k_rope, tl.trans(q_rope), s)
+            s = tl.where(visible[:, None], s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 0))
+            m_use = m_new
+            if TREE_MASK is not None:  # a tree may hide every key of a block
+                m_use = tl.where(m_new > float("-inf"), m_new, 0.0)
+            p = tl.math.exp2(s - m_use[None, :])
+            alpha = tl.math.exp2(m_i - m_use)
+            l_i = l_i * alpha + tl.sum(p, 0)
+            acc_t = tl.dot(tl.trans(value), p.to(value.dtype), acc_t * alpha[None, :])
+        else:
+            # -- scores: q_nope . latent + q_rope . k_rope ----
+            s = tl.dot(q_nope, tl.trans(latent))
+            if LORA_PARTS == 2:
+                s = tl.dot(q_other, tl.trans(other), s)
+            s = tl.dot(q_rope, tl.trans(k_rope), s)
+            s = tl.where(visible[None, :], s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = m_new
+            if TREE_MASK is not None:  # a tree may hide every key of a block: keep exp2 finite
+                m_use = tl.where(m_new > float("-inf"), m_new, 0.0)
+            p = tl.math.exp2(s - m_use[:, None])
+            alpha = tl.math.exp2(m_i - m_use)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            # -- values: the latent itself ----
+            acc = tl.dot(p.to(value.dtype), value, acc * alpha[:, None])
         m_i = m_new
 
+    if KEYS_MAJOR:
+        acc = tl.trans(acc_t)
     # -- normalised output and natural-log LSE (no key: zeros and -inf) ----
     has_keys = l_i > 0.0
     l_safe = tl.where(has_keys, l_i, 1.0)

@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "693b8ef3db445031fbe0ab07ad69e23ea267e703414dc3a8b8f105dffd6563de"
+LIBRARY_SHA256 = "ede4be93c3ed94a518f33a433ab99f1d5c71b2b446e8e83a339cad3634b2d433"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -53,6 +53,8 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_num_warps=8,
         decode_num_stages=2,
         decode_lora_parts=1,
+        decode_keys_major=0,
+        decode_value_reload=0,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
@@ -77,6 +79,8 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_num_warps=8,
         decode_num_stages=2,
         decode_lora_parts=1,
+        decode_keys_major=0,
+        decode_value_reload=0,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
@@ -101,6 +105,8 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_num_warps=8,
         decode_num_stages=2,
         decode_lora_parts=1,
+        decode_keys_major=0,
+        decode_value_reload=0,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
@@ -125,6 +131,8 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_num_warps=8,
         decode_num_stages=2,
         decode_lora_parts=1,
+        decode_keys_major=0,
+        decode_value_reload=0,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
