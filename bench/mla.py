@@ -291,14 +291,19 @@ def split_tensor(torch, cfg, case, choice):
     count itself; (None, 1) for one split without partials."""
     import triton
 
-    from attngen.families.mha.runtime import decode_num_splits, decode_split_cap
-    from attngen.families.mla.runtime import MIN_SPLIT_TOKENS
+    from attngen.families.mha.runtime import decode_num_splits
+    from attngen.families.mla.runtime import MIN_SPLIT_TOKENS, split_cap
 
     if choice == 1:
         return None, 1
     if choice == "auto":
         programs = case.b * triton.cdiv(case.heads, cfg.decode_block_h) * cfg.decode_lora_parts
-        cap = decode_split_cap(programs_per_split=programs, num_sms=132, max_splits=cfg.max_splits)
+        cap = split_cap(
+            programs_per_split=programs,
+            num_sms=132,
+            waves=cfg.decode_waves,
+            max_splits=cfg.max_splits,
+        )
         min_tokens = max(MIN_SPLIT_TOKENS, cfg.decode_block_n)
         return decode_num_splits(case.lens, cap=cap, min_split_tokens=min_tokens), cap
     return torch.full((case.b,), choice, dtype=torch.int32, device="cuda"), choice

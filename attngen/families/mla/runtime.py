@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from attngen.families.mha.runtime import decode_num_splits, decode_split_cap, select_config
+from attngen.families.mha.runtime import decode_num_splits, select_config
 from attngen.families.mla.key import MlaKey
 from attngen.families.mla.pool import MlaLatentPool
 from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, canonical_device
@@ -62,6 +62,13 @@ class MlaForwardBatch(ForwardBatch):
     prefix_chunk_cu_seq_lens: torch.Tensor | None = None  # [chunks, B + 1] int32 key offsets
     prefix_chunk_max_seq_lens: list[int] | None = None
     mha_return_lse: bool = False  # ragged path: return (out, lse)
+
+
+def split_cap(*, programs_per_split: int, num_sms: int, waves: int, max_splits: int) -> int:
+    """Most KV splits for a grid of ``programs_per_split`` programs: ``waves`` x SMs programs
+    in all (rounded down: a compute-bound tile at one wave keeps one split until the batch
+    alone falls below a wave), within 1 .. max_splits (host ints only)."""
+    return max(1, min(max_splits, waves * num_sms // max(programs_per_split, 1)))
 
 
 @dataclass(frozen=True)
@@ -252,9 +259,10 @@ class PagedMlaBackend(AttentionBackendBase):
         return -(-self.num_heads // self.config.decode_block_h) * self.config.decode_lora_parts
 
     def _split_cap(self, rows: int) -> int:
-        return decode_split_cap(
+        return split_cap(
             programs_per_split=rows * self._head_blocks,
             num_sms=self.num_sms,
+            waves=self.config.decode_waves,
             max_splits=self.config.max_splits,
         )
 

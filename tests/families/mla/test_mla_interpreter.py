@@ -43,6 +43,7 @@ def config(num_heads=16, page_size=16, kv_dtype="float16", **tiles) -> MlaTriton
         decode_lora_parts=1,
         decode_keys_major=0,
         decode_value_reload=0,
+        decode_waves=4,
         max_splits=4,
         combine_num_warps=4,
         ragged_block_m=16,

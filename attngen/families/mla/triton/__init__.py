@@ -32,6 +32,7 @@ CHOICES = {
     "decode_lora_parts": Int(1, 2, choices=(1, 2)),
     "decode_keys_major": FLAG,
     "decode_value_reload": FLAG,
+    "decode_waves": Int(1, 64),
 }
 
 

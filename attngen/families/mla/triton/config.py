@@ -40,6 +40,7 @@ class MlaTritonConfig:
     decode_lora_parts: int  # programs sharing a head block, each owning LORA / parts columns
     decode_keys_major: int  # 1: both products transposed (keys / latent columns as the M)
     decode_value_reload: int  # 1: load the value tile apart from the score's (quantized)
+    decode_waves: int  # KV-split target: up to waves x SMs // programs-per-split splits
     max_splits: int  # upper bound of KV splits per row (grid dim)
     combine_num_warps: int
     # -- ragged MHA with LSE (prefill, prefix chunks) ----

@@ -53,21 +53,24 @@ def _latent_cols(
     element): the cache's values, or NVFP4 rows (e2m1 code pairs, e4m3 block scales per 16
     in KV_BSCALE rows stride_ks apart) decoded without their global scale. SECOND: a second
     load of the same elements, marked (evict_last) so it is not merged with the first."""
+    # one return (Triton checks every return's type, the untaken constexpr branch too)
     if KV_FP4:
         offs2 = c0 // 2 + tl.arange(0, WIDTH // 2)
         offs16 = c0 // 16 + tl.arange(0, WIDTH // 16)
-        return nvfp4_tile(
+        tile = nvfp4_tile(
             row_ptrs[:, None] + offs2[None, :],
             KV_BSCALE + rows[:, None] * stride_ks + offs16[None, :],
             mask_n[:, None],
             BLOCK_N,
             WIDTH,
         )
-    offs = c0 + tl.arange(0, WIDTH)
-    ptrs = row_ptrs[:, None] + offs[None, :]
-    if SECOND:
-        return tl.load(ptrs, mask=mask_n[:, None], other=0.0, eviction_policy="evict_last")
-    return tl.load(ptrs, mask=mask_n[:, None], other=0.0)
+    else:
+        ptrs = row_ptrs[:, None] + (c0 + tl.arange(0, WIDTH))[None, :]
+        if SECOND:
+            tile = tl.load(ptrs, mask=mask_n[:, None], other=0.0, eviction_policy="evict_last")
+        else:
+            tile = tl.load(ptrs, mask=mask_n[:, None], other=0.0)
+    return tile
 
 
 @triton.jit

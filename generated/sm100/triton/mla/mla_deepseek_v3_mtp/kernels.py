@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "ede4be93c3ed94a518f33a433ab99f1d5c71b2b446e8e83a339cad3634b2d433"
+LIBRARY_SHA256 = "85fc23e49630e9b2b05d4a7cefb2d8594b27b00f3bc8e62ef03cc6f185a690ca"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -55,6 +55,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_lora_parts=1,
         decode_keys_major=0,
         decode_value_reload=0,
+        decode_waves=8,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
@@ -81,6 +82,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_lora_parts=1,
         decode_keys_major=0,
         decode_value_reload=0,
+        decode_waves=8,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
@@ -107,6 +109,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_lora_parts=1,
         decode_keys_major=0,
         decode_value_reload=0,
+        decode_waves=4,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
@@ -133,6 +136,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_lora_parts=1,
         decode_keys_major=0,
         decode_value_reload=0,
+        decode_waves=4,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
