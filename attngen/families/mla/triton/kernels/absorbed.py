@@ -74,6 +74,29 @@ def _latent_cols(
 
 
 @triton.jit
+def _visible(
+    mask_n,
+    start_n,
+    TREE_MASK,
+    mask_row,
+    draft,
+    tree_lo,
+    BLOCK_N: tl.constexpr,
+    NUM_DRAFTS: tl.constexpr,
+):
+    """Keys start_n .. start_n+BLOCK_N-1 a row sees: the split's keys (mask_n), and with a
+    draft tree (TREE_MASK given) the drafts its bit-mask row holds (the prefix whole)."""
+    visible = mask_n
+    if TREE_MASK is not None:
+        col = start_n + tl.arange(0, BLOCK_N) - tree_lo
+        in_tree = mask_n & (col >= 0)
+        bit = draft * NUM_DRAFTS + col
+        bits = tl.load(mask_row + bit // 8, mask=in_tree, other=0).to(tl.int32)
+        visible = mask_n & ((col < 0) | (((bits >> (bit % 8)) & 1) != 0))
+    return visible
+
+
+@triton.jit
 def absorbed_split_kernel(
     Q_NOPE,
     Q_ROPE,
@@ -138,9 +161,13 @@ def absorbed_split_kernel(
     are pipelined.
     """
     off_t = tl.program_id(0)
-    off_hb = tl.program_id(1) // LORA_PARTS
-    part = tl.program_id(1) % LORA_PARTS
     PART: tl.constexpr = LORA // LORA_PARTS
+    if LORA_PARTS == 1:  # the column offsets stay compile-time constants
+        off_hb = tl.program_id(1)
+        part: tl.constexpr = 0
+    else:
+        off_hb = tl.program_id(1) // LORA_PARTS
+        part = tl.program_id(1) % LORA_PARTS
     split = tl.program_id(2)
     if NUM_SPLITS is None:  # one split per row: no partials, no combine
         num_splits = 1
@@ -151,6 +178,9 @@ def absorbed_split_kernel(
     else:
         off_b = tl.load(ROW_REQ + off_t)
     kv_len = tl.load(ROW_LENS + off_t)
+    draft = 0
+    tree_lo = 0
+    mask_row = TREE_MASK
     if TREE_MASK is not None:
         # -- draft tree: row t is draft t % NUM_DRAFTS of its request; the drafts are the
         # last NUM_DRAFTS keys, seen as the request's bit mask says (row-major n x n bits,
@@ -231,13 +261,6 @@ def absorbed_split_kernel(
             )
             if KV_SCALED:
                 value = value.to(tl.float16)
-        visible = mask_n
-        if TREE_MASK is not None:
-            col = start_n + tl.arange(0, BLOCK_N) - tree_lo
-            in_tree = mask_n & (col >= 0)
-            bit = draft * NUM_DRAFTS + col
-            bits = tl.load(mask_row + bit // 8, mask=in_tree, other=0).to(tl.int32)
-            visible = mask_n & ((col < 0) | (((bits >> (bit % 8)) & 1) != 0))
         if KEYS_MAJOR:
             # -- scores transposed, [keys, heads]: the latent tile is the A operand of
             # both products and q stays the (shared-memory) B operand ----
@@ -245,6 +268,9 @@ def absorbed_split_kernel(
             if LORA_PARTS == 2:
                 s = tl.dot(other, tl.trans(q_other), s)
             s = tl.dot(k_rope, tl.trans(q_rope), s)
+            visible = _visible(
+                mask_n, start_n, TREE_MASK, mask_row, draft, tree_lo, BLOCK_N, NUM_DRAFTS
+            )
             s = tl.where(visible[:, None], s * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 0))
             m_use = m_new
@@ -260,6 +286,9 @@ def absorbed_split_kernel(
             if LORA_PARTS == 2:
                 s = tl.dot(q_other, tl.trans(other), s)
             s = tl.dot(q_rope, tl.trans(k_rope), s)
+            visible = _visible(
+                mask_n, start_n, TREE_MASK, mask_row, draft, tree_lo, BLOCK_N, NUM_DRAFTS
+            )
             s = tl.where(visible[None, :], s * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = m_new

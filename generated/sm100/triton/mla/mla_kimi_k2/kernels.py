@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "85fc23e49630e9b2b05d4a7cefb2d8594b27b00f3bc8e62ef03cc6f185a690ca"
+LIBRARY_SHA256 = "6970cb7de789310641a447f84303aba70d6ac646942cef11219acf45c76dc34a"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
