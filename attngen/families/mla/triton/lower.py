@@ -47,7 +47,7 @@ class AbsorbedTile:
 # Absorbed tiles by the padded head count. The accumulator is BLOCK_H x 512 fp32 (128
 # registers a thread at 64 heads on 8 warps); q stays in shared memory. Measured on the
 # H200, page 64, B64 ctx4096 and B128 ctx8192 (bench/mla.py --sweep; bench/README.md):
-# - 64 heads x 64 rows, 8 warps: 0.310 / 1.28 ms at h_q 128 (254 registers, 221 KB shared
+# - 64 heads x 64 rows, 8 warps: 0.310 / 1.28 ms at h_q 128 (255 registers, 221 KB shared
 #   memory: sm_90a only); every 2-part, keys-major and 128-head tile measured slower. The
 #   tile is compute-bound with one program per SM: splits past one wave (5 at B64 with
 #   4 waves) cost 16% (0.359 ms), so it targets one wave;
