@@ -421,6 +421,7 @@ def decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save):
                 except Exception as e:  # noqa: BLE001  (reported in the row, not fatal)
                     row["attngen_error"] = f"{type(e).__name__}: {str(e)[:300]}"
                     rows.append(row)
+                    save()
                     print(json.dumps(row), flush=True)
                     continue
                 row.update(
@@ -692,6 +693,7 @@ def main() -> None:
         decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save)
     if "prefill" not in skip:
         prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save)
+    save()
     print_table(result["rows"])
     print(f"wrote {path}")
 
