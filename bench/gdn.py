@@ -37,17 +37,22 @@ DIM = 128
 # tile sweeps (config overrides) timed on one decode and two prefill cases, after the main
 # table, to say which tiles the lowering should take
 DECODE_SWEEP = (
-    {"decode_block_v": 16, "decode_num_warps": 4},
-    {"decode_block_v": 16, "decode_num_warps": 2},
-    {"decode_block_v": 32, "decode_num_warps": 4},
-    {"decode_block_v": 64, "decode_num_warps": 8},
+    {"decode_tiles": 1},
+    {"decode_tiles": 2},
+    {"decode_tiles": 8},
+    {"decode_tiles": 16},
+    {"decode_block_v": 16, "decode_tiles": 2, "decode_num_warps": 2},
 )
 PREFILL_SWEEP = (
-    {"scan_block_v": 32},
-    {"scan_block_v": 16, "scan_num_warps": 4},
-    {"scan_block_v": 16, "scan_num_stages": 1},
+    {"state_block_v": 32},
+    {"state_num_stages": 2},
+    {"state_block_v": 32, "state_num_stages": 2},
+    {"output_block_v": 128, "output_num_warps": 8},
+    {"prepare_num_warps": 4},
+    {"chunk_state_bits": 32},
 )
 WARMUP_MS, REP_MS = 25, 100
+FLA_MS: dict[str, float] = {}
 DEV = "cuda"
 torch = None
 
@@ -82,6 +87,24 @@ def bench(fn) -> float:
     import triton
 
     return triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS)
+
+
+def kernel_times(fn, reps: int = 5) -> dict[str, float]:
+    """Device time per kernel name (us per call, mean over ``reps`` calls), by the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+        if us and e.key.split("_")[0] in ("chunk", "recurrent", "conv", "accept"):
+            times[e.key] = round(us / reps, 1)
+    return times
 
 
 def diff(x, y) -> float:
@@ -142,10 +165,18 @@ def prefill_case(mod, fla_chunk, bs: int, length: int, heads: int, tiles=None) -
 
     ours()
     fla_out, fla_state = theirs()
-    row = {"case": f"{bs}x{length} H{heads}", "tokens": n, "tiles": tiles or "default"}
+    key = f"{bs}x{length} H{heads}"
+    row = {"case": key, "tokens": n, "tiles": tiles or "default"}
     row["out_diff_vs_fla"] = diff(out, fla_out[0])
     row["state_diff_vs_fla"] = diff(pool[1:], fla_state)
-    t_ours, t_fla = bench(ours), bench(theirs)
+    t_ours = bench(ours)
+    if key not in FLA_MS:  # fla timed once per case (the sweep reuses it)
+        FLA_MS[key] = bench(theirs)
+    t_fla = FLA_MS[key]
+    try:
+        row["kernels_us"] = kernel_times(ours)
+    except Exception as e:  # the profiler must not cost the timings
+        row["kernels_us"] = f"profiler failed: {e}"
     row.update(attngen_ms=t_ours, fla_ms=t_fla, speedup=t_fla / t_ours)
     row.update(attngen_mtok_s=n / t_ours / 1e3, fla_mtok_s=n / t_fla / 1e3)
     return row
@@ -250,6 +281,8 @@ def main() -> int:
         log(json.dumps(rows["sweep"][-1]))
     for tiles in PREFILL_SWEEP:
         for bs, length, heads in (PREFILL_CASES[0], PREFILL_CASES[2]):
+            if "state_num" not in str(tiles) and "state_block" not in str(tiles) and bs == 1:
+                continue  # tiles of the parallel kernels: the many-request case says enough
             try:
                 mod = kernels_module("gdn_gva1")
                 rows["sweep"].append(
@@ -282,8 +315,11 @@ def main() -> int:
     for r in rows["prefill"]:
         if "error" not in r:
             log(
-                f"{r['case']} | {r['attngen_mtok_s']:.1f} Mtok/s | {r['fla_mtok_s']:.1f} | {r['speedup']:.2f}x | {r['out_diff_vs_fla']:.2e}"
+                f"{r['case']} | {r['attngen_mtok_s']:.1f} Mtok/s | {r['fla_mtok_s']:.1f} | {r['speedup']:.2f}x | {r['out_diff_vs_fla']:.2e} | {r.get('kernels_us')}"
             )
+    for r in rows["sweep"]:
+        if "error" not in r:
+            log(f"sweep {r['case']} {r['tiles']} | {r['speedup']:.2f}x | {r.get('kernels_us', '')}")
     for r in rows["decode"]:
         if "error" not in r:
             log(

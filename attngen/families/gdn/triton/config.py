@@ -32,13 +32,17 @@ class GdnTritonConfig:
     num_draft_tokens: int  # verify rows per request (0 without speculative decoding)
     # -- recurrent decode / verify: one program per (request, value head, value block) ----
     decode_block_v: int
+    decode_tiles: int  # value blocks per program, walked in a pipelined loop
     decode_num_warps: int
-    # -- chunked prefill: prepare and solve (per chunk), scan (per request, value block) ----
+    # -- chunked prefill: prepare (per chunk), state (per request, value block; sequential
+    # over the chunks), output (per chunk, value block) ----
     prepare_num_warps: int
-    solve_num_warps: int
-    scan_block_v: int
-    scan_num_warps: int
-    scan_num_stages: int
+    state_block_v: int
+    state_num_warps: int
+    state_num_stages: int
+    output_block_v: int
+    output_num_warps: int
+    chunk_state_bits: int  # the per-chunk states (H): 16 (the activation dtype) or 32 (fp32)
     # -- causal conv ----
     conv_block_c: int
     conv_block_t: int

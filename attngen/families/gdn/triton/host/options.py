@@ -15,12 +15,14 @@ def recurrent_options(
         "KEY_DIM": config.key_dim,
         "VALUE_DIM": config.value_dim,
         "BLOCK_V": config.decode_block_v,
+        "V_TILES": config.decode_tiles,
         "L2NORM": config.l2norm,
         "WRITE_POOL": not verify,
         "WRITE_STEPS": verify,
         "TREE": tree,
         "num_warps": config.decode_num_warps,
-        "num_stages": 1,
+        # decode pipelines its tile loop; verify reads back step states it stored (trees)
+        "num_stages": 1 if verify or config.decode_tiles == 1 else 3,
     }
 
 
@@ -53,6 +55,7 @@ def prepare_options(config: GdnTritonConfig) -> dict[str, object]:
     return {
         "GROUP": config.v_heads_per_k_head,
         "KEY_DIM": config.key_dim,
+        "VALUE_DIM": config.value_dim,
         "CHUNK": config.chunk_size,
         "L2NORM": config.l2norm,
         "num_warps": config.prepare_num_warps,
@@ -60,27 +63,27 @@ def prepare_options(config: GdnTritonConfig) -> dict[str, object]:
     }
 
 
-def solve_options(config: GdnTritonConfig) -> dict[str, object]:
+def state_options(config: GdnTritonConfig) -> dict[str, object]:
     return {
         "GROUP": config.v_heads_per_k_head,
         "KEY_DIM": config.key_dim,
         "VALUE_DIM": config.value_dim,
         "CHUNK": config.chunk_size,
-        "num_warps": config.solve_num_warps,
-        "num_stages": 1,
+        "BLOCK_V": config.state_block_v,
+        "num_warps": config.state_num_warps,
+        "num_stages": config.state_num_stages,
     }
 
 
-def scan_options(config: GdnTritonConfig) -> dict[str, object]:
+def output_options(config: GdnTritonConfig) -> dict[str, object]:
     return {
         "GROUP": config.v_heads_per_k_head,
         "KEY_DIM": config.key_dim,
         "VALUE_DIM": config.value_dim,
         "CHUNK": config.chunk_size,
-        "BLOCK_V": config.scan_block_v,
-        "L2NORM": config.l2norm,
-        "num_warps": config.scan_num_warps,
-        "num_stages": config.scan_num_stages,
+        "BLOCK_V": config.output_block_v,
+        "num_warps": config.output_num_warps,
+        "num_stages": 1,
     }
 
 

@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "89ee74af0109c8c326de8dd6be41f1bb1b13eaedc8fe8ae8a3708a12e4a48227"
+LIBRARY_SHA256 = "af1af34622d97226b1021542ec5838b23a7fc46c78ca484a87c2f885d03dcbd3"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -45,12 +45,15 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         spec_topk=1,
         num_draft_tokens=4,
         decode_block_v=8,
+        decode_tiles=4,
         decode_num_warps=1,
         prepare_num_warps=8,
-        solve_num_warps=8,
-        scan_block_v=16,
-        scan_num_warps=8,
-        scan_num_stages=1,
+        state_block_v=16,
+        state_num_warps=8,
+        state_num_stages=2,
+        output_block_v=64,
+        output_num_warps=4,
+        chunk_state_bits=16,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
@@ -68,12 +71,15 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         spec_topk=4,
         num_draft_tokens=4,
         decode_block_v=8,
+        decode_tiles=4,
         decode_num_warps=1,
         prepare_num_warps=8,
-        solve_num_warps=8,
-        scan_block_v=16,
-        scan_num_warps=8,
-        scan_num_stages=1,
+        state_block_v=16,
+        state_num_warps=8,
+        state_num_stages=2,
+        output_block_v=64,
+        output_num_warps=4,
+        chunk_state_bits=16,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
