@@ -33,6 +33,7 @@ def small_config(
         decode_tiles=2,
         decode_num_warps=1,
         prepare_num_warps=4,
+        wu_num_warps=4,
         state_block_v=16,
         state_num_warps=4,
         state_num_stages=2,

@@ -34,9 +34,10 @@ class GdnTritonConfig:
     decode_block_v: int
     decode_tiles: int  # value blocks per program, walked in a pipelined loop
     decode_num_warps: int
-    # -- chunked prefill: prepare (per chunk), state (per request, value block; sequential
+    # -- chunked prefill: prepare and W / U (per chunk), state (per request, value block; sequential
     # over the chunks), output (per chunk, value block) ----
     prepare_num_warps: int
+    wu_num_warps: int
     state_block_v: int
     state_num_warps: int
     state_num_stages: int

@@ -29,7 +29,8 @@ def config_problems(c: GdnTritonConfig) -> list[str]:
         problems.append(f"chunk_size={c.chunk_size}: the triangular inverse takes 16, 32, 64")
     if c.chunk_state_bits not in (16, 32):
         problems.append(f"chunk_state_bits={c.chunk_state_bits}: 16 or 32")
-    warps = ("decode_num_warps", "prepare_num_warps", "state_num_warps", "output_num_warps")
+    warps = ("decode_num_warps", "prepare_num_warps", "wu_num_warps", "state_num_warps")
+    warps += ("output_num_warps",)
     for name in (*warps, "conv_num_warps"):
         if getattr(c, name) not in WARP_COUNTS:
             problems.append(f"{name}={getattr(c, name)} is not a warp count Triton accepts")

@@ -12,11 +12,13 @@ from attngen.families.gdn.triton.host.options import (
     prepare_options,
     recurrent_options,
     state_options,
+    wu_options,
 )
 from attngen.families.gdn.triton.kernels.chunk import (
     chunk_output_kernel,
     chunk_prepare_kernel,
     chunk_state_kernel,
+    chunk_wu_kernel,
 )
 from attngen.families.gdn.triton.kernels.conv import conv_prefill_kernel, conv_update_kernel
 from attngen.families.gdn.triton.kernels.recurrent import accept_kernel, recurrent_kernel
@@ -24,7 +26,8 @@ from attngen.families.gdn.triton.kernels.recurrent import accept_kernel, recurre
 POINTER = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
 INDEX_ARGS = ("CACHE_INDICES", "QUERY_START_LOC", "HAS_INITIAL", "CHUNK_SEQ", "CHUNK_START")
 INDEX_ARGS += ("PARENTS", "ACCEPTED", "SEQ_FIRST_CHUNK")
-FP32_ARGS = ("A_LOG", "DT_BIAS", "G_BUF", "QS_BUF", "KN_BUF", "W_BUF", "U_BUF")
+FP32_ARGS = ("A_LOG", "DT_BIAS", "G_BUF", "BETA_BUF", "QS_BUF", "KN_BUF", "T_BUF", "W_BUF")
+FP32_ARGS += ("U_BUF",)
 IO_ARGS = ("Q", "K", "V", "A", "B", "OUT", "X", "Y", "WEIGHT", "BIAS")
 STATE_ARGS = ("STATE", "STEPS")
 CONV_ARGS = ("CONV_STATE", "CONV_STEPS")
@@ -72,6 +75,7 @@ def compile_specs(config: GdnTritonConfig, traits: GdnTraits) -> list[CompileSpe
         conv = conv_prefill_options(config, has_bias=False)
         specs.append(_spec("conv_prefill", conv_prefill_kernel, conv, config, ("BIAS",)))
         specs.append(_spec("chunk_prepare", chunk_prepare_kernel, prepare_options(config), config))
+        specs.append(_spec("chunk_wu", chunk_wu_kernel, wu_options(config), config))
         specs.append(_spec("chunk_state", chunk_state_kernel, state_options(config), config))
         specs.append(_spec("chunk_output", chunk_output_kernel, output_options(config), config))
     if "verify" in traits.phases and config.num_draft_tokens:

@@ -28,11 +28,13 @@ from attngen.families.gdn.triton.host.options import (
     prepare_options,
     recurrent_options,
     state_options,
+    wu_options,
 )
 from attngen.families.gdn.triton.kernels.chunk import (
     chunk_output_kernel,
     chunk_prepare_kernel,
     chunk_state_kernel,
+    chunk_wu_kernel,
 )
 from attngen.families.gdn.triton.kernels.conv import conv_prefill_kernel, conv_update_kernel
 from attngen.families.gdn.triton.kernels.recurrent import accept_kernel, recurrent_kernel
@@ -342,11 +344,15 @@ def extend(
     w_buf = torch.empty((n, hv, kd), **f32)
     u_buf = torch.empty((n, hv, vd), **f32)  # U, then u (the state kernel writes it over U)
     h_buf = torch.empty((nc, hv, kd, vd), dtype=h_dtype, device=dev)  # chunks' first states
-    g_buf, qs_buf, kn_buf = (torch.empty((n, hv), **f32) for _ in range(3))
+    t_buf = torch.empty((n, hv, config.chunk_size), **f32)
+    g_buf, beta_buf, qs_buf, kn_buf = (torch.empty((n, hv), **f32) for _ in range(4))
     chunks = [plan.chunk_seq, plan.chunk_start, query_start_loc]
-    args = [q, k, v, a, b, A_log, dt_bias, *chunks, g_buf, qs_buf, kn_buf, w_buf, u_buf]
-    args += [scale, *_rows_of(q), *_rows_of(k), *_rows_of(v), a.stride(0), b.stride(0), hv]
+    args = [q, k, a, b, A_log, dt_bias, *chunks, g_buf, beta_buf, qs_buf, kn_buf, t_buf]
+    args += [scale, *_rows_of(q), *_rows_of(k), a.stride(0), b.stride(0), hv]
     _launch(chunk_prepare_kernel, (nc, hv), args, prepare_options(config))
+    args = [k, v, *chunks, g_buf, beta_buf, kn_buf, t_buf, w_buf, u_buf]
+    args += [*_rows_of(k), *_rows_of(v), hv]
+    _launch(chunk_wu_kernel, (nc, hv, 2), args, wu_options(config))
     args = [k, w_buf, u_buf, g_buf, kn_buf, h_buf, ssm_states, cache_indices, has_initial_state]
     args += [query_start_loc, plan.seq_first_chunk, *_rows_of(k)]
     args += [ssm_states.stride(0), ssm_states.stride(1), hv]

@@ -55,10 +55,20 @@ def prepare_options(config: GdnTritonConfig) -> dict[str, object]:
     return {
         "GROUP": config.v_heads_per_k_head,
         "KEY_DIM": config.key_dim,
-        "VALUE_DIM": config.value_dim,
         "CHUNK": config.chunk_size,
         "L2NORM": config.l2norm,
         "num_warps": config.prepare_num_warps,
+        "num_stages": 1,
+    }
+
+
+def wu_options(config: GdnTritonConfig) -> dict[str, object]:
+    return {
+        "GROUP": config.v_heads_per_k_head,
+        "KEY_DIM": config.key_dim,
+        "VALUE_DIM": config.value_dim,
+        "CHUNK": config.chunk_size,
+        "num_warps": config.wu_num_warps,
         "num_stages": 1,
     }
 

@@ -1,4 +1,4 @@
-"""Chunked gated delta rule over ragged requests (prefill / extend), in three launches.
+"""Chunked gated delta rule over ragged requests (prefill / extend), in four launches.
 
 Within a chunk of C tokens (positions i, j; cumulative log decay G_i = g_1 + .. + g_i,
 gamma_i = exp(G_i); k, q normalised, q scaled) the recurrence from the chunk's initial
@@ -15,7 +15,8 @@ Only the state recurrence is sequential, so the work splits by what it depends o
 
 - chunk_prepare_kernel (grid: chunks x value heads, all parallel): gates, G, the q/k
   inverse norms, M (from the Gram matrix of the stored keys: exact products), T by
-  :func:`unit_lower_inverse`, then W and U, stored in the buffer dtype;
+  :func:`unit_lower_inverse`;
+- chunk_wu_kernel (grid: chunks x value heads x 2, all parallel): W and U (one each);
 - chunk_state_kernel (grid: value blocks x requests x value heads): walks a request's
   chunks in order with its state slice S [K, BLOCK_V] in fp32 registers (from the pool
   row when the request has a prefix), storing each chunk's initial state to H and u over
@@ -95,7 +96,6 @@ def _load_rows(PTR, tok, stride_tok, col0, cols, rmask):
 def chunk_prepare_kernel(
     Q,
     K,
-    V,
     A,
     B,
     A_LOG,
@@ -104,27 +104,24 @@ def chunk_prepare_kernel(
     CHUNK_START,
     QUERY_START_LOC,
     G_BUF,
+    BETA_BUF,
     QS_BUF,
     KN_BUF,
-    W_BUF,
-    U_BUF,
+    T_BUF,
     scale,
     stride_q_tok,
     stride_q_head,
     stride_k_tok,
     stride_k_head,
-    stride_v_tok,
-    stride_v_head,
     stride_a_tok,
     stride_b_tok,
     num_v_heads,
     GROUP: tl.constexpr,
     KEY_DIM: tl.constexpr,
-    VALUE_DIM: tl.constexpr,
     CHUNK: tl.constexpr,
     L2NORM: tl.constexpr,
 ):
-    """Per chunk and value head: gates, G, q/k inverse norms, T = (I + M)^-1, W and U."""
+    """Per chunk and value head: gates, G, q/k inverse norms, T = (I + M)^-1."""
     hv = tl.program_id(1)
     hk = hv // GROUP
     rows, rmask, tok = _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK)
@@ -151,21 +148,59 @@ def chunk_prepare_kernel(
     beta = tl.where(rmask, beta, 0.0)
     cum = tl.cumsum(tl.where(rmask, g, 0.0), axis=0)
     tl.store(G_BUF + head_rows, cum, mask=rmask)
+    tl.store(BETA_BUF + head_rows, beta, mask=rmask)
     # -- M[i, j] = beta_i exp(G_i - G_j) (k_i . k_j) / (||k_i|| ||k_j||), j < i; T ----
     lower = ci < ri
     decay = tl.exp(tl.where(lower, cum[:, None] - cum[None, :], 0.0))
     m = tl.where(lower, (beta * k_norm)[:, None] * decay * kk * k_norm[None, :], 0.0)
     tm = unit_lower_inverse(m, ri, ci, CHUNK)
-    # -- W = T (beta gamma K / ||k||), U = T (beta V) ----
-    w_in = k.to(tl.float32) * (k_norm * beta * tl.exp(cum))[:, None]
-    w = tl.dot(tm, w_in)
-    w_ptr = W_BUF + head_rows[:, None] * KEY_DIM + ks[None, :]
-    tl.store(w_ptr, w, mask=rmask[:, None])
-    vs = tl.arange(0, VALUE_DIM)
-    v = _load_rows(V + hv * stride_v_head, tok, stride_v_tok, 0, vs, rmask).to(tl.float32)
-    u = tl.dot(tm, v * beta[:, None])
-    u_ptr = U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :]
-    tl.store(u_ptr, u, mask=rmask[:, None])
+    tl.store(T_BUF + head_rows[:, None] * CHUNK + ci, tm, mask=rmask[:, None])
+
+
+@triton.jit
+def chunk_wu_kernel(
+    K,
+    V,
+    CHUNK_SEQ,
+    CHUNK_START,
+    QUERY_START_LOC,
+    G_BUF,
+    BETA_BUF,
+    KN_BUF,
+    T_BUF,
+    W_BUF,
+    U_BUF,
+    stride_k_tok,
+    stride_k_head,
+    stride_v_tok,
+    stride_v_head,
+    num_v_heads,
+    GROUP: tl.constexpr,
+    KEY_DIM: tl.constexpr,
+    VALUE_DIM: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """Per chunk, value head and product (program_id 2: 0 W, 1 U): W = T (beta gamma K /
+    ||k||), U = T (beta V)."""
+    hv = tl.program_id(1)
+    rows, rmask, tok = _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK)
+    head_rows = tok * num_v_heads + hv
+    tm = _load_rows(T_BUF, head_rows, CHUNK, 0, rows, rmask)
+    beta = tl.load(BETA_BUF + head_rows, mask=rmask, other=0.0)
+    if tl.program_id(2) == 0:
+        ks = tl.arange(0, KEY_DIM)
+        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
+        k_norm = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+        k_base = K + (hv // GROUP) * stride_k_head
+        k = _load_rows(k_base, tok, stride_k_tok, 0, ks, rmask).to(tl.float32)
+        w = tl.dot(tm, k * (k_norm * beta * tl.exp(cum))[:, None])
+        tl.store(W_BUF + head_rows[:, None] * KEY_DIM + ks[None, :], w, mask=rmask[:, None])
+    else:
+        vs = tl.arange(0, VALUE_DIM)
+        v_base = V + hv * stride_v_head
+        v = _load_rows(v_base, tok, stride_v_tok, 0, vs, rmask).to(tl.float32)
+        u = tl.dot(tm, v * beta[:, None])
+        tl.store(U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :], u, mask=rmask[:, None])
 
 
 @triton.jit
@@ -225,7 +260,7 @@ def chunk_state_kernel(
         tl.store(u_ptr, u, mask=rmask[:, None])
         # -- S = gamma_C S + k^T (u exp(G_C - G) / ||k||) on the stored k ----
         cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
-        cum_last = tl.sum(tl.where(rows == length - 1, cum, 0.0), axis=0)
+        cum_last = tl.load(G_BUF + (c0 + length - 1) * num_v_heads + hv)
         k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
         u_in = u * (k_row * tl.exp(cum_last - cum))[:, None]
         k = _load_rows(k_base, tok, stride_k_tok, 0, ks, rmask).to(tl.float32)

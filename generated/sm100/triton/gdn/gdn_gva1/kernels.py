@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "af1af34622d97226b1021542ec5838b23a7fc46c78ca484a87c2f885d03dcbd3"
+LIBRARY_SHA256 = "72673d084ca45daf7537b19ea48a76b921be11598491d6146eef25d5e163e9cb"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -47,7 +47,8 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         decode_block_v=8,
         decode_tiles=4,
         decode_num_warps=1,
-        prepare_num_warps=8,
+        prepare_num_warps=4,
+        wu_num_warps=8,
         state_block_v=16,
         state_num_warps=8,
         state_num_stages=2,
