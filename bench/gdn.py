@@ -43,9 +43,10 @@ DECODE_SWEEP = (
     {"decode_tiles": 16},
 )
 PREFILL_SWEEP = (  # the state kernel's tiles on two cases, the parallel kernels' on one
+    {"state_block_v_max": 16},
+    {"state_block_v": 32, "state_block_v_max": 32},
+    {"state_block_v": 64, "state_block_v_max": 64},
     {"state_num_stages": 2},
-    {"state_block_v": 32, "state_num_stages": 2},
-    {"state_block_v": 32},
     {"prepare_num_warps": 8},
     {"wu_num_warps": 4},
     {"output_block_v": 128, "output_num_warps": 8},

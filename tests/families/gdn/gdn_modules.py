@@ -35,6 +35,8 @@ def small_config(
         prepare_num_warps=4,
         wu_num_warps=4,
         state_block_v=16,
+        state_block_v_max=32,
+        state_min_programs=8,
         state_num_warps=4,
         state_num_stages=2,
         output_block_v=16,

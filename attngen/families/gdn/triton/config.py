@@ -38,7 +38,9 @@ class GdnTritonConfig:
     # over the chunks), output (per chunk, value block) ----
     prepare_num_warps: int
     wu_num_warps: int
-    state_block_v: int
+    state_block_v: int  # the smallest value block of the state kernel
+    state_block_v_max: int  # the largest: the launcher takes the largest that still gives
+    state_min_programs: int  # at least this many programs (the request x head x block grid)
     state_num_warps: int
     state_num_stages: int
     output_block_v: int

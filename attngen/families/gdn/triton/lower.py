@@ -27,9 +27,10 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
     in a pipelined loop (one block per program measured 296 us at B256 on the H200, 32 x 8,
     16 x 2 and 64 x 8 291-299 us: each program first waits for its pool slot, then its
     state). Chunked prefill: prepare on 8 warps over [chunk, K] tiles; the sequential state
-    kernel on value blocks of 16 (a request's head spreads over V / 16 programs: 1 x 32k
-    tokens x 16 heads fills 128 SMs), 8 warps (4 spilled on sm_90a), loads three stages
-    ahead (sm_100a: two); output on [chunk, 64] tiles, 4 warps; the per-chunk states in
+    kernel on the widest value block of 16 .. 64 that still gives one program per SM (1 x
+    32k tokens x 16 heads: 16, spread over 128 SMs; 8 x 4k x 32 heads: 64, reading W and K
+    a quarter as often; sm_100a: up to 32, 64 spilled), 8 warps (4 spilled on sm_90a), loads three stages ahead (sm_100a:
+    two); output on [chunk, 64] tiles, 4 warps; the per-chunk states in
     the activation dtype (bf16 operands of Q S0). Conv prefill: 16 tokens x 64 channels
     (32 x 128 spilled on sm_90a)."""
     wide = shape.chunk_size * max(shape.key_dim, shape.value_dim) >= 64 * 128
@@ -40,6 +41,8 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
         "prepare_num_warps": 4,
         "wu_num_warps": 8 if wide else 4,
         "state_block_v": 16,
+        "state_block_v_max": min(32 if arch is Arch.SM100 else 64, shape.value_dim),
+        "state_min_programs": facts(arch).num_sms,
         "state_num_warps": 8,
         "state_num_stages": 2 if arch is Arch.SM100 else 3,
         "output_block_v": min(64, shape.value_dim),

@@ -25,6 +25,11 @@ def config_problems(c: GdnTritonConfig) -> list[str]:
             problems.append(f"{name}={block} is not a power of two >= 4")
     if c.conv_kernel != 4:
         problems.append(f"conv_kernel={c.conv_kernel}: the conv kernels are width 4")
+    top = c.state_block_v_max
+    if top < c.state_block_v or top & (top - 1) or c.value_dim % top:
+        problems.append(f"state_block_v_max={top}: a power of two >= state_block_v, <= V")
+    if c.state_min_programs < 1:
+        problems.append(f"state_min_programs={c.state_min_programs}: at least 1")
     if c.chunk_size not in (16, 32, 64):
         problems.append(f"chunk_size={c.chunk_size}: the triangular inverse takes 16, 32, 64")
     if c.chunk_state_bits not in (16, 32):

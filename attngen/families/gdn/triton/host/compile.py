@@ -11,6 +11,7 @@ from attngen.families.gdn.triton.host.options import (
     output_options,
     prepare_options,
     recurrent_options,
+    state_blocks,
     state_options,
     wu_options,
 )
@@ -76,7 +77,9 @@ def compile_specs(config: GdnTritonConfig, traits: GdnTraits) -> list[CompileSpe
         specs.append(_spec("conv_prefill", conv_prefill_kernel, conv, config, ("BIAS",)))
         specs.append(_spec("chunk_prepare", chunk_prepare_kernel, prepare_options(config), config))
         specs.append(_spec("chunk_wu", chunk_wu_kernel, wu_options(config), config))
-        specs.append(_spec("chunk_state", chunk_state_kernel, state_options(config), config))
+        for bv in state_blocks(config):  # the launcher picks one per batch
+            options = state_options(config, bv)
+            specs.append(_spec(f"chunk_state_v{bv}", chunk_state_kernel, options, config))
         specs.append(_spec("chunk_output", chunk_output_kernel, output_options(config), config))
     if "verify" in traits.phases and config.num_draft_tokens:
         n, tree = config.num_draft_tokens, config.spec_topk > 1

@@ -27,6 +27,7 @@ from attngen.families.gdn.triton.host.options import (
     output_options,
     prepare_options,
     recurrent_options,
+    state_block_for,
     state_options,
     wu_options,
 )
@@ -356,8 +357,8 @@ def extend(
     args = [k, w_buf, u_buf, g_buf, kn_buf, h_buf, ssm_states, cache_indices, has_initial_state]
     args += [query_start_loc, plan.seq_first_chunk, *_rows_of(k)]
     args += [ssm_states.stride(0), ssm_states.stride(1), hv]
-    grid = (vd // config.state_block_v, bs, hv)
-    _launch(chunk_state_kernel, grid, args, state_options(config))
+    block_v = state_block_for(config, bs, hv)
+    _launch(chunk_state_kernel, (vd // block_v, bs, hv), args, state_options(config, block_v))
     args = [q, k, u_buf, g_buf, qs_buf, kn_buf, h_buf, *chunks, out]
     args += [*_rows_of(q), *_rows_of(k), *_rows_of(out), hv]
     grid = (nc, hv, vd // config.output_block_v)

@@ -73,13 +73,33 @@ def wu_options(config: GdnTritonConfig) -> dict[str, object]:
     }
 
 
-def state_options(config: GdnTritonConfig) -> dict[str, object]:
+def state_blocks(config: GdnTritonConfig) -> list[int]:
+    """The state kernel's value blocks, smallest first (each a compiled variant)."""
+    blocks, bv = [], config.state_block_v
+    while bv <= config.state_block_v_max:
+        blocks.append(bv)
+        bv *= 2
+    return blocks
+
+
+def state_block_for(config: GdnTritonConfig, requests: int, v_heads: int) -> int:
+    """The largest value block whose grid still has ``state_min_programs`` programs (the
+    state kernel is sequential over chunks: wider blocks read W and K fewer times, narrower
+    ones spread a few long requests over the SMs)."""
+    blocks = state_blocks(config)
+    for bv in reversed(blocks):
+        if requests * v_heads * (config.value_dim // bv) >= config.state_min_programs:
+            return bv
+    return blocks[0]
+
+
+def state_options(config: GdnTritonConfig, block_v: int) -> dict[str, object]:
     return {
         "GROUP": config.v_heads_per_k_head,
         "KEY_DIM": config.key_dim,
         "VALUE_DIM": config.value_dim,
         "CHUNK": config.chunk_size,
-        "BLOCK_V": config.state_block_v,
+        "BLOCK_V": block_v,
         "num_warps": config.state_num_warps,
         "num_stages": config.state_num_stages,
     }

@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "72673d084ca45daf7537b19ea48a76b921be11598491d6146eef25d5e163e9cb"
+LIBRARY_SHA256 = "07a59634355f0753d892ceb280f7422144259fa7878326500cef4a2aafc83f2e"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -50,6 +50,8 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         prepare_num_warps=4,
         wu_num_warps=8,
         state_block_v=16,
+        state_block_v_max=32,
+        state_min_programs=148,
         state_num_warps=8,
         state_num_stages=2,
         output_block_v=64,
