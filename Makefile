@@ -45,8 +45,10 @@ sanitize-gpu:
 	$(PYTHON) tests/gpu_sanitize.py --out evidence/gpu/sanitizer-sm90.json --commit $$(git rev-parse --short HEAD)
 
 ## evidence-compile: AOT-compile every generated kernel and record registers/smem/spills
+## (kernels whose identity is unchanged keep their recorded rows; AOT_FLAGS= compiles all)
+AOT_FLAGS ?= --reuse
 evidence-compile: $(TEST_STAMP)
-	for a in sm80 sm90 sm100; do env -u TRITON_INTERPRET $(PY) -m attngen.aot --arch $$a --out-dir evidence/compile || exit 1; done
+	for a in sm80 sm90 sm100; do env -u TRITON_INTERPRET $(PY) -m attngen.aot --arch $$a --out-dir evidence/compile $(AOT_FLAGS) || exit 1; done
 	$(PY) -m attngen generate --arch all
 
 ## bench: time generated kernels against peers on the GPU (writes bench/results/*.json)

@@ -47,6 +47,23 @@ GPU_CHECKS: tuple[str, ...] = (
 )
 
 
+# What a kernel library is made of (relative to its package): device code, host launchers,
+# the library module that binds them, and its config types. Its sha256 is part of every
+# kernel identity.
+LIBRARY_SOURCES: tuple[str, ...] = ("library.py", "config.py", "kernels/*.py", "host/*.py")
+
+
+def library_sha256(package_dir: Path, patterns: tuple[str, ...] = LIBRARY_SOURCES) -> str:
+    """sha256 over a kernel library's source files (sorted relative paths and bytes):
+    importable without torch or the backend's compiler, so the generator records it in every
+    generated kernels.py and computes identities without importing the library."""
+    digest = hashlib.sha256()
+    for path in sorted({p for pattern in patterns for p in package_dir.glob(pattern)}):
+        digest.update(path.relative_to(package_dir).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def kernel_identity(library_sha256: str, traits: object, config: object) -> str:
     """sha256 of what a variant's kernels are: library sources, module traits, config.
 

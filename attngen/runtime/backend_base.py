@@ -110,19 +110,21 @@ class AttentionBackendBase:
         (:meth:`_device_checks`): one host sync for all of them."""
         table = self.req_to_token_pool.req_to_token
         num_slots = self.kv_pool.num_slots
-        rows = fb.req_pool_indices.long()
-        bad_row = (rows < 0) | (rows >= table.shape[0])
+        rows, seq_lens, loc = fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc
         longest = int(fb.seq_lens_cpu.max())
-        seq_lens = fb.seq_lens.long()
         slots = table[rows.clamp(0, table.shape[0] - 1), :longest]
-        used = torch.arange(longest, device=self.device)[None, :] < seq_lens[:, None]
-        bad_slot = used & ((slots < 0) | (slots >= num_slots))
-        loc = fb.out_cache_loc
-        bad_loc = (loc < 0) | (loc >= num_slots)
+        used = torch.arange(longest, device=self.device) < seq_lens[:, None]
+        slots = torch.where(used, slots, 0)  # slot 0 exists: entries past seq_lens pass
+        ranges = ((rows, table.shape[0]), (slots, num_slots), (loc, num_slots))
+        present = [i for i, (t, _) in enumerate(ranges) if t.numel()]
         extra = self._device_checks(fb)
-        flags = torch.stack([bad_row.any(), bad_slot.any(), bad_loc.any(), *(f for f, _ in extra)])
-        host = torch.cat([flags.long(), seq_lens]).tolist()  # the one sync
-        device_lens, flags = host[len(flags) :], host[: len(flags)]
+        # each tensor's (min, max), the family's flags, then seq_lens: one sync for all
+        bounds = [x.long() for i in present for x in torch.aminmax(ranges[i][0])]
+        parts = [torch.stack(bounds)] if bounds else []
+        parts += [torch.stack([flag for flag, _ in extra]).long()] if extra else []
+        host = torch.cat([*parts, seq_lens.long()]).tolist()
+        head = 2 * len(present)
+        device_lens, flags = host[head + len(extra) :], host[head : head + len(extra)]
         if device_lens != fb.seq_lens_cpu.tolist():
             b = next(
                 i for i, (d, c) in enumerate(zip(device_lens, fb.seq_lens_cpu.tolist())) if d != c
@@ -132,25 +134,33 @@ class AttentionBackendBase:
                 f"seq_lens_cpu[{b}] = {int(fb.seq_lens_cpu[b])} (the two must agree)",
                 device_lens[b],
             )
-        if flags[0]:
-            b = int(bad_row.nonzero()[0, 0])
+        outside = {
+            i for k, i in enumerate(present) if host[2 * k] < 0 or host[2 * k + 1] >= ranges[i][1]
+        }
+
+        def first_bad(i: int) -> list[int]:  # only on the error path
+            t, limit = ranges[i]
+            return [int(x) for x in ((t < 0) | (t >= limit)).nonzero()[0]]
+
+        if 0 in outside:
+            (b,) = first_bad(0)
             fail(
                 f"forward_batch.req_pool_indices[{b}]",
                 f"a row of req_to_token (0..{table.shape[0] - 1})",
                 int(rows[b]),
             )
-        if flags[1]:
-            b, j = (int(x) for x in bad_slot.nonzero()[0])
+        if 1 in outside:
+            b, j = first_bad(1)
             page = getattr(self.kv_pool, "page_size", 1)
             fail(
                 f"req_to_token[{int(rows[b])}, {j}] (request {b}, page-table entry {j // page})",
                 f"a token slot in 0..{num_slots - 1} (kv_pool: {self.kv_pool.num_pages} pages)",
                 int(slots[b, j]),
             )
-        if flags[2]:
-            i = int(bad_loc.nonzero()[0, 0])
+        if 2 in outside:
+            (i,) = first_bad(2)
             fail(f"forward_batch.out_cache_loc[{i}]", f"a slot in 0..{num_slots - 1}", int(loc[i]))
-        for flag, (_, report) in zip(flags[3:], extra):
+        for flag, (_, report) in zip(flags, extra):
             if flag:
                 report()
 

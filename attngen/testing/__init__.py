@@ -7,7 +7,6 @@ from attngen.testing.batches import (
     PagedBatch,
     PagedBatchBuilder,
     make_pools,
-    oracle_output,
     pad_decode_batch,
     random_qkv,
 )
@@ -19,7 +18,6 @@ __all__ = [
     "PagedBatch",
     "PagedBatchBuilder",
     "make_pools",
-    "oracle_output",
     "pad_decode_batch",
     "random_qkv",
 ]

@@ -426,9 +426,7 @@ def test_make_backend_refuses_mismatched_masks() -> None:
 
 
 def test_make_backend_unknown_spec_lists_the_available_ones() -> None:
-    on_disk = sorted(
-        p.parent.name for p in (ROOT / "generated/sm90/triton").glob("*/*/backend.py")
-    )
+    on_disk = sorted(p.parent.name for p in (ROOT / "generated/sm90/triton").glob("*/*/backend.py"))
     assert sorted(available_specs("sm90")) == on_disk and "mha_gqa_paged" in on_disk
     with pytest.raises(AttngenInputError) as err:
         make_backend("sm90", "mha_nope", num_q_heads=1)

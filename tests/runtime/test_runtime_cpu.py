@@ -52,13 +52,13 @@ from attngen.families.mha.runtime import (
     decode_split_cap,
     select_config,
 )
+from attngen.families.mha.testing import oracle_output
 from attngen.testing import (
     PADDING_PAGE,
     PADDING_REQ,
     PagedBatch,
     PagedBatchBuilder,
     make_pools,
-    oracle_output,
     pad_decode_batch,
 )
 
@@ -925,6 +925,40 @@ def test_tree_masks_of_the_wrong_size_or_offsets_fail_in_eager_mode() -> None:
         rig.backend.init_forward_metadata(verify(packed, shifted))
     with pytest.raises(AttngenInputError, match=r"tree_mask_indptr: expected shape"):
         rig.backend.init_forward_metadata(verify(packed, indptr[:-1]))
+    with pytest.raises(
+        AttngenInputError, match=r"tree_mask: expected a torch.Tensor, got NoneType"
+    ):
+        rig.backend.init_forward_metadata(verify(None, indptr))
+
+
+def test_a_tree_mask_is_checked_once_per_eager_forward_with_or_without_slot_checks(
+    monkeypatch,
+) -> None:
+    class TreeKernels(OracleKernels):
+        PHASES = ("extend", "decode", "verify")
+
+    rig = make_rig(TREE, backend_cls=backend_class(TreeKernels([TREE])))
+    pb = rig.builder.extend([3, 4], [3, 3])
+    packed, indptr = pack_tree_masks([torch.ones(3, 3, dtype=torch.bool).tril()] * 2)
+    info = VerifyInfo(3, tree_mask=packed, tree_mask_indptr=indptr)
+    fb = ForwardBatch(
+        **{**vars(pb.batch), "forward_mode": ForwardMode.TARGET_VERIFY, "spec_info": info}
+    )
+    calls = []
+    original = type(rig.backend)._check_tree_mask
+    monkeypatch.setattr(
+        type(rig.backend),
+        "_check_tree_mask",
+        lambda self, *a: (calls.append(1), original(self, *a))[1],
+    )
+    for validate in (True, False):
+        calls.clear()
+        monkeypatch.setattr(rig.backend, "validate_slots", validate)
+        rig.backend.init_forward_metadata(fb)
+        assert len(calls) == 1, (validate, len(calls))
+        with pytest.raises(AttngenInputError, match=r"tree_mask: expected 4 bytes"):
+            bad = VerifyInfo(3, tree_mask=packed[:-1], tree_mask_indptr=indptr)
+            rig.backend.init_forward_metadata(ForwardBatch(**{**vars(fb), "spec_info": bad}))
 
 
 # -- CUDA-graph replay of the speculative phases (verify chains and trees, draft extend) ----

@@ -239,7 +239,8 @@ class PagedMhaBackend(AttentionBackendBase):
                 fail("spec_info.tree_mask", "None (this spec verifies draft chains)", "a tensor")
             return None, None
         if batch_size is not None:  # eager: the mask and offsets the kernels will read
-            self._check_tree_mask(info, batch_size)
+            if not self.validate_slots or info.tree_mask is None:  # else _device_checks did
+                self._check_tree_mask(info, batch_size)
         else:  # graph replay: the static buffers keep their own offsets
             check_tensor("spec_info.tree_mask", info.tree_mask, dtype=torch.uint8, shape=[None])
         return info.tree_mask, info.tree_mask_indptr

@@ -26,13 +26,15 @@ EVIDENCE = REPO / "evidence" / "compile" / "triton"
 REGENERATE = "run `make evidence-compile` and commit evidence/compile/"
 
 
-def run_aot(arch: str, generated: Path, out: Path, cache: Path) -> subprocess.CompletedProcess:
+def run_aot(
+    arch: str, generated: Path, out: Path, cache: Path, *extra: str
+) -> subprocess.CompletedProcess:
     """``python -m attngen.aot`` from the repo root, outside interpreter mode."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(cache)
     cmd = [sys.executable, "-m", "attngen.backends.triton.aot", "--arch", arch]
     cmd += ["--generated", str(generated)]
-    cmd += ["--out", str(out)]
+    cmd += ["--out", str(out), *extra]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
 
 
@@ -144,6 +146,23 @@ def test_checker_on_a_tiny_tree(tmp_path: Path) -> None:
     ]
     assert all(r["registers"] > 0 and r["spill_bytes"] == 0 for r in result["kernels"])
     assert aot.check_evidence("sm90", generated, out) == []
+
+    # --reuse: rows of the same identity and compiler are kept, the rest compile
+    earlier = dict(result, kernels=[dict(r) for r in result["kernels"] if r["variant"] != "tiny/c"])
+    earlier["kernels"][0]["registers"] = 7  # a kept row keeps its (here doctored) measurement
+    reuse = tmp_path / "earlier.json"
+    reuse.write_text(aot.dumps(earlier))
+    again = tmp_path / "again.json"
+    proc = run_aot("sm90", generated, again, tmp_path / "triton-cache", "--reuse", str(reuse))
+    assert proc.returncode == 0, failure_text(proc)
+    # a/b share "scale" (kept); "scale_small" is shared with c, which must compile: both run
+    assert "1 compile(s) reused" in proc.stdout and "[2/2] sm90 tiny t1" in proc.stdout
+    rows = json.loads(again.read_text())["kernels"]
+    assert rows[0]["registers"] == 7 and rows[1:] == result["kernels"][1:]
+    reuse.write_text(aot.dumps(dict(earlier, compiler="triton 0.0")))  # another compiler: none
+    proc = run_aot("sm90", generated, again, tmp_path / "triton-cache", "--reuse", str(reuse))
+    assert proc.returncode == 0 and "[3/3]" in proc.stdout and "reused" not in proc.stdout
+    assert again.read_text() == text
 
     stale = dict(result, kernels=[dict(r) for r in result["kernels"][1:]])
     stale["kernels"][0]["identity"] = "0" * 64

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from attngen.runtime.batch import AttentionLayer, ForwardMode
-from attngen.testing import PagedBatchBuilder, make_pools, oracle_output
+from attngen.families.mha.testing import oracle_output
+from attngen.testing import PagedBatchBuilder, make_pools
 from attngen.testing.tolerance import assert_close
 
 HEADS_KV = 1

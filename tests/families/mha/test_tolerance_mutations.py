@@ -19,7 +19,8 @@ import torch
 from attngen.families.mha import reference
 from attngen.hooks import MaskHooks
 from attngen.runtime.batch import AttentionLayer
-from attngen.testing import PagedBatchBuilder, make_pools, oracle_output
+from attngen.families.mha.testing import oracle_output
+from attngen.testing import PagedBatchBuilder, make_pools
 from attngen.testing.batches import LONG_DECODE, LONG_EXTEND
 from attngen.testing.tolerance import KERNEL, assert_close, row_rms_error
 

@@ -1,19 +1,14 @@
-"""What the GDN Triton library is made of, and its sha256: importable without torch or
-triton (the generator records it in every generated kernels.py; identities include it)."""
+"""The GDN Triton library's sha256 (see :func:`attngen.evidence.library_sha256`):
+importable without torch or the compiler."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
+from attngen.evidence import library_sha256
+
 PACKAGE_DIR = Path(__file__).resolve().parent
-SOURCE_FILES = ("library.py", "config.py", "kernels/*.py", "host/*.py")
 
 
 def source_sha256() -> str:
-    """sha256 over the library's source files (sorted relative paths and bytes)."""
-    digest = hashlib.sha256()
-    for rel in sorted({p for pattern in SOURCE_FILES for p in PACKAGE_DIR.glob(pattern)}):
-        digest.update(rel.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0")
-        digest.update(rel.read_bytes() + b"\0")
-    return digest.hexdigest()
+    return library_sha256(PACKAGE_DIR)

@@ -10,20 +10,12 @@ Nothing here imports torch or cutlass: the generator has neither.
 
 from __future__ import annotations
 
-from attngen.evidence import kernel_identity
 from attngen.families.mha.cute_dsl import capability, lower, verify
 from attngen.families.mha.cute_dsl.config import TUNING_KEYS
-from attngen.families.mha.cute_dsl.source import source_sha256
-from attngen.ir import ModulePlan
+from attngen.library_lowering import LibraryLowering
 from attngen.registry import register_lowering
-from attngen.spec.enums import Arch, Backend, Family
+from attngen.spec.enums import Backend, Family
 from attngen.spec.fields import Int
-from attngen.spec.model import Spec
-from attngen.spec.variant import Variant
-from attngen.verdict import Verdict
-
-BINDING_TEMPLATE = "families/mha/cute_dsl/kernels.py.jinja"
-LIBRARY_MODULE = "attngen.families.mha.cute_dsl.library"
 
 # What each tile key a spec may tune takes (verify.py checks the combination).
 TUNING_VALUES: dict[str, Int] = {
@@ -34,35 +26,14 @@ TUNING_VALUES: dict[str, Int] = {
 }
 assert set(TUNING_VALUES) == set(TUNING_KEYS)
 
-
-class MhaCuteLowering:
-    family = Family.MHA
-    backend = Backend.CUTE_DSL
-    tuning_keys = TUNING_VALUES
-
-    def supports(self, variant: Variant, arch: Arch) -> Verdict:
-        return capability.supports(variant, arch)
-
-    def lower(self, spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
-        plan = lower.lower(spec, variants, arch)
-        verify.verify_plan(plan)
-        return plan
-
-    def files(self, plan: ModulePlan) -> dict[str, str]:
-        # imported here: generated kernels import this package at run time, without the
-        # generator's dependencies (jinja2, black)
-        from attngen.emit.modules import package_files
-
-        return package_files(
-            plan,
-            BINDING_TEMPLATE,
-            library_module=LIBRARY_MODULE,
-            library_sha256=source_sha256(),
-        )
-
-    def identities(self, plan: ModulePlan) -> dict[str, str]:
-        library_sha, traits = source_sha256(), lower.traits(plan)
-        return {k.uri: kernel_identity(library_sha, traits, k.config) for k in plan.kernels}
-
-
-register_lowering(MhaCuteLowering())
+LOWERING = LibraryLowering(
+    family=Family.MHA,
+    backend=Backend.CUTE_DSL,
+    package_file=__file__,
+    tuning_keys=TUNING_VALUES,
+    check=capability.supports,
+    plan=lower.lower,
+    verify=verify.verify_plan,
+    traits=lower.traits,
+)
+register_lowering(LOWERING)

@@ -8,69 +8,32 @@
 
 from __future__ import annotations
 
-from attngen.verdict import Verdict
 from attngen.families.mha.triton import capability, lower, verify
 from attngen.families.mha.triton.config import TUNING_KEYS
-from attngen.families.mha.triton.source import source_sha256
-from attngen.evidence import kernel_identity
-from attngen.ir import ModulePlan
+from attngen.library_lowering import LibraryLowering, tuning_values
 from attngen.registry import register_lowering
+from attngen.spec.enums import Backend, Family
 from attngen.spec.fields import Int
-from attngen.spec.enums import Arch, Backend, Family
-from attngen.spec.model import Spec
-from attngen.spec.variant import Variant
-
-BINDING_TEMPLATE = "families/mha/triton/kernels.py.jinja"
 
 # What each tile key a spec may tune takes (config.TUNING_KEYS): Triton's warp counts, the
 # pipeline depths it schedules, power-of-two split counts and tiles that tl.dot takes.
-WARPS = Int(1, 16, choices=(1, 2, 4, 8, 16))
-STAGES = Int(1, 8)
 SPLITS = Int(1, 64, power_of_two=True)
 TILE_ROWS = Int(16, 256, power_of_two=True)
+TUNING_VALUES: dict[str, Int] = tuning_values(
+    TUNING_KEYS,
+    warps=Int(1, 16, choices=(1, 2, 4, 8, 16)),
+    stages=Int(1, 8),
+    other=lambda key: SPLITS if key == "max_splits" else TILE_ROWS,
+)
 
-
-def _tuning_value(key: str) -> Int:
-    if key.endswith("num_warps"):
-        return WARPS
-    if key.endswith("num_stages"):
-        return STAGES
-    return SPLITS if key == "max_splits" else TILE_ROWS
-
-
-TUNING_VALUES: dict[str, Int] = {key: _tuning_value(key) for key in TUNING_KEYS}
-LIBRARY_MODULE = "attngen.families.mha.triton.library"
-
-
-class MhaTritonLowering:
-    family = Family.MHA
-    backend = Backend.TRITON
-    tuning_keys = TUNING_VALUES
-
-    def supports(self, variant: Variant, arch: Arch) -> Verdict:
-        return capability.supports(variant)
-
-    def lower(self, spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
-        plan = lower.lower(spec, variants, arch)
-        verify.verify_plan(plan)
-        return plan
-
-    def files(self, plan: ModulePlan) -> dict[str, str]:
-        # imported here: generated kernels import this package at run time, without the
-        # generator's dependencies (jinja2, black); the generator has no torch or triton,
-        # so the library's sha comes from .source, not from the library module
-        from attngen.emit.modules import package_files
-
-        return package_files(
-            plan,
-            BINDING_TEMPLATE,
-            library_module=LIBRARY_MODULE,
-            library_sha256=source_sha256(),
-        )
-
-    def identities(self, plan: ModulePlan) -> dict[str, str]:
-        library_sha, traits = source_sha256(), lower.traits(plan)
-        return {k.uri: kernel_identity(library_sha, traits, k.config) for k in plan.kernels}
-
-
-register_lowering(MhaTritonLowering())
+LOWERING = LibraryLowering(
+    family=Family.MHA,
+    backend=Backend.TRITON,
+    package_file=__file__,
+    tuning_keys=TUNING_VALUES,
+    check=lambda variant, arch: capability.supports(variant),
+    plan=lower.lower,
+    verify=verify.verify_plan,
+    traits=lower.traits,
+)
+register_lowering(LOWERING)

@@ -40,11 +40,11 @@ from attngen.runtime.batch import (
 from attngen.runtime.pools import FP8_DTYPES, NvFp4KVPool
 from attngen.families.mha.reference import prefill_ref
 from attngen.families.mha.runtime import PagedMhaBackend
+from attngen.families.mha.testing import oracle_output
 from attngen.testing import (
     PagedBatch,
     PagedBatchBuilder,
     make_pools,
-    oracle_output,
     pad_decode_batch,
 )
 from attngen.testing.batches import LONG_DECODE, LONG_EXTEND

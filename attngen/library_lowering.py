@@ -1,0 +1,94 @@
+"""The lowering every (family, backend) package is: a kernel library of real Python source
+beside a ``kernels.py.jinja`` that binds one spec's configs to it.
+
+A package registers ``LibraryLowering(...)`` with its own capability rule, planner, plan
+checks and traits; the generated package's files, the library's sha256 and the kernel
+identities are the same steps for every pair, written once here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attngen.evidence import kernel_identity, library_sha256
+from attngen.ir import ModulePlan
+from attngen.spec.enums import Arch, Backend, Family
+from attngen.spec.fields import Int
+from attngen.spec.model import Spec
+from attngen.spec.variant import Variant
+from attngen.verdict import Verdict
+
+PACKAGE_ROOT = Path(__file__).resolve().parent  # templates are named relative to attngen/
+
+
+@dataclass(frozen=True)
+class LibraryLowering:
+    """One (family, backend) lowering, given by its package's pieces."""
+
+    family: Family
+    backend: Backend
+    package_file: str  # the registering package's ``__file__``: library and template beside it
+    tuning_keys: Mapping[str, Int]  # what tuning.<backend>.<arch> may set, and its values
+    check: Callable[[Variant, Arch], Verdict]  # SUPPORTED or NOT_LOWERED with the reason
+    plan: Callable[[Spec, tuple[Variant, ...], Arch], ModulePlan]
+    verify: Callable[[ModulePlan], None]  # raises on a plan the library cannot run
+    traits: Callable[[ModulePlan], Any]  # what, beyond a config, the identity covers
+
+    @property
+    def package_dir(self) -> Path:
+        return Path(self.package_file).resolve().parent
+
+    @property
+    def library_module(self) -> str:
+        rel = self.package_dir.relative_to(PACKAGE_ROOT.parent)
+        return ".".join(rel.parts) + ".library"
+
+    @property
+    def template(self) -> str:
+        return (self.package_dir / "kernels.py.jinja").relative_to(PACKAGE_ROOT).as_posix()
+
+    def supports(self, variant: Variant, arch: Arch) -> Verdict:
+        return self.check(variant, arch)
+
+    def lower(self, spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
+        plan = self.plan(spec, variants, arch)
+        self.verify(plan)
+        return plan
+
+    def files(self, plan: ModulePlan) -> dict[str, str]:
+        # imported here: generated kernels import their package at run time without the
+        # generator's dependencies (jinja2, black); the generator imports neither torch nor
+        # the backend's compiler, so the library's sha comes from its files
+        from attngen.emit.modules import package_files
+
+        return package_files(
+            plan,
+            self.template,
+            library_module=self.library_module,
+            library_sha256=library_sha256(self.package_dir),
+        )
+
+    def identities(self, plan: ModulePlan) -> dict[str, str]:
+        library_sha, traits = library_sha256(self.package_dir), self.traits(plan)
+        return {k.uri: kernel_identity(library_sha, traits, k.config) for k in plan.kernels}
+
+
+def tuning_values(
+    keys: tuple[str, ...] | frozenset[str],
+    *,
+    warps: Int,
+    stages: Int,
+    other: Callable[[str], Int],
+) -> dict[str, Int]:
+    """{key: values}: ``*num_warps`` keys take ``warps``, ``*num_stages`` keys ``stages``,
+    the rest what ``other(key)`` says."""
+
+    def value(key: str) -> Int:
+        if key.endswith("num_warps"):
+            return warps
+        return stages if key.endswith("num_stages") else other(key)
+
+    return {key: value(key) for key in keys}
