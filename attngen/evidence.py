@@ -54,14 +54,81 @@ LIBRARY_SOURCES: tuple[str, ...] = ("library.py", "config.py", "kernels/*.py", "
 
 
 def library_sha256(package_dir: Path, patterns: tuple[str, ...] = LIBRARY_SOURCES) -> str:
-    """sha256 over a kernel library's source files (sorted relative paths and bytes):
-    importable without torch or the backend's compiler, so the generator records it in every
-    generated kernels.py and computes identities without importing the library."""
+    """sha256 over a kernel library's source files (sorted relative paths and bytes), and
+    over the files of other families that they import (a library may launch another
+    family's kernel: its edits must change this identity too). Importable without torch or
+    the backend's compiler, so the generator records it in every generated kernels.py and
+    computes identities without importing the library."""
+    own = sorted({p.resolve() for pattern in patterns for p in package_dir.glob(pattern)})
+    family = _family_of(package_dir.resolve())
     digest = hashlib.sha256()
-    for path in sorted({p for pattern in patterns for p in package_dir.glob(pattern)}):
-        digest.update(path.relative_to(package_dir).as_posix().encode() + b"\0")
+    for path in own:
+        digest.update(path.relative_to(package_dir.resolve()).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    for path in imported_family_files(own, family):
+        digest.update(b"imports " + _package_relative(path).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+# A family package's modules that describe it (registration, docs columns, spec sections)
+# and never run in a GPU check or a kernel; its other modules do.
+DESCRIPTION_MODULES = ("__init__.py", "docs.py", "spec.py")
+FAMILIES_PACKAGE = "attngen.families"
+_PACKAGE_ROOT = Path(__file__).resolve().parent  # attngen/
+
+
+def _family_of(path: Path) -> str | None:
+    """The family folder a path of ``attngen/families/<family>/...`` lies in."""
+    parts = path.relative_to(_PACKAGE_ROOT).parts if path.is_relative_to(_PACKAGE_ROOT) else ()
+    return parts[1] if len(parts) > 1 and parts[0] == "families" else None
+
+
+def _package_relative(path: Path) -> str:
+    return path.relative_to(_PACKAGE_ROOT).as_posix()
+
+
+def _module_files(name: str, imported: list[str]) -> list[Path]:
+    """The files a ``from name import imported`` (or ``import name``) loads from attngen."""
+    base = _PACKAGE_ROOT.joinpath(*name.split(".")[1:])
+    if base.with_suffix(".py").is_file():
+        return [base.with_suffix(".py")]
+    if not base.is_dir():
+        return []
+    subs = [base / f"{n}.py" for n in imported if (base / f"{n}.py").is_file()]
+    return subs or [base / "__init__.py"]
+
+
+def _imports(path: Path) -> list[Path]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [(node.module, [a.name for a in node.names])]
+        elif isinstance(node, ast.Import):
+            names = [(a.name, []) for a in node.names]
+        else:
+            continue
+        for module, imported in names:
+            if module == FAMILIES_PACKAGE or module.startswith(FAMILIES_PACKAGE + "."):
+                found += _module_files(module, imported)
+    return found
+
+
+def imported_family_files(start: list[Path], family: str | None) -> list[Path]:
+    """The modules of other families that ``start`` imports, directly or through each other
+    (description modules left out), sorted."""
+    seen: set[Path] = set()
+    todo = list(start)
+    while todo:
+        for dep in _imports(todo.pop()):
+            dep = dep.resolve()
+            if dep in seen or _family_of(dep) in (None, family):
+                continue
+            if dep.name in DESCRIPTION_MODULES:
+                continue
+            seen.add(dep)
+            todo.append(dep)
+    return sorted(seen)
 
 
 def kernel_identity(library_sha256: str, traits: object, config: object) -> str:
@@ -107,9 +174,6 @@ def code_digest(text: str) -> str:
 
 
 RUNTIME_DIR = "attngen/runtime"
-# A family package's modules that describe it (registration, docs columns, spec sections)
-# and never run in a GPU check; its other top-level modules (runtime, keys, oracle) do.
-DESCRIPTION_MODULES = ("__init__.py", "docs.py", "spec.py")
 
 
 @functools.lru_cache(maxsize=None)
@@ -119,7 +183,10 @@ def _runtime_digests(root: Path, family: str) -> tuple[tuple[str, str], ...]:
         for p in sorted((root / "attngen" / "families" / family).glob("*.py"))
         if p.name not in DESCRIPTION_MODULES
     ]
-    paths = sorted((root / RUNTIME_DIR).glob("*.py")) + family_modules
+    borrowed = imported_family_files(family_modules, family) if family_modules else []
+    if borrowed and root.resolve() != _PACKAGE_ROOT.parent:  # a checkout other than this one
+        borrowed = [root / "attngen" / _package_relative(p) for p in borrowed]
+    paths = sorted((root / RUNTIME_DIR).glob("*.py")) + family_modules + borrowed
     return tuple(
         (p.relative_to(root).as_posix(), code_digest(p.read_text(encoding="utf-8"))) for p in paths
     )
@@ -127,7 +194,8 @@ def _runtime_digests(root: Path, family: str) -> tuple[tuple[str, str], ...]:
 
 def runtime_identity(root: Path, family: str, package: dict[str, str]) -> str:
     """sha256 of the host code a GPU check of a generated package runs: the package's
-    modules (``{file name: text}``), the spine runtime and the family's top-level modules."""
+    modules (``{file name: text}``), the spine runtime, the family's top-level modules and
+    the other families' modules those import."""
     parts = [f"{name}:{code_digest(text)}" for name, text in sorted(package.items())]
     parts += [f"{name}:{digest}" for name, digest in _runtime_digests(root.resolve(), family)]
     return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()

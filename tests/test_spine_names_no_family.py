@@ -1,7 +1,8 @@
 """The spine never names a family or a backend: families and backends register themselves
 (attngen.registry) and the spine asks the registry. Only the vocabulary table
 (``attngen/spec/enums.py``) spells their names; ``attngen/families/`` and
-``attngen/backends/`` are the packages that register."""
+``attngen/backends/`` are the packages that register; ``attngen/integrations/`` (serving
+other software, e.g. transformers, with the families' public backends) is not spine either."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from attngen.testing.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "attngen"
 REGISTERING = ("families", "backends")
+CONSUMERS = ("integrations",)  # use the families' backends; the spine never imports them
 VOCABULARY = PACKAGE / "spec" / "enums.py"
 NAMED = re.compile(
     r"Family\.(MHA|MLA|GDN|DSA)\b|Backend\.(TRITON|CUTE_DSL)\b"
@@ -23,7 +25,7 @@ NAMED = re.compile(
 def spine_modules():
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)
-        if rel.parts[0] in REGISTERING or path == VOCABULARY:
+        if rel.parts[0] in REGISTERING + CONSUMERS or path == VOCABULARY:
             continue
         yield path
 

@@ -39,7 +39,7 @@ class DType(str, Enum):
 class ScaleGranularity(str, Enum):
     PER_TENSOR = "per_tensor"  # one scale for all of K (and one for V)
     PER_HEAD = "per_head"  # one scale per kv head
-    PER_BLOCK = "per_block"  # one scale per block of elements (FP4 formats)
+    PER_BLOCK = "per_block"  # one scale per block of elements (FP4 formats; blocked fp8)
 
 
 class MaskKind(str, Enum):

@@ -24,7 +24,12 @@ from attngen.spec.model import (
 from attngen.spec.reader import MapReader, default_section, read_section
 
 QUANTIZED_KV = {
-    DType.FP8_E4M3: (ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD),
+    # per_block: one scale per block of values (e.g. each 128 values of an fp8 latent row)
+    DType.FP8_E4M3: (
+        ScaleGranularity.PER_TENSOR,
+        ScaleGranularity.PER_HEAD,
+        ScaleGranularity.PER_BLOCK,
+    ),
     DType.FP8_E5M2: (ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD),
     DType.NVFP4: (ScaleGranularity.PER_BLOCK,),
     DType.MXFP4: (ScaleGranularity.PER_BLOCK,),

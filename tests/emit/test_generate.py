@@ -230,6 +230,24 @@ def test_runtime_identity_follows_code_not_comments_or_docstrings(tmp_path: Path
     assert "attngen/families/mha/__init__.py" not in names
 
 
+def test_identities_cover_what_a_family_borrows_from_another() -> None:
+    """A library that launches another family's kernel, and a runtime built on another
+    family's runtime, hash those files too: editing them stales the evidence."""
+    from attngen.evidence import _runtime_digests, imported_family_files, library_sha256
+
+    families = ROOT / "attngen" / "families"
+    sources = sorted((families / "dsa" / "triton").rglob("*.py"))
+    borrowed = [p.relative_to(ROOT).as_posix() for p in imported_family_files(sources, "dsa")]
+    assert "attngen/families/mla/triton/kernels/absorbed.py" in borrowed
+    assert not [b for b in borrowed if b.startswith("attngen/families/dsa/")]
+    assert not [b for b in borrowed if b.rsplit("/", 1)[1] in ("__init__.py", "spec.py")]
+    # MHA's Triton library borrows nothing: its identity is its own files'
+    assert imported_family_files(sorted((families / "mha" / "triton").rglob("*.py")), "mha") == []
+    names = [name for name, _ in _runtime_digests(ROOT.resolve(), "mla")]
+    assert "attngen/families/mha/runtime.py" in names  # MLA's runtime subclasses MHA's
+    assert len(library_sha256(families / "dsa" / "triton")) == 64
+
+
 def test_a_kernels_module_refuses_an_edited_library() -> None:
     """A generated kernels.py imported against a library edited after generation fails
     at import (its identities, and the evidence, would describe other kernels)."""
@@ -274,7 +292,10 @@ def test_a_wrong_specs_path_touches_nothing(tmp_path: Path) -> None:
     for specs, message in [
         (tmp_path / "nope", "no such spec file or folder"),
         (tmp_path / "empty", "no spec files (.yaml, .yml) in this folder"),
-        (tmp_path / "mla", "holds gdn, mha packages but the specs have no gdn or mha spec"),
+        (
+            tmp_path / "mla",
+            "holds dsa, gdn, mha packages but the specs have no dsa or gdn or mha spec",
+        ),
     ]:
         result = run_cli("generate", "--specs", str(specs), "--out", str(out))
         assert result.returncode == 1 and message in result.stderr, result.stderr

@@ -1,15 +1,18 @@
 """DeepSeek sparse attention: a lightning indexer (fp8) picks top-k tokens for sparse MLA.
 
-No lowering yet: every backend reports DSA as "not lowered" through the registry.
+Lowered in Triton (attngen/families/dsa/triton/); other backends report "not lowered".
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from attngen.arch import ArchFacts
 from attngen.families.mla import DEEPSEEK_V3, latent_features, latent_variant
 from attngen.registry import FamilyInfo, register_family
 from attngen.spec.enums import Family
-from attngen.families.dsa.spec import SPEC, DsaShape
+from attngen.families.dsa.spec import PAGE_SIZE, SPEC, DsaShape
+from attngen.spec.variant import Variant
 
 
 def arch_limit(arch: ArchFacts) -> str | None:
@@ -18,11 +21,17 @@ def arch_limit(arch: ArchFacts) -> str | None:
     return f"DSA's lightning indexer scores keys in fp8 e4m3, which {arch.arch.value} lacks"
 
 
+def base_variant() -> Variant:
+    """DeepSeek-V3.2 at 16 heads, bf16 latent, 64-token pages (the only page size)."""
+    plain = latent_variant(Family.DSA, DsaShape(DEEPSEEK_V3, 64, 128, 2048))
+    return dataclasses.replace(plain, page_size=PAGE_SIZE)
+
+
 register_family(
     FamilyInfo(
         Family.DSA,
         lambda: latent_features(Family.DSA),
-        lambda: latent_variant(Family.DSA, DsaShape(DEEPSEEK_V3, 64, 128, 2048)),
+        base_variant,
         SPEC,
         arch_limit=arch_limit,
         title="DSA (DeepSeek sparse attention) backends",

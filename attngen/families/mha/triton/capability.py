@@ -6,7 +6,7 @@ activations over a bf16/fp16, fp8 (e4m3, e5m2; per-tensor or per-head scales) or
 from __future__ import annotations
 
 from attngen.verdict import Verdict, first_failure
-from attngen.spec.enums import DType, MaskKind, Phase
+from attngen.spec.enums import DType, MaskKind, Phase, ScaleGranularity
 from attngen.families.mha.spec import MhaShape
 from attngen.spec.variant import Variant
 
@@ -16,6 +16,7 @@ DTYPES = frozenset({DType.BF16, DType.FP16})
 MAX_GQA_GROUP = 64  # query-head rows per decode program stay <= 64
 MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW, MaskKind.CUSTOM})
 QUANT_KV = frozenset({DType.FP8_E4M3, DType.FP8_E5M2, DType.NVFP4})
+FP8_SCALES = frozenset({ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD})
 
 
 def supports(variant: Variant) -> Verdict:
@@ -35,6 +36,12 @@ def supports(variant: Variant) -> Verdict:
             (
                 variant.kv_dtype is variant.dtype or variant.kv_dtype in QUANT_KV,
                 f"{kv_name} KV cache is not lowered yet",
+            ),
+            (
+                variant.kv_dtype not in (DType.FP8_E4M3, DType.FP8_E5M2)
+                or variant.kv_scale in FP8_SCALES,
+                f"an fp8 KV cache takes per-tensor or per-head scales, not "
+                f"{variant.kv_scale.value if variant.kv_scale else 'none'}",
             ),
             (
                 variant.kv_dtype is not DType.NVFP4

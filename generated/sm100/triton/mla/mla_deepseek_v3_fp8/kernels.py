@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "15d31e630f7d57608fa4c71ca0495d66514d75e549d6c4e4eac8249fa99afd16"
+LIBRARY_SHA256 = "9376dc6b5bbdad83c1d14470589be08f9a3e10d2e2d712c06c05e41398ecd6cf"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "

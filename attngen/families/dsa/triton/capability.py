@@ -1,0 +1,57 @@
+"""What the Triton DSA lowering covers: the lightning indexer (fp8, paged and ragged) with
+top-k selection, and sparse absorbed MLA over the selected slots for decode, extend and
+draft-chain verify (topk 1), over a bf16/fp16 latent cache or DeepSeek-V3.2's 656-byte fp8
+rows; DeepSeek's dims (latent 512 + rope 64, indexer 64 x 128), 64-token pages, up to 128
+heads."""
+
+from __future__ import annotations
+
+from attngen.families.dsa.spec import PAGE_SIZE, DsaShape
+from attngen.spec.enums import Arch, DType, MaskKind, Phase, ScaleGranularity
+from attngen.spec.variant import Variant
+from attngen.verdict import Verdict, first_failure
+
+PHASES = frozenset({Phase.DECODE, Phase.EXTEND, Phase.VERIFY})
+DTYPES = frozenset({DType.BF16, DType.FP16})
+# The kernels' tiles are these dims (tl.arange extents; the latent is four 128-wide
+# chunks, one fp8 scale each), measured spill-free at them.
+LATENT_DIMS = (512, 64)  # kv_lora_rank, qk_rope_head_dim
+INDEX_DIMS = (64, 128)  # index_heads, index_head_dim
+MAX_HEADS = 128
+
+
+def supports(variant: Variant, arch: Arch) -> Verdict:
+    shape = variant.shape
+    assert isinstance(shape, DsaShape)
+    extra = set(variant.phases) - PHASES
+    kv = variant.kv_dtype
+    kv_name = kv.value if kv is not None else "no"
+    latent = (shape.mla.kv_lora_rank, shape.mla.qk_rope_head_dim)
+    index = (shape.index_heads, shape.index_head_dim)
+    return first_failure(
+        [
+            (not extra, f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet"),
+            (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+            (
+                kv in (variant.dtype, DType.FP8_E4M3),
+                f"{kv_name} latent cache is not lowered (the activations' dtype or the "
+                "656-byte fp8 rows are)",
+            ),
+            (
+                kv is not DType.FP8_E4M3 or variant.kv_scale is ScaleGranularity.PER_BLOCK,
+                "DSA's fp8 latent carries one scale per 128 values (kv_cache.scale: per_block)",
+            ),
+            (
+                variant.page_size == PAGE_SIZE,
+                f"DSA's caches come in {PAGE_SIZE}-token pages",
+            ),
+            (
+                latent == LATENT_DIMS,
+                f"latent/rope dims {latent} are not lowered ({LATENT_DIMS} are)",
+            ),
+            (index == INDEX_DIMS, f"indexer dims {index} are not lowered ({INDEX_DIMS} are)"),
+            (shape.mla.num_heads <= MAX_HEADS, f"num_heads {shape.mla.num_heads} > {MAX_HEADS}"),
+            ((variant.spec_topk or 0) <= 1, "DSA verifies draft chains (topk 1) only"),
+            (variant.mask.kind is MaskKind.CAUSAL, "DSA's indexer is causal by position"),
+        ]
+    )

@@ -1,0 +1,131 @@
+"""Lowering of DSA variants to Triton plans: tiles per head count and latent layout, the
+decode capture's static buffers, and the module plan.
+
+Tiles were checked spill-free with Triton 3.6 (AOT, registers from ptxas) on sm_90a and
+sm_100a; a spec's ``tuning`` section overrides them per arch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from attngen.arch import facts
+from attngen.families.dsa.spec import DsaShape
+from attngen.families.dsa.triton.config import DsaKey, DsaTraits, DsaTritonConfig
+from attngen.hooks import MaskHooks
+from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
+from attngen.probes import feature_lines
+from attngen.spec.enums import KV_DTYPE_NAME, TORCH_DTYPE_NAME, Arch, Backend, DType
+from attngen.spec.model import Spec
+from attngen.spec.variant import Variant
+
+SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed batch see one (valid) key
+RUNTIME_CLASS = "attngen.families.dsa.runtime:DsaBackend"
+MAX_SPLITS = 8  # top-k splits per row when rows x head blocks leave SMs idle
+
+# Sparse MLA tiles (BLOCK_H heads, BLOCK_N slots, warps, stages) by the padded head count:
+# four fp32 accumulators of BLOCK_H x 128, every slot tile a gather of 1152-byte (bf16) or
+# 656-byte (fp8) rows. Spill-free on sm_90a and sm_100a (Triton 3.6, ptxas): bf16 64 x 32
+# (223 registers on sm_90a; ran 160 TFLOP/s at h_q 128 on the H200 vs 98 for 64 x 16),
+# 16 x 32 (128); the fp8 rows (e4m3 -> fp16 in registers, a scale per chunk) spill at
+# 64 x 32 (544 bytes) and run 64 x 16; 16 x 32 (194).
+SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 32, 8, 2), 64: (64, 32, 8, 2)}
+FP8_SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 16, 8, 2), 64: (64, 16, 8, 2)}
+# Indexer: one 64-key page per tensor-core tile (64 heads x 128 fp8), 1024 keys a program.
+INDEXER = dict(indexer_block_n=64, indexer_block_s=1024, indexer_num_warps=4)
+# Top-k: 2048 scores per pass step on 8 warps.
+TOPK = dict(topk_block=2048, topk_num_warps=8)
+
+
+def next_power_of_two(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def sparse_tiles(num_heads: int, kv_dtype: DType) -> dict[str, int]:
+    rows = min(64, max(16, next_power_of_two(num_heads)))
+    table = FP8_SPARSE_TILES if kv_dtype is DType.FP8_E4M3 else SPARSE_TILES
+    block_h, block_n, warps, stages = table[rows]
+    return {
+        "sparse_block_h": block_h,
+        "sparse_block_n": block_n,
+        "sparse_num_warps": warps,
+        "sparse_num_stages": stages,
+        "max_splits": MAX_SPLITS,
+        "combine_num_warps": 4,
+    }
+
+
+def kernel_config(
+    variant: Variant, arch: Arch, overrides: dict[str, int] | None = None
+) -> DsaTritonConfig:
+    shape = variant.shape
+    assert isinstance(shape, DsaShape)
+    assert variant.kv_dtype is not None and variant.page_size is not None
+    key = DsaKey(
+        num_heads=shape.mla.num_heads,
+        kv_lora_rank=shape.mla.kv_lora_rank,
+        qk_rope_head_dim=shape.mla.qk_rope_head_dim,
+        index_heads=shape.index_heads,
+        index_head_dim=shape.index_head_dim,
+        index_topk=shape.index_topk,
+        page_size=variant.page_size,
+        dtype=TORCH_DTYPE_NAME[variant.dtype],
+        kv_dtype=KV_DTYPE_NAME[variant.kv_dtype],
+        spec_topk=variant.spec_topk or 0,
+    )
+    config = DsaTritonConfig(
+        uri=variant.uri,
+        **dataclasses.asdict(key),
+        num_draft_tokens=variant.num_draft_tokens,
+        **sparse_tiles(shape.mla.num_heads, variant.kv_dtype),
+        **INDEXER,
+        **TOPK,
+    )
+    return dataclasses.replace(config, **(overrides or {}))
+
+
+def decode_graph_buffers(fill: int) -> tuple[GraphBuffer, ...]:
+    """Static buffers of a decode capture: metadata, selections and the split partials."""
+    return (
+        GraphBuffer(
+            "page_table", "int32", ("max_bs", "max_pages"), 0, "physical page of each page"
+        ),
+        GraphBuffer("seq_lens", "int32", ("max_bs",), fill, "keys per request (padded: fill)"),
+        GraphBuffer(
+            "logits", "float32", ("max_bs", "max_context_len"), 0, "indexer scores per key"
+        ),
+        GraphBuffer("topk_pos", "int32", ("max_bs", "index_topk"), -1, "selected positions"),
+        GraphBuffer("topk_slots", "int32", ("max_bs", "index_topk"), -1, "selected slots"),
+        GraphBuffer("num_splits", "int32", ("max_bs",), 1, "top-k splits per row"),
+        GraphBuffer(
+            "partial_o",
+            "float32",
+            ("max_bs", "num_q_heads", "max_splits", "kv_lora_rank"),
+            0,
+            "split outputs",
+        ),
+        GraphBuffer(
+            "partial_lse", "float32", ("max_bs", "num_q_heads", "max_splits"), 0, "split LSEs"
+        ),
+    )
+
+
+def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
+    overrides = spec.tuning_for(Backend.TRITON, arch)
+    return ModulePlan(
+        spec=spec,
+        backend=Backend.TRITON,
+        arch=arch,
+        hooks=MaskHooks.from_mask(spec.mask),
+        kernels=tuple(KernelPlan(v, kernel_config(v, arch, overrides)) for v in variants),
+        metadata=MetadataPlan(
+            facts(arch).num_sms, SEQ_LEN_FILL_VALUE, decode_graph_buffers(SEQ_LEN_FILL_VALUE)
+        ),
+        runtime_class=RUNTIME_CLASS,
+        feature_lines=feature_lines(variants, spec.family, Backend.TRITON, arch),
+    )
+
+
+def traits(plan: ModulePlan) -> DsaTraits:
+    """The TRAITS the plan's generated kernels.py binds."""
+    return DsaTraits(tuple(p.value for p in plan.spec.phases))

@@ -1,0 +1,337 @@
+"""Plain ``model.generate()`` on attngen: attngen's own paged KV pool and per-forward batch.
+
+transformers runs a padded batch ``[B, S]`` (prompts left-padded, every row one request)
+and, with its DynamicCache, hands each attention layer the new positions' q and the past +
+new K/V. attngen keeps its own cache instead: per forward (:meth:`GenerateState.begin`,
+called by the registered mask function with the 2-D padding mask) it works out each row's
+real new tokens; at the forward's first layer it gives them token slots in one
+:class:`~attngen.runtime.pools.PagedKVPool` shared by all layers and builds one
+:class:`~attngen.runtime.batch.ForwardBatch`; per layer (:meth:`GenerateState.attend`) it
+packs the real new tokens' q/k/v (pads dropped), runs the generated backend chosen for the
+layer's features (it writes the new K/V into the pool) and scatters the output back to
+``[B, Sq, H, Dv]``, zeros at pads.
+
+Host syncs: one per forward (the padding mask's row lengths) plus the backends' own slot
+check; this path is for plain generation. Continuous batching is ``paged.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from attngen.integrations.transformers.options import FP8, Options
+from attngen.integrations.transformers.select import Choice, LayerFeatures, choose
+from attngen.runtime.batch import AttentionLayer, ForwardBatch, ForwardMode, ReqToTokenPool
+from attngen.runtime.checks import AttngenInputError
+from attngen.runtime.pools import PagedKVPool
+
+
+@dataclass
+class Forward:
+    """What every layer of one forward shares."""
+
+    prefix: list[int]  # cached tokens per row before this forward
+    new: list[int]  # real new tokens per row
+    q_length: int  # new positions per row (pads included)
+    padding_mask: torch.Tensor  # [B, past + Sq] bool, on the device
+    batch: ForwardBatch | None = None  # built at the first layer (page size known)
+    q_rows: torch.Tensor | None = None  # [T] int64 rows of the [B * Sq] positions that are real
+    ready: set[int] = field(default_factory=set)  # ids of backends whose metadata is built
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.prefix)
+
+
+class GenerateState:
+    """attngen's cache and batch bookkeeping for plain generation (one per model)."""
+
+    def __init__(self, options: Options, num_layers: int) -> None:
+        self.options = options
+        self.num_layers = num_layers
+        self.page_size: int | None = options.page_size
+        self.lengths: list[int] = []  # cached tokens per row
+        self.pages: list[list[int]] = []  # physical pages per row
+        self.num_pages_used = 0
+        self.pool: PagedKVPool | None = None
+        self.req_pool: ReqToTokenPool | None = None
+        self.backends: dict[LayerFeatures, Any] = {}
+        self.choices: dict[LayerFeatures, Choice] = {}
+        self.layers: dict[int, AttentionLayer] = {}
+        self.forward: Forward | None = None
+
+    # -- per forward ----
+
+    def begin(
+        self,
+        padding_mask: torch.Tensor | None,
+        *,
+        batch_size: int,
+        q_length: int,
+        q_offset: int,
+        device: torch.device | str,
+    ) -> None:
+        """Start a forward of ``q_length`` new positions after ``q_offset`` cached ones."""
+        total = int(q_offset) + int(q_length)
+        fwd = self.forward
+        if (
+            fwd is not None
+            and fwd.batch is None
+            and (fwd.batch_size, fwd.q_length, int(fwd.padding_mask.shape[1]))
+            == (batch_size, q_length, total)
+        ):
+            return  # the same forward asks again (one mask per layer type)
+        if padding_mask is None:
+            mask = torch.ones((batch_size, total), dtype=torch.bool, device=device)
+        else:
+            mask = padding_mask.to(device=device, dtype=torch.bool)
+            if tuple(mask.shape) != (batch_size, total):
+                raise AttngenInputError(
+                    f"attention_mask: expected [{batch_size}, {total}] (cached + new "
+                    f"positions), got {list(mask.shape)}"
+                )
+        host = mask.cpu()
+        real = host.sum(dim=1).tolist()
+        for b, n in enumerate(real):
+            if n == 0 or not bool(host[b, total - n :].all()):
+                raise AttngenInputError(
+                    f"attention_mask row {b}: attngen serves left-padded batches (pads, then "
+                    f"tokens), got {host[b].int().tolist()}"
+                )
+        new = [min(n, q_length) for n in real]
+        prefix = [n - k for n, k in zip(real, new)]
+        if q_offset == 0:
+            self.lengths = [0] * batch_size
+            self.pages = [[] for _ in range(batch_size)]
+            self.num_pages_used = 0
+        if prefix != self.lengths:
+            raise AttngenInputError(
+                f"attngen's cache holds {self.lengths} tokens per row but this forward "
+                f"continues after {prefix}: a reordered or cropped cache (beam search, "
+                "assisted decoding) is not supported"
+            )
+        self.forward = Forward(prefix, new, int(q_length), mask)
+
+    def _build(self, fwd: Forward, device: torch.device) -> None:
+        """Slots, pools and the ForwardBatch of this forward (at its first layer)."""
+        assert self.page_size is not None
+        slots = self._allocate(fwd.prefix, fwd.new, self.page_size)
+        bs, q_len = fwd.batch_size, fwd.q_length
+        seq = [p + n for p, n in zip(fwd.prefix, fwd.new)]
+        decode = q_len == 1 and min(fwd.prefix) > 0
+        as_int32 = dict(dtype=torch.int32, device=device)
+        rows = [b * q_len + q_len - n + i for b, n in enumerate(fwd.new) for i in range(n)]
+        fwd.batch = ForwardBatch(
+            batch_size=bs,
+            forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND,
+            req_pool_indices=torch.arange(bs, **as_int32),
+            seq_lens=torch.tensor(seq, **as_int32),
+            seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
+            out_cache_loc=torch.tensor(slots, dtype=torch.int64, device=device),
+            extend_prefix_lens=None if decode else torch.tensor(fwd.prefix, **as_int32),
+            extend_seq_lens=None if decode else torch.tensor(fwd.new, **as_int32),
+            extend_prefix_lens_cpu=None if decode else list(fwd.prefix),
+            extend_seq_lens_cpu=None if decode else list(fwd.new),
+        )
+        fwd.q_rows = torch.tensor(rows, dtype=torch.int64, device=device)
+
+    def _allocate(self, prefix: list[int], new: list[int], ps: int) -> list[int]:
+        """Token slots of every row's new tokens (pages taken as rows grow)."""
+        slots: list[int] = []
+        for b, (start, count) in enumerate(zip(prefix, new)):
+            for pos in range(start, start + count):
+                if pos // ps == len(self.pages[b]):
+                    self.pages[b].append(self.num_pages_used)
+                    self.num_pages_used += 1
+                slots.append(self.pages[b][pos // ps] * ps + pos % ps)
+            self.lengths[b] = start + count
+        return slots
+
+    # -- per layer ----
+
+    def attend(
+        self,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        scaling: float,
+        features: LayerFeatures,
+        sinks: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """One layer's attention of this forward's new tokens; ``[B, Sq, H, Dv]``."""
+        fwd = self.forward
+        if fwd is None:
+            raise AttngenInputError(
+                "attngen attention ran without its mask function: enable attngen with "
+                "attngen.integrations.transformers.enable(model) (it registers both)"
+            )
+        bs, heads, q_len, _ = query.shape
+        if (bs, q_len) != (fwd.batch_size, fwd.q_length):
+            raise AttngenInputError(
+                f"query: batch {bs} x {q_len} new positions, but this forward's mask said "
+                f"{fwd.batch_size} x {fwd.q_length}"
+            )
+        dtype = self.options.activation_dtype(query.dtype)
+        if fwd.batch is None:
+            if self.page_size is None:  # auto: what the first layer's best config uses
+                self.page_size = self.choice(features, dtype, query.device).config.page_size
+            self._build(fwd, query.device)
+            self._ensure_storage(key, value, dtype)
+        backend = self._backend(features, dtype, query.device)
+        if id(backend) not in fwd.ready:
+            backend.init_forward_metadata(fwd.batch)
+            fwd.ready.add(id(backend))
+        layer = self._layer(module, query, key, value, scaling)
+        q = _rows(query, fwd.q_rows, dtype)
+        k = _rows(key[:, :, -q_len:], fwd.q_rows, dtype)
+        v = _rows(value[:, :, -q_len:], fwd.q_rows, dtype)
+        sinks = None if sinks is None else sinks.float()
+        batch = fwd.batch
+        if batch.forward_mode is ForwardMode.DECODE:
+            out = backend.forward_decode(q, k, v, layer, batch, sinks=sinks)
+        else:
+            out = backend.forward_extend(q, k, v, layer, batch, sinks=sinks)
+        dv = int(value.shape[-1])
+        full = query.new_zeros((bs * q_len, heads, dv))
+        full[fwd.q_rows] = out.view(-1, heads, dv).to(query.dtype)
+        return full.view(bs, q_len, heads, dv)
+
+    def choice(self, features: LayerFeatures, dtype: torch.dtype, device: torch.device) -> Choice:
+        if features not in self.choices:
+            self.choices[features] = choose(
+                features,
+                arch=self.options.arch_for(device),
+                dtype=dtype,
+                kv_dtype=self.options.kv_dtype(dtype),
+                page_size=self.page_size,
+                backend=self.options.backend,
+            )
+        return self.choices[features]
+
+    def _backend(self, features: LayerFeatures, dtype: torch.dtype, device: torch.device) -> Any:
+        backend = self.backends.get(features)
+        if backend is None:
+            assert self.pool is not None and self.req_pool is not None
+            choice = self.choice(features, dtype, device)
+            backend = choice.backend_class(
+                num_q_heads=features.gqa_group * self.pool.num_kv_heads,
+                num_kv_heads=self.pool.num_kv_heads,
+                head_dim=features.head_dim,
+                v_head_dim=features.v_head_dim,
+                page_size=self.pool.page_size,
+                dtype=dtype,
+                device=self.pool.device,
+                req_to_token_pool=self.req_pool,
+                kv_pool=self.pool,
+                kv_cache_dtype=self.options.kv_dtype(dtype),
+                kv_scale=choice.config.kv_scale,
+            )
+            self.backends[features] = backend
+        return backend
+
+    def _layer(
+        self,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        scaling: float,
+    ) -> AttentionLayer:
+        layer_id = int(module.layer_idx)
+        layer = self.layers.get(layer_id)
+        if layer is None or layer.scaling != float(scaling):
+            scale = None
+            if self.options.kv_cache_dtype in FP8:
+                scale = torch.tensor(
+                    [self.options.kv_scale], dtype=torch.float32, device=query.device
+                )
+            layer = AttentionLayer(
+                layer_id=layer_id,
+                num_q_heads=int(query.shape[1]),
+                num_kv_heads=int(key.shape[1]),
+                head_dim=int(query.shape[-1]),
+                v_head_dim=int(value.shape[-1]),
+                scaling=float(scaling),
+                k_scale=scale,
+                v_scale=scale,
+            )
+            self.layers[layer_id] = layer
+        return layer
+
+    # -- storage ----
+
+    def _ensure_storage(self, key: torch.Tensor, value: torch.Tensor, dtype: torch.dtype) -> None:
+        """Pools big enough for every page and row in use (grown, and copied, when not); the
+        request rows of req_to_token rewritten from the page lists."""
+        kv_heads, head_dim, v_dim = int(key.shape[1]), int(key.shape[-1]), int(value.shape[-1])
+        pool = self.pool
+        if pool is not None and (pool.num_kv_heads, pool.head_dim, pool.v_head_dim) != (
+            kv_heads,
+            head_dim,
+            v_dim,
+        ):
+            raise AttngenInputError(
+                f"kv heads {kv_heads}, head dims {head_dim}/{v_dim}: attngen's pool holds "
+                f"{pool.num_kv_heads} heads of {pool.head_dim}/{pool.v_head_dim} (layers of "
+                "different shapes are not served)"
+            )
+        need_pages = max(self.num_pages_used, 1)
+        if pool is None or pool.num_pages < need_pages:
+            self._grow_pool(key.device, kv_heads, head_dim, v_dim, dtype, need_pages)
+            self.backends.clear()  # they hold the old pool
+        rows, context = len(self.lengths), max(self.lengths, default=1)
+        req = self.req_pool
+        if req is None or req.size < rows or req.max_context_len < context:
+            width = max(2 * context, self.options.initial_tokens)
+            self.req_pool = ReqToTokenPool(max(rows, 1), width, key.device)
+            self.backends.clear()  # they hold the old table's width
+        self._write_req_to_token()
+
+    def _grow_pool(
+        self,
+        device: torch.device,
+        kv_heads: int,
+        head_dim: int,
+        v_dim: int,
+        dtype: torch.dtype,
+        need_pages: int,
+    ) -> None:
+        old, ps = self.pool, self.page_size
+        assert ps is not None
+        pool = PagedKVPool(
+            num_layers=self.num_layers,
+            num_pages=max(2 * need_pages, -(-self.options.initial_tokens // ps)),
+            page_size=ps,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            v_head_dim=v_dim,
+            dtype=self.options.kv_dtype(dtype),
+            device=device,
+        )
+        if old is not None:
+            n = old.num_pages
+            for layer in range(self.num_layers):
+                pool.k_buffer[layer][:n].copy_(old.k_buffer[layer])
+                pool.v_buffer[layer][:n].copy_(old.v_buffer[layer])
+        self.pool = pool
+
+    def _write_req_to_token(self) -> None:
+        assert self.req_pool is not None and self.page_size is not None
+        ps = self.page_size
+        for b, pages in enumerate(self.pages):
+            if pages:
+                base = torch.tensor(pages, dtype=torch.int32).repeat_interleave(ps) * ps
+                slots = base + torch.arange(ps, dtype=torch.int32).repeat(len(pages))
+                self.req_pool.write(b, 0, slots[: self.lengths[b]])
+
+
+def _rows(x: torch.Tensor, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x [B, H, S, D]`` -> the given rows of its ``[B * S, H, D]`` view, in ``dtype``."""
+    bs, heads, length, dim = x.shape
+    flat = x.transpose(1, 2).reshape(bs * length, heads, dim)
+    return flat.index_select(0, rows).to(dtype).contiguous()

@@ -1,0 +1,148 @@
+"""Continuous batching (``generate_batch``) on attngen, over transformers' own paged cache.
+
+transformers' ``PagedAttentionCache`` keeps, per layer, K and V as ``[slots, Hkv, D]`` (the
+cache's blocks back to back) and hands the attention function, per layer group, the token
+slots to read (``read_index``: every request's cached + new tokens, ``cu_seq_lens_k`` apart)
+and to write (``write_index``: the new tokens). attngen reads those slots with its page-size-1
+configs: a slot is a page, and a request's page table is its run of ``read_index``.
+
+- Full-attention layers: the new K/V go to ``write_index``, then the extend kernel reads
+  every key through the page table built from ``read_index`` (or from ``write_index`` when
+  the batch reads no cache): no copy of the cache.
+- Sliding-window layers: transformers keeps a ring of ``sliding_window`` slots per request
+  and reads it before writing (new tokens may overwrite keys that earlier new tokens still
+  see), so attngen takes the cache's own ``update`` (read, then write) and runs the kernel
+  over the gathered ``[cached + new]`` keys, whose page table is their position.
+
+Everything is device work on tensors of shapes fixed by the padded batch (``max_seqlen_q``,
+``max_seqlen_k`` and the index lengths are host ints of the graph key): no host sync, so
+transformers can capture the forward in a CUDA graph. Padding tokens (past
+``cu_seq_lens_q[-1]``) get zeros.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from attngen.integrations.transformers.options import Options
+from attngen.integrations.transformers.select import Choice, LayerFeatures, choose
+from attngen.runtime.checks import AttngenInputError
+
+FULL, SLIDING = "full_attention", "sliding_attention"
+
+
+class PagedState:
+    """Config choices for the continuous-batching path (one per model)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.choices: dict[tuple[LayerFeatures, torch.dtype], Choice] = {}
+
+    def choice(self, features: LayerFeatures, dtype: torch.dtype, device: torch.device) -> Choice:
+        key = (features, dtype)
+        if key not in self.choices:
+            if self.options.page_size not in (None, 1) or self.options.kv_cache_dtype not in (
+                None,
+                dtype,
+            ):
+                raise AttngenInputError(
+                    "continuous batching reads transformers' own cache: token slots (page size "
+                    f"1) in the model's dtype {dtype}; got page_size={self.options.page_size}, "
+                    f"kv_cache_dtype={self.options.kv_cache_dtype}"
+                )
+            self.choices[key] = choose(
+                features,
+                arch=self.options.arch_for(device),
+                dtype=dtype,
+                kv_dtype=dtype,
+                page_size=1,
+                backend=self.options.backend,
+            )
+        return self.choices[key]
+
+    def attend(
+        self,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        scaling: float,
+        features: LayerFeatures,
+        sinks: torch.Tensor | None,
+        cache: Any,
+        read_index: list[torch.Tensor],
+        write_index: list[torch.Tensor],
+        cu_seq_lens_q: torch.Tensor,
+        cu_seq_lens_k: torch.Tensor | dict[str, torch.Tensor],
+        max_seqlen_q: int,
+        max_seqlen_k: int | dict[str, int],
+    ) -> torch.Tensor:
+        """One layer over the packed batch: query ``[1, H, T, D]`` -> ``[1, T, H, Dv]``."""
+        dtype = query.dtype
+        if dtype not in (torch.bfloat16, torch.float16):
+            raise AttngenInputError(
+                f"continuous batching on attngen needs a bf16 or fp16 model (its cache is in "
+                f"the model's dtype); got {dtype}"
+            )
+        layer_idx = int(module.layer_idx)
+        group, in_group = cache.layer_index_to_group_indices[layer_idx]
+        sliding = cache.sliding_windows[layer_idx] != 1
+        kind = SLIDING if sliding else FULL
+        cu_k = cu_seq_lens_k[kind] if isinstance(cu_seq_lens_k, dict) else cu_seq_lens_k
+        width = max_seqlen_k[kind] if isinstance(max_seqlen_k, dict) else max_seqlen_k
+        choice = self.choice(features, dtype, query.device)
+        heads, tokens = int(query.shape[1]), int(query.shape[2])
+        q = query[0].transpose(0, 1).contiguous()  # [T, H, D]
+        if sliding:
+            k_all, v_all = cache.update(
+                key_states=key,
+                value_states=value,
+                layer_idx=layer_idx,
+                read_index=read_index,
+                write_index=write_index,
+            )
+            slots = None  # the gathered keys' own positions
+        else:
+            k_all, v_all = cache.key_cache[in_group], cache.value_cache[in_group]
+            k_new = key[0].transpose(0, 1).to(k_all.dtype)
+            v_new = value[0].transpose(0, 1).to(v_all.dtype)
+            k_all.index_copy_(0, write_index[group], k_new)
+            v_all.index_copy_(0, write_index[group], v_new)
+            reads = read_index[group]
+            slots = reads if reads.numel() > 0 else write_index[group]
+        page_table = _page_table(cu_k, int(width), slots, int(k_all.shape[0]))
+        lengths_q = cu_seq_lens_q[1:] - cu_seq_lens_q[:-1]
+        prefix = ((cu_k[1:] - cu_k[:-1]) - lengths_q).to(torch.int32)
+        dv = int(value.shape[-1])
+        out = torch.zeros((tokens, heads, dv), dtype=dtype, device=query.device)
+        choice.kernels.extend(
+            q,
+            k_all.unsqueeze(1),  # [slots, 1, Hkv, D]: page size 1
+            v_all.unsqueeze(1),
+            page_table,
+            cu_seq_lens_q.to(torch.int32),
+            prefix,
+            out,
+            max_extend_len=int(max_seqlen_q),
+            config=choice.config,
+            sm_scale=float(scaling),
+            sinks=None if sinks is None else sinks.float(),
+            trusted_metadata=True,
+        )
+        return out.unsqueeze(0)
+
+
+def _page_table(
+    cu_k: torch.Tensor, width: int, slots: torch.Tensor | None, num_rows: int
+) -> torch.Tensor:
+    """``[B, width]`` int32: key j of request b lives in row ``slots[cu_k[b] + j]`` (or row
+    ``cu_k[b] + j`` itself when ``slots`` is None); entries past a request's keys are clamped
+    in bounds and never read."""
+    positions = cu_k[:-1, None].long() + torch.arange(width, device=cu_k.device)[None, :]
+    if slots is None:
+        return positions.clamp_(max=num_rows - 1).to(torch.int32)
+    positions.clamp_(max=max(int(slots.shape[0]) - 1, 0))
+    return slots[positions].to(torch.int32)

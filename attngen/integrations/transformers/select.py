@@ -1,0 +1,198 @@
+"""Which generated MHA config serves one transformers attention layer.
+
+A layer is described by what transformers hands its attention function: the q/k/v shapes and
+the feature kwargs (``sliding_window``, ``softcap``, ``s_aux``). Generated MHA modules fix
+their mask hooks per spec (``kernels.HOOKS``) and their shapes per config (``CONFIGS``), so
+serving a layer means finding a generated module whose hooks equal the layer's and a config
+whose key equals its shape, page size and KV dtype. Backends are tried in the arch's
+preference order (``attngen.selection.preference``), page sizes in :data:`PAGE_SIZE_ORDER`
+unless the user fixed one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from attngen.hooks import MaskHooks
+from attngen.runtime.checks import AttngenInputError
+from attngen.runtime.select import GENERATED_PACKAGE, available_specs, load_backend_class
+from attngen.selection import preference
+
+FAMILY = "mha"
+NEEDED_PHASES = ("extend", "decode")
+PAGE_SIZE_ORDER = (64, 16, 128, 32, 1)  # auto page size: the first one generated
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+@dataclass(frozen=True)
+class LayerFeatures:
+    """One attention layer as transformers calls it: shapes and mask/score features."""
+
+    head_dim: int
+    v_head_dim: int
+    gqa_group: int
+    window_left: int | None  # transformers' sliding_window W sees W keys: window_left W - 1
+    logit_softcap: float | None
+    sinks: bool
+
+    @classmethod
+    def of_call(
+        cls,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        sliding_window: int | None,
+        softcap: float | None,
+        s_aux: torch.Tensor | None,
+    ) -> LayerFeatures:
+        heads, kv_heads = int(query.shape[1]), int(key.shape[1])
+        if kv_heads < 1 or heads % kv_heads:
+            raise AttngenInputError(
+                f"query heads {heads} are not a multiple of key/value heads {kv_heads}"
+            )
+        if sliding_window is not None and int(sliding_window) < 1:
+            raise AttngenInputError(f"sliding_window: expected >= 1 or None, got {sliding_window}")
+        return cls(
+            head_dim=int(query.shape[-1]),
+            v_head_dim=int(value.shape[-1]),
+            gqa_group=heads // kv_heads,
+            window_left=None if sliding_window is None else int(sliding_window) - 1,
+            logit_softcap=None if not softcap else float(softcap),
+            sinks=s_aux is not None,
+        )
+
+    @property
+    def hooks(self) -> MaskHooks:
+        return MaskHooks(
+            causal=True,
+            window_left=self.window_left,
+            logit_softcap=self.logit_softcap,
+            sinks=self.sinks,
+            tree=False,
+        )
+
+    def describe(self) -> str:
+        """The features, as a failure message names them."""
+        parts = []
+        if self.window_left is not None:
+            parts.append(f"sliding_window={self.window_left + 1}")
+        if self.logit_softcap is not None:
+            parts.append(f"softcap={self.logit_softcap:g}")
+        if self.sinks:
+            parts.append("sinks")
+        shape = f"head_dim={self.head_dim}, v_head_dim={self.v_head_dim}, gqa={self.gqa_group}"
+        return ", ".join(parts or ["causal"]) + f" ({shape})"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A generated config that serves a layer: its kernels module and its Backend class."""
+
+    arch: str
+    backend: str  # attngen kernel backend name
+    spec: str
+    config: Any  # the kernels module's config (has .uri, .page_size, .kv_scale)
+    kernels: ModuleType
+
+    @property
+    def backend_class(self) -> type:
+        return load_backend_class(self.arch, self.spec, self.backend)
+
+    def describe(self) -> str:
+        return f"{self.backend}/{self.spec}/{self.config.uri}"
+
+
+def choose(
+    features: LayerFeatures,
+    *,
+    arch: str,
+    dtype: torch.dtype,
+    kv_dtype: torch.dtype,
+    page_size: int | None = None,
+    backend: str | None = None,
+) -> Choice:
+    """The generated config for ``features``; an error naming what to add when there is none."""
+    want = dict(
+        head_dim=features.head_dim,
+        v_head_dim=features.v_head_dim,
+        gqa_group=features.gqa_group,
+        dtype=_name(dtype),
+        kv_dtype=_name(kv_dtype),
+        spec_topk=0,
+    )
+    if kv_dtype in FP8:
+        want["kv_scale"] = "per_tensor"  # one scale per K and V tensor (Options.kv_scale)
+    if page_size is not None:
+        want["page_size"] = page_size
+    order = [b.value for b in preference(arch)]
+    found: list[tuple[tuple[int, int, str], Choice]] = []
+    for spec, backend_name, module in _mha_modules(arch):
+        if backend is not None and backend_name != backend:
+            continue
+        if module.HOOKS != features.hooks or not set(NEEDED_PHASES) <= set(module.PHASES):
+            continue
+        for uri in sorted(module.CONFIGS):
+            config = module.CONFIGS[uri]
+            if all(getattr(config, k) == v for k, v in want.items()):
+                rank = (
+                    order.index(backend_name) if backend_name in order else len(order),
+                    _page_rank(config.page_size),
+                    spec,
+                )
+                found.append((rank, Choice(arch, backend_name, spec, config, module)))
+    if not found:
+        raise AttngenInputError(_missing(features, arch, want, backend))
+    return min(found, key=lambda item: item[0])[1]
+
+
+@lru_cache(maxsize=None)
+def _mha_modules(arch: str) -> tuple[tuple[str, str, ModuleType], ...]:
+    """Every importable generated MHA kernels module of ``arch``: (spec, backend, module)."""
+    modules = []
+    for spec, places in sorted(available_specs(arch).items()):
+        for backend_name, family in places:
+            if family != FAMILY:
+                continue
+            path = f"{GENERATED_PACKAGE}.{arch}.{backend_name}.{family}.{spec}.kernels"
+            try:
+                modules.append((spec, backend_name, importlib.import_module(path)))
+            except ImportError:  # a backend whose DSL is not installed here
+                continue
+    return tuple(modules)
+
+
+def _page_rank(page_size: int) -> int:
+    return (
+        PAGE_SIZE_ORDER.index(page_size) if page_size in PAGE_SIZE_ORDER else len(PAGE_SIZE_ORDER)
+    )
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _missing(features: LayerFeatures, arch: str, want: dict, backend: str | None) -> str:
+    on = f" on backend {backend}" if backend else ""
+    fields = " ".join(f"{k}={v}" for k, v in want.items())
+    same_hooks = sorted(
+        f"{spec} ({b})"
+        for spec, b, module in _mha_modules(arch)
+        if module.HOOKS == features.hooks and set(NEEDED_PHASES) <= set(module.PHASES)
+    )
+    hint = (
+        f"specs with these mask hooks: {', '.join(same_hooks)}"
+        if same_hooks
+        else "no generated spec has these mask hooks"
+    )
+    return (
+        f"no generated MHA config{on} for {arch} serves a layer with "
+        f"{features.describe()} and {fields}; {hint}. Add a spec (specs/mha/*.yaml: phases "
+        f"[extend, decode], heads.head_dim {features.head_dim}, heads.gqa_group "
+        f"{features.gqa_group}, mask {features.hooks}) and run `make generate`"
+    )

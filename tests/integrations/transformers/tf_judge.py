@@ -1,0 +1,270 @@
+"""End-to-end judges: attngen's generate against the model's own eager attention.
+
+:func:`check_generate` runs one model three ways on the same weights and prompts (eager
+fp32 greedy; attngen greedy with a per-layer judge; teacher-forced eager forwards over
+attngen's tokens, exact and with bf16-emulated attention) and returns a report whose
+``failures`` name the layer, the feature and the first diverging step.
+
+The logit bound, per request row: LOGIT_FACTOR x the largest deviation, over all steps of
+that row, of the emulated bf16 attention (eager attention on bf16-rounded q/k/v, fp8-rounded
+K/V for an fp8 cache, bf16-rounded output) from exact fp32 eager. That is how far a
+correctly rounded bf16 attention moves this model's logits; a correct kernel adds about one
+more rounding of the same size (P in bf16, fp32 accumulation order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import tf_models as M
+
+NEW_TOKENS = 64
+
+
+@dataclass
+class Report:
+    case: str
+    page_size: int
+    kv_dtype: str
+    seed: int
+    max_error: float = 0.0
+    bound: float = 0.0
+    ties: list[str] = field(default_factory=list)
+    sensitivity: dict[str, float] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    choices: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        sens = " ".join(f"{k}:{v:.0f}x" for k, v in self.sensitivity.items())
+        return (
+            f"{self.case:8s} ps={self.page_size:<3d} kv={self.kv_dtype:13s} "
+            f"err={self.max_error:.3e} "
+            f"bound={self.bound:.3e} ties={len(self.ties)} off/bound[{sens}] "
+            f"{'OK' if not self.failures else 'FAIL'}"
+        )
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def teacher_forced(
+    model: Any, impl: str, seqs: torch.Tensor, mask: torch.Tensor, start: int
+) -> torch.Tensor:
+    """Logits ``[B, steps, V]`` predicting tokens ``start ..`` of ``seqs`` in one forward."""
+    model.set_attn_implementation(impl)
+    with torch.no_grad():
+        out = model(
+            input_ids=seqs, attention_mask=mask, position_ids=_positions(mask), use_cache=False
+        )
+    return out.logits[:, start - 1 : -1].float()
+
+
+def check_generate(
+    case: M.Case,
+    page_size: int,
+    kv_dtype: torch.dtype,
+    seed: int,
+    device: str,
+    new_tokens: int = NEW_TOKENS,
+    **options: Any,
+) -> Report:
+    from attngen.integrations import transformers as atf
+
+    report = Report(case.name, page_size, str(kv_dtype).removeprefix("torch."), seed)
+    model = M.build(case, seed, device)
+    ids, mask = M.prompts(case, seed, device)
+    start = ids.shape[1]
+    kw = dict(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=M.PAD,
+    )
+    with torch.no_grad():
+        ref = model.generate(input_ids=ids, attention_mask=mask, **kw)
+        runtime = atf.enable(model, page_size=page_size, kv_cache_dtype=kv_dtype, **options)
+        act = options.get("dtype") or torch.bfloat16
+        judge = M.LayerJudge(kv_dtype, act)
+        runtime.observers.append(judge)
+        got = model.generate(input_ids=ids, attention_mask=mask, **kw)
+    report.choices = sorted({c.describe() for c in runtime.generate.choices.values()})
+    tokens_ref, tokens = ref.sequences[:, start:], got.sequences[:, start:]
+    logits = torch.stack(got.logits, dim=1).float()  # [B, steps, V]
+    full_mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
+    exact = teacher_forced(model, "eager", got.sequences, full_mask, start)
+    emu = teacher_forced(
+        model, M.register_emulation(kv_dtype, act), got.sequences, full_mask, start
+    )
+    bound = M.LOGIT_FACTOR * (emu - exact).abs().amax(dim=(1, 2))  # [B]
+    error = (logits - exact).abs().amax(dim=2)  # [B, steps]
+    report.max_error, report.bound = float(error.max()), float(bound.min())
+    _check_logits(report, error, bound, judge)
+    _check_tokens(report, tokens, tokens_ref, exact, bound)
+    _check_sensitivity(report, case, model, got.sequences, full_mask, start, exact, bound)
+    return report
+
+
+def _check_logits(
+    report: Report, error: torch.Tensor, bound: torch.Tensor, judge: M.LayerJudge
+) -> None:
+    bad = error > bound[:, None]
+    bad |= ~torch.isfinite(error)
+    layer = judge.first_failure()
+    if layer is not None:
+        report.failures.append(
+            f"layer {layer.layer} ({layer.features}) first exceeds its bound at step {layer.step} "
+            f"(0 = prefill): max |attngen - eager| {layer.error:.3e} > {layer.bound:.3e}"
+        )
+    if bad.any():
+        rows, steps = bad.nonzero(as_tuple=True)
+        first = int(steps.min())
+        b = int(rows[steps == first][0])
+        where = (
+            f"; per-layer judge: {report.failures[0]}"
+            if layer
+            else "; every layer within its bound"
+        )
+        report.failures.append(
+            f"logits first diverge at step {first} (row {b}): |attngen - eager fp32| "
+            f"{float(error[b, first]):.3e} > bound {float(bound[b]):.3e}{where}"
+        )
+
+
+def _check_tokens(report, tokens, tokens_ref, exact, bound) -> None:
+    for b in range(tokens.shape[0]):
+        diff = (tokens[b] != tokens_ref[b]).nonzero()
+        if diff.numel() == 0:
+            continue
+        t = int(diff[0])
+        a, r = int(tokens[b, t]), int(tokens_ref[b, t])
+        margin = float(exact[b, t, r] - exact[b, t, a])  # same prefix up to t
+        note = f"row {b} step {t}: attngen {a}, eager {r}, eager margin {margin:.3e}"
+        if margin <= 2 * float(bound[b]):
+            report.ties.append(note + " (a tie within the bound)")
+        else:
+            report.failures.append(
+                f"greedy tokens first diverge at {note} > 2 x bound {float(bound[b]):.3e}"
+            )
+
+
+def _check_sensitivity(report, case, model, seqs, mask, start, exact, bound) -> None:
+    for feature, switch in case.switch_off.items():
+        restore = switch(model)
+        try:
+            off = teacher_forced(model, "eager", seqs, mask, start)
+        finally:
+            restore()
+        # the logit check fails when any row leaves its own bound, so an implementation that
+        # ignored the feature would fail by max over rows of (its deviation / the row's bound)
+        moved = float(((off - exact).abs().amax(dim=(1, 2)) / bound).max())
+        report.sensitivity[feature] = moved
+        if not moved > M.SENSITIVITY:
+            report.failures.append(
+                f"{feature} switched off moves the logits by only {moved:.1f} bounds "
+                f"(< {M.SENSITIVITY}): this model would not catch a wrong {feature}"
+            )
+
+
+# -- continuous batching ----
+
+CB_PROMPTS = (150, 131, 203, 40, 97, 260)
+
+
+@dataclass
+class CbReport:
+    case: str
+    seed: int
+    reference: str = "paged|sdpa"
+    requests: int = 0
+    equal: int = 0
+    ties: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (
+            f"cb {self.case:8s} vs {self.reference} requests={self.requests} "
+            f"same_tokens={self.equal} "
+            f"ties={len(self.ties)} {'OK' if not self.failures else 'FAIL'} {'; '.join(self.ties)}"
+        )
+
+
+def cb_config(**overrides: Any) -> Any:
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    settings = dict(block_size=16, num_blocks=1024, max_batch_tokens=512, use_cuda_graph=True)
+    settings.update(overrides)
+    return ContinuousBatchingConfig(**settings)
+
+
+def run_batch(
+    model: Any, impl: str, prompts: list[list[int]], new_tokens: int, **cb: Any
+) -> list[list[int]]:
+    from transformers import GenerationConfig
+
+    gen = GenerationConfig(
+        max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=M.PAD
+    )
+    model.set_attn_implementation(impl)
+    out = model.generate_batch(
+        prompts, generation_config=gen, continuous_batching_config=cb_config(**cb)
+    )
+    return [list(out[f"req_{i}"].generated_tokens) for i in range(len(prompts))]
+
+
+def check_continuous_batching(
+    case: M.Case,
+    seed: int,
+    device: str,
+    new_tokens: int = NEW_TOKENS,
+    lengths: tuple[int, ...] = CB_PROMPTS,
+    options: dict[str, Any] | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+    **cb: Any,
+) -> CbReport:
+    from attngen.integrations import transformers as atf
+
+    report = CbReport(case.name, seed, case.paged_reference, requests=len(lengths))
+    model = M.build(case, seed, device).to(dtype)
+    gen = torch.Generator().manual_seed(seed + 2)
+    prompts = [torch.randint(1, case.vocab, (n,), generator=gen).tolist() for n in lengths]
+    with torch.no_grad():
+        ref = run_batch(model, case.paged_reference, prompts, new_tokens, **cb)
+        atf.enable(model, **(options or {}))
+        got = run_batch(model, "paged|attngen", prompts, new_tokens, **cb)
+    exact = M.build(case, seed, device)  # the same weights in fp32
+    for i, (p, a, r) in enumerate(zip(prompts, got, ref)):
+        if len(a) != new_tokens:
+            report.failures.append(f"request {i}: attngen gave {len(a)} tokens, not {new_tokens}")
+            continue
+        diff = [t for t, (x, y) in enumerate(zip(a, r)) if x != y]
+        if not diff:
+            report.equal += 1
+            continue
+        t = diff[0]
+        seq = torch.tensor([p + a[:t]], device=device)
+        logits32 = all_logits(exact, seq)[0, len(p) - 1 :]  # row j predicts token j
+        logits16 = all_logits(model, seq)[0, len(p) - 1 :]
+        deviation = float((logits16 - logits32).abs().max())
+        margin = abs(float(logits32[t, a[t]] - logits32[t, r[t]]))
+        peer = case.paged_reference
+        note = f"request {i} step {t}: attngen {a[t]}, {peer} {r[t]}, fp32 margin {margin:.3e}"
+        if margin <= 2 * deviation:
+            report.ties.append(note + f" (<= 2 x bf16 deviation {deviation:.3e})")
+        else:
+            report.failures.append(
+                f"tokens first diverge at {note}, bf16 deviation {deviation:.3e}"
+            )
+    return report
+
+
+def all_logits(model: Any, seq: torch.Tensor) -> torch.Tensor:
+    """Eager logits of every position of ``seq`` (one unpadded request)."""
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        return model(input_ids=seq, use_cache=False).logits.float()

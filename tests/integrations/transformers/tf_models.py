@@ -1,0 +1,374 @@
+"""Tiny random-weight transformers models with attngen's features switched on, and the
+judges that compare attngen against the model's own eager attention.
+
+Every model has initializer_range 0.3 (at transformers' 0.02, a softcap or a window changes
+the logits by ~1e-7 and nothing would be tested) and prompts longer than its windows.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+VOCAB = 512
+PAD = 0
+# A correct bf16 kernel rounds what the emulation rounds (q, k, v, o) and, in addition, the
+# probabilities before P @ V and its own fp32 accumulation order: about one more rounding of
+# the same size. LOGIT_FACTOR times the emulation's deviation covers that with room to spare.
+LOGIT_FACTOR = 4.0
+LAYER_FACTOR = 4.0
+SENSITIVITY = 3.0  # a feature switched off must move the logits by this many bounds (so
+# an implementation that ignored it would fail the bound by that much)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One model: its config factory, the attngen features it exercises, how to switch each
+    feature off (to show the test would catch it), and the runs (page size, KV dtype)."""
+
+    name: str
+    make_config: Callable[[], Any]
+    features: tuple[str, ...]
+    runs: tuple[tuple[int, torch.dtype], ...]
+    prompt_lengths: tuple[int, ...] = (150, 131, 203)
+    switch_off: dict[str, Callable[[Any], Callable[[], None]]] = field(default_factory=dict)
+    post_init: Callable[[Any, torch.Generator], None] | None = None
+    vocab: int = VOCAB
+    paged_reference: str = "paged|sdpa"  # transformers' own paged attention for this model
+
+
+def _common(**kw: Any) -> dict[str, Any]:
+    base = dict(
+        vocab_size=VOCAB,
+        num_hidden_layers=2,
+        initializer_range=0.3,
+        pad_token_id=PAD,
+        bos_token_id=None,
+        eos_token_id=None,
+        max_position_embeddings=4096,
+    )
+    base.update(kw)
+    return base
+
+
+def llama_config() -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        **_common(
+            hidden_size=256,
+            intermediate_size=512,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            head_dim=128,
+        )
+    )
+
+
+def qwen2_config() -> Any:
+    from transformers import Qwen2Config
+
+    cfg = Qwen2Config(
+        **_common(
+            hidden_size=512,
+            intermediate_size=512,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            use_sliding_window=True,
+            sliding_window=64,
+            max_window_layers=1,
+        )
+    )
+    assert cfg.layer_types == ["full_attention", "sliding_attention"], cfg.layer_types
+    return cfg
+
+
+def gemma2_config() -> Any:
+    from transformers import Gemma2Config
+
+    return Gemma2Config(
+        **_common(
+            hidden_size=256,
+            intermediate_size=512,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=128,
+            sliding_window=64,
+            attn_logit_softcapping=1.0,
+            query_pre_attn_scalar=256,  # scaling 1/16, not head_dim ** -0.5
+            layer_types=["sliding_attention", "full_attention"],
+        )
+    )
+
+
+def gpt_oss_config() -> Any:
+    from transformers import GptOssConfig
+
+    return GptOssConfig(
+        **_common(
+            hidden_size=256,
+            intermediate_size=256,
+            num_attention_heads=8,
+            num_key_value_heads=1,
+            head_dim=64,
+            sliding_window=128,
+            num_local_experts=2,
+            num_experts_per_tok=2,  # every expert always routed: no discontinuous routing
+            layer_types=["sliding_attention", "full_attention"],
+        )
+    )
+
+
+SINK_MEAN, SINK_STD = 10.0, 2.0
+QK_SCALE = 0.25  # at init 0.3 raw scores have a std of ~20 (near one-hot rows); ~1.5 after this
+
+
+def moderate_scores(model: Any) -> None:
+    """Scale q_proj and k_proj so that the scores have a std of a few units: rows that are not
+    one-hot, so window, softcap and sinks change many probabilities, and bf16 rounding does
+    not flip near-tied maxima (which would make any bound loose)."""
+    for module in model.modules():
+        if hasattr(module, "q_proj") and hasattr(module, "k_proj"):
+            module.q_proj.weight.data.mul_(QK_SCALE)
+            module.k_proj.weight.data.mul_(QK_SCALE)
+
+
+def _strong_sinks(model: Any, gen: torch.Generator) -> None:
+    """Sinks of the size of the rows' largest scores, so that they take a real share of the
+    softmax (at transformers' own init they are ~0 and change little)."""
+    for module in model.modules():
+        if isinstance(getattr(module, "sinks", None), torch.nn.Parameter):
+            values = SINK_MEAN + SINK_STD * torch.randn(module.sinks.shape, generator=gen)
+            module.sinks.data.copy_(values.to(module.sinks.device, module.sinks.dtype))
+
+
+def _window_off(model: Any) -> Callable[[], None]:
+    cfg = model.config
+    old = cfg.sliding_window
+    cfg.sliding_window = 1 << 20
+    return lambda: setattr(cfg, "sliding_window", old)
+
+
+def _attr_off(name: str, value: Any) -> Callable[[Any], Callable[[], None]]:
+    def switch(model: Any) -> Callable[[], None]:
+        saved = []
+        for module in model.modules():
+            if hasattr(module, name) and hasattr(module, "layer_idx"):
+                saved.append((module, getattr(module, name)))
+                setattr(module, name, value)
+        assert saved, name
+
+        def restore() -> None:
+            for module, old in saved:
+                setattr(module, name, old)
+
+        return restore
+
+    return switch
+
+
+def _sinks_off(model: Any) -> Callable[[], None]:
+    saved = []
+    for module in model.modules():
+        if isinstance(getattr(module, "sinks", None), torch.nn.Parameter):
+            saved.append((module, module.sinks.data.clone()))
+            module.sinks.data.fill_(-1e9)  # exp(-1e9) = 0: no sink
+
+    def restore() -> None:
+        for module, old in saved:
+            module.sinks.data.copy_(old)
+
+    return restore
+
+
+BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
+CASES = {
+    "llama": Case(
+        "llama",
+        llama_config,
+        ("gqa 4",),
+        ((1, BF16), (16, BF16), (64, BF16), (128, BF16), (16, FP8), (64, FP8)),
+    ),
+    "qwen2": Case(
+        "qwen2",
+        qwen2_config,
+        ("sliding_window=64",),
+        ((16, BF16), (64, BF16), (1, BF16)),
+        switch_off={"sliding_window=64": _window_off},
+    ),
+    "gemma2": Case(
+        "gemma2",
+        gemma2_config,
+        ("softcap=1.0", "sliding_window=64"),
+        ((16, BF16), (64, BF16)),
+        switch_off={
+            "softcap=1.0": _attr_off("attn_logit_softcapping", None),
+            "sliding_window=64": _window_off,
+        },
+    ),
+    "gpt_oss": Case(
+        "gpt_oss",
+        gpt_oss_config,
+        ("sinks", "sliding_window=128"),
+        ((16, BF16), (64, BF16)),
+        prompt_lengths=(300, 181, 233),
+        switch_off={"sinks": _sinks_off, "sliding_window=128": _window_off},
+        post_init=_strong_sinks,
+        paged_reference="paged|eager",  # transformers 5.17 has no sdpa for gpt-oss (sinks)
+    ),
+}
+
+
+def build(case: Case, seed: int, device: str) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = case.make_config()
+    cfg._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    moderate_scores(model)
+    if case.post_init is not None:
+        case.post_init(model, torch.Generator().manual_seed(seed + 3))
+    return model.to(device=device, dtype=torch.float32).eval()
+
+
+def prompts(case: Case, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded random prompts ``[B, S]`` and their mask."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    width = max(case.prompt_lengths)
+    ids = torch.full((len(case.prompt_lengths), width), PAD, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, n in enumerate(case.prompt_lengths):
+        ids[b, width - n :] = torch.randint(1, case.vocab, (n,), generator=gen)
+        mask[b, width - n :] = 1
+    return ids.to(device), mask.to(device)
+
+
+# -- the emulated bf16 attention: what a correctly rounded bf16 kernel would return ----
+
+
+def _round_kv(
+    x: torch.Tensor, kv_dtype: torch.dtype, scale: float, act: torch.dtype
+) -> torch.Tensor:
+    x = x.to(act).float()
+    if kv_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        limit = torch.finfo(kv_dtype).max
+        x = (x / scale).clamp(-limit, limit).to(kv_dtype).float() * scale
+    return x
+
+
+def eager_of(module: Any) -> Callable[..., Any]:
+    """The model's own eager attention function (its modeling file's)."""
+    return sys.modules[type(module).__module__].eager_attention_forward
+
+
+def register_emulation(kv_dtype: torch.dtype, act: torch.dtype, scale: float = 1.0) -> str:
+    """Register ``attngen_emu``: the model's eager attention on q/k/v rounded to the kernels'
+    activation dtype ``act`` (K/V through the fp8 cache's rounding too), output rounded."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    def emulated(module, query, key, value, attention_mask, **kwargs):
+        q = query.to(act).float()
+        k = _round_kv(key, kv_dtype, scale, act)
+        v = _round_kv(value, kv_dtype, scale, act)
+        out, weights = eager_of(module)(module, q, k, v, attention_mask, **kwargs)
+        return out.to(act).to(query.dtype), weights
+
+    AttentionInterface.register("attngen_emu", emulated)
+    AttentionMaskInterface.register("attngen_emu", eager_mask)
+    return "attngen_emu"
+
+
+# -- per-layer judge: each attngen layer against the model's eager attention, same inputs ----
+
+
+@dataclass
+class LayerRecord:
+    step: int
+    layer: int
+    features: str
+    error: float
+    bound: float
+
+
+class LayerJudge:
+    """An attngen observer: every layer call of plain generate, against the model's own
+    eager attention on the same q/k/v (fp32) with the mask built from attngen's padding mask,
+    bounded by LAYER_FACTOR x the emulated bf16 attention's own deviation."""
+
+    def __init__(self, kv_dtype: torch.dtype, act: torch.dtype, scale: float = 1.0) -> None:
+        self.kv_dtype, self.act, self.scale = kv_dtype, act, scale
+        self.records: list[LayerRecord] = []
+        self.step = -1
+        self._last_layer = 1 << 30
+
+    def __call__(self, module, query, key, value, kwargs, out, runtime) -> None:
+        layer = int(module.layer_idx)
+        if layer <= self._last_layer:
+            self.step += 1
+        self._last_layer = layer
+        fwd = runtime.generate.forward
+        window = kwargs.get("sliding_window")
+        mask = self._mask(fwd.padding_mask, query.shape[2], key.shape[2], window)
+        eager = eager_of(module)
+        extra = {
+            k: kwargs[k]
+            for k in ("sliding_window", "softcap", "s_aux")
+            if kwargs.get(k) is not None
+        }
+        ref, _ = eager(
+            module,
+            query.float(),
+            key.float(),
+            value.float(),
+            mask,
+            scaling=kwargs["scaling"],
+            dropout=0.0,
+            **extra,
+        )
+        emu, _ = eager(
+            module,
+            query.to(self.act).float(),
+            _round_kv(key, self.kv_dtype, self.scale, self.act),
+            _round_kv(value, self.kv_dtype, self.scale, self.act),
+            mask,
+            scaling=kwargs["scaling"],
+            dropout=0.0,
+            **extra,
+        )
+        emu = emu.to(self.act).float()
+        rows = fwd.q_rows
+        flat = lambda t: t.reshape(-1, t.shape[-2], t.shape[-1]).index_select(0, rows)
+        ref, emu, got = flat(ref), flat(emu), flat(out.float())
+        rms = ref.pow(2).mean().sqrt().item()
+        eps = torch.finfo(self.act).eps / 2  # unit roundoff
+        bound = LAYER_FACTOR * max((emu - ref).abs().max().item(), eps * rms)
+        error = (got - ref).abs().max().item()
+        if not error == error:
+            error = float("inf")
+        from attngen.integrations.transformers import LayerFeatures
+
+        features = LayerFeatures.of_call(
+            query, key, value, window, kwargs.get("softcap"), kwargs.get("s_aux")
+        ).describe()
+        self.records.append(LayerRecord(self.step, layer, features, error, bound))
+
+    @staticmethod
+    def _mask(padding: torch.Tensor, q_len: int, k_len: int, window: int | None) -> torch.Tensor:
+        total = int(padding.shape[1])
+        q_pos = torch.arange(total - q_len, total, device=padding.device)
+        k_pos = torch.arange(total - k_len, total, device=padding.device)
+        visible = k_pos[None, :] <= q_pos[:, None]
+        if window is not None:
+            visible &= k_pos[None, :] > q_pos[:, None] - window
+        visible = visible[None, None] & padding[:, None, None, total - k_len :]
+        zero = torch.zeros((), device=padding.device)
+        return torch.where(visible, zero, torch.finfo(torch.float32).min)
+
+    def first_failure(self) -> LayerRecord | None:
+        bad = [r for r in self.records if not r.error <= r.bound]
+        return min(bad, key=lambda r: (r.step, r.layer)) if bad else None
