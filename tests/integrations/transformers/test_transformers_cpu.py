@@ -151,3 +151,25 @@ def test_continuous_batching_qwen2_interpreter() -> None:
     )
     assert not report.failures, "\n".join(report.failures)
     assert report.equal + len(report.ties) == report.requests
+
+
+TINY_DEEPSEEK = dataclasses.replace(
+    M.CASES["deepseek_v3"],
+    name="tiny_dsv3",
+    make_config=lambda: M.deepseek_v3_config(hidden=128, vocab=128),
+    prompt_lengths=(9, 5, 7),
+    vocab=128,
+)
+
+
+def test_generate_deepseek_v3_mla_interpreter() -> None:
+    """DeepSeek-V3's attention on attngen's absorbed MLA (prefill through the absorbed
+    extend kernel, then decode) over its latent pool, 16 heads of DeepSeek's dims."""
+    report = tf_judge.check_generate(
+        TINY_DEEPSEEK, 16, torch.float16, 6, "cpu", new_tokens=2, **FP16
+    )
+    _assert_ok(report)
+    assert report.layer_calls == 2 * 2  # 2 layers x (prefill + 1 decode step)
+    assert report.choices == ["triton/mla_e2e_deepseek_v3/r512_rope64_h16_ps16_fp16_causal"]
+    assert all(v > M.SENSITIVITY for v in report.sensitivity.values()), report.sensitivity
+    print(report.line())

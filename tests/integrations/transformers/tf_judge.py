@@ -36,6 +36,7 @@ class Report:
     sensitivity: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     choices: list[str] = field(default_factory=list)
+    layer_calls: int = 0  # layer calls the per-layer judges saw
 
     def line(self) -> str:
         sens = " ".join(f"{k}:{v:.0f}x" for k, v in self.sensitivity.items())
@@ -92,8 +93,14 @@ def check_generate(
         act = options.get("dtype") or torch.bfloat16
         judge = M.LayerJudge(kv_dtype, act)
         runtime.observers.append(judge)
+        mla_judge = M.MlaLayerJudge(kv_dtype, act)
+        runtime.mla_observers.append(mla_judge)
         got = model.generate(input_ids=ids, attention_mask=mask, **kw)
+    judge.records += mla_judge.records  # at most one of them saw layers
+    report.layer_calls = len(judge.records)
     report.choices = sorted({c.describe() for c in runtime.generate.choices.values()})
+    if runtime.mla.choice is not None:
+        report.choices.append(runtime.mla.choice.describe())
     tokens_ref, tokens = ref.sequences[:, start:], got.sequences[:, start:]
     logits = torch.stack(got.logits, dim=1).float()  # [B, steps, V]
     full_mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)

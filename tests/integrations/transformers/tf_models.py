@@ -372,3 +372,137 @@ class LayerJudge:
     def first_failure(self) -> LayerRecord | None:
         bad = [r for r in self.records if not r.error <= r.bound]
         return min(bad, key=lambda r: (r.step, r.layer)) if bad else None
+
+
+# -- DeepSeek-V3 (MLA) ----
+
+MLA_Q_SCALE, MLA_K_SCALE = 0.2, 0.25  # scores' std ~30 at init 0.3; ~1.5 after both
+
+
+def deepseek_v3_config(hidden: int = 256, vocab: int = VOCAB, q_lora_rank: int | None = 64) -> Any:
+    """DeepSeek-V3 attention at DeepSeek's own MLA dims (the dims attngen's MLA kernels are
+    lowered for) with 16 heads, a q LoRA, yarn rope (its mscale makes the softmax scale
+    differ from 192 ** -0.5) and interleaved rope weights; dense MLPs (no MoE layer)."""
+    from transformers import DeepseekV3Config
+
+    return DeepseekV3Config(
+        **_common(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=256,
+            moe_intermediate_size=64,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            q_lora_rank=q_lora_rank,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            first_k_dense_replace=2,  # both layers dense
+            rope_interleave=True,
+            rope_parameters=dict(
+                rope_type="yarn",
+                rope_theta=10000.0,
+                factor=4.0,
+                original_max_position_embeddings=1024,
+                mscale=1.0,
+                mscale_all_dim=1.0,
+                beta_fast=32.0,
+                beta_slow=1.0,
+            ),
+        )
+    )
+
+
+def _moderate_mla(model: Any, gen: torch.Generator) -> None:
+    """As :func:`moderate_scores` for MLA: the q projection and the key's two sources (W_UK,
+    the first qk_nope rows per head of kv_b_proj; the rope columns of kv_a_proj_with_mqa)."""
+    del gen
+    found = 0
+    for module in model.modules():
+        if hasattr(module, "kv_b_proj"):
+            q = module.q_proj if module.q_proj is not None else module.q_b_proj
+            q.weight.data.mul_(MLA_Q_SCALE)
+            w = module.kv_b_proj.weight.data.view(module.num_heads, -1, module.kv_lora_rank)
+            w[:, : module.qk_nope_head_dim].mul_(MLA_K_SCALE)
+            module.kv_a_proj_with_mqa.weight.data[module.kv_lora_rank :].mul_(MLA_K_SCALE)
+            found += 1
+    assert found, "no MLA module"
+
+
+def _yarn_scale_off(model: Any) -> Callable[[], None]:
+    """The softmax scale without yarn's mscale factor (192 ** -0.5)."""
+    saved = []
+    for module in model.modules():
+        if hasattr(module, "kv_b_proj"):
+            saved.append((module, module.scaling))
+            module.scaling = float(module.qk_head_dim) ** -0.5
+            assert module.scaling != saved[-1][1], "yarn mscale is 1: nothing to switch off"
+
+    def restore() -> None:
+        for module, old in saved:
+            module.scaling = old
+
+    return restore
+
+
+def _rope_interleave_off(model: Any) -> Callable[[], None]:
+    """The other rope convention (halves instead of interleaved pairs)."""
+    cfg = model.config
+    cfg.rope_interleave = not cfg.rope_interleave
+    return lambda: setattr(cfg, "rope_interleave", not cfg.rope_interleave)
+
+
+class MlaLayerJudge(LayerJudge):
+    """An attngen MLA observer: each DeepSeek-V3 layer's attention output (before o_proj)
+    against the model's own eager attention on its decompressed q/k/v (fp32, the keys and
+    values expanded from the whole latent by the module's ``expand_kv``), bounded by
+    LAYER_FACTOR x the deviation of an emulated absorbed attention that rounds what
+    attngen's path rounds: q_latent = W_UK^T q_nope, q_rope, the latent and k_rope to the
+    kernels' dtype, the latent output too (W_UV applied in fp32)."""
+
+    def __call__(self, module, q_nope, q_rope, latent, k_rope, out, runtime) -> None:
+        layer = int(module.layer_idx)
+        if layer <= self._last_layer:
+            self.step += 1
+        self._last_layer = layer
+        fwd = runtime.generate.forward
+        q_len, k_len = int(q_nope.shape[2]), int(latent.shape[2])
+        mask = self._mask(fwd.padding_mask, q_len, k_len, None)
+        key, value = module.expand_kv(latent.float(), k_rope.float())
+        query = torch.cat([q_nope, q_rope], dim=-1).float()
+        ref, _ = eager_of(module)(
+            module, query, key, value, mask, scaling=module.scaling, dropout=0.0
+        )  # [B, S, H, v]
+        heads, nope = int(module.num_heads), int(module.qk_nope_head_dim)
+        w = module.kv_b_proj.weight.float().view(heads, nope + int(module.v_head_dim), -1)
+        rnd = lambda t: t.float().to(self.act).float()  # noqa: E731
+        q_latent = rnd(torch.einsum("bhsn,hnl->bhsl", q_nope.float(), w[:, :nope]))
+        lat = rnd(latent)
+        scores = q_latent @ lat.transpose(-1, -2) + rnd(q_rope) @ rnd(k_rope).transpose(-1, -2)
+        probs = torch.softmax(scores * module.scaling + mask, dim=-1)
+        emu = torch.einsum("bhsl,hvl->bshv", rnd(probs @ lat), w[:, nope:])
+        rows = fwd.q_rows
+        flat = lambda t: t.reshape(-1, t.shape[-2], t.shape[-1]).index_select(0, rows)  # noqa
+        ref, emu, got = flat(ref), flat(emu), flat(out.float())
+        rms = ref.pow(2).mean().sqrt().item()
+        eps = torch.finfo(self.act).eps / 2
+        bound = LAYER_FACTOR * max((emu - ref).abs().max().item(), eps * rms)
+        error = (got - ref).abs().max().item()
+        if not error == error:
+            error = float("inf")
+        features = (
+            f"MLA absorbed, {heads} heads, latent {module.kv_lora_rank} + rope "
+            f"{module.qk_rope_head_dim}, scaling {module.scaling:.4g}"
+        )
+        self.records.append(LayerRecord(self.step, layer, features, error, bound))
+
+
+CASES["deepseek_v3"] = Case(
+    "deepseek_v3",
+    deepseek_v3_config,
+    ("mla absorbed", "yarn mscale", "rope_interleave"),
+    ((16, BF16), (64, BF16), (1, BF16)),
+    switch_off={"yarn mscale": _yarn_scale_off, "rope_interleave": _rope_interleave_off},
+    post_init=_moderate_mla,
+)
