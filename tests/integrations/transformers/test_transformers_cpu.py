@@ -173,3 +173,29 @@ def test_generate_deepseek_v3_mla_interpreter() -> None:
     assert report.choices == ["triton/mla_e2e_deepseek_v3/r512_rope64_h16_ps16_fp16_causal"]
     assert all(v > M.SENSITIVITY for v in report.sensitivity.values()), report.sensitivity
     print(report.line())
+
+
+TINY_QWEN3_NEXT = dataclasses.replace(
+    M.CASES["qwen3_next"],
+    name="tiny_q3n",
+    make_config=lambda: M.qwen3_next_config(hidden=128, vocab=128),
+    prompt_lengths=(70, 20),  # 70 tokens: two chunks of 64, the state carried between them
+    vocab=128,
+)
+
+
+def test_generate_qwen3_next_gdn_interpreter() -> None:
+    """Qwen3-Next: the linear-attention layer on attngen's GDN (conv + chunked prefill, then
+    conv update + recurrent decode over its state pool), the full-attention layer on
+    attngen's MHA."""
+    report = tf_judge.check_generate(
+        TINY_QWEN3_NEXT, 16, torch.float16, 7, "cpu", new_tokens=2, **FP16
+    )
+    _assert_ok(report)
+    assert report.layer_calls == 2 * 2  # 2 layers x (prefill + 1 decode step)
+    assert report.choices == [
+        "triton/mha_gqa_paged/d64_g4_ps16_fp16_causal",
+        "triton/gdn_e2e_qwen3_next/k128_v128_gv2_sfp32_fp16_causal",
+    ]
+    assert all(v > M.SENSITIVITY for v in report.sensitivity.values()), report.sensitivity
+    print(report.line())

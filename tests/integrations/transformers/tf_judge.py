@@ -95,19 +95,26 @@ def check_generate(
         runtime.observers.append(judge)
         mla_judge = M.MlaLayerJudge(kv_dtype, act)
         runtime.mla_observers.append(mla_judge)
+        gdn_judge = M.GdnLayerJudge(kv_dtype, act)
+        runtime.gdn_observers.append(gdn_judge)
         got = model.generate(input_ids=ids, attention_mask=mask, **kw)
-    judge.records += mla_judge.records  # at most one of them saw layers
+    judge.records += mla_judge.records + gdn_judge.records  # one list: first failure by step
     report.layer_calls = len(judge.records)
     report.choices = sorted({c.describe() for c in runtime.generate.choices.values()})
-    if runtime.mla.choice is not None:
-        report.choices.append(runtime.mla.choice.describe())
+    for family in (runtime.mla, runtime.gdn):
+        if family.choice is not None:
+            report.choices.append(family.choice.describe())
     tokens_ref, tokens = ref.sequences[:, start:], got.sequences[:, start:]
     logits = torch.stack(got.logits, dim=1).float()  # [B, steps, V]
     full_mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
     exact = teacher_forced(model, "eager", got.sequences, full_mask, start)
-    emu = teacher_forced(
-        model, M.register_emulation(kv_dtype, act), got.sequences, full_mask, start
-    )
+    restore = M.emulate_gdn(model, act)  # GDN layers rounded as attngen's path rounds them
+    try:
+        emu = teacher_forced(
+            model, M.register_emulation(kv_dtype, act), got.sequences, full_mask, start
+        )
+    finally:
+        restore()
     bound = M.LOGIT_FACTOR * (emu - exact).abs().amax(dim=(1, 2))  # [B]
     error = (logits - exact).abs().amax(dim=2)  # [B, steps]
     report.max_error, report.bound = float(error.max()), float(bound.min())

@@ -506,3 +506,160 @@ CASES["deepseek_v3"] = Case(
     switch_off={"yarn mscale": _yarn_scale_off, "rope_interleave": _rope_interleave_off},
     post_init=_moderate_mla,
 )
+
+
+# -- Qwen3-Next (GDN linear attention + full attention) ----
+
+
+def qwen3_next_config(hidden: int = 256, vocab: int = VOCAB) -> Any:
+    """Qwen3-Next: a gated-delta-rule layer (Qwen3-Next's dims: K = V = 128, 2 value heads
+    per key head, conv 4) and a gated full-attention layer (GQA 4, head dim 64, partial
+    rope); dense MLPs."""
+    from transformers import Qwen3NextConfig
+
+    return Qwen3NextConfig(
+        **_common(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=256,
+            layer_types=["linear_attention", "full_attention"],
+            mlp_only_layers=[0, 1],
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+            linear_conv_kernel_dim=4,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            head_dim=64,
+        )
+    )
+
+
+def _gdn_decay_off(model: Any) -> Callable[[], None]:
+    """No decay: ``A_log`` -> -inf makes ``g = 0`` (the state is never forgotten)."""
+    saved = []
+    for module in model.modules():
+        if hasattr(module, "A_log") and hasattr(module, "dt_bias"):
+            saved.append((module, module.A_log.data.clone()))
+            module.A_log.data.fill_(-1e4)
+    assert saved, "no GDN module"
+
+    def restore() -> None:
+        for module, old in saved:
+            module.A_log.data.copy_(old)
+
+    return restore
+
+
+class GdnLayerJudge(LayerJudge):
+    """An attngen GDN observer: each Qwen3-Next linear-attention layer's gated-delta-rule
+    output (before the gated norm) against the module's own torch functions
+    (``causal_conv1d_fn``, ``torch_chunk_gated_delta_rule``, fp32) over the whole sequence so
+    far (the observer keeps the inputs of earlier steps; pads zeroed, as the module's own
+    padding mask does), bounded by LAYER_FACTOR x the deviation of the same reference on
+    inputs rounded to the kernels' dtype, output rounded too."""
+
+    def __init__(self, kv_dtype: torch.dtype, act: torch.dtype, scale: float = 1.0) -> None:
+        super().__init__(kv_dtype, act, scale)
+        self.history: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, module, mixed, a, b, out, runtime) -> None:
+        layer = int(module.layer_idx)
+        if layer <= self._last_layer:
+            self.step += 1
+        self._last_layer = layer
+        fwd = runtime.generate.forward
+        total, q_len = int(fwd.padding_mask.shape[1]), int(mixed.shape[1])
+        if total == q_len:
+            self.history.pop(layer, None)
+        parts = (mixed.float(), a.float(), b.float())
+        old = self.history.get(layer)
+        hist = parts if old is None else tuple(torch.cat([o, p], 1) for o, p in zip(old, parts))
+        self.history[layer] = hist
+        assert hist[0].shape[1] == total, (hist[0].shape, total)
+        keep = fwd.padding_mask[:, :, None].float()
+        ref = self._reference(module, *(t * keep for t in hist))[:, -q_len:]
+        rnd = lambda t: t.to(self.act).float()  # noqa: E731
+        emu = rnd(self._reference(module, *(rnd(t) * keep for t in hist))[:, -q_len:])
+        rows = runtime.gdn.rows  # this forward's real rows (it may run before any MHA layer)
+        flat = lambda t: t.reshape(-1, t.shape[-2], t.shape[-1]).index_select(0, rows)  # noqa
+        ref, emu, got = flat(ref), flat(emu), flat(out.float())
+        rms = ref.pow(2).mean().sqrt().item()
+        eps = torch.finfo(self.act).eps / 2
+        bound = LAYER_FACTOR * max((emu - ref).abs().max().item(), eps * rms)
+        error = (got - ref).abs().max().item()
+        if not error == error:
+            error = float("inf")
+        features = (
+            f"GDN, {module.num_k_heads} k / {module.num_v_heads} v heads of "
+            f"{module.head_k_dim}/{module.head_v_dim}, conv {module.conv_kernel_size}"
+        )
+        self.records.append(LayerRecord(self.step, layer, features, error, bound))
+
+    @staticmethod
+    def _reference(module, mixed, a, b) -> torch.Tensor:
+        modeling = sys.modules[type(module).__module__]
+        weight = module.conv1d.weight.float()[:, 0]
+        bias = None if module.conv1d.bias is None else module.conv1d.bias.float()
+        x = modeling.causal_conv1d_fn(
+            mixed.transpose(1, 2).contiguous(), weight, bias, activation=module.activation
+        ).transpose(1, 2)
+        bs, length = x.shape[:2]
+        kd, vd = module.key_dim, module.value_dim
+        q = x[..., :kd].reshape(bs, length, -1, module.head_k_dim)
+        k = x[..., kd : 2 * kd].reshape(bs, length, -1, module.head_k_dim)
+        v = x[..., 2 * kd : 2 * kd + vd].reshape(bs, length, -1, module.head_v_dim)
+        ratio = module.num_v_heads // module.num_k_heads
+        if ratio > 1:
+            q, k = q.repeat_interleave(ratio, dim=2), k.repeat_interleave(ratio, dim=2)
+        beta = b.sigmoid()
+        g = -module.A_log.float().exp() * torch.nn.functional.softplus(a + module.dt_bias.float())
+        out, _ = modeling.torch_chunk_gated_delta_rule(
+            q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True
+        )
+        return out.float()  # [B, L, HV, V]
+
+
+CASES["qwen3_next"] = Case(
+    "qwen3_next",
+    qwen3_next_config,
+    ("gdn chunked + recurrent", "gdn decay", "gqa 4 (full attention)"),
+    ((16, BF16), (64, BF16)),
+    switch_off={"gdn decay": _gdn_decay_off},
+)
+
+
+def emulate_gdn(model: Any, act: torch.dtype) -> Callable[[], None]:
+    """For the emulated run of the logit bound: every GDN layer's inputs to the conv and the
+    delta rule (``q | k | v`` channels, ``a``, ``b``) and its output rounded to ``act``, the
+    rest fp32 (the module's own torch functions), as attngen's path rounds them. Teacher-
+    forced forwards only (no cache). Returns a function restoring the modules."""
+    saved = []
+    for module in model.modules():
+        if not (hasattr(module, "A_log") and hasattr(module, "in_proj_qkvz")):
+            continue
+
+        def forward(hidden_states, cache_params=None, attention_mask=None, _m=module, **kwargs):
+            assert cache_params is None, "emulate_gdn serves teacher-forced forwards only"
+            hidden = hidden_states
+            bs, length = hidden.shape[:-1]
+            q, k, v, z, b, a = _m.fix_query_key_value_ordering(
+                _m.in_proj_qkvz(hidden), _m.in_proj_ba(hidden)
+            )
+            mixed = torch.cat([t.reshape(bs, length, -1) for t in (q, k, v)], dim=-1)
+            keep = torch.ones(bs, length, 1) if attention_mask is None else attention_mask
+            keep = keep.reshape(bs, length, 1).to(hidden.device, torch.float32)
+            rnd = lambda t: t.float().to(act).float()  # noqa: E731
+            out = rnd(GdnLayerJudge._reference(_m, *(rnd(t) * keep for t in (mixed, a, b))))
+            normed = _m.norm(out.reshape(-1, out.shape[-1]), z.reshape(-1, z.shape[-1]))
+            return _m.out_proj(normed.reshape(bs, length, -1))
+
+        saved.append((module, module.forward))
+        module.forward = forward
+
+    def restore() -> None:
+        for module, old in saved:
+            module.forward = old
+
+    return restore
