@@ -172,6 +172,7 @@ class MlaGenerate:
         self.choice: MlaChoice | None = None
         self.layers: dict[int, AttentionLayer] = {}
         self._ready: int | None = None  # id of the Forward whose metadata is built
+        self.last_path = ""  # "ragged" or "absorbed": how the last layer call ran
 
     def attend(
         self,
@@ -211,13 +212,24 @@ class MlaGenerate:
         rows = fwd.q_rows
         w = module.kv_b_proj.weight.view(heads, shape.qk_nope_head_dim + shape.v_head_dim, -1)
         w_uk, w_uv = w[:, : shape.qk_nope_head_dim], w[:, shape.qk_nope_head_dim :]
+        batch = fwd.batch
+        ragged = (
+            self.options.mla_prefill == "ragged"
+            and batch.forward_mode is ForwardMode.EXTEND
+            and not any(fwd.prefix)
+        )
+        self.last_path = "ragged" if ragged else "absorbed"
+        if ragged:
+            out = self._ragged(module, shape, q_nope, q_rope, latent, k_rope, w_uk, w_uv, dtype)
+            full = q_nope.new_zeros((bs * q_len, heads, shape.v_head_dim))
+            full[rows] = out
+            return full.view(bs, q_len, heads, shape.v_head_dim)
         qn = _rows(q_nope, rows, q_nope.dtype)  # [T, H, nope], the model's dtype
         q_latent = torch.einsum("thn,hnl->thl", qn, w_uk)
         q = torch.cat([q_latent, _rows(q_rope, rows, q_rope.dtype)], dim=-1).to(dtype)
         lat = _rows(latent, rows, dtype)  # [T, 1, kv_lora_rank]
         kr = _rows(k_rope, rows, dtype)  # [T, 1, rope]
         layer = self._layer(module, shape)
-        batch = fwd.batch
         if batch.forward_mode is ForwardMode.DECODE:
             out = self.backend.forward_decode(q, lat, None, layer, batch, k_rope=kr)
         else:
@@ -227,6 +239,45 @@ class MlaGenerate:
         full = q_nope.new_zeros((bs * q_len, heads, shape.v_head_dim))
         full[rows] = o
         return full.view(bs, q_len, heads, shape.v_head_dim)
+
+    def _ragged(
+        self,
+        module: torch.nn.Module,
+        shape: MlaShape,
+        q_nope: torch.Tensor,
+        q_rope: torch.Tensor,
+        latent: torch.Tensor,
+        k_rope: torch.Tensor,
+        w_uk: torch.Tensor,
+        w_uv: torch.Tensor,
+        dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """A prompt (no cached tokens) as MHA over the new tokens: keys and values
+        decompressed from the latent in the model's dtype (k_nope = W_UK latent, v = W_UV
+        latent, k_rope shared by the heads), the generated ragged kernel (causal); the
+        latent rows written to the pool for the decode steps. ``[T, H, v]``."""
+        fwd = self.state.forward
+        rows, batch = fwd.q_rows, fwd.batch
+        lat = _rows(latent, rows, latent.dtype)[:, 0]  # [T, rank], the model's dtype
+        k_nope = torch.einsum("tl,hnl->thn", lat, w_uk).to(dtype).contiguous()
+        v = torch.einsum("tl,hvl->thv", lat, w_uv).to(dtype).contiguous()
+        kr = _rows(k_rope, rows, dtype)  # [T, 1, rope]
+        q = torch.cat([_rows(q_nope, rows, dtype), _rows(q_rope, rows, dtype)], dim=-1)
+        self.pool.set_mla_kv_buffer(
+            self._layer(module, shape), batch.out_cache_loc, lat.to(dtype), kr
+        )
+        layer = AttentionLayer(
+            layer_id=int(module.layer_idx),
+            num_q_heads=shape.num_heads,
+            num_kv_heads=shape.num_heads,
+            head_dim=shape.qk_nope_head_dim + shape.qk_rope_head_dim,
+            v_head_dim=shape.v_head_dim,
+            scaling=float(module.scaling),
+        )
+        out = self.backend.forward_extend(
+            q.contiguous(), k_nope, v, layer, batch, save_kv_cache=False, k_rope=kr
+        )
+        return out.view(-1, shape.num_heads, shape.v_head_dim).to(q_nope.dtype)
 
     def _choose(self, shape: MlaShape, dtype: torch.dtype, device: torch.device) -> MlaChoice:
         if self.choice is None:

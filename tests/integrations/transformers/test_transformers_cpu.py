@@ -37,6 +37,7 @@ def features(window=None, softcap=None, sinks=False, head_dim=128, group=4) -> L
         dict(kv_scale=0.0),
         dict(arch="sm75"),
         dict(initial_tokens=0),
+        dict(mla_prefill="chunked"),
     ],
 )
 def test_options_reject_bad_values(bad: dict) -> None:
@@ -162,14 +163,17 @@ TINY_DEEPSEEK = dataclasses.replace(
 )
 
 
-def test_generate_deepseek_v3_mla_interpreter() -> None:
-    """DeepSeek-V3's attention on attngen's absorbed MLA (prefill through the absorbed
-    extend kernel, then decode) over its latent pool, 16 heads of DeepSeek's dims."""
+@pytest.mark.parametrize("prefill", ["ragged", "absorbed"])
+def test_generate_deepseek_v3_mla_interpreter(prefill: str) -> None:
+    """DeepSeek-V3's attention on attngen's MLA over its latent pool, 16 heads of DeepSeek's
+    dims: the prompt through the ragged (decompressed) or the absorbed extend kernel, then
+    the absorbed decode."""
     report = tf_judge.check_generate(
-        TINY_DEEPSEEK, 16, torch.float16, 6, "cpu", new_tokens=2, **FP16
+        TINY_DEEPSEEK, 16, torch.float16, 6, "cpu", new_tokens=2, mla_prefill=prefill, **FP16
     )
     _assert_ok(report)
     assert report.layer_calls == 2 * 2  # 2 layers x (prefill + 1 decode step)
+    assert report.layer_kinds == sorted({f"MLA {prefill}", "MLA absorbed"})
     assert report.choices == ["triton/mla_e2e_deepseek_v3/r512_rope64_h16_ps16_fp16_causal"]
     assert all(v > M.SENSITIVITY for v in report.sensitivity.values()), report.sensitivity
     print(report.line())

@@ -37,6 +37,7 @@ class Report:
     failures: list[str] = field(default_factory=list)
     choices: list[str] = field(default_factory=list)
     layer_calls: int = 0  # layer calls the per-layer judges saw
+    layer_kinds: list[str] = field(default_factory=list)  # what they saw (features' first part)
 
     def line(self) -> str:
         sens = " ".join(f"{k}:{v:.0f}x" for k, v in self.sensitivity.items())
@@ -100,6 +101,7 @@ def check_generate(
         got = model.generate(input_ids=ids, attention_mask=mask, **kw)
     judge.records += mla_judge.records + gdn_judge.records  # one list: first failure by step
     report.layer_calls = len(judge.records)
+    report.layer_kinds = sorted({r.features.split(",")[0] for r in judge.records})
     report.choices = sorted({c.describe() for c in runtime.generate.choices.values()})
     for family in (runtime.mla, runtime.gdn):
         if family.choice is not None:

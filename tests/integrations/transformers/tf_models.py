@@ -457,9 +457,10 @@ class MlaLayerJudge(LayerJudge):
     """An attngen MLA observer: each DeepSeek-V3 layer's attention output (before o_proj)
     against the model's own eager attention on its decompressed q/k/v (fp32, the keys and
     values expanded from the whole latent by the module's ``expand_kv``), bounded by
-    LAYER_FACTOR x the deviation of an emulated absorbed attention that rounds what
-    attngen's path rounds: q_latent = W_UK^T q_nope, q_rope, the latent and k_rope to the
-    kernels' dtype, the latent output too (W_UV applied in fp32)."""
+    LAYER_FACTOR x the deviation of an emulation that rounds what attngen's path rounds:
+    absorbed, q_latent = W_UK^T q_nope, q_rope, the latent and k_rope to the kernels' dtype,
+    the latent output too (W_UV applied in fp32); ragged prefill, the decompressed q/k/v
+    and the output."""
 
     def __call__(self, module, q_nope, q_rope, latent, k_rope, out, runtime) -> None:
         layer = int(module.layer_idx)
@@ -477,11 +478,18 @@ class MlaLayerJudge(LayerJudge):
         heads, nope = int(module.num_heads), int(module.qk_nope_head_dim)
         w = module.kv_b_proj.weight.float().view(heads, nope + int(module.v_head_dim), -1)
         rnd = lambda t: t.float().to(self.act).float()  # noqa: E731
-        q_latent = rnd(torch.einsum("bhsn,hnl->bhsl", q_nope.float(), w[:, :nope]))
-        lat = rnd(latent)
-        scores = q_latent @ lat.transpose(-1, -2) + rnd(q_rope) @ rnd(k_rope).transpose(-1, -2)
-        probs = torch.softmax(scores * module.scaling + mask, dim=-1)
-        emu = torch.einsum("bhsl,hvl->bshv", rnd(probs @ lat), w[:, nope:])
+        if runtime.mla.last_path == "ragged":  # decompressed q/k/v and output rounded
+            emu, _ = eager_of(module)(
+                module, rnd(query), rnd(key), rnd(value), mask, scaling=module.scaling, dropout=0.0
+            )
+            emu = rnd(emu)
+        else:
+            q_latent = rnd(torch.einsum("bhsn,hnl->bhsl", q_nope.float(), w[:, :nope]))
+            lat = rnd(latent)
+            scores = q_latent @ lat.transpose(-1, -2)
+            scores = scores + rnd(q_rope) @ rnd(k_rope).transpose(-1, -2)
+            probs = torch.softmax(scores * module.scaling + mask, dim=-1)
+            emu = torch.einsum("bhsl,hvl->bshv", rnd(probs @ lat), w[:, nope:])
         rows = fwd.q_rows
         flat = lambda t: t.reshape(-1, t.shape[-2], t.shape[-1]).index_select(0, rows)  # noqa
         ref, emu, got = flat(ref), flat(emu), flat(out.float())
@@ -492,7 +500,7 @@ class MlaLayerJudge(LayerJudge):
         if not error == error:
             error = float("inf")
         features = (
-            f"MLA absorbed, {heads} heads, latent {module.kv_lora_rank} + rope "
+            f"MLA {runtime.mla.last_path}, {heads} heads, latent {module.kv_lora_rank} + rope "
             f"{module.qk_rope_head_dim}, scaling {module.scaling:.4g}"
         )
         self.records.append(LayerRecord(self.step, layer, features, error, bound))
@@ -502,7 +510,7 @@ CASES["deepseek_v3"] = Case(
     "deepseek_v3",
     deepseek_v3_config,
     ("mla absorbed", "yarn mscale", "rope_interleave"),
-    ((16, BF16), (64, BF16), (1, BF16)),
+    ((64, BF16), (1, BF16)),
     switch_off={"yarn mscale": _yarn_scale_off, "rope_interleave": _rope_interleave_off},
     post_init=_moderate_mla,
 )
@@ -625,7 +633,7 @@ CASES["qwen3_next"] = Case(
     "qwen3_next",
     qwen3_next_config,
     ("gdn chunked + recurrent", "gdn decay", "gqa 4 (full attention)"),
-    ((16, BF16), (64, BF16)),
+    ((16, BF16),),  # the page size is the full-attention layer's only
     switch_off={"gdn decay": _gdn_decay_off},
 )
 
