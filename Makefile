@@ -38,7 +38,7 @@ test: $(TEST_STAMP)
 ## ATTNGEN_EVIDENCE_OUT is set). Uses the machine's python (torch + triton installed there).
 GPU_PYTEST_ARGS ?= -n 4
 test-gpu:
-	ATTNGEN_GPU=1 $(PYTHON) -m pytest -q -p no:cacheprovider $(GPU_PYTEST_ARGS) tests/families/*/gpu
+	ATTNGEN_GPU=1 $(PYTHON) -m pytest -q -p no:cacheprovider $(GPU_PYTEST_ARGS) tests/families/*/gpu tests/integrations/*/gpu
 
 ## sanitize-gpu: a small GPU suite under compute-sanitizer (memcheck, racecheck), recorded
 sanitize-gpu:

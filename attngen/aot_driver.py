@@ -5,7 +5,7 @@ processes, and write or check the deterministic evidence JSON.
 A backend supplies a :class:`Compiler` (how to key, compile and measure one ``CompileSpec``)
 and exposes ``main = Compiler.main``; ``python -m attngen.aot`` runs every registered one.
 
-With ``--reuse FILE``, a kernel whose identity (the kernel library's source and the variant's
+With ``--reuse FILE [FILE ...]``, a kernel whose identity (the kernel library's source and the variant's
 config: :func:`attngen.evidence.module_identity`) and compiler version equal a row of FILE
 keeps that row's measurements instead of compiling again: re-recording after a change to one
 family compiles that family only. ``--reuse`` never applies across compiler versions.
@@ -255,8 +255,10 @@ class Compiler:
         parser.add_argument(
             "--reuse",
             type=Path,
-            help="an earlier evidence JSON: kernels of the same identity and compiler keep "
-            "its measurements instead of compiling again",
+            nargs="+",
+            default=[],
+            help="earlier evidence JSONs: kernels of the same identity and compiler keep "
+            "their measurements instead of compiling again (missing files are skipped)",
         )
         parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="compile processes")
         args = parser.parse_args(argv)
@@ -264,9 +266,7 @@ class Compiler:
             where = args.generated / args.arch
             print(f"{args.arch}: no {self.backend_dir} kernels under {where}", file=sys.stderr)
             return 0
-        reuse = None
-        if args.reuse is not None and args.reuse.exists():
-            reuse = json.loads(args.reuse.read_text())
+        reuse = _merge([json.loads(p.read_text()) for p in args.reuse if p.exists()])
         try:
             result = self.compile_arch(args.arch, args.generated, args.jobs, reuse)
         except AotError as exc:
@@ -286,6 +286,15 @@ class Compiler:
 def _first_paragraph(compiler: Compiler) -> str:
     doc = sys.modules[type(compiler).__module__].__doc__ or ""
     return doc.split("\n\n")[0]
+
+
+def _merge(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One evidence object from several of one arch and compiler (rows of all of them)."""
+    if not results:
+        return None
+    first = results[0]
+    same = [r for r in results if (r["arch"], r["compiler"]) == (first["arch"], first["compiler"])]
+    return dict(first, kernels=[row for r in same for row in r["kernels"]])
 
 
 def _reusable(

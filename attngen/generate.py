@@ -15,6 +15,7 @@ from attngen.emit.modules import namespace_files, sha256_text
 from attngen.emit.schema import render_schema
 from attngen.emit.writer import Drift, check_tree, write_tree, write_once
 from attngen.evidence import load_compile, load_gpu, runtime_identity
+from attngen.speed import load_speed
 from attngen.ir import ModulePlan
 from attngen.lower import lower_module, plan_files, plan_identities
 from attngen.spec.enums import Arch, Family
@@ -184,6 +185,7 @@ def docs_files(
     ev = Evidence(
         gpu={a: e for a in Arch if (e := load_gpu(root, a.value)) is not None},
         compiled={a: e for a in Arch if (e := load_compile(root, a.value)) is not None},
+        speed=load_speed(root),
     )
     out = {}
     for ext in ("md", "mdx"):

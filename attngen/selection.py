@@ -6,6 +6,9 @@ backends (:class:`~attngen.spec.enums.Backend`). Each arch has an ordered prefer
 ``supports()`` verdict for the variant, narrowed to one phase, is SUPPORTED (and that the
 variant's spec targets, when it names targets). Given recorded evidence, a supported
 backend with verified GPU evidence for that phase wins over an earlier unverified one.
+Given measured speed (:mod:`attngen.speed`, distilled from benchmark runs), the backend
+measured faster than every other eligible one (the verified ones, when some are) on that
+arch and phase wins; where the benchmarks do not decide, the preference order does.
 
 Nothing here is typed twice: the docs' "Backend selection" section is rendered from
 :data:`PREFERENCE` and :func:`select_backend`, and every skipped backend carries the
@@ -25,6 +28,7 @@ from attngen import registry
 from attngen.arch import facts
 from attngen.capabilities import Status, Verdict, supports
 from attngen.spec.enums import Arch, Backend, Phase
+from attngen.speed import SpeedEvidence
 from attngen.spec.variant import Variant
 
 
@@ -124,6 +128,7 @@ def select_backend(
     arch: Arch | str,
     phase: Phase | str,
     evidence: EvidenceLookup | None = None,
+    speed: SpeedEvidence | None = None,
 ) -> Selection:
     """Pick the backend that serves ``variant``'s ``phase`` on ``arch``; see the module doc.
 
@@ -152,18 +157,30 @@ def select_backend(
         return Selection(None, status, reason, arch, phase, tuple(skipped))
 
     chosen, verified, how = candidates[0], None, "first supported backend"
+    eligible = candidates
     if evidence is not None:
         proven = [b for b in candidates if evidence.verified(variant, b, arch, phase)]
         verified = bool(proven)
         if proven:
             chosen, how = proven[0], f"first supported backend with verified GPU {phase.value}"
+            eligible = proven
             # earlier supported backends lose to the verified one; say so
             for b in candidates[: candidates.index(chosen)]:
                 why = f"supported, but no verified GPU {phase.value} evidence"
                 skipped.append(Skip(b, Status.SUPPORTED, why))
-            skipped.sort(key=lambda s: order.index(s.backend))
         else:
             how += f" (no backend has verified GPU {phase.value} evidence)"
+    measured = speed.fastest(eligible, arch, phase) if speed is not None else None
+    if measured is not None:
+        chosen, pairs = measured
+        among = "verified supported backends" if verified else "supported backends"
+        how = f"fastest measured of the {among} ({'; '.join(p.describe() for p in pairs)})"
+        for pair in pairs:  # backends before it in the preference order, passed over
+            if eligible.index(pair.slower) < eligible.index(chosen):
+                skipped.append(
+                    Skip(pair.slower, Status.SUPPORTED, "supported, but measured slower")
+                )
+    skipped.sort(key=lambda s: order.index(s.backend))
     reason = f"{chosen.value} is the {how} in {order_text}"
     if skipped:
         reason += "; skipped " + "; ".join(str(s) for s in skipped)

@@ -27,6 +27,7 @@ from attngen.selection import (
     select_backend,
 )
 from attngen.spec.enums import Arch, Backend, Family, Phase
+from attngen.speed import NO_SPEED, SpeedEvidence
 
 VERIFIED, COMPILES, NO_EVIDENCE, NOT_LOWERED, UNSUPPORTED = "✅", "🔨", "❔", "⏳", "❌"
 
@@ -48,6 +49,7 @@ class Lowered:
 class Evidence:
     gpu: dict[Arch, GpuEvidence]
     compiled: dict[Arch, CompileEvidence]
+    speed: SpeedEvidence = NO_SPEED  # measured backend speed (auto-selection reads it)
 
     def verified(self, item: Lowered, checks: frozenset[str]) -> bool:
         ev = self.gpu.get(item.arch)
@@ -226,6 +228,7 @@ def _letter(i: int) -> str:
 class SelectionDocs:
     preference: Table  # arch -> preference order
     resolved: Table  # family x phase -> what each arch resolves to
+    speed: Table  # measured backend pairs per arch and phase (evidence/speed)
     notes: list[tuple[str, str]]  # (letter, why)
     hybrid_example: str  # Python source of a make_backend(...) call
     hybrid_pairs: list[str]  # "`prefill` + `decode` (archs)"
@@ -243,7 +246,7 @@ def selection_docs(plans: list[ModulePlan], lowered: list[Lowered], ev: Evidence
         for phase in SELECTION_PHASES:
             row = [family.value.upper(), f"`{probe.uri}`", phase.value]
             for arch in Arch:
-                sel = select_backend(probe, arch, phase)
+                sel = select_backend(probe, arch, phase, speed=ev.speed)
                 row.append(_selection_cell(sel, family, lowered, ev, notes))
             rows.append(row)
     resolved = Table(
@@ -253,7 +256,29 @@ def selection_docs(plans: list[ModulePlan], lowered: list[Lowered], ev: Evidence
     )
     letters = [(_letter(i), text) for i, text in enumerate(notes.items)]
     pairs = hybrid_pairs(plans)
-    return SelectionDocs(pref, resolved, letters, hybrid_example(pairs), _pair_lines(pairs))
+    speed = speed_table(ev.speed)
+    return SelectionDocs(pref, resolved, speed, letters, hybrid_example(pairs), _pair_lines(pairs))
+
+
+def speed_table(speed: SpeedEvidence) -> Table:
+    """Every pair of backends a benchmark ran side by side, per arch and phase."""
+    rows = []
+    for arch, record in sorted(speed.records.items(), key=lambda kv: list(Arch).index(kv[0])):
+        phases = sorted({c.phase for c in record.comparisons}, key=list(Phase).index)
+        for phase in phases:
+            backends = sorted({b for c in record.comparisons if c.phase is phase for b in c.ms})
+            for i, a in enumerate(backends):
+                for b in backends[i + 1 :]:
+                    pair = speed.pair(a, b, arch, phase)
+                    if pair is None:
+                        continue
+                    bench = f"{record.device}, bench of {record.commit} (`{record.path}`)"
+                    rows.append(
+                        [arch.value, phase.value, f"`{pair.faster.value}`",
+                         f"`{pair.slower.value}`", f"{pair.ratio:.2f}x", str(pair.cases), bench]
+                    )  # fmt: skip
+    header = ["Arch", "Phase", "Faster", "Slower", "Time ratio", "Cases", "Measured on"]
+    return Table("Measured speed", header, rows)
 
 
 def _selection_cell(

@@ -30,6 +30,12 @@ def _config(head_dim: int, page: int, arch: str, tile_n: int, overlap: int) -> M
         ("sm90", 128, 128, 128, 0),
         ("sm90", 128, 128, 128, 1),  # the intra-warpgroup overlapped schedule
         ("sm100", 128, 128, 64, 0),
+        ("sm90", 128, 16, 128, 0),  # pages smaller than the tile: one TMA copy per page
+        ("sm90", 64, 32, 128, 0),
+        ("sm100", 128, 16, 64, 0),
+        ("sm90", 128, 1, 128, 0),  # pages below 16 tokens: K/V rows gathered with cp.async
+        ("sm90", 64, 8, 128, 0),
+        ("sm100", 128, 1, 64, 0),
     ],
 )
 def test_window_softcap_sinks_compile(
@@ -45,6 +51,18 @@ def test_window_softcap_sinks_compile(
     for spec in specs:
         res = compile_spec(spec, facts(arch).cubin_target)
         assert res.spill_bytes == 0, (spec.name, res)
-        assert all(n > 0 for n in res.instructions.values()), (spec.name, res.instructions)
-        assert set(res.instructions) == {*spec.requires["ptx"], *spec.requires["sass"]}
-        assert ("tcgen05.mma" in res.instructions) is (arch == "sm100")
+        assert all(n > 0 for n in res.extra["instructions"].values()), (
+            spec.name,
+            res.extra["instructions"],
+        )
+        assert set(res.extra["instructions"]) == {*spec.requires["ptx"], *spec.requires["sass"]}
+        assert ("tcgen05.mma" in res.extra["instructions"]) is (arch == "sm100")
+        if spec.shape.gather:
+            assert {"cp.async.ca.shared.global", "fence.proxy.async"} <= set(
+                res.extra["instructions"]
+            )
+        elif spec.shape.pages_per_tile > 1:  # one bulk copy of K and of V per page at least
+            assert (
+                res.extra["instructions"]["cp.async.bulk.tensor"]
+                >= 1 + 2 * spec.shape.pages_per_tile
+            )

@@ -36,7 +36,7 @@ def reason(v, arch: Arch = Arch.SM90) -> str:
 
 
 def test_prefill_and_extend_on_sm90_and_sm100_are_lowered() -> None:
-    for page in (64, 128):
+    for page in (16, 32, 64, 128):
         for head_dim in (64, 128):
             for dtype in (DType.BF16, DType.FP16):
                 v = prefill_extend(page, head_dim, dtype=dtype, kv_dtype=dtype)
@@ -48,7 +48,12 @@ def test_prefill_and_extend_on_sm90_and_sm100_are_lowered() -> None:
 
 def test_what_is_not_lowered_says_why() -> None:
     assert "phase decode" in reason(base_variant(Family.MHA))
-    assert "page size 16" in reason(prefill_extend(page=16))
+    for arch in (Arch.SM90, Arch.SM100):  # pages below 16 tokens: K/V rows gathered
+        assert supports(prefill_extend(page=1), Backend.CUTE_DSL, arch).ok
+    assert "gathered with cp.async" in reason(prefill_extend(page=3))
+    assert "page size 3 is not lowered in CuTe DSL on sm100" in reason(
+        prefill_extend(page=3), Arch.SM100
+    )
     assert "head dims 256/256" in reason(prefill_extend(head_dim=256))
     fp8 = prefill_extend(kv_dtype=DType.FP8_E4M3, kv_scale=ScaleGranularity.PER_TENSOR)
     assert "fp8_e4m3 KV cache" in reason(fp8)
@@ -74,6 +79,40 @@ def test_configs_read_one_page_per_key_tile() -> None:
     overlapped = dataclasses.replace(c100, fwd_intra_wg_overlap=1)
     assert "sm90 only" in verify.config_problems(overlapped, ())[0]
     assert verify.config_problems(dataclasses.replace(c, fwd_intra_wg_overlap=1), ()) == []
+
+
+def test_small_pages_fill_a_tile_one_copy_each() -> None:
+    """Pages of 16 / 32 tokens: the arch's default key tile, several pages per tile."""
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.host.compile import fwd_shape
+
+    traits = MhaCuteTraits(MaskHooks(causal=True), ("prefill", "extend"))
+    for page, arch, tile, ppt in ((16, Arch.SM90, 128, 8), (32, Arch.SM90, 128, 4),
+                                  (16, Arch.SM100, 64, 4), (128, Arch.SM100, 64, 1)):  # fmt: skip
+        c = lower.kernel_config(prefill_extend(page=page), arch)
+        assert c.fwd_tile_n == tile and verify.config_problems(c, traits.phases) == []
+        shape = fwd_shape(c, traits, paged=True)
+        assert (shape.pages_per_tile, shape.page_rows) == (ppt, tile // ppt)
+        assert fwd_shape(c, traits, paged=False).pages_per_tile == 1
+    c = lower.kernel_config(prefill_extend(page=1), Arch.SM90)
+    assert c.fwd_tile_n == 128 and verify.config_problems(c, traits.phases) == []
+    gathered = fwd_shape(c, traits, paged=True)
+    assert gathered.gather and (gathered.pages_per_tile, gathered.page_rows) == (128, 1)
+    assert not fwd_shape(lower.kernel_config(prefill_extend(page=16), Arch.SM90), traits,
+                         paged=True).gather  # fmt: skip
+    c100 = lower.kernel_config(prefill_extend(page=1), Arch.SM100)
+    assert c100.fwd_tile_n == 64 and fwd_shape(c100, traits, paged=True).gather
+    c = lower.kernel_config(prefill_extend(page=16), Arch.SM90)
+    assert (
+        "not one of (16, 32, 64, 128, 1, 2, 4, 8)"
+        in verify.config_problems(dataclasses.replace(c, page_size=3), ("extend",))[0]
+    )
+    assert (
+        "not a multiple of page_size=128"
+        in verify.config_problems(
+            dataclasses.replace(c, page_size=128, fwd_tile_n=64), ("extend",)
+        )[0]
+    )
 
 
 def test_bad_tiles_fail_before_emission() -> None:
@@ -161,5 +200,60 @@ def test_extend_refuses_fp8_scales() -> None:
 
 
 def test_capability_constants_agree_with_the_kernel() -> None:
-    assert capability.EXTEND_PAGE_SIZES == set(verify.TILE_N)
+    assert capability.TMA_PAGE_SIZES == set(verify.PAGE_SIZES)
+    assert capability.GATHER_PAGE_SIZES == set(verify.GATHER_PAGE_SIZES)
+    assert all(t % p == 0 or p % t == 0 for t in verify.TILE_N for p in verify.PAGE_SIZES)
     assert capability.HEAD_DIMS == {64, 128}
+
+
+# -- speculative draft chains: verify and draft extend run the extend kernel ----
+
+
+def chain(page: int = 64, topk: int = 1, phases=(Phase.VERIFY, Phase.DRAFT_EXTEND)):
+    v = dataclasses.replace(prefill_extend(page=page), phases=phases)
+    return dataclasses.replace(v, spec_topk=topk, num_draft_tokens=4)
+
+
+def test_draft_chains_are_lowered_trees_are_not() -> None:
+    for arch in (Arch.SM90, Arch.SM100):
+        assert supports(chain(), Backend.CUTE_DSL, arch).ok
+        assert supports(chain(128, phases=(Phase.EXTEND, Phase.VERIFY)), Backend.CUTE_DSL, arch).ok
+    assert "draft trees (topk > 1)" in reason(chain(topk=2))
+    assert "page size 12" in reason(chain(page=12), Arch.SM100)  # verify reads the cache too
+    c = lower.kernel_config(chain(page=64), Arch.SM90)
+    assert (c.fwd_tile_n, c.spec_topk, c.num_draft_tokens) == (64, 1, 4)
+    assert verify.config_problems(c, ("verify", "draft_extend")) == []
+    tree = dataclasses.replace(c, spec_topk=2)
+    assert "only draft chains" in verify.config_problems(tree, ("verify",))[0]
+    no_drafts = dataclasses.replace(c, num_draft_tokens=0)
+    assert "num_draft_tokens >= 1" in verify.config_problems(no_drafts, ("verify",))[0]
+
+
+def test_verify_and_draft_extend_compile_the_extend_kernel() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import compile_specs
+
+    c = lower.kernel_config(chain(page=64), Arch.SM90)
+    for phases in (("verify",), ("draft_extend",), ("extend", "verify", "draft_extend")):
+        specs = compile_specs(c, traits=MhaCuteTraits(MaskHooks(causal=True), phases))
+        assert [(s.name, s.shape.paged) for s in specs] == [("extend", True)], phases
+
+
+def test_verify_refuses_trees_before_any_gpu_work() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import verify as verify_launch
+
+    q, _, _, cu, out = _tensors()
+    cache = torch.randn(4, 64, 2, 128, dtype=torch.bfloat16)
+    table, prefix = torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    traits = MhaCuteTraits(MaskHooks(causal=True), ("verify",))
+    c = lower.kernel_config(chain(page=64), Arch.SM90)
+    args = (q, cache, cache, table, cu, prefix, out)
+    with pytest.raises(AttngenInputError, match="tree_mask: expected None"):
+        verify_launch(*args, config=c, traits=traits, sm_scale=0.1,
+                      tree_mask=torch.zeros(4, dtype=torch.uint8))  # fmt: skip
+    with pytest.raises(AttngenInputError, match="config.spec_topk: expected 1"):
+        verify_launch(*args, config=dataclasses.replace(c, spec_topk=0), traits=traits,
+                      sm_scale=0.1)  # fmt: skip
+    with pytest.raises(AttngenInputError, match="q: expected a CUDA tensor"):
+        verify_launch(*args, config=c, traits=traits, sm_scale=0.1)

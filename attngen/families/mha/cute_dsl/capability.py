@@ -1,9 +1,11 @@
-"""What the CuTe DSL MHA lowering covers (first slice): prefill and extend, on sm90 with the
+"""What the CuTe DSL MHA lowering covers: prefill and extend (and, through the extend kernel,
+speculative verify of draft chains and draft extend), on sm90 with the
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
 and a cache of the same dtype; head dims 64 and 128; causal, bidirectional and sliding-window
-masks, logit softcap and attention sinks; any GQA group; extend over pages of 64 or 128
-tokens (whole key tiles, read by TMA). Everything else is "not lowered" with the reason."""
+masks, logit softcap and attention sinks; any GQA group; extend over pages of 16, 32, 64 or
+128 tokens (read by TMA, one copy per page) and of 1, 2, 4 or 8 tokens (K/V rows gathered
+with cp.async). Everything else is "not lowered" with the reason."""
 
 from __future__ import annotations
 
@@ -13,13 +15,20 @@ from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
 
 ARCHS = frozenset({Arch.SM90, Arch.SM100})
-PHASES = frozenset({Phase.PREFILL, Phase.EXTEND})
+PHASES = frozenset({Phase.PREFILL, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
+# phases that read the paged cache (the extend kernel): verify of a draft chain is an extend
+# of num_draft_tokens causal rows per request, draft extend one of 1 .. num_draft_tokens
+PAGED_PHASES = frozenset({Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
 HEAD_DIMS = frozenset({64, 128})
 DTYPES = frozenset({DType.BF16, DType.FP16})
 MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
-# extend: TMA reads whole key tiles out of a page (sm90: the tile is the page, as in FA4;
-# sm100: 64-key tiles, one or two per page)
-EXTEND_PAGE_SIZES = frozenset({64, 128})
+# extend: TMA reads K/V one box per page: a page of 64 / 128 tokens is a whole key tile
+# (sm90: the tile is the page, as in FA4; sm100: 64-key tiles, one or two per page); pages
+# of 16 / 32 tokens fill a 128-key (sm90) or 64-key (sm100) tile with one copy each. Smaller
+# pages: K/V rows gathered with cp.async (sm90: the producer warpgroup; sm100: the load warp).
+TMA_PAGE_SIZES = frozenset({16, 32, 64, 128})
+GATHER_PAGE_SIZES = frozenset({1, 2, 4, 8})
+EXTEND_PAGE_SIZES = {arch: TMA_PAGE_SIZES | GATHER_PAGE_SIZES for arch in ARCHS}
 
 
 def supports(variant: Variant, arch: Arch) -> Verdict:
@@ -42,17 +51,23 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"{kv_name} KV cache is not lowered in CuTe DSL yet (only the activation dtype)",
             ),
             (kind in MASKS, f"mask {kind.value} is not lowered in CuTe DSL yet"),
-            (not variant.spec_topk, "speculative verify is not lowered in CuTe DSL yet"),
+            (
+                (variant.spec_topk or 0) <= 1,
+                "speculative verify of draft trees (topk > 1) is not lowered in CuTe DSL yet "
+                "(draft chains, topk 1, are)",
+            ),
             (
                 shape.head_dim in HEAD_DIMS and shape.v_head_dim == shape.head_dim,
                 f"head dims {shape.head_dim}/{shape.v_head_dim} are not lowered in CuTe DSL yet "
                 f"(equal qk and v dims in {sorted(HEAD_DIMS)})",
             ),
             (
-                Phase.EXTEND not in variant.phases or variant.page_size in EXTEND_PAGE_SIZES,
-                f"page size {variant.page_size} is not lowered in CuTe DSL yet: extend reads whole "
-                f"key tiles out of pages through TMA (pages of {sorted(EXTEND_PAGE_SIZES)} "
-                "tokens)",
+                not PAGED_PHASES & set(variant.phases)
+                or variant.page_size in EXTEND_PAGE_SIZES.get(arch, ()),
+                f"page size {variant.page_size} is not lowered in CuTe DSL on {arch.value} yet: "
+                f"extend reads K/V through TMA, one copy per page (pages of "
+                f"{sorted(TMA_PAGE_SIZES)} tokens); smaller pages are gathered with cp.async "
+                f"(pages of {sorted(GATHER_PAGE_SIZES)} tokens)",
             ),
         ]
     )

@@ -13,6 +13,10 @@ from dataclasses import dataclass, fields
 from attngen.families.mha.key import MhaKey
 from attngen.hooks import MaskHooks
 
+# Phases the paged extend kernel runs: verify of a draft chain is an extend of
+# num_draft_tokens causal rows per request, draft extend one of 1 .. num_draft_tokens rows.
+PAGED_PHASES = ("extend", "verify", "draft_extend")
+
 
 @dataclass(frozen=True)
 class MhaCuteConfig:
@@ -30,8 +34,8 @@ class MhaCuteConfig:
     dtype: str  # torch dtype name of q, k, v and o: "bfloat16" | "float16"
     kv_dtype: str  # the cache's (the activations' dtype in this backend so far)
     kv_scale: str  # "none" (no quantized caches in this backend so far)
-    spec_topk: int  # 0 (no speculative verify in this backend so far)
-    num_draft_tokens: int  # 0
+    spec_topk: int  # 0 (no speculative decoding) or 1 (verify of draft chains)
+    num_draft_tokens: int  # verify rows per request (0 without speculative decoding)
     arch: str  # "sm90": the kernel family the launchers compile (wgmma + TMA)
     # -- prefill / extend forward (TMA producer warpgroup + 2 wgmma consumer warpgroups) ----
     fwd_tile_m: int  # query rows per CTA (64 per consumer warpgroup)

@@ -3,15 +3,20 @@ cute_dsl kernels.py binds.
 
 Arch- and spec-independent real Python source: a generated kernels.py binds its
 MhaCuteTraits (mask hooks, phases) and CONFIGS and calls the launchers here with them.
-Device code lives in ``kernels/`` (``fwd_sm90``: the Hopper forward kernel, GPU-verified;
+Device code lives in ``kernels/`` (``fwd_sm90``: the Hopper forward kernel, GPU-verified
+for pages of 64 / 128 tokens;
 ``fwd_sm100``: the Blackwell one, compile-only; ``common``: their specialization and tile
 layouts; ``fragments``: register views of wgmma accumulators), host code in ``host/``
 (``compile``: specializations, the compile cache and AOT arguments; ``launch``: checks and
 launches). A config's ``arch`` picks the kernel.
 
 Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens over a paged
-cache read in whole key tiles: page sizes 64 and 128). KV in the activation dtype (bf16,
-fp16); head dims 64 and 128.
+cache read by TMA, one copy per page: page sizes 16, 32, 64 and 128; pages of 1, 2, 4 and 8
+tokens: K/V rows gathered with cp.async); speculative verify of
+draft chains
+(``verify``: num_draft_tokens causal rows per request) and draft extend run the extend
+kernel, with grids fixed by the config and the batch, so they are CUDA-graph capturable.
+KV in the activation dtype (bf16, fp16); head dims 64 and 128.
 
 What the launchers check, and what they do not: shapes, dtypes, devices, strides and
 alignment of every tensor, always (host-side, no sync). They never read device values:
@@ -29,9 +34,9 @@ gives zeros.
 from __future__ import annotations
 
 from attngen.families.mha.cute_dsl.host.compile import compile_specs
-from attngen.families.mha.cute_dsl.host.launch import extend, prefill
+from attngen.families.mha.cute_dsl.host.launch import extend, prefill, verify
 from attngen.families.mha.cute_dsl.source import source_sha256
 
-__all__ = ["SOURCE_SHA256", "compile_specs", "extend", "prefill", "source_sha256"]
+__all__ = ["SOURCE_SHA256", "compile_specs", "extend", "prefill", "source_sha256", "verify"]
 
 SOURCE_SHA256 = source_sha256()  # generated kernels.py files record the one they bind

@@ -15,16 +15,17 @@ from __future__ import annotations
 import dataclasses
 
 from attngen.arch import facts
+from attngen.families.mha.cute_dsl.capability import PAGED_PHASES
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
 from attngen.families.mha.key import MhaKey
 from attngen.hooks import MaskHooks
 from attngen.ir import KernelPlan, MetadataPlan, ModulePlan
 from attngen.probes import feature_lines
-from attngen.spec.enums import Arch, Backend, Phase
+from attngen.spec.enums import Arch, Backend
 from attngen.spec.model import Spec
 from attngen.spec.variant import Variant
 
-SEQ_LEN_FILL_VALUE = 1  # no decode graph yet; the value padded graph rows would read
+SEQ_LEN_FILL_VALUE = 1  # seq_len of padded rows in captured verify / draft-extend graphs
 RUNTIME_CLASS = "attngen.families.mha.runtime:PagedMhaBackend"
 FWD_TILE_M = 128
 FWD_TILE_N = {Arch.SM90: 128, Arch.SM100: 64}
@@ -32,11 +33,14 @@ FWD_NUM_STAGES = 2
 
 
 def fwd_tile_n(variant: Variant, arch: Arch) -> int:
-    """Keys per stage: sm90 reads one TMA box per page when extend reads the paged cache."""
-    if arch is Arch.SM90 and Phase.EXTEND in variant.phases:
+    """Keys per stage: on sm90 a page of 64 or 128 tokens is the key tile when extend reads
+    the paged cache (one TMA box per tile); smaller pages fill the default tile, one TMA copy
+    per page."""
+    tile = FWD_TILE_N[arch]
+    if arch is Arch.SM90 and PAGED_PHASES & set(variant.phases):
         assert variant.page_size is not None
-        return variant.page_size
-    return FWD_TILE_N[arch]
+        return variant.page_size if variant.page_size >= 64 else tile
+    return tile
 
 
 def kernel_config(

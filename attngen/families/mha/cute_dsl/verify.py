@@ -3,27 +3,45 @@ kernel compile."""
 
 from __future__ import annotations
 
-from attngen.families.mha.cute_dsl.config import MhaCuteConfig
+from attngen.families.mha.cute_dsl.config import PAGED_PHASES, MhaCuteConfig
 from attngen.ir import ModulePlan, PlanError, check_unique_uris
 
 WGMMA_ROWS = 64  # rows per consumer warpgroup
-TILE_N = (64, 128)  # keys per stage: wgmma N and the TMA box (and the page, for extend)
+TILE_N = (64, 128)  # keys per stage: the MMA's N (and the page, for extend over large pages)
+PAGE_SIZES = (16, 32, 64, 128)  # extend: one TMA copy per page (a tile, part of one, or pages)
+GATHER_PAGE_SIZES = (1, 2, 4, 8)  # extend: K/V rows gathered with cp.async
 
 
 def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
     problems = []
+    paged = any(p in phases for p in PAGED_PHASES)
     if c.fwd_tile_m != 2 * WGMMA_ROWS:
         problems.append(f"fwd_tile_m={c.fwd_tile_m}: the kernel runs 2 consumer warpgroups")
     if c.fwd_tile_n not in TILE_N:
         problems.append(f"fwd_tile_n={c.fwd_tile_n} is not one of {TILE_N}")
-    if "extend" in phases and c.arch == "sm90" and c.fwd_tile_n != c.page_size:
-        problems.append(f"fwd_tile_n={c.fwd_tile_n} != page_size={c.page_size} (one tile a page)")
-    if "extend" in phases and c.page_size % c.fwd_tile_n:
-        problems.append(f"page_size={c.page_size} is not a multiple of fwd_tile_n={c.fwd_tile_n}")
+    page_sizes = PAGE_SIZES + GATHER_PAGE_SIZES
+    if paged and c.page_size not in page_sizes:
+        problems.append(
+            f"page_size={c.page_size} is not one of {page_sizes} (TMA per page, cp.async "
+            "gathers below 16)"
+        )
+    elif paged and c.arch == "sm90" and c.fwd_tile_n % c.page_size:
+        problems.append(
+            f"fwd_tile_n={c.fwd_tile_n} is not a multiple of page_size={c.page_size} "
+            "(sm90 reads whole pages into a tile)"
+        )
+    elif paged and c.page_size % c.fwd_tile_n and c.fwd_tile_n % c.page_size:
+        problems.append(
+            f"page_size={c.page_size} and fwd_tile_n={c.fwd_tile_n}: neither divides the other"
+        )
     if c.arch == "sm100" and c.fwd_tile_n != 64:
         problems.append(f"fwd_tile_n={c.fwd_tile_n}: sm100 rows of S hold 64 keys (128 spill)")
     if c.fwd_intra_wg_overlap and c.arch != "sm90":
         problems.append("fwd_intra_wg_overlap is a Hopper (wgmma) schedule: sm90 only")
+    if c.spec_topk > 1:
+        problems.append(f"spec_topk={c.spec_topk}: only draft chains (topk 1) are lowered")
+    if ("verify" in phases or "draft_extend" in phases) and c.num_draft_tokens < 1:
+        problems.append("verify / draft_extend need num_draft_tokens >= 1")
     if not 1 <= c.fwd_num_stages <= 4:
         problems.append(f"fwd_num_stages={c.fwd_num_stages} is not in 1 .. 4")
     return [f"{c.uri}: {p}" for p in problems]

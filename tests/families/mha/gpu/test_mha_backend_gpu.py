@@ -476,7 +476,7 @@ def capture_extend_graph(
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_cuda_graph_verify(case: Case | None, evidence) -> None:
-    """Verify captured once at MAX_BS requests x n drafts, replayed on 12 batches."""
+    """Verify captured once at MAX_BS requests x n drafts, replayed on REPLAYS batches."""
     case = require(case, "verify")
     n, ps = case.config.num_draft_tokens, case.config.page_size
     pages = pages_for([GRAPH_TABLE_WIDTH] * MAX_BS, ps)
@@ -493,7 +493,7 @@ def test_cuda_graph_verify(case: Case | None, evidence) -> None:
     )
     rng = random.Random(rig.builder.seed)
     bufs = backend._graph_buffers["verify"]
-    for step in range(12):
+    for step in range(REPLAYS):
         real = MAX_BS if step % 4 == 0 else rng.randint(1, MAX_BS - 1)
         prefix = [rng.choice([0, rng.randint(1, GRAPH_TABLE_WIDTH - n)]) for _ in range(real)]
         pb = rig.builder.verify(prefix, n, tree=is_tree(case))
@@ -596,7 +596,7 @@ def test_mqa(case: Case | None, evidence) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_cuda_graph_draft_extend(case: Case | None, evidence) -> None:
-    """Draft extend captured once at MAX_BS requests x n rows of room, replayed on 12
+    """Draft extend captured once at MAX_BS requests x n rows of room, replayed on REPLAYS
     batches of 1 .. n accepted tokens per request (rows back to back, padded at the end)."""
     case = require(case, "draft_extend")
     n, ps = case.config.num_draft_tokens, case.config.page_size
@@ -617,7 +617,7 @@ def test_cuda_graph_draft_extend(case: Case | None, evidence) -> None:
         rig, mode, static_batch, (q, k, v), rows, lens, info, n
     )
     rng = random.Random(rig.builder.seed)
-    for step in range(12):
+    for step in range(REPLAYS):
         real = MAX_BS if step % 4 == 0 else rng.randint(1, MAX_BS - 1)
         prefix = [rng.choice([0, rng.randint(1, GRAPH_TABLE_WIDTH - n)]) for _ in range(real)]
         accepted = [rng.randint(1, n) for _ in range(real)]

@@ -73,19 +73,28 @@ def _cute_small(t: torch.Tensor | None) -> Any:
     return from_dlpack(t, assumed_align=4).mark_layout_dynamic(leading_dim=t.dim() - 1)
 
 
-def _launch(arch: str, shape: Any, tensors: tuple, small: tuple, sm_scale: float,
-            max_rows: int) -> None:  # fmt: skip
-    import cuda.bindings.driver as cuda
+def launch_args(tensors: tuple, small: tuple, sm_scale: float, max_rows: int,
+                stream: Any) -> tuple:  # fmt: skip
+    """The compiled kernel's arguments: row tensors (q, k, v, out), small ones (lengths,
+    page table, sinks; None where absent), scalars and the stream. Their types are part of
+    the compiled kernel's on-disk identity (host.compile.LAUNCH_ARGS)."""
     import cutlass
 
-    stream = cuda.CUstream(torch.cuda.current_stream(tensors[0].device).cuda_stream)
-    args = (
+    return (
         *(_cute_rows(t) for t in tensors),
         *(_cute_small(t) for t in small),
         cutlass.Float32(sm_scale),
         cutlass.Int32(max_rows),
         stream,
     )
+
+
+def _launch(arch: str, shape: Any, tensors: tuple, small: tuple, sm_scale: float,
+            max_rows: int) -> None:  # fmt: skip
+    import cuda.bindings.driver as cuda
+
+    stream = cuda.CUstream(torch.cuda.current_stream(tensors[0].device).cuda_stream)
+    args = launch_args(tensors, small, sm_scale, max_rows, stream)
     compiled_fwd(arch, shape, args)(*args)
 
 
@@ -166,3 +175,39 @@ def extend(
     shape = fwd_shape(config, traits, paged=True)
     small = (qo_indptr, prefix_lens, page_table, sinks)
     _launch(config.arch, shape, (q, k_cache, v_cache, out), small, sm_scale, max_extend_len)
+
+
+def verify(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    config: MhaCuteConfig,
+    traits: MhaCuteTraits,
+    sm_scale: float,
+    sinks: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    tree_mask: torch.Tensor | None = None,
+    tree_mask_indptr: torch.Tensor | None = None,
+    trusted_metadata: bool = False,
+) -> None:
+    """Speculative target verify of draft chains: config.num_draft_tokens rows per request,
+    causal over the drafts, every draft row seeing the whole cached prefix. That is an
+    extend whose rows per request are at most num_draft_tokens, so it runs the extend
+    kernel with a grid fixed by the config and the batch (CUDA-graph capturable).
+    tree_mask / tree_mask_indptr: None (draft trees are not lowered in CuTe DSL)."""
+    if config.spec_topk != 1:
+        fail("config.spec_topk", "1 (a draft-chain config)", config.spec_topk)
+    if tree_mask is not None or tree_mask_indptr is not None:
+        fail("tree_mask", "None for a draft chain (spec_topk 1: causal drafts)", "a tensor")
+    extend(
+        q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out,
+        max_extend_len=config.num_draft_tokens, config=config, traits=traits,
+        sm_scale=sm_scale, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
+        trusted_metadata=trusted_metadata,
+    )  # fmt: skip

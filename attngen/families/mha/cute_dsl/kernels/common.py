@@ -34,8 +34,24 @@ class FwdShape:
     # PV runs (FA3's intra-warpgroup overlap). Compile-checked, not yet run on a GPU: off
     # unless a spec's tuning sets fwd_intra_wg_overlap: 1.
     overlap: bool = False
+    # paged: K/V pages per key tile. 1: the tile is one page (one TMA box each of K and V);
+    # n > 1: pages of tile_n / n tokens, each read by its own TMA copy into its rows of the
+    # tile (sm90: one copy per page and swizzle column block, all on the stage's barrier)
+    pages_per_tile: int = 1
+
+    @property
+    def page_rows(self) -> int:
+        """Tokens per page (paged) = rows of the tile one TMA copy of a page fills."""
+        return self.tile_n // self.pages_per_tile
+
+    @property
+    def gather(self) -> bool:
+        """Pages of fewer than GATHER_BELOW tokens: K/V rows are gathered one by one with
+        cp.async by the whole producer warpgroup instead of copied per page by TMA."""
+        return self.paged and self.page_rows < GATHER_BELOW
 
 
+GATHER_BELOW = 16  # pages of fewer tokens are gathered row by row (see FwdShape.gather)
 DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 SMEM_ALIGN = 1024  # each tile starts on 1 KiB (128-byte swizzle atoms); the barriers come first
 
@@ -49,6 +65,14 @@ def smem_layout(dtype: type, rows: int, cols: int, stages: int | None) -> cute.C
     if stages is None:
         return cute.tile_to_shape(atom, (rows, cols), order=(0, 1))
     return cute.tile_to_shape(atom, (rows, cols, stages), order=(0, 1, 2))
+
+
+def page_slice(tile: cute.ComposedLayout, rows: int) -> cute.ComposedLayout:
+    """The first ``rows`` rows of a swizzled (tile rows, cols) layout: the smem that one TMA
+    copy of a page of ``rows`` tokens fills (every page's rows have this layout, offset by a
+    multiple of the swizzle's period, so one TMA atom serves them all)."""
+    cols = cute.size(tile, mode=[1])
+    return cute.slice_(cute.flat_divide(tile, (rows, cols)), (None, None, 0, 0))
 
 
 def rows_aligned(t: cute.Tensor) -> cute.Tensor:

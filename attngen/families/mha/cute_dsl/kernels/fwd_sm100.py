@@ -15,7 +15,10 @@ Warp roles (6 warps, 192 threads):
   normalises O and writes it to global memory.
 - warp 4, **MMA**: allocates tensor memory (S: ``tile_n`` fp32 columns, O: ``Dv`` columns) and
   issues S = Q K^T and O += P V (tcgen05, one CTA, all operands in shared memory).
-- warp 5, **load**: TMA of Q once and of each K and V tile into a ``num_stages`` ring.
+- warp 5, **load**: TMA of Q once and of each K and V tile into a ``num_stages`` ring (paged:
+  a tile out of a page of 64 / 128 tokens, or one copy per page of 16 / 32 tokens; pages of
+  fewer tokens: rows gathered with 16-byte cp.async copies, waited for and fenced into the
+  async proxy before the stage's barrier arrive).
 
 Order per key tile j (mbarrier pipelines): load K_j, V_j -> MMA S_j (after softmax released
 S_{j-1}) -> softmax reads S_j, waits for PV_{j-1}, rescales O, writes P_j -> MMA PV_j. The
@@ -42,6 +45,7 @@ from attngen.families.mha.cute_dsl.kernels.common import (
     SMEM_ALIGN,
     FwdShape,
     mode_select,
+    page_slice,
     rows_aligned,
     smem_layout,
 )
@@ -59,6 +63,16 @@ REQUIRES = {
     "ptx": ("tcgen05.mma", "tcgen05.ld", "cp.async.bulk.tensor"),
     "sass": ("UTCHMMA", "UTMALDG"),
 }
+# gathered K/V: 16-byte cp.async copies, and the proxy fence before the MMA reads them
+GATHER_REQUIRES = ("cp.async.ca.shared.global", "fence.proxy.async")
+CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
+
+
+def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
+    """Instructions the compiled kernel of ``shape`` must contain (PTX, SASS)."""
+    if shape.gather:
+        return {**REQUIRES, "ptx": REQUIRES["ptx"] + GATHER_REQUIRES}
+    return REQUIRES
 
 
 def shared_bytes(shape: FwdShape) -> int:
@@ -144,8 +158,14 @@ class MhaFwdSm100:
         load = cpasync.CopyBulkTensorTileG2SOp()
         tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load, mQ, sQ_layout, (self.tile_m, d))
         sK_one, sV_one = (cute.select(s, mode=[0, 1]) for s in (sK_layout, sV_layout))
-        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_one, (self.tile_n, d), 1)
-        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_one, (self.tile_n, dv), 1)
+        rows = shape.page_rows  # rows of the tile one TMA copy fills (a page, or the tile)
+        sK_box, sV_box = sK_one, sV_one
+        if const_expr(shape.gather):  # K/V gathered by cp.async: these atoms go unused
+            rows = self.tile_n
+        elif const_expr(shape.pages_per_tile > 1):
+            sK_box, sV_box = (page_slice(s, rows) for s in (sK_one, sV_one))
+        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_box, (rows, d), 1)
+        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_box, (rows, dv), 1)
         self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
         self.tx_bytes_k = cute.size_in_bytes(self.dtype, sK_one)
         self.tx_bytes_v = cute.size_in_bytes(self.dtype, sV_one)
@@ -173,7 +193,7 @@ class MhaFwdSm100:
         num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
         grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
         self.kernel(
-            tma_Q, tma_K, tma_V, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
+            tma_Q, tma_K, tma_V, mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
             tma_atom_Q, tma_atom_K, tma_atom_V, softmax_scale, scale_log2,
             sQ_layout, sK_layout, sV_layout, sP_layout, tiled_mma_qk, tiled_mma_pv,
             SharedStorage,
@@ -190,6 +210,8 @@ class MhaFwdSm100:
         mQ: cute.Tensor,
         mK: cute.Tensor,
         mV: cute.Tensor,
+        mK_rows: cute.Tensor,  # the cache itself (gathers read rows of it)
+        mV_rows: cute.Tensor,
         mO: cute.Tensor,
         mCuSeqlensQ: cute.Tensor,
         mPrefixLens: Optional[cute.Tensor],
@@ -232,14 +254,27 @@ class MhaFwdSm100:
             num_stages=1, producer_group=one, consumer_group=one, tx_count=self.tx_bytes_q,
             barrier_storage=storage.mbar_q.data_ptr(), defer_sync=True,
         )  # fmt: skip
-        pipe_k = pipeline.PipelineTmaUmma.create(
-            num_stages=stages, producer_group=one, consumer_group=one, tx_count=self.tx_bytes_k,
-            barrier_storage=storage.mbar_k.data_ptr(), defer_sync=True,
-        )  # fmt: skip
-        pipe_v = pipeline.PipelineTmaUmma.create(
-            num_stages=stages, producer_group=one, consumer_group=one, tx_count=self.tx_bytes_v,
-            barrier_storage=storage.mbar_v.data_ptr(), defer_sync=True,
-        )  # fmt: skip
+        if const_expr(self.shape.gather):  # the load warp's 32 threads arrive after copying
+            lanes = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
+            pipe_k = pipeline.PipelineAsyncUmma.create(
+                num_stages=stages, producer_group=lanes, consumer_group=one,
+                barrier_storage=storage.mbar_k.data_ptr(), defer_sync=True,
+            )  # fmt: skip
+            pipe_v = pipeline.PipelineAsyncUmma.create(
+                num_stages=stages, producer_group=lanes, consumer_group=one,
+                barrier_storage=storage.mbar_v.data_ptr(), defer_sync=True,
+            )  # fmt: skip
+        else:
+            pipe_k = pipeline.PipelineTmaUmma.create(
+                num_stages=stages, producer_group=one, consumer_group=one,
+                tx_count=self.tx_bytes_k, barrier_storage=storage.mbar_k.data_ptr(),
+                defer_sync=True,
+            )  # fmt: skip
+            pipe_v = pipeline.PipelineTmaUmma.create(
+                num_stages=stages, producer_group=one, consumer_group=one,
+                tx_count=self.tx_bytes_v, barrier_storage=storage.mbar_v.data_ptr(),
+                defer_sync=True,
+            )  # fmt: skip
         # S ready (MMA -> softmax) and P ready / PV done (softmax <-> MMA)
         pipe_s = pipeline.PipelineUmmaAsync.create(
             num_stages=1, producer_group=one, consumer_group=rows,
@@ -272,11 +307,24 @@ class MhaFwdSm100:
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
         if m_block * self.tile_m < seqlen_q:
             if warp_idx == LOAD_WARP:
-                self.load(
-                    mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
-                    pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
-                    n_block_min, n_block_max,
-                )  # fmt: skip
+                if const_expr(self.shape.gather):
+                    self.load_gathered(
+                        mQ, mK_rows, mV_rows, sQ, sK, sV, mPageTable, tma_atom_Q, pipe_q,
+                        pipe_k, pipe_v, q_start, head, head_kv, batch, m_block, seqlen_k,
+                        n_block_min, n_block_max,
+                    )  # fmt: skip
+                elif const_expr(self.shape.pages_per_tile > 1):
+                    self.load_pages(
+                        mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
+                        pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
+                        n_block_min, n_block_max,
+                    )  # fmt: skip
+                else:
+                    self.load(
+                        mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
+                        pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
+                        n_block_min, n_block_max,
+                    )  # fmt: skip
             if warp_idx == MMA_WARP:
                 tmem.allocate(TMEM_COLS)
                 tmem.wait_for_alloc()
@@ -390,6 +438,159 @@ class MhaFwdSm100:
                 cute.copy(tma_atom_K, tKgK[None, n_block], sK_i, tma_bar_ptr=bar_k)
                 cute.copy(tma_atom_V, tVgV[None, n_block], sV_i, tma_bar_ptr=bar_v)
             state.advance()
+
+    @cute.jit
+    def load_pages(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        mPageTable: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        tma_atom_K: cute.CopyAtom,
+        tma_atom_V: cute.CopyAtom,
+        pipe_q: pipeline.PipelineAsync,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        q_start: Int32,
+        head: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        m_block: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        """The load warp when pages are smaller than a key tile: one TMA copy per page into
+        its rows of the stage, all on the stage's barrier (which expects the whole tile).
+        Pages past the table's width read its last entry: any page id keeps a TMA copy in
+        bounds (coordinates outside the cache are zero-filled) and those keys are masked."""
+        d, dv = self.shape.head_dim, self.shape.v_head_dim
+        rows, ppt = self.shape.page_rows, self.shape.pages_per_tile
+        gQ = cute.local_tile(
+            cute.domain_offset((q_start, 0), mQ[None, None, head]), (self.tile_m, d), (m_block, 0)
+        )
+        tQsQ, tQgQ = cpasync.tma_partition(
+            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+        )  # fmt: skip
+        gK = cute.local_tile(mK[None, None, head_kv, None], (rows, d), (0, 0, None))
+        gV = cute.local_tile(mV[None, None, head_kv, None], (rows, dv), (0, 0, None))
+        # smem: (rows, D, (page of the tile, 1, stage))
+        sK_pages = cute.group_modes(cute.flat_divide(sK, (rows, d)), 2, 5)
+        sV_pages = cute.group_modes(cute.flat_divide(sV, (rows, dv)), 2, 5)
+        tKsK, tKgK = cpasync.tma_partition(
+            tma_atom_K, 0, cute.make_layout(1), cute.group_modes(sK_pages, 0, 2),
+            cute.group_modes(gK, 0, 2),
+        )  # fmt: skip
+        tVsV, tVgV = cpasync.tma_partition(
+            tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV_pages, 0, 2),
+            cute.group_modes(gV, 0, 2),
+        )  # fmt: skip
+        last_page = mPageTable.shape[1] - 1
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        pipe_q.producer_acquire(q_state)
+        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.shape.num_stages
+        )
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            pipe_k.producer_acquire(state)
+            pipe_v.producer_acquire(state)
+            bar_k, bar_v = pipe_k.producer_get_barrier(state), pipe_v.producer_get_barrier(state)
+            for p in cutlass.range_constexpr(ppt):
+                page = mPageTable[batch, cutlass.min(n_block * ppt + p, last_page)]
+                cute.copy(tma_atom_K, tKgK[None, page], tKsK[None, (p, 0, state.index)],
+                          tma_bar_ptr=bar_k)  # fmt: skip
+                cute.copy(tma_atom_V, tVgV[None, page], tVsV[None, (p, 0, state.index)],
+                          tma_bar_ptr=bar_v)  # fmt: skip
+            state.advance()
+
+    @cute.jit
+    def load_gathered(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        mPageTable: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        pipe_q: pipeline.PipelineAsync,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        q_start: Int32,
+        head: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        m_block: Int32,
+        seqlen_k: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        """The load warp when pages hold fewer than 16 tokens: Q by TMA, each K and V tile
+        row by row with 16-byte cp.async copies (lane t: chunk t % chunks of rows
+        t // chunks, + the rows of later passes); each lane waits for its copies, fences
+        them into the async proxy (the MMA reads shared memory through it) and arrives.
+        Keys past the sequence read its last key (finite, masked)."""
+        d = self.shape.head_dim
+        gQ = cute.local_tile(
+            cute.domain_offset((q_start, 0), mQ[None, None, head]), (self.tile_m, d), (m_block, 0)
+        )
+        tQsQ, tQgQ = cpasync.tma_partition(
+            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+        )  # fmt: skip
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        pipe_q.producer_acquire(q_state)
+        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        atom = cute.make_copy_atom(cpasync.CopyG2SOp(), self.dtype, num_bits_per_copy=128)
+        lane = cute.arch.lane_idx()
+        last_page = mPageTable.shape[1] - 1
+        state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.shape.num_stages
+        )
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            for pipe, mX, sX in ((pipe_k, mK, sK), (pipe_v, mV, sV)):
+                pipe.producer_acquire(state)
+                self.gather_tile(atom, mX, sX, mPageTable, lane, head_kv, batch, seqlen_k,
+                                 n_block, state.index, last_page)  # fmt: skip
+                cute.arch.cp_async_commit_group()
+                cute.arch.cp_async_wait_group(0)
+                cute.arch.fence_view_async_shared()
+                pipe.producer_commit(state)
+            state.advance()
+
+    @cute.jit
+    def gather_tile(
+        self,
+        atom: cute.CopyAtom,
+        mX: cute.Tensor,
+        sX: cute.Tensor,
+        mPageTable: cute.Tensor,
+        lane: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        seqlen_k: Int32,
+        n_block: Int32,
+        stage: Int32,
+        last_page: Int32,
+    ):
+        """One tile of K or V (``mX``: [page_rows, D, Hkv, pages]) into stage ``stage``."""
+        ps = self.shape.page_rows
+        chunks = cute.size(sX, mode=[1]) // CHUNK
+        rows_per_pass = 32 // chunks
+        row0, chunk = lane // chunks, lane % chunks
+        for r in cutlass.range_constexpr(self.tile_n // rows_per_pass):
+            row = r * rows_per_pass + row0
+            key = cutlass.min(n_block * self.tile_n + row, seqlen_k - 1)
+            page = mPageTable[batch, cutlass.min(key // ps, last_page)]
+            src = cute.local_tile(mX[key % ps, None, head_kv, page], (CHUNK,), (chunk,))
+            dst = cute.local_tile(sX[row, None, stage], (CHUNK,), (chunk,))
+            cute.copy(atom, src, dst)
 
     # -- MMA warp: tcgen05 ----
 

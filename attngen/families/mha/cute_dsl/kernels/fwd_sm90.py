@@ -17,9 +17,14 @@ Layouts (what ``__call__`` takes; the host passes torch tensors through DLPack):
 
 - q ``[T, Hq, D]``, out ``[T, Hq, Dv]``: ragged requests, ``cu_seqlens_q[b] .. [b+1]``;
 - contiguous K/V (``page_table`` None, prefill): ``[T, Hkv, D]`` rows aligned with q's;
-- paged K/V (extend): ``[num_pages, page_size, Hkv, D]`` with ``page_size == tile_n``, read
-  through ``page_table[b, j]``; request ``b`` has ``prefix_lens[b]`` cached tokens followed by
-  its new tokens (already written), so its key length is prefix + new.
+- paged K/V (extend): ``[num_pages, page_size, Hkv, D]`` read through ``page_table[b, j]``,
+  one TMA copy per page: ``page_size == tile_n`` (a page is a key tile) or
+  ``tile_n = pages_per_tile * page_size`` (pages of 16 / 32 tokens, each copied into its rows
+  of the tile, all on the stage's mbarrier) or, for pages of fewer than 16 tokens, rows
+  gathered by the whole producer warpgroup with 16-byte ``cp.async`` copies that arrive on
+  the stage's mbarrier (the consumers fence the async proxy before wgmma reads them);
+  request ``b`` has ``prefix_lens[b]`` cached tokens followed by its new tokens (already
+  written), so its key length is prefix + new.
 
 Mask (attngen.hooks.MaskHooks, compile-time): a query row ``i`` of a request with key
 length ``Lk`` and query length ``Lq`` sits at position ``p = i + Lk - Lq``; it sees key ``k``
@@ -48,6 +53,7 @@ from attngen.families.mha.cute_dsl.kernels.common import (
     SMEM_ALIGN,
     FwdShape,
     mode_select,
+    page_slice,
     rows_aligned,
     smem_layout,
 )
@@ -60,11 +66,24 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (
 WARPGROUP = 128  # threads
 PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg (TMA issue only)
 CONSUMER_REGS = 240  # registers per consumer thread (S and O accumulators, P)
+# gathering producers compute a row address per copy: 40 + 2 x 232 warpgroups fit 64 Ki regs
+GATHER_PRODUCER_REGS, GATHER_CONSUMER_REGS = 40, 232
+CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
 
 
 # What the design relies on, checked in every compiled kernel by the AOT check: wgmma and
 # bulk tensor copies (TMA), in the PTX and in the SASS ptxas made of it.
 REQUIRES = {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor"), "sass": ("HGMMA", "UTMALDG")}
+# gathered K/V: 16-byte cp.async copies that arrive on the stage's mbarrier, and the proxy
+# fence before wgmma reads what they wrote
+GATHER_REQUIRES = ("cp.async.ca.shared.global", "cp.async.mbarrier.arrive", "fence.proxy.async")
+
+
+def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
+    """Instructions the compiled kernel of ``shape`` must contain (PTX, SASS)."""
+    if shape.gather:
+        return {**REQUIRES, "ptx": REQUIRES["ptx"] + GATHER_REQUIRES}
+    return REQUIRES
 
 
 def shared_bytes(shape: FwdShape) -> int:
@@ -160,8 +179,14 @@ class MhaFwdSm90:
         load = cpasync.CopyBulkTensorTileG2SOp()
         tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load, mQ, sQ_layout, (self.tile_m, d))
         sK_one, sV_one = (cute.select(s, mode=[0, 1]) for s in (sK_layout, sV_layout))
-        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_one, (self.tile_n, d), 1)
-        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_one, (self.tile_n, dv), 1)
+        rows = shape.page_rows  # one TMA copy per page: rows of the tile it fills
+        sK_box, sV_box = sK_one, sV_one
+        if const_expr(shape.gather):  # K/V gathered by cp.async: these atoms go unused
+            rows = self.tile_n
+        elif const_expr(shape.pages_per_tile > 1):
+            sK_box, sV_box = (page_slice(s, rows) for s in (sK_one, sV_one))
+        tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_box, (rows, d), 1)
+        tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_box, (rows, dv), 1)
         self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
         self.tx_bytes_k = cute.size_in_bytes(self.dtype, sK_one)
         self.tx_bytes_v = cute.size_in_bytes(self.dtype, sV_one)
@@ -188,6 +213,8 @@ class MhaFwdSm90:
             tma_Q,
             tma_K,
             tma_V,
+            mK,
+            mV,
             mO,
             mCuSeqlensQ,
             mPrefixLens,
@@ -219,6 +246,8 @@ class MhaFwdSm90:
         mQ: cute.Tensor,
         mK: cute.Tensor,
         mV: cute.Tensor,
+        mK_rows: cute.Tensor,  # the cache itself (gathers read rows of it)
+        mV_rows: cute.Tensor,
         mO: cute.Tensor,
         mCuSeqlensQ: cute.Tensor,
         mPrefixLens: Optional[cute.Tensor],
@@ -266,22 +295,44 @@ class MhaFwdSm90:
             tx_count=self.tx_bytes_q,
             defer_sync=True,
         )
-        pipe_k = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_k.data_ptr(),
-            num_stages=self.shape.num_stages,
-            producer_group=producer,
-            consumer_group=consumers,
-            tx_count=self.tx_bytes_k,
-            defer_sync=True,
-        )
-        pipe_v = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_v.data_ptr(),
-            num_stages=self.shape.num_stages,
-            producer_group=producer,
-            consumer_group=consumers,
-            tx_count=self.tx_bytes_v,
-            defer_sync=True,
-        )
+        if const_expr(self.shape.gather):
+            # every producer thread arrives (when its copies land); every consumer thread
+            # releases (the cp.async pipeline has no one-lane-per-warp signalling)
+            gatherers = pipeline.CooperativeGroup(pipeline.Agent.Thread, WARPGROUP)
+            releasers = pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_consumers * WARPGROUP
+            )
+            pipe_k = pipeline.PipelineCpAsync.create(
+                barrier_storage=storage.mbar_k.data_ptr(),
+                num_stages=self.shape.num_stages,
+                producer_group=gatherers,
+                consumer_group=releasers,
+                defer_sync=True,
+            )
+            pipe_v = pipeline.PipelineCpAsync.create(
+                barrier_storage=storage.mbar_v.data_ptr(),
+                num_stages=self.shape.num_stages,
+                producer_group=gatherers,
+                consumer_group=releasers,
+                defer_sync=True,
+            )
+        else:
+            pipe_k = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.mbar_k.data_ptr(),
+                num_stages=self.shape.num_stages,
+                producer_group=producer,
+                consumer_group=consumers,
+                tx_count=self.tx_bytes_k,
+                defer_sync=True,
+            )
+            pipe_v = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.mbar_v.data_ptr(),
+                num_stages=self.shape.num_stages,
+                producer_group=producer,
+                consumer_group=consumers,
+                tx_count=self.tx_bytes_v,
+                defer_sync=True,
+            )
         cute.arch.mbarrier_init_fence()
         cute.arch.barrier()
 
@@ -292,15 +343,26 @@ class MhaFwdSm90:
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
         if m_block * self.tile_m < seqlen_q:
             if warp_idx < 4:
-                cute.arch.setmaxregister_decrease(PRODUCER_REGS)
-                if warp_idx == 0:
-                    self.load(
-                        mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
-                        pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
-                        n_block_min, n_block_max,
+                if const_expr(self.shape.gather):
+                    cute.arch.setmaxregister_decrease(GATHER_PRODUCER_REGS)
+                    self.gather(
+                        mQ, mK_rows, mV_rows, sQ, sK, sV, mPageTable, tma_atom_Q, pipe_q,
+                        pipe_k, pipe_v, tidx, warp_idx, q_start, head, head_kv, batch, m_block,
+                        seqlen_k, n_block_min, n_block_max,
                     )  # fmt: skip
+                else:
+                    cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+                    if warp_idx == 0:
+                        self.load(
+                            mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K,
+                            tma_atom_V, pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch,
+                            m_block, n_block_min, n_block_max,
+                        )  # fmt: skip
             else:
-                cute.arch.setmaxregister_increase(CONSUMER_REGS)
+                if const_expr(self.shape.gather):
+                    cute.arch.setmaxregister_increase(GATHER_CONSUMER_REGS)
+                else:
+                    cute.arch.setmaxregister_increase(CONSUMER_REGS)
                 self.attend(
                     mO, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
                     tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q, seqlen_k,
@@ -359,9 +421,10 @@ class MhaFwdSm90:
             cute.group_modes(sQ, 0, 2),
             cute.group_modes(gQ, 0, 2),
         )
-        if const_expr(self.shape.paged):  # (tile_n, D, page): one tile per page
-            gK = cute.local_tile(mK[None, None, head_kv, None], (self.tile_n, d), (0, 0, None))
-            gV = cute.local_tile(mV[None, None, head_kv, None], (self.tile_n, dv), (0, 0, None))
+        rows, ppt = self.shape.page_rows, self.shape.pages_per_tile
+        if const_expr(self.shape.paged):  # (rows, D, page): one page per TMA copy
+            gK = cute.local_tile(mK[None, None, head_kv, None], (rows, d), (0, 0, None))
+            gV = cute.local_tile(mV[None, None, head_kv, None], (rows, dv), (0, 0, None))
         else:  # (tile_n, D, n_block) of this request's rows
             gK = cute.local_tile(
                 cute.domain_offset((q_start, 0), mK[None, None, head_kv]),
@@ -373,20 +436,26 @@ class MhaFwdSm90:
                 (self.tile_n, dv),
                 (None, 0),
             )
+        # smem: (rows, D, (page of the tile, 1, stage))
+        sK_pages = cute.group_modes(cute.flat_divide(sK, (rows, d)), 2, 5)
+        sV_pages = cute.group_modes(cute.flat_divide(sV, (rows, dv)), 2, 5)
         tKsK, tKgK = cpasync.tma_partition(
             tma_atom_K,
             0,
             cute.make_layout(1),
-            cute.group_modes(sK, 0, 2),
+            cute.group_modes(sK_pages, 0, 2),
             cute.group_modes(gK, 0, 2),
         )
         tVsV, tVgV = cpasync.tma_partition(
             tma_atom_V,
             0,
             cute.make_layout(1),
-            cute.group_modes(sV, 0, 2),
+            cute.group_modes(sV_pages, 0, 2),
             cute.group_modes(gV, 0, 2),
         )
+        last_page = Int32(0)
+        if const_expr(self.shape.paged):
+            last_page = mPageTable.shape[1] - 1  # table entries past it are never read
 
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
         pipe_q.producer_acquire(q_state)
@@ -396,24 +465,134 @@ class MhaFwdSm90:
         )
         for i in cutlass.range(n_block_max - n_block_min, unroll=1):
             n_block = n_block_max - 1 - i
-            src = n_block
-            if const_expr(self.shape.paged):
-                src = mPageTable[batch, n_block]
             pipe_k.producer_acquire(state)
-            cute.copy(
-                tma_atom_K,
-                tKgK[None, src],
-                tKsK[None, state.index],
-                tma_bar_ptr=pipe_k.producer_get_barrier(state),
-            )
+            for p in cutlass.range_constexpr(ppt):
+                cute.copy(
+                    tma_atom_K,
+                    tKgK[None, self.page_of(mPageTable, batch, n_block * ppt + p, last_page)],
+                    tKsK[None, (p, 0, state.index)],
+                    tma_bar_ptr=pipe_k.producer_get_barrier(state),
+                )
             pipe_v.producer_acquire(state)
-            cute.copy(
-                tma_atom_V,
-                tVgV[None, src],
-                tVsV[None, state.index],
-                tma_bar_ptr=pipe_v.producer_get_barrier(state),
-            )
+            for p in cutlass.range_constexpr(ppt):
+                cute.copy(
+                    tma_atom_V,
+                    tVgV[None, self.page_of(mPageTable, batch, n_block * ppt + p, last_page)],
+                    tVsV[None, (p, 0, state.index)],
+                    tma_bar_ptr=pipe_v.producer_get_barrier(state),
+                )
             state.advance()
+
+    @cute.jit
+    def page_of(
+        self, mPageTable: Optional[cute.Tensor], batch: Int32, j: Int32, last_page: Int32
+    ) -> Int32:
+        """Where key block j (of page_rows tokens) lives: its page (paged), else block j of
+        the request's rows. Blocks past the table's width (the last tile's pages past the
+        sequence) read its last entry: a TMA copy of any page stays in bounds (coordinates
+        out of the cache are zero-filled), and those keys are masked."""
+        src = j
+        if const_expr(self.shape.paged):
+            src = mPageTable[batch, cutlass.min(j, last_page)]
+        return src
+
+    # -- producer: cp.async gathers (pages smaller than GATHER_BELOW tokens) ----
+
+    @cute.jit
+    def gather(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sV: cute.Tensor,
+        mPageTable: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        pipe_q: pipeline.PipelineAsync,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        tidx: Int32,
+        warp_idx: Int32,
+        q_start: Int32,
+        head: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        m_block: Int32,
+        seqlen_k: Int32,
+        n_block_min: Int32,
+        n_block_max: Int32,
+    ):
+        """Q by TMA (first warp); each K and V tile row by row: thread t copies 16 bytes of
+        row ``t // chunks`` (+ the rows of later passes) from the row's page, then arrives on
+        the stage's mbarrier when its copies land (cp.async.mbarrier.arrive). Keys past the
+        sequence read its last key (finite, masked), so no copy leaves the request's pages."""
+        d = self.shape.head_dim
+        if warp_idx == 0:
+            gQ = cute.local_tile(
+                cute.domain_offset((q_start, 0), mQ[None, None, head]),
+                (self.tile_m, d),
+                (m_block, 0),
+            )
+            tQsQ, tQgQ = cpasync.tma_partition(
+                tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
+                cute.group_modes(gQ, 0, 2),
+            )  # fmt: skip
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            pipe_q.producer_acquire(q_state)
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        atom = cute.make_copy_atom(cpasync.CopyG2SOp(), self.dtype, num_bits_per_copy=128)
+        last_page = mPageTable.shape[1] - 1
+        state = pipeline.make_pipeline_state(
+            pipeline.PipelineUserType.Producer, self.shape.num_stages
+        )
+        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
+            n_block = n_block_max - 1 - i
+            pipe_k.producer_acquire(state)
+            self.gather_tile(atom, mK, sK, mPageTable, tidx, head_kv, batch, seqlen_k, n_block,
+                             state.index, last_page)  # fmt: skip
+            pipe_k.producer_commit(state)
+            pipe_v.producer_acquire(state)
+            self.gather_tile(atom, mV, sV, mPageTable, tidx, head_kv, batch, seqlen_k, n_block,
+                             state.index, last_page)  # fmt: skip
+            pipe_v.producer_commit(state)
+            state.advance()
+
+    @cute.jit
+    def gather_tile(
+        self,
+        atom: cute.CopyAtom,
+        mX: cute.Tensor,
+        sX: cute.Tensor,
+        mPageTable: cute.Tensor,
+        tidx: Int32,
+        head_kv: Int32,
+        batch: Int32,
+        seqlen_k: Int32,
+        n_block: Int32,
+        stage: Int32,
+        last_page: Int32,
+    ):
+        """One tile of K or V (``mX``: [page_rows, D, Hkv, pages]) into stage ``stage``."""
+        ps = self.shape.page_rows
+        chunks = cute.size(sX, mode=[1]) // CHUNK
+        rows_per_pass = WARPGROUP // chunks
+        row0, chunk = tidx // chunks, tidx % chunks
+        for r in cutlass.range_constexpr(self.tile_n // rows_per_pass):
+            row = r * rows_per_pass + row0
+            key = cutlass.min(n_block * self.tile_n + row, seqlen_k - 1)
+            page = mPageTable[batch, cutlass.min(key // ps, last_page)]
+            src = cute.local_tile(mX[key % ps, None, head_kv, page], (CHUNK,), (chunk,))
+            dst = cute.local_tile(sX[row, None, stage], (CHUNK,), (chunk,))
+            cute.copy(atom, src, dst)
+
+    @cute.jit
+    def wait_kv(self, pipe: pipeline.PipelineAsync, state: pipeline.PipelineState):
+        """Wait for a K or V stage; gathered stages were written through the generic proxy,
+        so a proxy fence orders them before the wgmma (async proxy) reads them."""
+        pipe.consumer_wait(state)
+        if const_expr(self.shape.gather):
+            cute.arch.fence_view_async_shared()
 
     # -- consumers: wgmma + online softmax ----
 
@@ -486,7 +665,7 @@ class MhaFwdSm90:
                 acc_S = cute.make_rmem_tensor(
                     tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
                 )
-                pipe_k.consumer_wait(state)
+                self.wait_kv(pipe_k, state)
                 _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
                 pipe_k.consumer_release(state)
                 acc_S_rc = rows_cols(acc_S)
@@ -515,7 +694,7 @@ class MhaFwdSm90:
                     acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale)
                 # -- O += P V ----
                 tOrP.store(mma_a(acc_S).load().to(self.dtype))
-                pipe_v.consumer_wait(state)
+                self.wait_kv(pipe_v, state)
                 _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
                 pipe_v.consumer_release(state)
                 state.advance()
@@ -578,7 +757,7 @@ class MhaFwdSm90:
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, shape.num_stages)
         # -- the first (newest) key tile: S, softmax, P; O is zero, nothing to rescale ----
         acc_S = cute.make_rmem_tensor(s_shape, Float32)
-        pipe_k.consumer_wait(state)
+        self.wait_kv(pipe_k, state)
         _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, 0)
         pipe_k.consumer_release(state)
         self.scores_to_probs(
@@ -591,9 +770,9 @@ class MhaFwdSm90:
         for i in cutlass.range(n_block_max - n_block_min - 1, unroll=1):
             n_block = n_block_max - 2 - i
             acc_S = cute.make_rmem_tensor(s_shape, Float32)
-            pipe_k.consumer_wait(state)
+            self.wait_kv(pipe_k, state)
             _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, -1)
-            pipe_v.consumer_wait(state_v)
+            self.wait_kv(pipe_v, state_v)
             _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 1)
             pipe_k.consumer_release(state)  # S_j is done (PV may still run)
             self.scores_to_probs(
@@ -607,7 +786,7 @@ class MhaFwdSm90:
             tOrP.store(mma_a(acc_S).load().to(self.dtype))
             state_v = state.clone()
             state.advance()
-        pipe_v.consumer_wait(state_v)
+        self.wait_kv(pipe_v, state_v)
         _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 0)
         pipe_v.consumer_release(state_v)
 

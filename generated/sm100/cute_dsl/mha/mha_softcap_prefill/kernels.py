@@ -8,13 +8,13 @@ Covers (mha on cute_dsl sm100; one line per docs column):
   yes:           Page Size > 1 (native): 128
   not lowered:   FP8 KV Cache (phase decode is not lowered in CuTe DSL yet)
   not lowered:   FP4 KV Cache (phase decode is not lowered in CuTe DSL yet)
-  not lowered:   Spec topk=1 (phase verify is not lowered in CuTe DSL yet)
-  not lowered:   Spec topk>1 (phase verify is not lowered in CuTe DSL yet)
+  not here:      Spec topk=1 (lowered for this target; not in this spec)
+  not lowered:   Spec topk>1 (mask custom is not lowered in CuTe DSL yet)
   not lowered:   Sliding Window (phase decode is not lowered in CuTe DSL yet)
   not here:      MultiModal (bidirectional prefill) (lowered for this target; not in this spec)
   yes:           Logit softcap
   not lowered:   Attention sinks (phase decode is not lowered in CuTe DSL yet)
-  not lowered:   Non-causal extend (page size 1 is not lowered in CuTe DSL yet: extend reads whole key tiles out of pages through TMA (pages of [64, 128] tokens))
+  not here:      Non-causal extend (lowered for this target; not in this spec)
   not lowered:   Decode (phase decode is not lowered in CuTe DSL yet)
   yes:           Extend (cached prefix)
   yes:           GQA group: 6
@@ -22,7 +22,7 @@ Covers (mha on cute_dsl sm100; one line per docs column):
   yes:           Head dims: 128
   not lowered:   CUDA graph (decode) (phase decode is not lowered in CuTe DSL yet)
 
-extend / prefill / compile_specs are the library's, with this module's TRAITS; pick a
+extend / prefill / verify / compile_specs are the library's, with this module's TRAITS; pick a
 config from CONFIGS (see the library for layouts and arguments). A kernel is compiled on
 its first call and kept for the process.
 """
@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "2d3eb1da156da3007dac9da814d8cebbbdd523fb88f8c97633dd0a3dfcf52f57"
+LIBRARY_SHA256 = "c9db3ede0847bf48825826b17ca13358478219fe27a7ebe9b07b6d250067362f"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -73,4 +73,5 @@ CONFIGS: dict[str, MhaCuteConfig] = {
 
 extend = functools.partial(library.extend, traits=TRAITS)
 prefill = functools.partial(library.prefill, traits=TRAITS)
+verify = functools.partial(library.verify, traits=TRAITS)
 compile_specs = functools.partial(library.compile_specs, traits=TRAITS)
