@@ -171,7 +171,7 @@ class MlaGenerate:
         self.backend: Any = None
         self.choice: MlaChoice | None = None
         self.layers: dict[int, AttentionLayer] = {}
-        self._ready: int | None = None  # id of the Forward whose metadata is built
+        self._ready: Any = None  # the Forward whose metadata is built (held: ids get reused)
         self.last_path = ""  # "ragged" or "absorbed": how the last layer call ran
 
     def attend(
@@ -206,9 +206,9 @@ class MlaGenerate:
             state.page_size = choice.config.page_size
             state._build(fwd, device)
             self._ensure_storage(shape, dtype, device, int(module.config.num_hidden_layers))
-        if self._ready != id(fwd):
+        if self._ready is not fwd:
             self.backend.init_forward_metadata(fwd.batch)
-            self._ready = id(fwd)
+            self._ready = fwd
         rows = fwd.q_rows
         w = module.kv_b_proj.weight.view(heads, shape.qk_nope_head_dim + shape.v_head_dim, -1)
         w_uk, w_uv = w[:, : shape.qk_nope_head_dim], w[:, shape.qk_nope_head_dim :]
