@@ -37,23 +37,31 @@ DIM = 128
 # tile sweeps (config overrides) timed on one decode and two prefill cases, after the main
 # table, to say which tiles the lowering should take
 DECODE_SWEEP = (
-    {"decode_block_v": 16, "decode_num_warps": 4},
-    {"decode_block_v": 16, "decode_num_warps": 2},
-    {"decode_block_v": 32, "decode_num_warps": 4},
-    {"decode_block_v": 64, "decode_num_warps": 8},
+    {"decode_tiles": 1},
+    {"decode_tiles": 2},
+    {"decode_tiles": 8},
+    {"decode_tiles": 16},
 )
-PREFILL_SWEEP = (
-    {"scan_block_v": 32},
-    {"scan_block_v": 16, "scan_num_warps": 4},
-    {"scan_block_v": 16, "scan_num_stages": 1},
+PREFILL_SWEEP = (  # the state kernel's tiles on two cases, the parallel kernels' on one
+    {"state_block_v_max": 16},
+    {"state_block_v": 32, "state_block_v_max": 32},
+    {"state_block_v": 64, "state_block_v_max": 64},
+    {"state_num_stages": 2},
+    {"prepare_num_warps": 8},
+    {"wu_num_warps": 4},
+    {"output_block_v": 128, "output_num_warps": 8},
 )
 WARMUP_MS, REP_MS = 25, 100
+FLA_MS: dict[str, float] = {}
 DEV = "cuda"
 torch = None
 
 
+T0 = datetime.datetime.now()
+
+
 def log(msg: str) -> None:
-    print(msg, flush=True)
+    print(f"[{(datetime.datetime.now() - T0).total_seconds():6.1f}s] {msg}", flush=True)
 
 
 def kernels_module(spec: str):
@@ -82,6 +90,24 @@ def bench(fn) -> float:
     import triton
 
     return triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS)
+
+
+def kernel_times(fn, reps: int = 5) -> dict[str, float]:
+    """Device time per kernel name (us per call, mean over ``reps`` calls), by the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+        if us and e.key.split("_")[0] in ("chunk", "recurrent", "conv", "accept"):
+            times[e.key] = round(us / reps, 1)
+    return times
 
 
 def diff(x, y) -> float:
@@ -142,10 +168,18 @@ def prefill_case(mod, fla_chunk, bs: int, length: int, heads: int, tiles=None) -
 
     ours()
     fla_out, fla_state = theirs()
-    row = {"case": f"{bs}x{length} H{heads}", "tokens": n, "tiles": tiles or "default"}
+    key = f"{bs}x{length} H{heads}"
+    row = {"case": key, "tokens": n, "tiles": tiles or "default"}
     row["out_diff_vs_fla"] = diff(out, fla_out[0])
     row["state_diff_vs_fla"] = diff(pool[1:], fla_state)
-    t_ours, t_fla = bench(ours), bench(theirs)
+    t_ours = bench(ours)
+    if key not in FLA_MS:  # fla timed once per case (the sweep reuses it)
+        FLA_MS[key] = bench(theirs)
+    t_fla = FLA_MS[key]
+    try:
+        row["kernels_us"] = kernel_times(ours)
+    except Exception as e:  # the profiler must not cost the timings
+        row["kernels_us"] = f"profiler failed: {e}"
     row.update(attngen_ms=t_ours, fla_ms=t_fla, speedup=t_fla / t_ours)
     row.update(attngen_mtok_s=n / t_ours / 1e3, fla_mtok_s=n / t_fla / 1e3)
     return row
@@ -204,7 +238,10 @@ def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int, tiles=None) -> dic
     row["state_diff_vs_fla"] = diff(pool[slots.long()], fla_state)
     pool.copy_(start)
     nbytes = 2 * bs * hv * DIM * DIM * 4
-    t_ours, t_fla = bench(ours), bench(theirs)
+    t_ours = bench(ours)
+    if row["case"] not in FLA_MS:  # fla timed once per case (the sweep reuses it)
+        FLA_MS[row["case"]] = bench(theirs)
+    t_fla = FLA_MS[row["case"]]
     row.update(attngen_us=t_ours * 1e3, fla_us=t_fla * 1e3, speedup=t_fla / t_ours)
     row.update(attngen_tb_s=nbytes / t_ours / 1e9, fla_tb_s=nbytes / t_fla / 1e9)
     return row
@@ -222,68 +259,72 @@ def main() -> int:
     os.environ.setdefault("FLA_FLASH_QLA", "0")
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
-    rows = {"prefill": [], "decode": []}
-    for bs, h, hv in DECODE_CASES:
-        try:
-            mod = kernels_module("gdn_qwen3_next")
-            rows["decode"].append(decode_case(mod, fused_recurrent_gated_delta_rule, bs, h, hv))
-        except Exception:  # one failure must not hide the rest
-            rows["decode"].append({"case": f"B{bs}", "error": traceback.format_exc()[-800:]})
-        log(json.dumps(rows["decode"][-1]))
-    for bs, length, heads in PREFILL_CASES:
-        try:
-            mod = kernels_module("gdn_gva1")
-            rows["prefill"].append(prefill_case(mod, chunk_gated_delta_rule, bs, length, heads))
-        except Exception:
-            case = f"{bs}x{length} H{heads}"
-            rows["prefill"].append({"case": case, "error": traceback.format_exc()[-800:]})
-        log(json.dumps(rows["prefill"][-1]))
-    rows["sweep"] = []
-    for tiles in DECODE_SWEEP:
-        try:
-            mod = kernels_module("gdn_qwen3_next")
-            rows["sweep"].append(
-                decode_case(mod, fused_recurrent_gated_delta_rule, 256, 16, 32, tiles)
-            )
-        except Exception:
-            rows["sweep"].append({"tiles": tiles, "error": traceback.format_exc()[-800:]})
-        log(json.dumps(rows["sweep"][-1]))
-    for tiles in PREFILL_SWEEP:
-        for bs, length, heads in (PREFILL_CASES[0], PREFILL_CASES[2]):
-            try:
-                mod = kernels_module("gdn_gva1")
-                rows["sweep"].append(
-                    prefill_case(mod, chunk_gated_delta_rule, bs, length, heads, tiles)
-                )
-            except Exception:
-                rows["sweep"].append({"tiles": tiles, "error": traceback.format_exc()[-800:]})
-            log(json.dumps(rows["sweep"][-1]))
+    import triton
+
     commit = (
         os.environ.get("ATTNGEN_COMMIT")
         or subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
         ).stdout.strip()
     )
-    import triton
-
-    record = {
-        "device": torch.cuda.get_device_name(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-        "commit": commit,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "peer": "fla-core 0.6.0",
-        **rows,
-    }
+    rows = {"prefill": [], "decode": [], "sweep": []}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gdn_bench.json").write_text(json.dumps(record, indent=1) + "\n")
+
+    def record(table: str, what: str, fn) -> None:
+        """One row into ``rows[table]`` (a failure is a row too), then the JSON so far."""
+        try:
+            rows[table].append(fn())
+        except Exception:  # one failure must not hide the rest
+            rows[table].append({"case": what, "error": traceback.format_exc()[-800:]})
+        log(json.dumps(rows[table][-1]))
+        head = {
+            "device": torch.cuda.get_device_name(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+            "commit": commit,
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "peer": "fla-core 0.6.0",
+        }
+        (out / "gdn_bench.json").write_text(json.dumps({**head, **rows}, indent=1) + "\n")
+
+    prefill_mod, decode_mod = kernels_module("gdn_gva1"), kernels_module("gdn_qwen3_next")
+    for bs, length, heads in PREFILL_CASES:
+        record(
+            "prefill",
+            f"{bs}x{length} H{heads}",
+            lambda: prefill_case(prefill_mod, chunk_gated_delta_rule, bs, length, heads),
+        )
+    for bs, h, hv in DECODE_CASES:
+        record(
+            "decode",
+            f"B{bs}",
+            lambda: decode_case(decode_mod, fused_recurrent_gated_delta_rule, bs, h, hv),
+        )
+    for tiles in PREFILL_SWEEP:
+        for bs, length, heads in (PREFILL_CASES[2], PREFILL_CASES[0]):
+            if "state_" not in str(tiles) and bs == 1:
+                continue  # tiles of the parallel kernels: the many-request case says enough
+            record(
+                "sweep",
+                f"{bs}x{length} H{heads} {tiles}",
+                lambda: prefill_case(prefill_mod, chunk_gated_delta_rule, bs, length, heads, tiles),
+            )
+    for tiles in DECODE_SWEEP:
+        record(
+            "sweep",
+            f"B256 {tiles}",
+            lambda: decode_case(decode_mod, fused_recurrent_gated_delta_rule, 256, 16, 32, tiles),
+        )
     log("case | attngen | fla | speedup | diff vs fla")
     for r in rows["prefill"]:
         if "error" not in r:
             log(
-                f"{r['case']} | {r['attngen_mtok_s']:.1f} Mtok/s | {r['fla_mtok_s']:.1f} | {r['speedup']:.2f}x | {r['out_diff_vs_fla']:.2e}"
+                f"{r['case']} | {r['attngen_mtok_s']:.1f} Mtok/s | {r['fla_mtok_s']:.1f} | {r['speedup']:.2f}x | {r['out_diff_vs_fla']:.2e} | {r.get('kernels_us')}"
             )
+    for r in rows["sweep"]:
+        if "error" not in r:
+            log(f"sweep {r['case']} {r['tiles']} | {r['speedup']:.2f}x | {r.get('kernels_us', '')}")
     for r in rows["decode"]:
         if "error" not in r:
             log(

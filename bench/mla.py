@@ -1,28 +1,40 @@
 #!/usr/bin/env python3
-"""GPU benchmark of attngen's MLA Triton kernels against FlashMLA, in one process.
+"""GPU benchmark of attngen's MLA Triton kernels against FlashMLA, SGLang's Triton MLA decode
+and FA4, in one process, every output checked.
 
-Absorbed decode (one query per request, page 64, bf16 q): attngen ``absorbed`` (splits from
-PagedMlaBackend's heuristic) vs FlashMLA ``flash_mla_with_kvcache`` on the same latent
-cache, B64 ctx4096 and B128 ctx8192 at h_q 128 and 16, bf16, fp8 e4m3 and NVFP4 latent (NVFP4: attngen only; FlashMLA's
-fp8 path takes an fp8 q; attngen keeps q bf16, so the fp8 rows compare speed only).
-TFLOP/s = 2 B H ctx (576 + 512) / time; TB/s = B ctx 576 bytes-per-element / time.
-Ragged prefill 192/128 with LSE (causal, 16k tokens of S = 4096): attngen's TFLOP/s,
-FLOPs = 2 B H S^2 (192 + 128) / 2. Outputs of attngen and FlashMLA are compared.
+Absorbed decode (one query per request, page 64, bf16 q): attngen ``absorbed`` (the generated
+config, splits from PagedMlaBackend's heuristic) vs FlashMLA ``flash_mla_with_kvcache`` and
+SGLang's ``decode_attention_fwd_grouped`` (bf16 only; it reads the same cache through per-token
+indices) on the same latent cache, B64 ctx4096 and B128 ctx8192 at h_q 128 and 16, bf16, fp8
+e4m3 and NVFP4 latent (NVFP4: attngen only; FlashMLA's fp8 path takes an fp8 q; attngen keeps q
+bf16, so the fp8 rows compare speed only). TFLOP/s = 2 B H ctx (576 + 512) / time; TB/s =
+latent bytes / time. ``--sweep``: decode tile variants (heads, rows, warps, stages, latent
+column parts) and split counts per case, each output checked against an fp32 reference on
+the first and last request. Prefill: ragged 192/128 causal with LSE, 4 x 4096 tokens, 128
+heads, attngen ``ragged`` vs FA4 ``flash_attn_varlen_func(..., return_lse=True)``.
 
-Run on the H200 from the repo root, FlashMLA packed by ../shared/gpu/pack-flashmla.sh DIR:
-``python3 bench/mla.py --flashmla DIR --out bench/results``.
+Run on the H200 from the repo root (FlashMLA packed by ../shared/gpu/pack-flashmla.sh DIR;
+SGLang's file ``sglang/srt/layers/attention/triton_ops/decode_attention.py`` from the sglang
+wheel, loaded with its one sglang import replaced; FA4 from /tmp/gpusite, see README.md):
+``python3 bench/mla.py --flashmla DIR --sglang-decode FILE --sweep --out bench/results``.
+``--precompile N`` first compiles every kernel the run needs in N processes (the Triton cache
+is shared), so the timed process mostly loads binaries.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import datetime
 import glob
 import json
 import os
 import site
+import subprocess
 import sys
+import time
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +43,71 @@ CASES = ((64, 4096), (128, 8192))
 HEADS = (128, 16)
 PAGE = 64
 SCALE = 192**-0.5
+SUFFIX = {"bf16": "", "fp8": "_kvfp8_e4m3", "nvfp4": "_kvnvfp4"}
+
+# Decode tiles (BLOCK_H, BLOCK_N, warps, stages, latent column parts[, keys-major[, value
+# reload]]) swept per
+# (heads, kv), the ones that compiled spill-free on sm_90a (AOT, Triton 3.6);
+# each is timed with the split counts of SPLITS ("auto": the backend's heuristic; 1: no
+# partials, no combine).
+SWEEP_TILES = {
+    (128, "bf16"): (
+        (64, 64, 8, 2, 1),
+        (64, 32, 8, 2, 1),
+        (64, 64, 8, 1, 1),
+        (64, 32, 8, 3, 1),
+        (64, 32, 4, 2, 2),
+        (64, 16, 4, 2, 2),
+        (64, 16, 4, 3, 2),
+        (64, 64, 8, 2, 2),
+        (128, 32, 8, 2, 2),
+        (128, 16, 8, 2, 2),
+        (128, 32, 8, 1, 2),
+        (64, 32, 8, 2, 1, 1),
+        (64, 64, 8, 2, 2, 1),
+        (32, 64, 4, 2, 1, 1),
+    ),
+    (16, "fp8"): (
+        (16, 64, 8, 2, 1),
+        (16, 32, 8, 2, 1),
+        (16, 32, 4, 2, 1),
+        (16, 16, 4, 2, 1),
+        (16, 64, 4, 2, 1),
+        (16, 32, 4, 2, 2),
+        (16, 64, 8, 2, 2),
+        (16, 32, 4, 3, 2),
+        (16, 16, 2, 2, 1),
+        (64, 32, 4, 2, 2),
+        (16, 32, 4, 2, 1, 1),
+        (16, 16, 4, 2, 1, 1),
+        (16, 32, 4, 3, 1, 1),
+        (16, 32, 4, 2, 1, 0, 1),
+        (16, 64, 4, 2, 1, 0, 1),
+        (16, 64, 8, 2, 1, 0, 1),
+        (16, 32, 4, 3, 1, 0, 1),
+    ),
+    (16, "bf16"): (
+        (16, 32, 4, 2, 1),
+        (16, 64, 4, 2, 1),
+        (16, 32, 4, 3, 1),
+        (16, 16, 4, 3, 1),
+        (16, 32, 2, 2, 1),
+        (16, 32, 4, 2, 2),
+        (16, 64, 4, 2, 2),
+        (64, 32, 4, 2, 2),
+        (16, 64, 4, 2, 1, 1),
+        (16, 32, 4, 2, 1, 1),
+        (16, 64, 8, 2, 1, 1),
+        (16, 32, 4, 3, 1, 1),
+    ),
+    (128, "fp8"): (
+        (32, 32, 8, 2, 1),
+        (64, 32, 8, 2, 2),
+        (32, 32, 8, 2, 1, 0, 1),
+        (64, 32, 8, 2, 2, 0, 1),
+    ),
+}
+SPLITS = {128: ("auto", 1), 16: ("auto", 8)}
 
 
 def load_flashmla(path: str | None):
@@ -45,176 +122,214 @@ def load_flashmla(path: str | None):
         sys.path.insert(0, path)
         from sgl_kernel import flash_mla
 
-        return flash_mla, ""
+        return flash_mla, "sglang-kernel 0.4.5"
     except Exception as e:  # noqa: BLE001  (a missing peer is reported, not fatal)
         return None, f"{type(e).__name__}: {e}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--flashmla")
-    ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--sweep", action="store_true", help="decode tiles at B64 ctx4096 too")
-    args = ap.parse_args()
-    import torch
-    import triton
-    from triton.testing import do_bench
+def load_sglang_decode(path: str | None):
+    """SGLang's Triton decode module from its wheel file; its only sglang import (is_hip) is
+    replaced by a constant, the rest runs unchanged."""
+    if not path:
+        return None, "no --sglang-decode"
+    try:
+        src = Path(path).read_text()
+        src = src.replace("from sglang.srt.utils import is_hip", "def is_hip():\n    return False")
+        mod = types.ModuleType("sglang_decode_attention")
+        mod.__file__ = str(path)
+        sys.modules[mod.__name__] = mod
+        exec(compile(src, str(path), "exec"), mod.__dict__)
+        return mod, "sglang 0.5.11 decode_attention.py"
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__}: {e}"
 
-    from attngen.families.mha.runtime import decode_num_splits, decode_split_cap
+
+def load_fa4():
+    try:
+        import importlib.metadata
+
+        from flash_attn.cute import flash_attn_varlen_func
+
+        return flash_attn_varlen_func, importlib.metadata.version("flash-attn-4")
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__}: {e}"
+
+
+def modules():
     from generated.sm90.triton.mla.mla_deepseek_v3 import kernels as k16
-    from attngen.runtime.nvfp4 import nvfp4_global_scale, quantize_nvfp4
     from generated.sm90.triton.mla.mla_deepseek_v3_fp8 import kernels as k8
     from generated.sm90.triton.mla.mla_deepseek_v3_nvfp4 import kernels as k4
 
-    fm, fm_err = load_flashmla(args.flashmla)
-    rows, dev = [], "cuda"
-    for heads in HEADS:
-        for b, ctx in CASES:
-            pages = b * ctx // PAGE
-            perm = torch.randperm(pages, device=dev).to(torch.int32) + 1
-            table = perm.view(b, ctx // PAGE).contiguous()
-            lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
-            q = torch.randn(b, heads, 576, device=dev, dtype=torch.bfloat16)
-            cache16 = torch.randn(pages + 1, PAGE, 1, 576, device=dev, dtype=torch.bfloat16)
-            for kv in ("bf16", "fp8", "nvfp4"):
-                mod = {"bf16": k16, "fp8": k8, "nvfp4": k4}[kv]
-                suffix = {"bf16": "", "fp8": "_kvfp8_e4m3", "nvfp4": "_kvnvfp4"}[kv]
-                cfg = mod.CONFIGS[f"r512_rope64_h{heads}_ps{PAGE}_bf16{suffix}_causal"]
-                block_scales = None
-                if kv == "bf16":
-                    cache, scale = cache16, None
-                elif kv == "fp8":
-                    cache = (cache16 * 4).to(torch.float8_e4m3fn)
-                    scale = torch.tensor([0.25], device=dev)
-                else:
-                    scale = nvfp4_global_scale(cache16)
-                    cache, block_scales = quantize_nvfp4(cache16, scale)
-                blocks = triton.cdiv(heads, cfg.decode_block_h)
-                cap = decode_split_cap(
-                    programs_per_split=b * blocks, num_sms=132, max_splits=cfg.max_splits
-                )
-                splits = decode_num_splits(lens, cap=cap, min_split_tokens=256)
-                po, pl = mod.absorbed_workspace(cfg, rows=b, device=dev)
-                out = torch.empty(b, heads, 512, device=dev, dtype=torch.bfloat16)
+    return {"bf16": k16, "fp8": k8, "nvfp4": k4}
 
-                def ours():
-                    mod.absorbed(
-                        q,
-                        None,
-                        cache,
-                        table,
-                        lens,
-                        splits,
-                        out,
-                        po,
-                        pl,
-                        config=cfg,
-                        sm_scale=SCALE,
-                        kv_scale=scale,
-                        kv_block_scales=block_scales,
-                        trusted_metadata=True,
-                    )
 
-                try:
-                    ours()
-                    t_ours = do_bench(ours, warmup=50, rep=200)
-                except Exception as e:  # noqa: BLE001  (reported in the row, not fatal)
-                    rows.append(
-                        dict(
-                            part="decode",
-                            heads=heads,
-                            batch=b,
-                            ctx=ctx,
-                            kv=kv,
-                            attngen_error=f"{type(e).__name__}: {str(e)[:200]}",
-                        )
-                    )
-                    print(json.dumps(rows[-1]), flush=True)
-                    continue
-                row = dict(
-                    part="decode",
-                    heads=heads,
-                    batch=b,
-                    ctx=ctx,
-                    kv=kv,
-                    page=PAGE,
-                    splits=cap,
-                    attngen_ms=t_ours,
-                )
-                flops = 2 * b * heads * ctx * (576 + 512)
-                nbytes = b * ctx * 576 * cache.element_size()
-                row["attngen_tflops"] = flops / t_ours / 1e9
-                row["attngen_tbs"] = nbytes / t_ours / 1e9
-                if kv == "nvfp4":
-                    row["flashmla_error"] = "no NVFP4 path"
-                elif fm is not None:
-                    try:
-                        row.update(
-                            _flashmla(
-                                fm, q, cache, table, lens, heads, kv, out, do_bench, flops, nbytes
-                            )
-                        )
-                    except Exception as e:  # noqa: BLE001
-                        row["flashmla_error"] = f"{type(e).__name__}: {str(e)[:200]}"
-                else:
-                    row["flashmla_error"] = fm_err
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    rows += _prefill(torch, do_bench, k16)
-    if args.sweep:
-        rows += _sweep(torch, triton, do_bench, k16, k8)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    result = dict(
-        device=torch.cuda.get_device_name(),
-        torch=torch.__version__,
-        triton=triton.__version__,
-        commit=os.environ.get("ATTNGEN_COMMIT", ""),
-        rows=rows,
+def base_config(mods, heads, kv):
+    return mods[kv].CONFIGS[f"r512_rope64_h{heads}_ps{PAGE}_bf16{SUFFIX[kv]}_causal"]
+
+
+def tiled(cfg, tile):
+    bh, bn, warps, stages, parts = tile[:5]
+    return dataclasses.replace(
+        cfg,
+        decode_block_h=bh,
+        decode_block_n=bn,
+        decode_num_warps=warps,
+        decode_num_stages=stages,
+        decode_lora_parts=parts,
+        decode_keys_major=tile[5] if len(tile) > 5 else 0,
+        decode_value_reload=tile[6] if len(tile) > 6 else 0,
     )
-    (out_dir / f"mla-h200-{stamp}.json").write_text(json.dumps(result, indent=1))
-    print(
-        f"{'part':8}{'H':>5}{'B':>5}{'ctx':>6}{'kv':>5}{'ours ms':>9}{'TF/s':>7}{'TB/s':>6}"
-        f"{'FMLA ms':>9}{'ratio':>7}"
-    )
-    for r in rows:
-        if "attngen_error" in r:
-            print(
-                f"{r['part']} h{r['heads']} B{r['batch']} ctx{r['ctx']} {r['kv']}: "
-                f"{r['attngen_error']}"
-            )
-            continue
-        if r["part"] == "sweep":
-            print(
-                f"sweep {r['heads']} {r['kv']} tile {r['tile']}: {r['attngen_ms']:.3f} ms "
-                f"{r['attngen_tflops']:.0f} TF/s {r['attngen_tbs']:.2f} TB/s"
-            )
-            continue
-        print(
-            f"{r['part']:8}{r['heads']:5}{r['batch']:5}{r['ctx']:6}{r.get('kv', ''):>5}"
-            f"{r['attngen_ms']:9.3f}{r.get('attngen_tflops', 0):7.0f}"
-            f"{r.get('attngen_tbs', 0):6.2f}{r.get('flashmla_ms', float('nan')):9.3f}"
-            f"{r.get('flashmla_ms', float('nan')) / r['attngen_ms']:7.2f}"
+
+
+class Case:
+    """One decode problem: q, a shuffled page table and the latent cache in one dtype."""
+
+    def __init__(self, torch, heads, b, ctx, kv, seed=0):
+        from attngen.runtime.nvfp4 import nvfp4_global_scale, quantize_nvfp4
+
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        dev = "cuda"
+        self.heads, self.b, self.ctx, self.kv = heads, b, ctx, kv
+        pages = b * ctx // PAGE
+        perm = torch.randperm(pages, device=dev, generator=g).to(torch.int32) + 1
+        self.table = perm.view(b, ctx // PAGE).contiguous()
+        self.lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
+        self.q = torch.randn(b, heads, 576, device=dev, dtype=torch.bfloat16, generator=g)
+        self.cache16 = torch.randn(
+            pages + 1, PAGE, 1, 576, device=dev, dtype=torch.bfloat16, generator=g
         )
+        self.block_scales = None
+        if kv == "bf16":
+            self.cache, self.scale = self.cache16, None
+        elif kv == "fp8":
+            self.cache = (self.cache16 * 4).to(torch.float8_e4m3fn)
+            self.scale = torch.tensor([0.25], device=dev)
+        else:
+            self.scale = nvfp4_global_scale(self.cache16)
+            self.cache, self.block_scales = quantize_nvfp4(self.cache16, self.scale)
+        self.flops = 2 * b * heads * ctx * (576 + 512)
+        row_bytes = self.cache.shape[-1] * self.cache.element_size()
+        self.nbytes = b * ctx * (row_bytes + (36 if kv == "nvfp4" else 0))
+        self._ref = None
+
+    def latent_rows(self, i):
+        """Dequantized fp32 latent rows of request i, in key order."""
+        import torch
+
+        idx = self.table[i].long()
+        if self.kv == "bf16":
+            rows = self.cache16[idx].float()
+        elif self.kv == "fp8":
+            rows = self.cache[idx].float() * 0.25
+        else:
+            from attngen.runtime.nvfp4 import dequantize_nvfp4
+
+            rows = dequantize_nvfp4(self.cache[idx], self.block_scales[idx], self.scale).float()
+        return rows.reshape(-1, 576)[: self.ctx]
+
+    def reference(self):
+        """fp32 outputs of the first and last request: {i: [H, 512]}."""
+        import torch
+
+        if self._ref is None:
+            self._ref = {}
+            for i in (0, self.b - 1):
+                k = self.latent_rows(i)
+                s = self.q[i].float() @ k.T * SCALE
+                self._ref[i] = torch.softmax(s, -1) @ k[:, :512]
+        return self._ref
+
+    def check(self, out):
+        """Max |out - ref| over the checked requests, and whether it is within bounds (NaN
+        anywhere fails)."""
+        worst, ok = 0.0, not bool(out.isnan().any())
+        for i, want in self.reference().items():
+            err = (out[i].float() - want).abs().max().item()
+            ok &= err <= 4e-3 + 2e-2 * want.abs().max().item()
+            worst = max(worst, err)
+        return worst, ok
 
 
-def _flashmla(fm, q, cache, table, lens, heads, kv, ours_out, do_bench, flops, nbytes):
+def attngen_call(mod, cfg, case, splits):
+    """A closure timing attngen's absorbed decode with ``splits`` (None: one split, no
+    partials) into a fresh NaN-filled output, and that output."""
     import torch
 
-    b = q.shape[0]
-    q4 = q.view(b, 1, heads, 576)
-    if kv == "fp8":
-        meta, splits = fm.get_mla_metadata(lens, heads, 1, is_fp8_kvcache=True)
-        one = torch.ones(1, device=q.device)
+    out = torch.full((case.b, case.heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    po, pl = (
+        mod.absorbed_workspace(cfg, rows=case.b, device="cuda")
+        if splits is not None
+        else (
+            None,
+            None,
+        )
+    )
+
+    def run():
+        mod.absorbed(
+            case.q,
+            None,
+            case.cache,
+            case.table,
+            case.lens,
+            splits,
+            out,
+            po,
+            pl,
+            config=cfg,
+            sm_scale=SCALE,
+            kv_scale=case.scale,
+            kv_block_scales=case.block_scales,
+            trusted_metadata=True,
+        )
+
+    return run, out
+
+
+def split_tensor(torch, cfg, case, choice):
+    """The per-request split counts of ``choice`` ("auto": the backend's heuristic) and the
+    count itself; (None, 1) for one split without partials."""
+    import triton
+
+    from attngen.families.mha.runtime import decode_num_splits
+    from attngen.families.mla.runtime import MIN_SPLIT_TOKENS, split_cap
+
+    if choice == 1:
+        return None, 1
+    if choice == "auto":
+        programs = case.b * triton.cdiv(case.heads, cfg.decode_block_h) * cfg.decode_lora_parts
+        cap = split_cap(
+            programs_per_split=programs,
+            num_sms=132,
+            waves=cfg.decode_waves,
+            max_splits=cfg.max_splits,
+        )
+        min_tokens = max(MIN_SPLIT_TOKENS, cfg.decode_block_n)
+        return decode_num_splits(case.lens, cap=cap, min_split_tokens=min_tokens), cap
+    return torch.full((case.b,), choice, dtype=torch.int32, device="cuda"), choice
+
+
+def time_it(fn, do_bench, quick=False):
+    fn()
+    return do_bench(fn, warmup=25 if quick else 50, rep=100 if quick else 200)
+
+
+def flashmla_row(fm, case, ours_out, do_bench):
+    import torch
+
+    b, heads = case.b, case.heads
+    q4 = case.q.view(b, 1, heads, 576)
+    if case.kv == "fp8":
+        meta, splits = fm.get_mla_metadata(case.lens, heads, 1, is_fp8_kvcache=True)
+        one = torch.ones(1, device="cuda")
         q8 = q4.to(torch.float8_e4m3fn)
 
         def peer():
             return fm.flash_mla_with_kvcache(
                 q8,
-                cache,
-                table,
-                lens,
+                case.cache,
+                case.table,
+                case.lens,
                 512,
                 meta,
                 splits,
@@ -226,123 +341,197 @@ def _flashmla(fm, q, cache, table, lens, heads, kv, ours_out, do_bench, flops, n
             )
 
     else:
-        meta, splits = fm.get_mla_metadata(lens, heads, 1)
+        meta, splits = fm.get_mla_metadata(case.lens, heads, 1)
 
         def peer():
             return fm.flash_mla_with_kvcache(
-                q4, cache, table, lens, 512, meta, splits, softmax_scale=SCALE, causal=False
+                q4,
+                case.cache,
+                case.table,
+                case.lens,
+                512,
+                meta,
+                splits,
+                softmax_scale=SCALE,
+                causal=False,
             )
 
     o, _ = peer()
     diff = (o.view(b, heads, 512).float() - ours_out.float()).abs().max().item()
-    t = do_bench(peer, warmup=50, rep=200)
+    t = time_it(peer, do_bench)
     return dict(
         flashmla_ms=t,
-        flashmla_tflops=flops / t / 1e9,
-        flashmla_tbs=nbytes / t / 1e9,
+        flashmla_tflops=case.flops / t / 1e9,
+        flashmla_tbs=case.nbytes / t / 1e9,
         max_diff_vs_flashmla=diff,
     )
 
 
-# (heads, kv, BLOCK_H, BLOCK_N, warps, stages): the generated tiles and alternatives that
-# compile spill-free on sm_90a (shared memory <= 227 KB)
-SWEEP = (
-    (128, "bf16", 64, 32, 8, 2),
-    (128, "bf16", 64, 64, 8, 2),
-    (128, "bf16", 32, 64, 8, 2),
-    (16, "bf16", 16, 64, 4, 2),
-    (16, "bf16", 16, 64, 4, 3),
-    (16, "bf16", 16, 32, 4, 2),
-    (16, "fp8", 16, 32, 8, 2),
-    (16, "fp8", 16, 64, 8, 2),
-    (128, "fp8", 32, 32, 8, 2),
-)
+def sglang_row(sg, case, ours_out, do_bench, max_splits=8):
+    """SGLang's Triton MLA decode (page 1 view of the same cache: per-token indices)."""
+    import torch
 
+    b, heads, ctx = case.b, case.heads, case.ctx
+    k_buf = case.cache16.view(-1, 1, 576)
+    v_buf = k_buf[..., :512]
+    slots = case.table.long()[:, :, None] * PAGE + torch.arange(PAGE, device="cuda")
+    kv_indices = slots.reshape(-1).to(torch.int32)
+    kv_indptr = torch.arange(b + 1, device="cuda", dtype=torch.int32) * ctx
+    logits = torch.empty(b, heads, max_splits, 512, device="cuda", dtype=torch.float32)
+    lse = torch.empty(b, heads, max_splits, device="cuda", dtype=torch.float32)
+    splits = torch.full((b,), max_splits, device="cuda", dtype=torch.int32)
+    o = torch.empty(b, heads, 512, device="cuda", dtype=torch.bfloat16)
 
-def _sweep(torch, triton, do_bench, k16, k8):
-    import dataclasses
-
-    from attngen.families.mha.runtime import decode_num_splits, decode_split_cap
-
-    rows, dev, b, ctx = [], "cuda", 64, 4096
-    pages = b * ctx // PAGE
-    table = (torch.randperm(pages, device=dev).to(torch.int32) + 1).view(b, -1).contiguous()
-    lens = torch.full((b,), ctx, dtype=torch.int32, device=dev)
-    cache16 = torch.randn(pages + 1, PAGE, 1, 576, device=dev, dtype=torch.bfloat16)
-    cache8 = (cache16 * 4).to(torch.float8_e4m3fn)
-    for heads, kv, bh, bn, warps, stages in SWEEP:
-        mod = k16 if kv == "bf16" else k8
-        uri = f"r512_rope64_h{heads}_ps{PAGE}_bf16" + ("_kvfp8_e4m3" if kv == "fp8" else "")
-        cfg = dataclasses.replace(
-            mod.CONFIGS[uri + "_causal"],
-            decode_block_h=bh,
-            decode_block_n=bn,
-            decode_num_warps=warps,
-            decode_num_stages=stages,
+    def peer():
+        sg.decode_attention_fwd_grouped(
+            case.q,
+            k_buf,
+            v_buf,
+            o,
+            kv_indptr,
+            kv_indices,
+            logits,
+            lse,
+            splits,
+            max_splits,
+            SCALE,
+            1.0,
         )
-        cache = cache16 if kv == "bf16" else cache8
-        scale = torch.tensor([0.25], device=dev) if kv == "fp8" else None
-        q = torch.randn(b, heads, 576, device=dev, dtype=torch.bfloat16)
-        cap = decode_split_cap(
-            programs_per_split=b * triton.cdiv(heads, bh), num_sms=132, max_splits=cfg.max_splits
-        )
-        splits = decode_num_splits(lens, cap=cap, min_split_tokens=256)
-        po, pl = mod.absorbed_workspace(cfg, rows=b, device=dev)
-        out = torch.empty(b, heads, 512, device=dev, dtype=torch.bfloat16)
 
-        def ours():
-            mod.absorbed(
-                q,
-                None,
-                cache,
-                table,
-                lens,
-                splits,
-                out,
-                po,
-                pl,
-                config=cfg,
-                sm_scale=SCALE,
-                kv_scale=scale,
-                trusted_metadata=True,
-            )
-
-        try:
-            ours()
-            ms = do_bench(ours, warmup=25, rep=100)
-        except Exception as e:  # noqa: BLE001
-            print(f"sweep {heads} {kv} {(bh, bn, warps, stages)}: {type(e).__name__}: {e}")
-            continue
-        row = dict(
-            part="sweep",
-            heads=heads,
-            batch=b,
-            ctx=ctx,
-            kv=kv,
-            tile=[bh, bn, warps, stages],
-            attngen_ms=ms,
-            attngen_tflops=2 * b * heads * ctx * 1088 / ms / 1e9,
-            attngen_tbs=b * ctx * 576 * cache.element_size() / ms / 1e9,
-        )
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    return rows
+    peer()
+    diff = (o.float() - ours_out.float()).abs().max().item()
+    t = time_it(peer, do_bench)
+    return dict(sglang_ms=t, sglang_tflops=case.flops / t / 1e9, max_diff_vs_sglang=diff)
 
 
-def _prefill(torch, do_bench, mod):
-    rows = []
-    cfg = mod.CONFIGS["r512_rope64_h128_ps64_bf16_causal"]
+def decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save):
+    for heads in HEADS:
+        for b, ctx in CASES:
+            for kv in ("bf16", "fp8", "nvfp4"):
+                case = Case(torch, heads, b, ctx, kv)
+                mod, cfg = mods[kv], base_config(mods, heads, kv)
+                splits, count = split_tensor(torch, cfg, case, "auto")
+                row = dict(part="decode", heads=heads, batch=b, ctx=ctx, kv=kv, page=PAGE)
+                row["tile"] = tile_of(cfg)
+                row["splits"] = count
+                try:
+                    fn, out = attngen_call(mod, cfg, case, splits)
+                    t = time_it(fn, do_bench)
+                    err, ok = case.check(out)
+                except Exception as e:  # noqa: BLE001  (reported in the row, not fatal)
+                    row["attngen_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                    rows.append(row)
+                    save()
+                    print(json.dumps(row), flush=True)
+                    continue
+                row.update(
+                    attngen_ms=t,
+                    attngen_tflops=case.flops / t / 1e9,
+                    attngen_tbs=case.nbytes / t / 1e9,
+                    max_err_vs_ref=err,
+                    ref_ok=ok,
+                )
+                if kv == "nvfp4":
+                    row["flashmla_error"] = "no NVFP4 path"
+                elif fm is not None:
+                    try:
+                        row.update(flashmla_row(fm, case, out, do_bench))
+                    except Exception as e:  # noqa: BLE001
+                        row["flashmla_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                else:
+                    row["flashmla_error"] = fm_info
+                if kv == "bf16":
+                    if sg is not None:
+                        try:
+                            row.update(sglang_row(sg, case, out, do_bench))
+                        except Exception as e:  # noqa: BLE001
+                            row["sglang_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                    else:
+                        row["sglang_error"] = sg_info
+                rows.append(row)
+                save()
+                print(json.dumps(row), flush=True)
+                del case
+                torch.cuda.empty_cache()
+
+
+def tile_of(cfg):
+    return [
+        cfg.decode_block_h,
+        cfg.decode_block_n,
+        cfg.decode_num_warps,
+        cfg.decode_num_stages,
+        cfg.decode_lora_parts,
+        cfg.decode_keys_major,
+        cfg.decode_value_reload,
+    ]
+
+
+def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None):
+    """Every SWEEP_TILES tile with every SPLITS choice on both cases (``only``: a set of
+    (heads, kv, tile, splits) to restrict to); FlashMLA timed once per case for the ratio."""
+    for (heads, kv), tiles in SWEEP_TILES.items():
+        for b, ctx in CASES:
+            case = Case(torch, heads, b, ctx, kv)
+            fm_ms = None
+            for tile in tiles:
+                cfg = tiled(base_config(mods, heads, kv), tile)
+                for choice in SPLITS[heads]:
+                    if only is not None and (heads, kv, tuple(tile), str(choice)) not in only:
+                        continue
+                    splits, count = split_tensor(torch, cfg, case, choice)
+                    if choice != "auto" and choice != 1 and count > cfg.max_splits:
+                        continue
+                    row = dict(
+                        part="sweep",
+                        heads=heads,
+                        batch=b,
+                        ctx=ctx,
+                        kv=kv,
+                        tile=list(tile),
+                        splits=str(choice),
+                        split_count=count,
+                    )
+                    try:
+                        fn, out = attngen_call(mods[kv], cfg, case, splits)
+                        t = time_it(fn, do_bench, quick=True)
+                        err, ok = case.check(out)
+                        row.update(
+                            attngen_ms=t,
+                            attngen_tflops=case.flops / t / 1e9,
+                            attngen_tbs=case.nbytes / t / 1e9,
+                            max_err_vs_ref=err,
+                            ref_ok=ok,
+                        )
+                        if fm is not None and fm_ms is None:
+                            fm_ms = flashmla_row(fm, case, out, do_bench)["flashmla_ms"]
+                        if fm_ms is not None:
+                            row["flashmla_ms"] = fm_ms
+                            row["ratio_vs_flashmla"] = fm_ms / t
+                    except Exception as e:  # noqa: BLE001
+                        row["attngen_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                    rows.append(row)
+                    save()
+                    print(json.dumps(row), flush=True)
+            del case
+            torch.cuda.empty_cache()
+
+
+def prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save):
+    k16 = mods["bf16"]
+    cfg = k16.CONFIGS["r512_rope64_h128_ps64_bf16_causal"]
     s, b, h = 4096, 4, 128
     t = s * b
-    q = torch.randn(t, h, 192, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(t, h, 192, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(t, h, 128, device="cuda", dtype=torch.bfloat16)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.randn(t, h, 192, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(t, h, 192, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(t, h, 128, device="cuda", dtype=torch.bfloat16, generator=g)
     indptr = torch.arange(b + 1, device="cuda", dtype=torch.int32) * s
-    out = torch.empty(t, h, 128, device="cuda", dtype=torch.bfloat16)
-    lse = torch.empty(t, h, device="cuda", dtype=torch.float32)
+    out = torch.full((t, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((t, h), float("nan"), device="cuda", dtype=torch.float32)
 
     def ours():
-        mod.ragged(
+        k16.ragged(
             q,
             k[..., :128],
             k[..., 128:],
@@ -358,16 +547,208 @@ def _prefill(torch, do_bench, mod):
             trusted_metadata=True,
         )
 
-    ours()
-    ms = do_bench(ours, warmup=50, rep=200)
+    ms = time_it(ours, do_bench)
     flops = 2 * b * h * s * s * (192 + 128) / 2
-    rows.append(
-        dict(
-            part="prefill", heads=h, batch=b, ctx=s, attngen_ms=ms, attngen_tflops=flops / ms / 1e9
-        )
+    row = dict(
+        part="prefill",
+        heads=h,
+        batch=b,
+        ctx=s,
+        tile=[cfg.ragged_block_m, cfg.ragged_block_n, cfg.ragged_num_warps, cfg.ragged_num_stages],
+        attngen_ms=ms,
+        attngen_tflops=flops / ms / 1e9,
+        nan_left=bool(out.isnan().any() or lse.isnan().any()),
     )
-    print(json.dumps(rows[-1]), flush=True)
-    return rows
+    # reference on the last 64 queries of the last sequence (they see all s keys)
+    lo = t - 64
+    qs, ks, vs = q[lo:t].float(), k[t - s : t].float(), v[t - s : t].float()
+    sc = torch.einsum("qhd,khd->hqk", qs, ks) * SCALE
+    pos_q = torch.arange(s - 64, s, device="cuda")[:, None]
+    sc = sc.masked_fill(torch.arange(s, device="cuda")[None, :] > pos_q, float("-inf"))
+    want = torch.einsum("hqk,khd->qhd", torch.softmax(sc, -1), vs)
+    want_lse = torch.logsumexp(sc, -1).T
+    row["max_err_vs_ref"] = (out[lo:t].float() - want).abs().max().item()
+    row["max_lse_err_vs_ref"] = (lse[lo:t] - want_lse).abs().max().item()
+    if fa4 is not None:
+        try:
+
+            def peer():
+                return fa4(
+                    q,
+                    k,
+                    v,
+                    cu_seqlens_q=indptr,
+                    cu_seqlens_k=indptr,
+                    max_seqlen_q=s,
+                    max_seqlen_k=s,
+                    softmax_scale=SCALE,
+                    causal=True,
+                    return_lse=True,
+                )
+
+            o4, l4 = peer()
+            row["max_diff_vs_fa4"] = (o4.float() - out.float()).abs().max().item()
+            l4 = l4 if l4.shape == lse.shape else l4.transpose(0, 1)
+            row["max_lse_diff_vs_fa4"] = (l4.float() - lse).abs().max().item()
+            t4 = time_it(peer, do_bench)
+            row.update(fa4_ms=t4, fa4_tflops=flops / t4 / 1e9, ratio_vs_fa4=t4 / ms)
+        except Exception as e:  # noqa: BLE001
+            row["fa4_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    else:
+        row["fa4_error"] = fa4_info
+    rows.append(row)
+    save()
+    print(json.dumps(row), flush=True)
+
+
+def precompile(share: int, shares: int) -> None:
+    """Compile (by running once, on a B2 ctx4096 case with the same specializations) every
+    kernel the sweep and the decode table use, share ``share`` of ``shares``."""
+    import torch
+
+    mods = modules()
+    jobs = []
+    for (heads, kv), tiles in SWEEP_TILES.items():
+        jobs += [(heads, kv, tuple(t)) for t in tiles]
+    for heads in HEADS:
+        for kv in ("bf16", "fp8", "nvfp4"):
+            jobs.append((heads, kv, None))
+    cases = {}
+    for n, (heads, kv, tile) in enumerate(jobs):
+        if n % shares != share:
+            continue
+        case = cases.get((heads, kv)) or cases.setdefault(
+            (heads, kv), Case(torch, heads, 2, 4096, kv)
+        )
+        cfg = base_config(mods, heads, kv)
+        cfg = tiled(cfg, tile) if tile else cfg
+        for choice in (1, 2):
+            try:
+                splits, _ = split_tensor(torch, cfg, case, choice)
+                attngen_call(mods[kv], cfg, case, splits)[0]()
+            except Exception as e:  # noqa: BLE001  (the timed run reports it)
+                print(f"precompile {heads} {kv} {tile}: {type(e).__name__}: {str(e)[:200]}")
+    torch.cuda.synchronize()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--flashmla")
+    ap.add_argument("--sglang-decode")
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--sweep", action="store_true", help="decode tile and split sweep")
+    ap.add_argument("--best-of", help="a previous run's JSON: sweep only its 3 best per group")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: decode,prefill")
+    ap.add_argument("--precompile", type=int, default=0, help="compile first in N processes")
+    ap.add_argument("--compile-share", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.compile_share:
+        share, shares = map(int, args.compile_share.split("/"))
+        precompile(share, shares)
+        return
+    if args.precompile:
+        start = time.time()
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--compile-share", f"{i}/{args.precompile}"]
+            )
+            for i in range(args.precompile)
+        ]
+        for p in procs:
+            p.wait()
+        print(f"precompiled in {time.time() - start:.0f} s", flush=True)
+    import torch
+    import triton
+    from triton.testing import do_bench
+
+    mods = modules()
+    fm, fm_info = load_flashmla(args.flashmla)
+    sg, sg_info = load_sglang_decode(args.sglang_decode)
+    fa4, fa4_info = load_fa4()
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"mla-h200-{stamp}.json"
+    result = dict(
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        triton=triton.__version__,
+        commit=os.environ.get("ATTNGEN_COMMIT", ""),
+        peers=dict(flashmla=fm_info, sglang_triton_decode=sg_info, fa4=fa4_info),
+        shapes=dict(decode_cases=CASES, heads=HEADS, page=PAGE, prefill="4 x 4096, h128, 192/128"),
+        rows=[],
+    )
+
+    def save():
+        path.write_text(json.dumps(result, indent=1))
+
+    skip, rows = set(args.skip.split(",")), result["rows"]
+    if args.best_of and not Path(args.best_of).exists():
+        print(f"no {args.best_of}: no sweep", flush=True)
+    elif args.sweep or args.best_of:
+        only = best_keys(args.best_of) if args.best_of else None
+        sweep_rows(torch, do_bench, mods, fm, rows, save, only)
+    if "decode" not in skip:
+        decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save)
+    if "prefill" not in skip:
+        prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save)
+    save()
+    print_table(result["rows"])
+    print(f"wrote {path}")
+
+
+def best_keys(path, keep=3):
+    rows = [r for r in json.loads(Path(path).read_text())["rows"] if r["part"] == "sweep"]
+    groups = {}
+    for r in rows:
+        if "attngen_ms" in r and r.get("ref_ok"):
+            groups.setdefault((r["heads"], r["kv"], r["batch"]), []).append(r)
+    keys = set()
+    for group in groups.values():
+        for r in sorted(group, key=lambda r: r["attngen_ms"])[:keep]:
+            keys.add((r["heads"], r["kv"], tuple(r["tile"]), r["splits"]))
+    return keys
+
+
+def print_table(rows):
+    print(
+        f"{'part':8}{'H':>5}{'B':>5}{'ctx':>6}{'kv':>6} {'tile':18}{'spl':>5}{'ours ms':>9}"
+        f"{'TF/s':>6}{'TB/s':>6}{'FMLA ms':>9}{'x FMLA':>7}{'SGL ms':>8}{'x SGL':>7}{'ok':>4}"
+    )
+    best = {}
+    for r in rows:
+        if "attngen_error" in r:
+            print(
+                f"{r['part']} h{r['heads']} B{r['batch']} {r.get('kv')} {r.get('tile')} "
+                f"{r.get('splits')}: {r['attngen_error'][:160]}"
+            )
+            continue
+        if r["part"] == "prefill":
+            print(
+                f"prefill h{r['heads']} {r['batch']}x{r['ctx']}: {r['attngen_ms']:.3f} ms "
+                f"{r['attngen_tflops']:.0f} TF/s; FA4 {r.get('fa4_ms', float('nan')):.3f} ms "
+                f"{r.get('fa4_tflops', float('nan')):.0f} TF/s; ratio {r.get('ratio_vs_fa4', float('nan')):.2f}; "
+                f"err {r['max_err_vs_ref']:.4f} lse {r['max_lse_err_vs_ref']:.4f} {r.get('fa4_error', '')}"
+            )
+            continue
+        fm = r.get("flashmla_ms", float("nan"))
+        sg = r.get("sglang_ms", float("nan"))
+        print(
+            f"{r['part']:8}{r['heads']:5}{r['batch']:5}{r['ctx']:6}{r['kv']:>6} "
+            f"{str(r['tile']):18}{str(r['splits']):>5}{r['attngen_ms']:9.3f}"
+            f"{r['attngen_tflops']:6.0f}{r['attngen_tbs']:6.2f}{fm:9.3f}{fm / r['attngen_ms']:7.2f}"
+            f"{sg:8.3f}{sg / r['attngen_ms']:7.2f}{'y' if r['ref_ok'] else 'N':>4}"
+        )
+        if r["part"] == "sweep" and r["ref_ok"]:
+            key = (r["heads"], r["kv"], r["batch"])
+            if key not in best or r["attngen_ms"] < best[key]["attngen_ms"]:
+                best[key] = r
+    for (h, kv, b), r in sorted(best.items()):
+        print(
+            f"best h{h} {kv} B{b}: tile {r['tile']} splits {r['splits']} "
+            f"{r['attngen_ms']:.3f} ms x{r.get('ratio_vs_flashmla', float('nan')):.2f} FlashMLA"
+        )
 
 
 if __name__ == "__main__":

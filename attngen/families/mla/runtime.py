@@ -19,8 +19,9 @@ only. Per layer call the backend tells the two paths apart by the layer's head d
   writes no cache (the caller writes the latent, as SGLang's DeepSeek model does) and
   returns ``(out, lse)`` when ``mha_return_lse``; ``merge_state`` combines two of them.
 
-Nothing on the decode and verify paths reads device values on the host, so both are
-CUDA-graph capturable.
+Nothing on the decode, verify and draft-extend paths reads device values on the host, so
+all three are CUDA-graph capturable (draft extend: room for num_draft_tokens rows per
+request, the real rows back to back, the rest see no key).
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from attngen.families.mha.runtime import decode_num_splits, decode_split_cap, select_config
+from attngen.families.mha.runtime import decode_num_splits, select_config
 from attngen.families.mla.key import MlaKey
 from attngen.families.mla.pool import MlaLatentPool
 from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, canonical_device
 from attngen.runtime.batch import (
     INDEX_DTYPES,
     AttentionLayer,
+    DraftExtendInfo,
     ForwardBatch,
     ForwardMode,
     ReqToTokenPool,
@@ -60,6 +62,13 @@ class MlaForwardBatch(ForwardBatch):
     prefix_chunk_cu_seq_lens: torch.Tensor | None = None  # [chunks, B + 1] int32 key offsets
     prefix_chunk_max_seq_lens: list[int] | None = None
     mha_return_lse: bool = False  # ragged path: return (out, lse)
+
+
+def split_cap(*, programs_per_split: int, num_sms: int, waves: int, max_splits: int) -> int:
+    """Most KV splits for a grid of ``programs_per_split`` programs: ``waves`` x SMs programs
+    in all (rounded down: a compute-bound tile at one wave keeps one split until the batch
+    alone falls below a wave), within 1 .. max_splits (host ints only)."""
+    return max(1, min(max_splits, waves * num_sms // max(programs_per_split, 1)))
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,60 @@ class MlaVerifyGraphBuffers:
             out=self.out[:rows],
             tree_mask=self.tree_mask,
             tree_mask_indptr=None if self.tree_mask is None else self.tree_mask_indptr[: bs + 1],
+        )
+
+
+@dataclass(frozen=True)
+class MlaDraftExtendGraphBuffers:
+    """Draft-extend metadata for up to ``max_bs`` requests of 1 .. ``max_tokens`` new tokens,
+    at fixed addresses: the grid has ``bs * max_tokens`` rows, request b's rows follow
+    request b-1's and the rows past the last request see no key (zeros)."""
+
+    max_tokens: int
+    page_table: torch.Tensor  # [max_bs, max_pages] int32
+    qo_indptr: torch.Tensor  # [max_bs + 1] int32: cumulative new tokens
+    row_ids: torch.Tensor  # [max_bs * max_tokens] int32: 0, 1, 2, ...
+    row_req: torch.Tensor  # [max_bs * max_tokens] int32
+    row_lens: torch.Tensor  # [max_bs * max_tokens] int32
+    num_splits: torch.Tensor  # [max_bs * max_tokens] int32
+    workspace: tuple[torch.Tensor, ...]
+    out: torch.Tensor  # [max_bs * max_tokens, H, LORA]
+
+    @property
+    def max_bs(self) -> int:
+        return int(self.page_table.shape[0])
+
+    def load_rows(self, bs: int, seq_lens: torch.Tensor, extend_lens: torch.Tensor) -> int:
+        """Rows of ``bs`` requests (seq_lens count the new tokens; extend_lens in 1 ..
+        max_tokens, not checked on the host); returns the grid's row count."""
+        rows = bs * self.max_tokens
+        ends = self.qo_indptr[1 : bs + 1]
+        torch.cumsum(extend_lens.to(torch.int32), dim=0, dtype=torch.int32, out=ends)
+        t = self.row_ids[:rows]
+        req = torch.searchsorted(ends, t, right=True, out_int32=True)
+        real = req < bs
+        req.clamp_(max=bs - 1)
+        self.row_req[:rows].copy_(req)
+        reqs = req.long()
+        within = t - self.qo_indptr[reqs]  # new token `within` of its request
+        prefix = (seq_lens.to(torch.int32) - extend_lens.to(torch.int32))[reqs]
+        lens = torch.where(real, (prefix + within + 1).clamp_(min=0), 0)
+        self.row_lens[:rows].copy_(lens)
+        return rows
+
+    def metadata(self, bs: int) -> MlaExtendMetadata:
+        rows = bs * self.max_tokens
+        return MlaExtendMetadata(
+            batch_size=bs,
+            num_tokens=rows,
+            page_table=self.page_table[:bs],
+            qo_indptr=self.qo_indptr[: bs + 1],
+            row_req=self.row_req[:rows],
+            row_lens=self.row_lens[:rows],
+            num_splits=self.num_splits[:rows],
+            workspace=tuple(w[:rows] for w in self.workspace),
+            max_extend_len=self.max_tokens,
+            out=self.out[:rows],
         )
 
 
@@ -192,12 +255,14 @@ class PagedMlaBackend(AttentionBackendBase):
 
     @property
     def _head_blocks(self) -> int:
-        return -(-self.num_heads // self.config.decode_block_h)
+        """Programs per (row, split): head blocks times latent column parts."""
+        return -(-self.num_heads // self.config.decode_block_h) * self.config.decode_lora_parts
 
     def _split_cap(self, rows: int) -> int:
-        return decode_split_cap(
+        return split_cap(
             programs_per_split=rows * self._head_blocks,
             num_sms=self.num_sms,
+            waves=self.config.decode_waves,
             max_splits=self.config.max_splits,
         )
 
@@ -575,6 +640,23 @@ class PagedMlaBackend(AttentionBackendBase):
             )
         if "verify" in self.kernels.PHASES and c.num_draft_tokens:
             self._graph_buffers["verify"] = self._verify_buffers(max_bs)
+        if "draft_extend" in self.kernels.PHASES and c.num_draft_tokens:
+            self._graph_buffers["draft_extend"] = self._draft_extend_buffers(max_bs)
+
+    def _draft_extend_buffers(self, max_bs: int) -> MlaDraftExtendGraphBuffers:
+        n, rows = self.config.num_draft_tokens, max_bs * self.config.num_draft_tokens
+        i32 = dict(dtype=torch.int32, device=self.device)
+        return MlaDraftExtendGraphBuffers(
+            max_tokens=n,
+            page_table=torch.zeros((max_bs, self.max_pages), **i32),
+            qo_indptr=torch.zeros((max_bs + 1,), **i32),
+            row_ids=torch.arange(rows, **i32),
+            row_req=torch.zeros((rows,), **i32),
+            row_lens=torch.zeros((rows,), **i32),
+            num_splits=torch.ones((rows,), **i32),
+            workspace=self._workspace(rows),
+            out=self._new_out(rows),
+        )
 
     def _verify_buffers(self, max_bs: int) -> MlaVerifyGraphBuffers:
         n, rows = self.config.num_draft_tokens, max_bs * self.config.num_draft_tokens
@@ -602,7 +684,8 @@ class PagedMlaBackend(AttentionBackendBase):
         )
 
     def _tokens_per_request(self, mode: ForwardMode) -> int:
-        return self.config.num_draft_tokens if mode is ForwardMode.TARGET_VERIFY else 1
+        speculative = (ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND)
+        return self.config.num_draft_tokens if mode in speculative else 1
 
     def _load_graph_rows(
         self,
@@ -613,8 +696,6 @@ class PagedMlaBackend(AttentionBackendBase):
         spec_info: Any,
         seq_lens_cpu: torch.Tensor | None,
     ) -> None:
-        if mode is ForwardMode.DRAFT_EXTEND:
-            raise AttngenInputError("cuda graph: MLA captures DECODE and TARGET_VERIFY only")
         width = self.max_pages
         if seq_lens_cpu is not None:
             check_tensor(
@@ -630,6 +711,16 @@ class PagedMlaBackend(AttentionBackendBase):
             bufs.seq_lens[:bs].copy_(seq_lens)
             cap = self._split_cap(bs)
             self._num_splits(bufs.seq_lens[:bs], cap, out=bufs.num_splits[:bs])
+            self.forward_metadata = bufs.metadata(bs)
+            return
+        if mode is ForwardMode.DRAFT_EXTEND:
+            if not isinstance(spec_info, DraftExtendInfo):
+                fail("spec_info", "a DraftExtendInfo (DRAFT_EXTEND)", type(spec_info).__name__)
+            lens = check_graph_rows("spec_info.extend_lens", spec_info.extend_lens, bs, self.device)
+            rows = bufs.load_rows(bs, seq_lens, lens)
+            self._num_splits(
+                bufs.row_lens[:rows], self._split_cap(rows), out=bufs.num_splits[:rows]
+            )
             self.forward_metadata = bufs.metadata(bs)
             return
         tree_mask, _ = self._verify_masks(spec_info, bs)

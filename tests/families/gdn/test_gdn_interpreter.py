@@ -45,6 +45,7 @@ def gate_params(hv: int):
         (1, [1, 17, 32, 2], 32, "random"),
         (2, [150, 64, 3], 64, "random"),
         (1, [130, 7], 64, "correlated"),
+        (2, [40, 3], 16, "fp32-states"),
     ],
 )
 def test_extend(group: int, lens: list[int], chunk: int, keys: str) -> None:
@@ -53,6 +54,8 @@ def test_extend(group: int, lens: list[int], chunk: int, keys: str) -> None:
     diagonal)."""
     torch.manual_seed(len(lens) * 10 + group + chunk)
     cfg = replace(small_config(group), chunk_size=chunk)
+    if keys == "fp32-states":  # per-chunk states in fp32, one value block per program
+        cfg = replace(cfg, chunk_state_bits=32, state_block_v_max=16)
     hv, dim, bs = H * group, cfg.key_dim, len(lens)
     q, k, v, a, b = gdn_inputs(sum(lens), hv, dim)
     A_log, dt_bias = gate_params(hv)

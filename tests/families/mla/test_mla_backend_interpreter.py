@@ -43,7 +43,7 @@ def backend_class(page_size: int, kv_dtype: str = "float16", drafts: int = 3) ->
         ragged_block_n=16,
     )
     kernels = types.SimpleNamespace(
-        PHASES=("extend", "decode", "verify"),
+        PHASES=("extend", "decode", "verify", "draft_extend"),
         CONFIGS={"test": config},
         absorbed=library.absorbed,
         absorbed_workspace=library.absorbed_workspace,
@@ -160,6 +160,50 @@ def test_graph_buffers_decode_and_verify_replay():
             out = forward(q, rb.new_latent, None, r.absorbed_layer, b, k_rope=rb.new_rope)
             want, _ = absorbed_oracle(r, rb, q, decode=n == 1)
             check_close(out.view(rows, 16, 512), want, F16, f"{mode.name} replay {seed}")
+
+
+def test_draft_extend_eager_and_graph_buffers():
+    """Draft extend (1..3 new tokens per request, causal): eager, then graph buffers captured
+    at bs 3 and replayed at bs 2 and 3 with rows past the real ones left zero."""
+    from attngen.runtime.batch import DraftExtendInfo
+
+    torch.manual_seed(4)
+    r = rig(16)
+    n = 3
+    rb = rig_batch(r, [30, 5], [2, 3], ForwardMode.DRAFT_EXTEND, seed=5)
+    q = torch.randn(5, 16, 576).to(F16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_extend(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
+    )
+    check_close(out.view(5, 16, 512), absorbed_oracle(r, rb, q, False)[0], F16, "draft extend")
+    r.backend.init_cuda_graph_state(max_bs=3, max_num_tokens=3 * n)
+    mode = ForwardMode.DRAFT_EXTEND
+    for seed, (prefix, ext) in enumerate((([40, 290, 7], [1, 3, 2]), ([3, 60], [2, 1]))):
+        rb = rig_batch(r, prefix, ext, mode, seed=seed + 6)
+        b, bs = rb.batch, len(prefix)
+        info = DraftExtendInfo(torch.tensor(ext, dtype=torch.int32))
+        if seed == 0:
+            r.backend.init_forward_metadata_capture_cuda_graph(
+                bs, bs * n, b.req_pool_indices, b.seq_lens, None, mode, info
+            )
+        else:
+            r.backend.init_forward_metadata_replay_cuda_graph(
+                bs, b.req_pool_indices, b.seq_lens, b.seq_lens_sum, None, mode, info
+            )
+        real = sum(ext)
+        q = torch.randn(bs * n, 16, 576).to(F16)
+        lat = torch.cat([rb.new_latent, torch.zeros(bs * n - real, 1, 512, dtype=F16)])
+        rope = torch.cat([rb.new_rope, torch.zeros(bs * n - real, 1, 64, dtype=F16)])
+        fb = dataclasses.replace(
+            b,
+            out_cache_loc=torch.cat([b.out_cache_loc, torch.zeros(bs * n - real).long()]),
+        )
+        out = r.backend.forward_extend(q, lat, None, r.absorbed_layer, fb, k_rope=rope)
+        out = out.view(bs * n, 16, 512)
+        want, _ = absorbed_oracle(r, rb, q[:real], decode=False)
+        check_close(out[:real], want, F16, f"draft extend replay {seed}")
+        assert torch.equal(out[real:].float(), torch.zeros(bs * n - real, 16, 512))
 
 
 def test_ragged_new_tokens_and_prefix_chunks_merge():

@@ -40,6 +40,10 @@ def config(num_heads=16, page_size=16, kv_dtype="float16", **tiles) -> MlaTriton
         decode_block_n=16,
         decode_num_warps=4,
         decode_num_stages=1,
+        decode_lora_parts=1,
+        decode_keys_major=0,
+        decode_value_reload=0,
+        decode_waves=4,
         max_splits=4,
         combine_num_warps=4,
         ragged_block_m=16,
@@ -79,16 +83,21 @@ def run_absorbed(cfg, batch, q, q_rope, row_lens, num_splits, row_req=None, kv_s
 
 
 @pytest.mark.parametrize(
-    "page_size,seq_lens,splits,heads",
+    "page_size,seq_lens,splits,heads,parts,keys_major",
     [
-        (1, [5, 33], [1, 3], 16),
-        (16, [40, 1, 17], [2, 1, 4], 16),
-        (64, [70, 130], [1, 2], 32),  # two head blocks; keys span pages
+        (1, [5, 33], [1, 3], 16, 1, 0),
+        (16, [40, 1, 17], [2, 1, 4], 16, 1, 0),
+        (64, [70, 130], [1, 2], 32, 1, 0),  # two head blocks; keys span pages
+        (16, [40, 1, 17], [2, 1, 1], 32, 2, 0),  # latent columns in two parts
+        (16, [40, 1, 17], [2, 1, 1], 16, 1, 1),  # transposed products
+        (64, [70, 130], [1, 2], 32, 2, 1),
     ],
 )
-def test_absorbed_decode(page_size, seq_lens, splits, heads):
+def test_absorbed_decode(page_size, seq_lens, splits, heads, parts, keys_major):
     torch.manual_seed(0)
-    cfg = config(num_heads=heads, page_size=page_size)
+    cfg = config(
+        num_heads=heads, page_size=page_size, decode_lora_parts=parts, decode_keys_major=keys_major
+    )
     batch = latent_batch(seq_lens, page_size=page_size, dtype=F16, device="cpu")
     b = len(seq_lens)
     q = torch.randn(b, heads, 576).to(F16)
@@ -115,10 +124,17 @@ def test_absorbed_decode_split_q_and_empty_row():
     check_lse(lse, want_lse, "decode lse")
 
 
-def test_absorbed_decode_fp8_latent():
+@pytest.mark.parametrize("parts,keys_major,reload", [(1, 0, 0), (2, 0, 0), (1, 1, 0), (1, 0, 1)])
+def test_absorbed_decode_fp8_latent(parts, keys_major, reload):
     """fp8 e4m3 cache with a per-tensor scale, against the dequantized cache."""
     torch.manual_seed(2)
-    cfg = config(page_size=16, kv_dtype="float8_e4m3fn")
+    cfg = config(
+        page_size=16,
+        kv_dtype="float8_e4m3fn",
+        decode_lora_parts=parts,
+        decode_keys_major=keys_major,
+        decode_value_reload=reload,
+    )
     seq_lens = [30, 9]
     batch = latent_batch(seq_lens, page_size=16, dtype=torch.float8_e4m3fn, device="cpu")
     scale = torch.tensor([0.37], dtype=torch.float32)
@@ -253,13 +269,16 @@ def test_absorbed_verify_tree():
     check_lse(lse, want_lse, "tree verify lse")
 
 
-def test_absorbed_decode_nvfp4_latent():
+@pytest.mark.parametrize("parts,reload", [(1, 0), (2, 0), (1, 1)])
+def test_absorbed_decode_nvfp4_latent(parts, reload):
     """NVFP4 latent (e2m1 pairs + e4m3 block scales + a global scale), against the
     dequantized cache; extend rows too."""
     from attngen.runtime.nvfp4 import dequantize_nvfp4, nvfp4_global_scale, quantize_nvfp4
 
     torch.manual_seed(9)
-    cfg = config(page_size=16, kv_dtype="nvfp4")
+    cfg = config(
+        page_size=16, kv_dtype="nvfp4", decode_lora_parts=parts, decode_value_reload=reload
+    )
     seq_lens = [37, 5]
     batch = latent_batch(seq_lens, page_size=16, dtype=torch.float32, device="cpu")
     rows = batch.cache

@@ -16,12 +16,17 @@ from attngen.registry import register_lowering
 from attngen.spec.enums import Backend, Family
 from attngen.spec.fields import Int
 
-# What each tile key a spec may tune takes (config.TUNING_KEYS).
+# What each tile key a spec may tune takes (config.TUNING_KEYS); blocks and tiles otherwise.
+OTHER_VALUES: dict[str, Int] = {
+    "decode_tiles": Int(1, 16, power_of_two=True),
+    "state_min_programs": Int(1, 4096),
+    "chunk_state_bits": Int(16, 32, choices=(16, 32)),
+}
 TUNING_VALUES: dict[str, Int] = tuning_values(
     TUNING_KEYS,
     warps=Int(1, 16, choices=(1, 2, 4, 8, 16)),
     stages=Int(1, 8),
-    other=lambda key: Int(4, 256, power_of_two=True),
+    other=lambda key: OTHER_VALUES.get(key, Int(4, 256, power_of_two=True)),
 )
 
 LOWERING = LibraryLowering(

@@ -32,13 +32,20 @@ class GdnTritonConfig:
     num_draft_tokens: int  # verify rows per request (0 without speculative decoding)
     # -- recurrent decode / verify: one program per (request, value head, value block) ----
     decode_block_v: int
+    decode_tiles: int  # value blocks per program, walked in a pipelined loop
     decode_num_warps: int
-    # -- chunked prefill: prepare and solve (per chunk), scan (per request, value block) ----
+    # -- chunked prefill: prepare and W / U (per chunk), state (per request, value block; sequential
+    # over the chunks), output (per chunk, value block) ----
     prepare_num_warps: int
-    solve_num_warps: int
-    scan_block_v: int
-    scan_num_warps: int
-    scan_num_stages: int
+    wu_num_warps: int
+    state_block_v: int  # the smallest value block of the state kernel
+    state_block_v_max: int  # the largest: the launcher takes the largest that still gives
+    state_min_programs: int  # at least this many programs (the request x head x block grid)
+    state_num_warps: int
+    state_num_stages: int
+    output_block_v: int
+    output_num_warps: int
+    chunk_state_bits: int  # the per-chunk states (H): 16 (the activation dtype) or 32 (fp32)
     # -- causal conv ----
     conv_block_c: int
     conv_block_t: int

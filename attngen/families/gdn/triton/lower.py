@@ -22,24 +22,32 @@ TORCH_DTYPES = {DType.BF16: "bfloat16", DType.FP16: "float16", DType.FP32: "floa
 
 
 def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
-    """Decode / verify: value blocks of 8 rows on one warp (an 8 x K fp32 state slice per
-    program; B64 x 32 heads gives 32768 programs), the shape flash-linear-attention's
-    recurrent kernel uses (4.1 TB/s at B256 on the H200, next to this kernel's 3.6 TB/s
-    with 32-row blocks on 8 warps; 16 x 2 and 64 x 8 measured the same as 32 x 8: 291-299
-    us; 8 x 1 itself not measured yet). Chunk prepare: 8 warps
-    over [chunk, K] tiles. Chunk scan: value blocks of 16 (a request's head spreads over
-    V / 16 programs: 1 x 32k tokens x 16 heads fills 128 SMs), 8 warps, two pipeline stages
-    (sm_100a: one; two spilled there). Conv prefill: 16 tokens x 64 channels (32 x 128
-    spilled on sm_90a). All measured spill-free on sm_90a and sm_100a (evidence/compile/)."""
+    """Decode / verify: value blocks of 8 rows on one warp (an 8 x K fp32 state slice at a
+    time), the shape flash-linear-attention's recurrent kernel uses; four blocks per program
+    in a pipelined loop (one block per program measured 296 us at B256 on the H200, 32 x 8,
+    16 x 2 and 64 x 8 291-299 us: each program first waits for its pool slot, then its
+    state). Chunked prefill: prepare on 8 warps over [chunk, K] tiles; the sequential state
+    kernel on the widest value block of 16 .. 64 that still gives one program per SM (1 x
+    32k tokens x 16 heads: 16, spread over 128 SMs; 8 x 4k x 32 heads: 64, reading W and K
+    a quarter as often; sm_80 and sm_100a: up to 32, 64 spilled), 8 warps (4 spilled on sm_90a), loads three stages ahead (sm_100a:
+    two); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4 spilled); the per-chunk states in
+    the activation dtype (bf16 operands of Q S0). Conv prefill: 16 tokens x 64 channels
+    (32 x 128 spilled on sm_90a)."""
     wide = shape.chunk_size * max(shape.key_dim, shape.value_dim) >= 64 * 128
     return {
         "decode_block_v": 8,
+        "decode_tiles": 4,
         "decode_num_warps": 1,
-        "prepare_num_warps": 8 if wide else 4,
-        "solve_num_warps": 8 if wide else 4,
-        "scan_block_v": 16,
-        "scan_num_warps": 8 if wide else 4,
-        "scan_num_stages": 1 if arch is Arch.SM100 else 2,
+        "prepare_num_warps": 4,
+        "wu_num_warps": 8 if wide else 4,
+        "state_block_v": 16,
+        "state_block_v_max": min(64 if arch is Arch.SM90 else 32, shape.value_dim),
+        "state_min_programs": facts(arch).num_sms,
+        "state_num_warps": 8,
+        "state_num_stages": 2 if arch is Arch.SM100 else 3,
+        "output_block_v": min(64, shape.value_dim),
+        "output_num_warps": 8 if arch is Arch.SM80 else 4,
+        "chunk_state_bits": 16,
         "conv_block_c": 64,
         "conv_block_t": 16,
         "conv_num_warps": 4,

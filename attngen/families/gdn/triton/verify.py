@@ -10,18 +10,33 @@ WARP_COUNTS = (1, 2, 4, 8, 16)
 
 def config_problems(c: GdnTritonConfig) -> list[str]:
     problems = []
-    # the scan's value block is a tl.dot operand (>= 16); the decode's is not (>= 8)
-    for name, least in (("decode_block_v", 8), ("scan_block_v", 16)):
+    # the chunk kernels' value blocks are tl.dot operands (>= 16); the decode's is not (>= 8)
+    blocks = (("decode_block_v", 8), ("state_block_v", 16), ("output_block_v", 16))
+    for name, least in blocks:
         block = getattr(c, name)
         if block < least or block & (block - 1) or c.value_dim % block:
             problems.append(f"{name}={block}: a power of two >= {least} dividing {c.value_dim}")
+    tiles = c.decode_tiles
+    if tiles < 1 or tiles & (tiles - 1) or c.value_dim % (c.decode_block_v * tiles):
+        problems.append(f"decode_tiles={tiles}: a power of two, tiles of {c.value_dim} rows")
     for name in ("conv_block_c", "conv_block_t"):
         block = getattr(c, name)
         if block < 4 or block & (block - 1):
             problems.append(f"{name}={block} is not a power of two >= 4")
     if c.conv_kernel != 4:
         problems.append(f"conv_kernel={c.conv_kernel}: the conv kernels are width 4")
-    for name in ("decode_num_warps", "prepare_num_warps", "scan_num_warps", "conv_num_warps"):
+    top = c.state_block_v_max
+    if top < c.state_block_v or top & (top - 1) or c.value_dim % top:
+        problems.append(f"state_block_v_max={top}: a power of two >= state_block_v, <= V")
+    if c.state_min_programs < 1:
+        problems.append(f"state_min_programs={c.state_min_programs}: at least 1")
+    if c.chunk_size not in (16, 32, 64):
+        problems.append(f"chunk_size={c.chunk_size}: the triangular inverse takes 16, 32, 64")
+    if c.chunk_state_bits not in (16, 32):
+        problems.append(f"chunk_state_bits={c.chunk_state_bits}: 16 or 32")
+    warps = ("decode_num_warps", "prepare_num_warps", "wu_num_warps", "state_num_warps")
+    warps += ("output_num_warps",)
+    for name in (*warps, "conv_num_warps"):
         if getattr(c, name) not in WARP_COUNTS:
             problems.append(f"{name}={getattr(c, name)} is not a warp count Triton accepts")
     return [f"{c.uri}: {p}" for p in problems]

@@ -16,14 +16,23 @@ from attngen.spec.enums import Backend, Family
 from attngen.spec.fields import Int
 
 # What each tile key a spec may tune takes (config.TUNING_KEYS): Triton's warp counts, the
-# pipeline depths it schedules, power-of-two split counts and tiles that tl.dot takes.
+# pipeline depths it schedules, power-of-two split counts and tiles that tl.dot takes, and
+# the absorbed kernel's variant switches and split waves.
 SPLITS = Int(1, 64, power_of_two=True)
 TILE_ROWS = Int(16, 256, power_of_two=True)
+FLAG = Int(0, 1, choices=(0, 1))
+CHOICES = {
+    "decode_lora_parts": Int(1, 2, choices=(1, 2)),
+    "decode_keys_major": FLAG,
+    "decode_value_reload": FLAG,
+    "decode_waves": Int(1, 64),
+    "max_splits": SPLITS,
+}
 TUNING_VALUES: dict[str, Int] = tuning_values(
     TUNING_KEYS,
     warps=Int(1, 16, choices=(1, 2, 4, 8, 16)),
     stages=Int(1, 8),
-    other=lambda key: SPLITS if key == "max_splits" else TILE_ROWS,
+    other=lambda key: CHOICES.get(key, TILE_ROWS),
 )
 
 LOWERING = LibraryLowering(

@@ -1,4 +1,5 @@
-"""What the Triton MLA lowering covers: absorbed decode, extend, draft-chain verify and (at
+"""What the Triton MLA lowering covers: absorbed decode, extend, draft extend, draft-chain
+verify and (at
 page size 1) draft-tree verify over a bf16/fp16, fp8 e4m3 (per-tensor scale) or NVFP4
 (sm90+) latent cache of DeepSeek's dims, and the ragged 192/128 path with LSE for new tokens
 and prefix chunks; any page size; up to 128 heads."""
@@ -10,7 +11,7 @@ from attngen.families.mla.spec import MlaShape
 from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
 
-PHASES = frozenset({Phase.DECODE, Phase.EXTEND, Phase.VERIFY})
+PHASES = frozenset({Phase.DECODE, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
 DTYPES = frozenset({DType.BF16, DType.FP16})
 # The kernels' tiles are these dims (tl.arange extents), measured spill-free at them.
 DIMS = (512, 64, 128, 128)  # kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim

@@ -37,6 +37,10 @@ class MlaTritonConfig:
     decode_block_n: int  # latent rows per inner iteration
     decode_num_warps: int
     decode_num_stages: int
+    decode_lora_parts: int  # programs sharing a head block, each owning LORA / parts columns
+    decode_keys_major: int  # 1: both products transposed (keys / latent columns as the M)
+    decode_value_reload: int  # 1: load the value tile apart from the score's (quantized)
+    decode_waves: int  # KV-split target: up to waves x SMs // programs-per-split splits
     max_splits: int  # upper bound of KV splits per row (grid dim)
     combine_num_warps: int
     # -- ragged MHA with LSE (prefill, prefix chunks) ----

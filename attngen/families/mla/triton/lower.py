@@ -8,6 +8,7 @@ sm_90a and sm_100a; a spec's ``tuning`` section overrides them per arch.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from attngen.arch import facts
 from attngen.families.mla.key import MlaKey
@@ -22,24 +23,59 @@ from attngen.spec.variant import Variant
 
 SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed decode batch read one (valid) latent row
 RUNTIME_CLASS = "attngen.families.mla.runtime:PagedMlaBackend"
-# KV splits per row: B x head blocks programs below ~4 waves of SMs split long rows (the
-# partials cost rows x H x MAX_SPLITS x 2 KiB of fp32 workspace).
+# KV splits per row: at most this many (the partials cost rows x H x MAX_SPLITS x 2 KiB of
+# fp32 workspace); how many a batch gets follows the tile's `waves` (below).
 MAX_SPLITS = 8
 
-# Absorbed tiles (BLOCK_H query heads, BLOCK_N latent rows, warps, stages) by the padded
-# head count. The accumulator is BLOCK_H x 512 fp32 (128 registers a thread at 64 heads on
-# 8 warps); q stays in shared memory. Measured on the H200 (B64 ctx4096, page 64):
-# - 64 heads x 64 rows, 8 warps: 0.361 ms at h_q 128 vs 0.480 with 32 rows (254 registers,
-#   221 KB shared memory: sm_90a only; sm_100a would need 345 KB, sm_80 is unmeasured);
-# - 16 heads x 32 rows, 4 warps: 2.95 TB/s at h_q 16 vs 2.73 with 64 rows;
-# - fp8 latent (upcast to fp16 in registers): 16 x 64 on 8 warps 0.94 TB/s vs 0.73 with
-#   32 rows; 64-head fp8 tiles spilled (424 B), so h_q >= 32 runs 32-head tiles.
-ABSORBED_TILES = {16: (16, 32, 4, 2), 32: (32, 64, 8, 2), 64: (64, 32, 8, 2)}
-SM90_WIDE_TILE = (64, 64, 8, 2)
-FP8_ABSORBED_TILES = {16: (16, 64, 8, 2), 32: (32, 32, 8, 2), 64: (32, 32, 8, 2)}
-# NVFP4 latent (decoded in registers like MHA's NVFP4 K/V; unmeasured on a GPU): the fp8
-# tiles' shapes with 32 latent rows, spill-free on sm_90a and sm_100a.
-FP4_ABSORBED_TILES = {16: (16, 32, 8, 2), 32: (32, 32, 8, 2), 64: (32, 32, 8, 2)}
+
+@dataclass(frozen=True)
+class AbsorbedTile:
+    """One absorbed tile: BLOCK_H query heads x BLOCK_N latent rows, warps, stages, latent
+    column parts, keys-major products, value reload, and the KV-split target: a batch of P
+    programs per split gets up to max(1, waves x SMs // P) splits."""
+
+    block_h: int
+    block_n: int
+    warps: int
+    stages: int
+    parts: int = 1
+    keys_major: int = 0
+    value_reload: int = 0
+    waves: int = 4
+
+
+# Absorbed tiles by the padded head count. The accumulator is BLOCK_H x 512 fp32 (128
+# registers a thread at 64 heads on 8 warps); q stays in shared memory. Measured on the
+# H200, page 64, B64 ctx4096 and B128 ctx8192 (bench/mla.py --sweep; bench/README.md):
+# - 64 heads x 64 rows, 8 warps: 0.310 / 1.28 ms at h_q 128 (255 registers, 221 KB shared
+#   memory: sm_90a only); every 2-part, keys-major and 128-head tile measured slower. The
+#   tile is compute-bound with one program per SM: splits past one wave (5 at B64 with
+#   4 waves) cost 16% (0.359 ms), so it targets one wave;
+# - 16 heads x 32 rows, 4 warps: 2.98 / 3.54 TB/s at h_q 16 with 8 splits (vs 2.77 TB/s
+#   with 5 at B128): several programs share an SM, so it targets 8 waves;
+# - fp8 latent (upcast to fp16 in registers): reloading the value tile lets Triton pipeline
+#   both loads (one consumer each): 16 x 64 on 4 warps 0.110 ms at h_q 16 B64 vs 0.160
+#   without; at h_q 128, 64 heads in two column parts 0.869 ms vs 0.926 for 32 x 32.
+ABSORBED_TILES = {
+    16: AbsorbedTile(16, 32, 4, 2, waves=8),
+    32: AbsorbedTile(32, 64, 8, 2),
+    64: AbsorbedTile(64, 32, 8, 2),
+}
+SM90_WIDE_TILE = AbsorbedTile(64, 64, 8, 2, waves=1)
+# sm_80 (mma.sync keeps q in registers): 64 x 32 spilled 48 B there; unmeasured on a GPU.
+SM80_64_ROW_TILE = AbsorbedTile(32, 32, 8, 2)
+FP8_ABSORBED_TILES = {
+    16: AbsorbedTile(16, 64, 4, 2, value_reload=1, waves=8),
+    32: AbsorbedTile(32, 32, 8, 2, value_reload=1),
+    64: AbsorbedTile(64, 32, 8, 2, parts=2, waves=1),
+}
+# NVFP4 latent (decoded in registers like MHA's NVFP4 K/V; not timed on a GPU yet):
+# spill-free on sm_90a and sm_100a (32 x 32 spilled 56 B once the column helper came in).
+FP4_ABSORBED_TILES = {
+    16: AbsorbedTile(16, 32, 8, 2),
+    32: AbsorbedTile(32, 16, 8, 2),
+    64: AbsorbedTile(64, 32, 8, 2, parts=2),
+}
 # Ragged 192/128 tiles (BLOCK_M, BLOCK_N, warps, stages) by arch: 128 x 64 on 8 warps is
 # 195 registers on sm_90a and 183 on sm_100a; it spilled 8 bytes on sm_80, which runs 64 x 64
 # on 4 warps (255 registers, no spill).
@@ -62,14 +98,19 @@ def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch, tree: bool) -> d
         tile = FP8_ABSORBED_TILES[rows]
     elif rows == 64 and arch is Arch.SM90 and not tree:  # the tree mask spilled 8 B in it
         tile = SM90_WIDE_TILE
+    elif rows == 64 and arch is Arch.SM80:
+        tile = SM80_64_ROW_TILE
     else:
         tile = ABSORBED_TILES[rows]
-    block_h, block_n, warps, stages = tile
     return {
-        "decode_block_h": block_h,
-        "decode_block_n": block_n,
-        "decode_num_warps": warps,
-        "decode_num_stages": stages,
+        "decode_block_h": tile.block_h,
+        "decode_block_n": tile.block_n,
+        "decode_num_warps": tile.warps,
+        "decode_num_stages": tile.stages,
+        "decode_lora_parts": tile.parts,
+        "decode_keys_major": tile.keys_major,
+        "decode_value_reload": tile.value_reload,
+        "decode_waves": tile.waves,
         "max_splits": MAX_SPLITS,
         "combine_num_warps": 4,
     }

@@ -17,6 +17,11 @@ def config_problems(c: MlaTritonConfig) -> list[str]:
     ]
     if min(c.decode_block_h, c.decode_block_n, c.ragged_block_m, c.ragged_block_n) < 16:
         problems.append("tl.dot needs tiles of at least 16")
+    if c.decode_lora_parts not in (1, 2):
+        problems.append(f"decode_lora_parts={c.decode_lora_parts} is not 1 or 2")
+    for name in ("decode_keys_major", "decode_value_reload"):
+        if getattr(c, name) not in (0, 1):
+            problems.append(f"{name}={getattr(c, name)} is not 0 or 1")
     for name in ("decode_num_warps", "combine_num_warps", "ragged_num_warps"):
         if getattr(c, name) not in WARP_COUNTS:
             problems.append(f"{name}={getattr(c, name)} is not a warp count Triton accepts")

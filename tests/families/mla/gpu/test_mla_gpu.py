@@ -18,7 +18,7 @@ import torch
 
 from attngen.families.mla import reference as ref
 from attngen.families.mla.testing import check_close, check_lse, make_rig, oracle_cache, rig_batch
-from attngen.runtime.batch import ForwardMode, VerifyInfo
+from attngen.runtime.batch import DraftExtendInfo, ForwardMode, VerifyInfo
 
 BF16 = torch.bfloat16
 SCALE = 192**-0.5
@@ -168,6 +168,33 @@ def test_extend(heads, page_size, evidence):
     check_close(out.view(t, heads, 512), oracle(r, rb, q, False)[0], BF16, "absorbed extend")
     for chunk in (100, 1000, 4096):
         _ragged_chunks(r, heads, prefix=[0, 130, 2000, 5000], ext=[50, 9, 300, 17], chunk=chunk)
+    evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_kimi_k2(page_size, evidence):
+    """Kimi-K2's spec (64 heads): ragged decode up to 16k with LSE, absorbed extend, and the
+    chunked-prefix ragged extend with merge."""
+    torch.manual_seed(13 + page_size)
+    r = rig("mla_kimi_k2", 64, page_size)
+    rb = rig_batch(r, [n - 1 for n in LONG], [1] * len(LONG), ForwardMode.DECODE)
+    q = torch.randn(len(LONG), 64, 576, device="cuda").to(BF16)
+    out, lse = decode(r, rb, q)
+    want, want_lse = oracle(r, rb, q, decode=True)
+    check_close(out, want, BF16, f"kimi decode ps{page_size}")
+    check_lse(lse, want_lse, "kimi decode lse")
+    evidence.record(r.backend.kernels, r.backend.config.uri, "decode")
+    prefix, ext = [0, 100, 3000], [7, 1, 33]
+    rb = rig_batch(r, prefix, ext, ForwardMode.EXTEND, seed=2)
+    t = sum(ext)
+    q = torch.randn(t, 64, 576, device="cuda").to(BF16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_extend(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
+    )
+    check_close(out.view(t, 64, 512), oracle(r, rb, q, False)[0], BF16, "kimi absorbed extend")
+    _ragged_chunks(r, 64, prefix=[0, 130, 2000], ext=[50, 9, 300], chunk=1000)
     evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
 
 
@@ -323,6 +350,87 @@ def _graph_replays(r, heads, mode, per, max_bs, replays=24):
         got = out_static.view(rows, heads, 512)[:real]
         want, _ = oracle(r, rb, q, decode=per == 1)
         check_close(got, want, BF16, f"{mode.name} replay {i} (bs {bs})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_draft_extend_and_cuda_graph(heads, page_size, evidence):
+    """Draft extend (1..num_draft_tokens new tokens per request, causal, absorbed): eager,
+    then one capture at max_bs replayed over 24 padded batches of ragged new-token counts;
+    rows past the real ones must come back zero."""
+    torch.manual_seed(19)
+    r = rig("mla_deepseek_v3_mtp", heads, page_size)
+    n, max_bs, mode = r.backend.config.num_draft_tokens, 8, ForwardMode.DRAFT_EXTEND
+    rb = rig_batch(r, [40, 3000, 0], [n, 1, 2], mode)
+    q = torch.randn(n + 3, heads, 576, device="cuda").to(BF16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_extend(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
+    )
+    check_close(out.view(-1, heads, 512), oracle(r, rb, q, False)[0], BF16, "draft extend")
+    evidence.record(r.backend.kernels, r.backend.config.uri, "draft_extend")
+    r.backend.init_cuda_graph_state(max_bs=max_bs, max_num_tokens=max_bs * n)
+    rows = max_bs * n
+    q_static = torch.zeros(rows, heads, 576, device="cuda", dtype=BF16)
+    lat_static = torch.zeros(rows, 1, 512, device="cuda", dtype=BF16)
+    rope_static = torch.zeros(rows, 1, 64, device="cuda", dtype=BF16)
+    ext_static = torch.full((max_bs,), n, dtype=torch.int32, device="cuda")
+    info = DraftExtendInfo(ext_static)
+    rng = random.Random(heads + page_size)
+
+    def batch(seed, bs):
+        ext = [rng.randint(1, n) for _ in range(bs)]
+        prefix = [rng.randint(0, 5000) for _ in range(bs)]
+        return rig_batch(r, prefix, ext, mode, seed=seed), ext
+
+    rb, _ = batch(0, max_bs)
+    b = rb.batch
+    r.backend.init_forward_metadata_capture_cuda_graph(
+        max_bs, rows, b.req_pool_indices, b.seq_lens, None, mode, info
+    )
+    loc_static = torch.zeros(rows, dtype=torch.int64, device="cuda")
+    fb_static = dataclasses.replace(b, out_cache_loc=loc_static)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up (compiles) outside the graph
+        r.backend.forward_extend(
+            q_static, lat_static, None, r.absorbed_layer, fb_static, k_rope=rope_static
+        )
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_static = r.backend.forward_extend(
+            q_static, lat_static, None, r.absorbed_layer, fb_static, k_rope=rope_static
+        )
+    for i in range(24):
+        bs = 1 + i % max_bs
+        rb, ext = batch(i + 1, bs)
+        b = rb.batch
+        real, pad = sum(ext), max_bs - bs
+        # padding requests: request 0, one new token; their rows write slot 0
+        idx = torch.cat([b.req_pool_indices, torch.zeros(pad, dtype=torch.int32, device="cuda")])
+        lens = torch.cat([b.seq_lens, torch.ones(pad, dtype=torch.int32, device="cuda")])
+        ext_static.copy_(torch.tensor(ext + [1] * pad, dtype=torch.int32))
+        loc_static.zero_()
+        loc_static[:real].copy_(b.out_cache_loc)
+        q = torch.randn(real, heads, 576, device="cuda").to(BF16)
+        for static, new in ((q_static, q), (lat_static, rb.new_latent), (rope_static, rb.new_rope)):
+            static.zero_()
+            static[:real].copy_(new)
+        r.backend.init_forward_metadata_replay_cuda_graph(
+            max_bs, idx, lens, int(lens.sum()), None, mode, info, seq_lens_cpu=lens.cpu()
+        )
+        graph.replay()
+        got = out_static.view(rows, heads, 512)
+        want, _ = oracle(r, rb, q, decode=False)
+        check_close(got[:real], want, BF16, f"draft extend replay {i} (bs {bs})")
+        # the padding requests' rows (one token each, seq_len 1) and the spare rows
+        spare = got[real + pad :]
+        assert not torch.isnan(got).any() and torch.equal(
+            spare.float(), torch.zeros_like(spare.float())
+        )
+    evidence.record(r.backend.kernels, r.backend.config.uri, "cuda_graph_draft_extend")
 
 
 @pytest.mark.gpu

@@ -8,34 +8,27 @@ from attngen.families.gdn.triton.host.options import (
     ACCEPT_OPTIONS,
     conv_prefill_options,
     conv_update_options,
+    output_options,
     prepare_options,
     recurrent_options,
-    scan_options,
-    solve_options,
+    state_blocks,
+    state_options,
+    wu_options,
 )
 from attngen.families.gdn.triton.kernels.chunk import (
+    chunk_output_kernel,
     chunk_prepare_kernel,
-    chunk_scan_kernel,
-    chunk_solve_kernel,
+    chunk_state_kernel,
+    chunk_wu_kernel,
 )
 from attngen.families.gdn.triton.kernels.conv import conv_prefill_kernel, conv_update_kernel
 from attngen.families.gdn.triton.kernels.recurrent import accept_kernel, recurrent_kernel
 
 POINTER = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
 INDEX_ARGS = ("CACHE_INDICES", "QUERY_START_LOC", "HAS_INITIAL", "CHUNK_SEQ", "CHUNK_START")
-INDEX_ARGS += ("PARENTS", "ACCEPTED")
-FP32_ARGS = (
-    "A_LOG",
-    "DT_BIAS",
-    "W_BUF",
-    "U_BUF",
-    "G_BUF",
-    "QN_BUF",
-    "KN_BUF",
-    "P_BUF",
-    "M_BUF",
-    "BETA_BUF",
-)
+INDEX_ARGS += ("PARENTS", "ACCEPTED", "SEQ_FIRST_CHUNK")
+FP32_ARGS = ("A_LOG", "DT_BIAS", "G_BUF", "BETA_BUF", "QS_BUF", "KN_BUF", "T_BUF", "W_BUF")
+FP32_ARGS += ("U_BUF",)
 IO_ARGS = ("Q", "K", "V", "A", "B", "OUT", "X", "Y", "WEIGHT", "BIAS")
 STATE_ARGS = ("STATE", "STEPS")
 CONV_ARGS = ("CONV_STATE", "CONV_STEPS")
@@ -48,6 +41,8 @@ def _arg_type(name: str, config: GdnTritonConfig) -> str:
         return "*fp32"
     if name in IO_ARGS or name in CONV_ARGS:  # the conv pool keeps the activation dtype
         return POINTER[config.dtype]
+    if name == "H_BUF":  # the per-chunk states: the activation dtype, or fp32
+        return POINTER[config.dtype if config.chunk_state_bits == 16 else "float32"]
     if name in STATE_ARGS:
         return POINTER[config.state_dtype]
     return "fp32" if name == "scale" else "i32"
@@ -81,8 +76,11 @@ def compile_specs(config: GdnTritonConfig, traits: GdnTraits) -> list[CompileSpe
         conv = conv_prefill_options(config, has_bias=False)
         specs.append(_spec("conv_prefill", conv_prefill_kernel, conv, config, ("BIAS",)))
         specs.append(_spec("chunk_prepare", chunk_prepare_kernel, prepare_options(config), config))
-        specs.append(_spec("chunk_solve", chunk_solve_kernel, solve_options(config), config))
-        specs.append(_spec("chunk_scan", chunk_scan_kernel, scan_options(config), config))
+        specs.append(_spec("chunk_wu", chunk_wu_kernel, wu_options(config), config))
+        for bv in state_blocks(config):  # the launcher picks one per batch
+            options = state_options(config, bv)
+            specs.append(_spec(f"chunk_state_v{bv}", chunk_state_kernel, options, config))
+        specs.append(_spec("chunk_output", chunk_output_kernel, output_options(config), config))
     if "verify" in traits.phases and config.num_draft_tokens:
         n, tree = config.num_draft_tokens, config.spec_topk > 1
         nones = () if tree else ("PARENTS",)

@@ -24,15 +24,18 @@ from attngen.families.gdn.triton.host.options import (
     ACCEPT_OPTIONS,
     conv_prefill_options,
     conv_update_options,
+    output_options,
     prepare_options,
-    solve_options,
     recurrent_options,
-    scan_options,
+    state_block_for,
+    state_options,
+    wu_options,
 )
 from attngen.families.gdn.triton.kernels.chunk import (
+    chunk_output_kernel,
     chunk_prepare_kernel,
-    chunk_scan_kernel,
-    chunk_solve_kernel,
+    chunk_state_kernel,
+    chunk_wu_kernel,
 )
 from attngen.families.gdn.triton.kernels.conv import conv_prefill_kernel, conv_update_kernel
 from attngen.families.gdn.triton.kernels.recurrent import accept_kernel, recurrent_kernel
@@ -42,27 +45,35 @@ from attngen.runtime.checks import check_tensor, fail
 @dataclass(frozen=True)
 class ChunkPlan:
     """The chunks of one ragged batch: chunk c covers tokens ``chunk_start[c] ..`` of
-    request ``chunk_seq[c]`` (int32, on the device)."""
+    request ``chunk_seq[c]``; request b's chunks start at ``seq_first_chunk[b]`` (int32, on
+    the device)."""
 
     chunk_seq: torch.Tensor
     chunk_start: torch.Tensor
+    seq_first_chunk: torch.Tensor
     max_len: int  # longest request (host)
     num_tokens: int
+
+    @property
+    def num_chunks(self) -> int:
+        return int(self.chunk_seq.shape[0])
 
 
 def chunk_plan(extend_lens: list[int], chunk_size: int, device: torch.device) -> ChunkPlan:
     """The chunk plan of requests with ``extend_lens`` new tokens each (host ints)."""
     if not extend_lens or min(extend_lens) < 1:
         fail("extend_lens", "one or more lengths >= 1", extend_lens)
-    seqs, starts, offset = [], [], 0
+    seqs, starts, firsts, offset = [], [], [], 0
     for b, n in enumerate(extend_lens):
+        firsts.append(len(seqs))
         for s in range(0, n, chunk_size):
             seqs.append(b)
             starts.append(offset + s)
         offset += n
+    firsts += [0] * (len(seqs) - len(firsts))  # one tensor of three equal rows
     as_i32 = dict(dtype=torch.int32)
-    both = torch.tensor([seqs, starts], **as_i32).to(device, non_blocking=True)
-    return ChunkPlan(both[0], both[1], max(extend_lens), offset)
+    rows = torch.tensor([seqs, starts, firsts], **as_i32).to(device, non_blocking=True)
+    return ChunkPlan(rows[0], rows[1], rows[2, : len(extend_lens)], max(extend_lens), offset)
 
 
 def _rows_of(x: torch.Tensor) -> tuple[int, int]:
@@ -210,7 +221,7 @@ def _recurrent(
     if parents is not None:
         check_tensor("parents", parents, dtype=torch.int32, shape=[bs, T], device=dev)
     options = recurrent_options(config, steps=T, verify=verify, tree=parents is not None)
-    grid = (config.value_dim // config.decode_block_v, hv, bs)
+    grid = (config.value_dim // (config.decode_block_v * config.decode_tiles), hv, bs)
     args = [q, k, v, a, b, A_log, dt_bias, ssm_states, cache_indices, query_start_loc, out]
     args += [steps, parents, scale, *_rows_of(q), *_rows_of(k), *_rows_of(v)]
     args += [a.stride(0), b.stride(0), ssm_states.stride(0), ssm_states.stride(1)]
@@ -326,25 +337,32 @@ def extend(
     checks.check_index("has_initial_state", has_initial_state, bs, dev)
     checks.check_index("query_start_loc", query_start_loc, bs + 1, dev)
     checks.check_out("out", out, [n, hv, config.value_dim], q.dtype, dev)
+    if plan.seq_first_chunk.shape[0] != bs:
+        fail("plan", f"a chunk plan of {bs} requests", int(plan.seq_first_chunk.shape[0]))
     f32 = dict(dtype=torch.float32, device=dev)
-    w_buf = torch.empty((n, hv, config.key_dim), **f32)
-    u_buf = torch.empty((n, hv, config.value_dim), **f32)
-    g_buf, beta_buf, qn_buf, kn_buf = (torch.empty((n, hv), **f32) for _ in range(4))
-    p_buf, m_buf = (torch.empty((n, hv, config.chunk_size), **f32) for _ in range(2))
+    h_dtype = q.dtype if config.chunk_state_bits == 16 else torch.float32
+    kd, vd, nc = config.key_dim, config.value_dim, plan.num_chunks
+    w_buf = torch.empty((n, hv, kd), **f32)
+    u_buf = torch.empty((n, hv, vd), **f32)  # U, then u (the state kernel writes it over U)
+    h_buf = torch.empty((nc, hv, kd, vd), dtype=h_dtype, device=dev)  # chunks' first states
+    t_buf = torch.empty((n, hv, config.chunk_size), **f32)
+    g_buf, beta_buf, qs_buf, kn_buf = (torch.empty((n, hv), **f32) for _ in range(4))
     chunks = [plan.chunk_seq, plan.chunk_start, query_start_loc]
-    grid = (int(plan.chunk_seq.shape[0]), hv)
-    args = [q, k, a, b, A_log, dt_bias, *chunks, g_buf, beta_buf, qn_buf, kn_buf, p_buf, m_buf]
+    args = [q, k, a, b, A_log, dt_bias, *chunks, g_buf, beta_buf, qs_buf, kn_buf, t_buf]
     args += [scale, *_rows_of(q), *_rows_of(k), a.stride(0), b.stride(0), hv]
-    _launch(chunk_prepare_kernel, grid, args, prepare_options(config))
-    args = [k, v, *chunks, g_buf, beta_buf, kn_buf, m_buf, w_buf, u_buf]
+    _launch(chunk_prepare_kernel, (nc, hv), args, prepare_options(config))
+    args = [k, v, *chunks, g_buf, beta_buf, kn_buf, t_buf, w_buf, u_buf]
     args += [*_rows_of(k), *_rows_of(v), hv]
-    _launch(chunk_solve_kernel, grid, args, solve_options(config))
-    args = [q, k, w_buf, u_buf, g_buf, qn_buf, kn_buf, p_buf, ssm_states, cache_indices]
-    args += [has_initial_state]
-    args += [query_start_loc, out, scale, *_rows_of(q), *_rows_of(k)]
-    args += [ssm_states.stride(0), ssm_states.stride(1), *_rows_of(out), hv]
-    grid = (bs, hv, config.value_dim // config.scan_block_v)
-    _launch(chunk_scan_kernel, grid, args, scan_options(config))
+    _launch(chunk_wu_kernel, (nc, hv, 2), args, wu_options(config))
+    args = [k, w_buf, u_buf, g_buf, kn_buf, h_buf, ssm_states, cache_indices, has_initial_state]
+    args += [query_start_loc, plan.seq_first_chunk, *_rows_of(k)]
+    args += [ssm_states.stride(0), ssm_states.stride(1), hv]
+    block_v = state_block_for(config, bs, hv)
+    _launch(chunk_state_kernel, (vd // block_v, bs, hv), args, state_options(config, block_v))
+    args = [q, k, u_buf, g_buf, qs_buf, kn_buf, h_buf, *chunks, out]
+    args += [*_rows_of(q), *_rows_of(k), *_rows_of(out), hv]
+    grid = (nc, hv, vd // config.output_block_v)
+    _launch(chunk_output_kernel, grid, args, output_options(config))
     return out
 
 

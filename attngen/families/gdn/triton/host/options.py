@@ -15,12 +15,14 @@ def recurrent_options(
         "KEY_DIM": config.key_dim,
         "VALUE_DIM": config.value_dim,
         "BLOCK_V": config.decode_block_v,
+        "V_TILES": config.decode_tiles,
         "L2NORM": config.l2norm,
         "WRITE_POOL": not verify,
         "WRITE_STEPS": verify,
         "TREE": tree,
         "num_warps": config.decode_num_warps,
-        "num_stages": 1,
+        # decode pipelines its tile loop; verify reads back step states it stored (trees)
+        "num_stages": 1 if verify or config.decode_tiles == 1 else 3,
     }
 
 
@@ -60,27 +62,58 @@ def prepare_options(config: GdnTritonConfig) -> dict[str, object]:
     }
 
 
-def solve_options(config: GdnTritonConfig) -> dict[str, object]:
+def wu_options(config: GdnTritonConfig) -> dict[str, object]:
     return {
         "GROUP": config.v_heads_per_k_head,
         "KEY_DIM": config.key_dim,
         "VALUE_DIM": config.value_dim,
         "CHUNK": config.chunk_size,
-        "num_warps": config.solve_num_warps,
+        "num_warps": config.wu_num_warps,
         "num_stages": 1,
     }
 
 
-def scan_options(config: GdnTritonConfig) -> dict[str, object]:
+def state_blocks(config: GdnTritonConfig) -> list[int]:
+    """The state kernel's value blocks, smallest first (each a compiled variant)."""
+    blocks, bv = [], config.state_block_v
+    while bv <= config.state_block_v_max:
+        blocks.append(bv)
+        bv *= 2
+    return blocks
+
+
+def state_block_for(config: GdnTritonConfig, requests: int, v_heads: int) -> int:
+    """The largest value block whose grid still has ``state_min_programs`` programs (the
+    state kernel is sequential over chunks: wider blocks read W and K fewer times, narrower
+    ones spread a few long requests over the SMs)."""
+    blocks = state_blocks(config)
+    for bv in reversed(blocks):
+        if requests * v_heads * (config.value_dim // bv) >= config.state_min_programs:
+            return bv
+    return blocks[0]
+
+
+def state_options(config: GdnTritonConfig, block_v: int) -> dict[str, object]:
     return {
         "GROUP": config.v_heads_per_k_head,
         "KEY_DIM": config.key_dim,
         "VALUE_DIM": config.value_dim,
         "CHUNK": config.chunk_size,
-        "BLOCK_V": config.scan_block_v,
-        "L2NORM": config.l2norm,
-        "num_warps": config.scan_num_warps,
-        "num_stages": config.scan_num_stages,
+        "BLOCK_V": block_v,
+        "num_warps": config.state_num_warps,
+        "num_stages": config.state_num_stages,
+    }
+
+
+def output_options(config: GdnTritonConfig) -> dict[str, object]:
+    return {
+        "GROUP": config.v_heads_per_k_head,
+        "KEY_DIM": config.key_dim,
+        "VALUE_DIM": config.value_dim,
+        "CHUNK": config.chunk_size,
+        "BLOCK_V": config.output_block_v,
+        "num_warps": config.output_num_warps,
+        "num_stages": 1,
     }
 
 

@@ -1,4 +1,4 @@
-"""Chunked gated delta rule over ragged requests (prefill / extend), in three launches.
+"""Chunked gated delta rule over ragged requests (prefill / extend), in four launches.
 
 Within a chunk of C tokens (positions i, j; cumulative log decay G_i = g_1 + .. + g_i,
 gamma_i = exp(G_i); k, q normalised, q scaled) the recurrence from the chunk's initial
@@ -11,15 +11,24 @@ state S0 (K x V) unrolls to
 with the WY / UT transform T = (I + M)^-1, M_ij = beta_i exp(G_i - G_j) (k_i . k_j) for
 j < i (unit lower triangular, so T is too): W = T (beta gamma K), U = T (beta V).
 
-chunk_prepare_kernel (grid: chunks x value heads): gates, G, the q/k inverse norms (from
-the Gram diagonals), P and M into fp32 workspaces; the q.k products run on the stored
-bf16/fp16 values (exact products), norms and scale act on rows and columns.
-chunk_solve_kernel (same grid): T by :func:`unit_lower_inverse`, then W and U.
-chunk_scan_kernel (grid: requests x value heads x value blocks): walks a request's chunks
-in order with its state slice S [K, BLOCK_V] in registers (two halves of the key dim),
-starting from the pool row when the request has a prefix, writing O per chunk and the final
-state back to the pool row. Products are tensor-core tl.dot (fp32 operands: TF32 on the
-GPU; the triangular inverse: tf32x3).
+Only the state recurrence is sequential, so the work splits by what it depends on:
+
+- chunk_prepare_kernel (grid: chunks x value heads, all parallel): gates, G, the q/k
+  inverse norms, M (from the Gram matrix of the stored keys: exact products), T by
+  :func:`unit_lower_inverse`;
+- chunk_wu_kernel (grid: chunks x value heads x 2, all parallel): W and U (one each);
+- chunk_state_kernel (grid: value blocks x requests x value heads): walks a request's
+  chunks in order with its state slice S [K, BLOCK_V] in fp32 registers (from the pool
+  row when the request has a prefix), storing each chunk's initial state to H and u over
+  U (in place), two products per chunk; the final state goes back to the pool row;
+- chunk_output_kernel (grid: chunks x value heads x value blocks, all parallel):
+  O = (Q gamma) S0 + P u from H and u, with P from the stored q, k.
+
+W, U and u are fp32 and their products TF32 (fp32 operands; bf16 W, U, u or P broke the
+output and state bounds of families/gdn/testing.py in the correlated-keys case, emulated
+in float64 with the GPU's roundings); H, the per-chunk initial states, holds the
+activation dtype (bf16: Q S0 on bf16 operands, within the bounds) or fp32, as the
+launcher allocates it.
 """
 
 import triton
@@ -32,26 +41,37 @@ SUB = tl.constexpr(16)  # diagonal blocks of the triangular inverse
 
 @triton.jit
 def unit_lower_inverse(m, ri, ci, CHUNK: tl.constexpr):
-    """(I + M)^-1 of a strictly lower triangular [CHUNK, CHUNK] M (CHUNK <= 4 * SUB).
+    """(I + M)^-1 of a strictly lower triangular [CHUNK, CHUNK] M (CHUNK a multiple of SUB,
+    at most 4 * SUB).
 
-    D = I + (M's diagonal SUB x SUB blocks) is inverted by forward substitution, one row of
-    every block per step (SUB - 1 steps, each a tensor-core product of the step's rows of M
-    with the rows already done); with N = D^-1 (M - its diagonal blocks), strictly block-lower
-    so N^4 = 0, (I + M)^-1 = (I - N)(I + N^2) D^-1. Products run as three TF32 products
-    (tf32x3: fp32-level accuracy); the terms are those of blocked forward substitution, so
-    it is as stable as it (no long power series)."""
+    D = I + (M's diagonal SUB x SUB blocks) is inverted by forward substitution on all
+    blocks at once ([NB, SUB, SUB] tensors, one row per step, fp32 FMAs, no products);
+    with N = D^-1 (M - its diagonal blocks), strictly block-lower so N^4 = 0,
+    (I + M)^-1 = (I - N)(I + N^2) D^-1: the terms of blocked forward substitution, as
+    stable as it, in four TF32 products (tf32x3 spilled 3.4 KB on sm_90a; TF32 here kept
+    the correlated-keys case at 0.26 of the output bound, emulated in float64)."""
+    NB: tl.constexpr = CHUNK // SUB
     same_block = (ri // SUB) == (ci // SUB)
     eye = tl.where(ri == ci, 1.0, 0.0)
-    m_diag = tl.where(same_block, m, 0.0)
-    d_inv = eye
-    for j in range(1, SUB):
-        rows = (ri % SUB) == j
-        update = tl.dot(tl.where(rows, m_diag, 0.0), d_inv, input_precision="tf32x3")
-        d_inv = tl.where(rows, eye - update, d_inv)
-    n = tl.dot(d_inv, m - m_diag, input_precision="tf32x3")
-    n2 = tl.dot(n, n, input_precision="tf32x3")
-    series = tl.dot(eye - n, eye + n2, input_precision="tf32x3")
-    return tl.dot(series, d_inv, input_precision="tf32x3")
+    # -- the diagonal blocks as [NB, SUB, SUB] ----
+    bi = tl.arange(0, NB)[:, None, None, None]
+    bj = tl.arange(0, NB)[None, None, :, None]
+    m4 = tl.reshape(m, (NB, SUB, NB, SUB))
+    low = tl.sum(tl.where(bi == bj, m4, 0.0), axis=2)
+    r3 = tl.arange(0, SUB)[None, :, None]
+    c3 = tl.arange(0, SUB)[None, None, :]
+    eye3 = tl.where(r3 == c3, 1.0, 0.0) + tl.zeros((NB, SUB, SUB), tl.float32)
+    d_inv = eye3
+    for j in tl.static_range(1, SUB):
+        # row j of every block: e_j - sum_c L[j, c] D^-1[c, :] (rows c < j are final)
+        l_row = tl.sum(tl.where(r3 == j, low, 0.0), axis=1)
+        update = tl.sum(l_row[:, :, None] * d_inv, axis=1)
+        d_inv = tl.where(r3 == j, eye3 - update[:, None, :], d_inv)
+    d_full = tl.reshape(tl.where(bi == bj, d_inv[:, :, None, :], 0.0), (CHUNK, CHUNK))
+    n = tl.dot(d_full, tl.where(same_block, 0.0, m), input_precision="tf32")
+    n2 = tl.dot(n, n, input_precision="tf32")
+    series = tl.dot(eye - n, eye + n2, input_precision="tf32")
+    return tl.dot(series, d_full, input_precision="tf32")
 
 
 @triton.jit
@@ -63,6 +83,13 @@ def _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK: tl.constexpr):
     length = tl.minimum(tl.load(QUERY_START_LOC + seq + 1).to(tl.int64) - start, CHUNK)
     rows = tl.arange(0, CHUNK)
     return rows, rows < length, start + rows
+
+
+@triton.jit
+def _load_rows(PTR, tok, stride_tok, col0, cols, rmask):
+    """Rows ``tok`` [CHUNK], columns ``col0 + cols`` of a row-major tensor, as stored."""
+    ptr = PTR + tok[:, None] * stride_tok + col0 + cols[None, :]
+    return tl.load(ptr, mask=rmask[:, None], other=0.0)
 
 
 @triton.jit
@@ -78,10 +105,9 @@ def chunk_prepare_kernel(
     QUERY_START_LOC,
     G_BUF,
     BETA_BUF,
-    QN_BUF,
+    QS_BUF,
     KN_BUF,
-    P_BUF,
-    M_BUF,
+    T_BUF,
     scale,
     stride_q_tok,
     stride_q_head,
@@ -95,24 +121,25 @@ def chunk_prepare_kernel(
     CHUNK: tl.constexpr,
     L2NORM: tl.constexpr,
 ):
-    """Per chunk and value head: gates, cumulative decay, q/k inverse norms, P and M."""
+    """Per chunk and value head: gates, G, q/k inverse norms, T = (I + M)^-1."""
     hv = tl.program_id(1)
     hk = hv // GROUP
     rows, rmask, tok = _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK)
     ks = tl.arange(0, KEY_DIM)
     head_rows = tok * num_v_heads + hv
-    # -- keys and queries as stored, their inverse norms ----
-    k_ptr = K + tok[:, None] * stride_k_tok + hk * stride_k_head + ks[None, :]
-    k = tl.load(k_ptr, mask=rmask[:, None], other=0.0)
-    q_ptr = Q + tok[:, None] * stride_q_tok + hk * stride_q_head + ks[None, :]
-    q = tl.load(q_ptr, mask=rmask[:, None], other=0.0)
     ri = rows[:, None]
     ci = rows[None, :]
-    # (||x_i||^2 = the diagonal of x x^T: products of stored values are exact in fp32)
+    # -- inverse norms: keys from the Gram diagonal (needed whole for M), queries by rows ----
+    k = _load_rows(K + hk * stride_k_head, tok, stride_k_tok, 0, ks, rmask)
     kk = tl.dot(k, tl.trans(k))
     k_norm = inverse_norms_from_gram(kk, ri, ci, L2NORM)
-    q_norm = inverse_norms_from_gram(tl.dot(q, tl.trans(q)), ri, ci, L2NORM)
-    tl.store(QN_BUF + head_rows, q_norm, mask=rmask)
+    q = _load_rows(Q + hk * stride_q_head, tok, stride_q_tok, 0, ks, rmask).to(tl.float32)
+    q_norm = tl.sum(q * q, axis=1)
+    if L2NORM:
+        q_norm = 1.0 / tl.sqrt(q_norm + 1e-6)
+    else:
+        q_norm = q_norm * 0.0 + 1.0
+    tl.store(QS_BUF + head_rows, q_norm * scale, mask=rmask)
     tl.store(KN_BUF + head_rows, k_norm, mask=rmask)
     # -- gates and the cumulative log decay G_i ----
     a = tl.load(A + tok * stride_a_tok + hv, mask=rmask, other=0.0)
@@ -122,21 +149,16 @@ def chunk_prepare_kernel(
     cum = tl.cumsum(tl.where(rmask, g, 0.0), axis=0)
     tl.store(G_BUF + head_rows, cum, mask=rmask)
     tl.store(BETA_BUF + head_rows, beta, mask=rmask)
-    # -- P[i, j] = (q_i . k_j) exp(G_i - G_j) for j <= i, normalised and scaled ----
-    causal = ci <= ri
-    p = tl.dot(q, tl.trans(k)) * (q_norm * scale)[:, None] * k_norm[None, :]
-    p = tl.where(causal, p * tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)
-    tile = head_rows[:, None] * CHUNK + rows[None, :]
-    tl.store(P_BUF + tile, p, mask=rmask[:, None])
-    # -- M[i, j] = beta_i exp(G_i - G_j) (k_i . k_j), j < i ----
-    kk = kk * k_norm[:, None] * k_norm[None, :]
+    # -- M[i, j] = beta_i exp(G_i - G_j) (k_i . k_j) / (||k_i|| ||k_j||), j < i; T ----
     lower = ci < ri
     decay = tl.exp(tl.where(lower, cum[:, None] - cum[None, :], 0.0))
-    tl.store(M_BUF + tile, tl.where(lower, beta[:, None] * decay * kk, 0.0), mask=rmask[:, None])
+    m = tl.where(lower, (beta * k_norm)[:, None] * decay * kk * k_norm[None, :], 0.0)
+    tm = unit_lower_inverse(m, ri, ci, CHUNK)
+    tl.store(T_BUF + head_rows[:, None] * CHUNK + ci, tm, mask=rmask[:, None])
 
 
 @triton.jit
-def chunk_solve_kernel(
+def chunk_wu_kernel(
     K,
     V,
     CHUNK_SEQ,
@@ -145,7 +167,7 @@ def chunk_solve_kernel(
     G_BUF,
     BETA_BUF,
     KN_BUF,
-    M_BUF,
+    T_BUF,
     W_BUF,
     U_BUF,
     stride_k_tok,
@@ -158,64 +180,112 @@ def chunk_solve_kernel(
     VALUE_DIM: tl.constexpr,
     CHUNK: tl.constexpr,
 ):
-    """Per chunk and value head: T = (I + M)^-1, then W = T (beta gamma K), U = T (beta V)."""
+    """Per chunk, value head and product (program_id 2: 0 W, 1 U): W = T (beta gamma K /
+    ||k||), U = T (beta V)."""
     hv = tl.program_id(1)
-    hk = hv // GROUP
     rows, rmask, tok = _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK)
     head_rows = tok * num_v_heads + hv
-    ri = rows[:, None]
-    ci = rows[None, :]
-    m = tl.load(M_BUF + head_rows[:, None] * CHUNK + ci, mask=rmask[:, None], other=0.0)
-    tm = unit_lower_inverse(m, ri, ci, CHUNK)
+    tm = _load_rows(T_BUF, head_rows, CHUNK, 0, rows, rmask)
     beta = tl.load(BETA_BUF + head_rows, mask=rmask, other=0.0)
-    cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
-    k_norm = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
-    # -- W = T (beta gamma K), per half of the key dim ----
-    w_scale = (k_norm * beta * tl.exp(cum))[:, None]
-    half = tl.arange(0, KEY_DIM // 2)
-    w_ptr = W_BUF + head_rows[:, None] * KEY_DIM + half[None, :]
-    k_half = K + tok[:, None] * stride_k_tok + hk * stride_k_head + half[None, :]
-    k_lo = tl.load(k_half, mask=rmask[:, None], other=0.0).to(tl.float32)
-    tl.store(w_ptr, tl.dot(tm, k_lo * w_scale), mask=rmask[:, None])
-    k_hi = tl.load(k_half + KEY_DIM // 2, mask=rmask[:, None], other=0.0).to(tl.float32)
-    tl.store(w_ptr + KEY_DIM // 2, tl.dot(tm, k_hi * w_scale), mask=rmask[:, None])
-    # -- U = T (beta V) ----
-    vs = tl.arange(0, VALUE_DIM)
-    v_ptr = V + tok[:, None] * stride_v_tok + hv * stride_v_head + vs[None, :]
-    v = tl.load(v_ptr, mask=rmask[:, None], other=0.0).to(tl.float32)
-    u_ptr = U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :]
-    tl.store(u_ptr, tl.dot(tm, v * beta[:, None]), mask=rmask[:, None])
+    if tl.program_id(2) == 0:
+        ks = tl.arange(0, KEY_DIM)
+        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
+        k_norm = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+        k_base = K + (hv // GROUP) * stride_k_head
+        k = _load_rows(k_base, tok, stride_k_tok, 0, ks, rmask).to(tl.float32)
+        w = tl.dot(tm, k * (k_norm * beta * tl.exp(cum))[:, None])
+        tl.store(W_BUF + head_rows[:, None] * KEY_DIM + ks[None, :], w, mask=rmask[:, None])
+    else:
+        vs = tl.arange(0, VALUE_DIM)
+        v_base = V + hv * stride_v_head
+        v = _load_rows(v_base, tok, stride_v_tok, 0, vs, rmask).to(tl.float32)
+        u = tl.dot(tm, v * beta[:, None])
+        tl.store(U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :], u, mask=rmask[:, None])
 
 
 @triton.jit
-def _load_rows(PTR, tok, stride_tok, col0, cols, rmask):
-    """Rows ``tok`` [CHUNK], columns ``col0 + cols`` of a row-major tensor, as stored."""
-    ptr = PTR + tok[:, None] * stride_tok + col0 + cols[None, :]
-    return tl.load(ptr, mask=rmask[:, None], other=0.0)
-
-
-@triton.jit
-def chunk_scan_kernel(
-    Q,
+def chunk_state_kernel(
     K,
     W_BUF,
     U_BUF,
     G_BUF,
-    QN_BUF,
     KN_BUF,
-    P_BUF,
+    H_BUF,
     STATE,
     CACHE_INDICES,
     HAS_INITIAL,
     QUERY_START_LOC,
-    OUT,
-    scale,
-    stride_q_tok,
-    stride_q_head,
+    SEQ_FIRST_CHUNK,
     stride_k_tok,
     stride_k_head,
     stride_s_slot,
     stride_s_head,
+    num_v_heads,
+    GROUP: tl.constexpr,
+    KEY_DIM: tl.constexpr,
+    VALUE_DIM: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """Per value block, request and value head: the state through the request's chunks.
+    Per chunk: H[chunk] = S; u = U - W S (over U); S = gamma_C S + (K exp(G_C - G))^T u."""
+    vs = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
+    pid_b = tl.program_id(1)
+    hv = tl.program_id(2)
+    hk = hv // GROUP
+    ks = tl.arange(0, KEY_DIM)
+    rows = tl.arange(0, CHUNK)
+    start = tl.load(QUERY_START_LOC + pid_b).to(tl.int64)
+    end = tl.load(QUERY_START_LOC + pid_b + 1).to(tl.int64)
+    chunk = tl.load(SEQ_FIRST_CHUNK + pid_b).to(tl.int64)
+    slot = tl.load(CACHE_INDICES + pid_b).to(tl.int64)
+    init = (tl.load(HAS_INITIAL + pid_b) != 0) & (slot > 0)
+    # -- S [KEY_DIM, BLOCK_V] from the pool row (stored transposed, [V, K]) ----
+    pool = STATE + slot * stride_s_slot + hv * stride_s_head + vs[None, :] * KEY_DIM + ks[:, None]
+    s = tl.load(pool, mask=init, other=0.0).to(tl.float32)
+    h_tile = ks[:, None] * VALUE_DIM + vs[None, :]
+    k_base = K + hk * stride_k_head
+    for c0 in range(start, end, CHUNK):
+        length = tl.minimum(end - c0, CHUNK)
+        rmask = rows < length
+        tok = c0 + rows
+        head_rows = tok * num_v_heads + hv
+        h_ptr = H_BUF + (chunk * num_v_heads + hv) * (KEY_DIM * VALUE_DIM) + h_tile
+        tl.store(h_ptr, s.to(H_BUF.dtype.element_ty))
+        # -- u = U - W S, stored over U ----
+        u_ptr = U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :]
+        u = tl.load(u_ptr, mask=rmask[:, None], other=0.0)
+        w = _load_rows(W_BUF, head_rows, KEY_DIM, 0, ks, rmask)
+        u -= tl.dot(w, s)
+        tl.store(u_ptr, u, mask=rmask[:, None])
+        # -- S = gamma_C S + k^T (u exp(G_C - G) / ||k||) on the stored k ----
+        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
+        cum_last = tl.load(G_BUF + (c0 + length - 1) * num_v_heads + hv)
+        k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+        u_in = u * (k_row * tl.exp(cum_last - cum))[:, None]
+        k = _load_rows(k_base, tok, stride_k_tok, 0, ks, rmask).to(tl.float32)
+        s = s * tl.exp(cum_last) + tl.dot(tl.trans(k), u_in)
+        chunk += 1
+    tl.store(pool, s.to(STATE.dtype.element_ty), mask=slot > 0)
+
+
+@triton.jit
+def chunk_output_kernel(
+    Q,
+    K,
+    U_BUF,
+    G_BUF,
+    QS_BUF,
+    KN_BUF,
+    H_BUF,
+    CHUNK_SEQ,
+    CHUNK_START,
+    QUERY_START_LOC,
+    OUT,
+    stride_q_tok,
+    stride_q_head,
+    stride_k_tok,
+    stride_k_head,
     stride_o_tok,
     stride_o_head,
     num_v_heads,
@@ -224,60 +294,31 @@ def chunk_scan_kernel(
     VALUE_DIM: tl.constexpr,
     CHUNK: tl.constexpr,
     BLOCK_V: tl.constexpr,
-    L2NORM: tl.constexpr,
 ):
-    # The key dim is processed in two halves (lo, hi), so at most one [CHUNK, KEY_DIM / 2]
-    # tile of q, k or W is live at a time next to the state halves.
-    HALF: tl.constexpr = KEY_DIM // 2
-    pid_b = tl.program_id(0)
+    """Per chunk, value head and value block: O = (Q gamma / ||q||) S0 + P u."""
+    DT: tl.constexpr = H_BUF.dtype.element_ty  # Q S0 on operands of H's dtype
     hv = tl.program_id(1)
     hk = hv // GROUP
     vs = tl.program_id(2) * BLOCK_V + tl.arange(0, BLOCK_V)
-    cols = tl.arange(0, HALF)
-    rows = tl.arange(0, CHUNK)
-    start = tl.load(QUERY_START_LOC + pid_b).to(tl.int64)
-    end = tl.load(QUERY_START_LOC + pid_b + 1).to(tl.int64)
-    slot = tl.load(CACHE_INDICES + pid_b).to(tl.int64)
-    init = (tl.load(HAS_INITIAL + pid_b) != 0) & (slot > 0)
-    # -- S [KEY_DIM, BLOCK_V] in two halves, from the pool row (stored transposed) ----
-    pool = STATE + slot * stride_s_slot + hv * stride_s_head + vs[None, :] * KEY_DIM
-    s_lo = tl.load(pool + cols[:, None], mask=init, other=0.0).to(tl.float32)
-    s_hi = tl.load(pool + HALF + cols[:, None], mask=init, other=0.0).to(tl.float32)
-    q0 = hk * stride_q_head
-    k0 = hk * stride_k_head
-    for c0 in range(start, end, CHUNK):
-        length = tl.minimum(end - c0, CHUNK)
-        rmask = rows < length
-        tok = c0 + rows
-        head_rows = tok * num_v_heads + hv
-        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
-        cum_last = tl.sum(tl.where(rows == length - 1, cum, 0.0), axis=0)
-        # -- u = U - W S ----
-        u = tl.load(
-            U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :], mask=rmask[:, None], other=0.0
-        )
-        w = _load_rows(W_BUF, head_rows, KEY_DIM, 0, cols, rmask)
-        u -= tl.dot(w, s_lo)
-        w = _load_rows(W_BUF, head_rows, KEY_DIM, HALF, cols, rmask)
-        u -= tl.dot(w, s_hi)
-        # -- per half of the key dim, on the raw q, k (their norms and the scale act on
-        # rows): O = q S, then S = gamma_C S + k^T (u exp(G_C - G) / ||k||) ----
-        q_row = tl.load(QN_BUF + head_rows, mask=rmask, other=0.0) * scale
-        k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
-        u_in = u * (k_row * tl.exp(cum_last - cum))[:, None]
-        decay_last = tl.exp(cum_last)
-        q = _load_rows(Q, tok, stride_q_tok, q0, cols, rmask)
-        o = tl.dot(q.to(tl.float32), s_lo)
-        k = _load_rows(K, tok, stride_k_tok, k0, cols, rmask)
-        s_lo = s_lo * decay_last + tl.dot(tl.trans(k.to(tl.float32)), u_in)
-        q = _load_rows(Q, tok, stride_q_tok, q0 + HALF, cols, rmask)
-        o += tl.dot(q.to(tl.float32), s_hi)
-        k = _load_rows(K, tok, stride_k_tok, k0 + HALF, cols, rmask)
-        s_hi = s_hi * decay_last + tl.dot(tl.trans(k.to(tl.float32)), u_in)
-        # -- O = (q S) gamma / ||q|| + P u (P from the prepare kernel) ----
-        p = _load_rows(P_BUF, head_rows, CHUNK, 0, rows, rmask)
-        o = o * (q_row * tl.exp(cum))[:, None] + tl.dot(p, u)
-        o_ptr = OUT + tok[:, None] * stride_o_tok + hv * stride_o_head + vs[None, :]
-        tl.store(o_ptr, o.to(OUT.dtype.element_ty), mask=rmask[:, None])
-    tl.store(pool + cols[:, None], s_lo.to(STATE.dtype.element_ty), mask=slot > 0)
-    tl.store(pool + HALF + cols[:, None], s_hi.to(STATE.dtype.element_ty), mask=slot > 0)
+    rows, rmask, tok = _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK)
+    head_rows = tok * num_v_heads + hv
+    ks = tl.arange(0, KEY_DIM)
+    cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
+    q_row = tl.load(QS_BUF + head_rows, mask=rmask, other=0.0)
+    k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+    q = _load_rows(Q + hk * stride_q_head, tok, stride_q_tok, 0, ks, rmask)
+    k = _load_rows(K + hk * stride_k_head, tok, stride_k_tok, 0, ks, rmask)
+    # -- P[i, j] = (q_i . k_j) exp(G_i - G_j) / (||q_i|| ||k_j||) * scale, j <= i ----
+    ri = rows[:, None]
+    ci = rows[None, :]
+    causal = (ci <= ri) & rmask[:, None]
+    p = tl.dot(q, tl.trans(k)) * q_row[:, None] * k_row[None, :]
+    p = tl.where(causal, p * tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)
+    c = tl.program_id(0)
+    h_ptr = H_BUF + (c * num_v_heads + hv).to(tl.int64) * (KEY_DIM * VALUE_DIM)
+    s0 = tl.load(h_ptr + ks[:, None] * VALUE_DIM + vs[None, :])
+    u_ptr = U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :]
+    u = tl.load(u_ptr, mask=rmask[:, None], other=0.0)
+    o = tl.dot(q.to(DT), s0) * (q_row * tl.exp(cum))[:, None] + tl.dot(p, u)
+    o_ptr = OUT + tok[:, None] * stride_o_tok + hv * stride_o_head + vs[None, :]
+    tl.store(o_ptr, o.to(OUT.dtype.element_ty), mask=rmask[:, None])

@@ -2,9 +2,11 @@
 place) and target verify (T drafts per request, every step's state written to ``STEPS``,
 the pool left alone; trees continue each draft from its parent's state).
 
-One program per (block of BLOCK_V value rows, value head, request): it holds its slice of
-the state, ``S^T[v0:v0+BLOCK_V, :]`` (pool layout ``[slots + 1, HV, V, K]``, fp32), in
-registers, so the state is read once and written once per launch. The gates
+One program per (V_TILES blocks of BLOCK_V value rows, value head, request): it walks its
+tiles of the state, ``S^T[v0:v0+BLOCK_V, :]`` (pool layout ``[slots + 1, HV, V, K]``,
+fp32), each held in registers, so the state is read once and written once per launch; the
+tile loop is software-pipelined (the next tiles' loads are in flight while one is
+updated), which hides the pool slot's dependent load behind more than one tile. The gates
 (g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)) and the q/k L2 norm are fused.
 A request whose slot is <= 0 (padding) starts from zeros and writes no state.
 """
@@ -52,14 +54,14 @@ def recurrent_kernel(
     KEY_DIM: tl.constexpr,
     VALUE_DIM: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    V_TILES: tl.constexpr,
     L2NORM: tl.constexpr,
     WRITE_POOL: tl.constexpr,
     WRITE_STEPS: tl.constexpr,
     TREE: tl.constexpr,
 ):
-    # grid (value blocks, value heads, requests): neighbouring programs read neighbouring
+    # grid (value tiles, value heads, requests): neighbouring programs read neighbouring
     # slices of one request's state
-    vs = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
     hv = tl.program_id(1)
     pid_b = tl.program_id(2)
     hk = hv // GROUP
@@ -68,39 +70,41 @@ def recurrent_kernel(
     row0 = tl.load(QUERY_START_LOC + pid_b).to(tl.int64)
     a_log = tl.load(A_LOG + hv).to(tl.float32)
     dt_bias = tl.load(DT_BIAS + hv).to(tl.float32)
-    # -- the request's state slice S^T [BLOCK_V, KEY_DIM] ----
-    tile = vs[:, None] * KEY_DIM + ks[None, :]
-    pool = STATE + slot * stride_s_slot + hv * stride_s_head + tile
-    h0 = tl.load(pool, mask=slot > 0, other=0.0).to(tl.float32)
-    h = h0
-    for t in tl.static_range(T):
-        row = row0 + t
-        if TREE:
-            # -- a draft continues from its parent's state (-1: the request's) ----
-            parent = tl.load(PARENTS + pid_b * stride_par_b + t)
-            tl.debug_barrier()  # the parent's state was stored by this program
-            prev = STEPS + pid_b * stride_st_b + parent * stride_st_t + hv * stride_st_head
-            h = tl.where(parent >= 0, tl.load(prev + tile, mask=parent >= 0, other=0.0), h0)
-        # -- this token's q, k (key head hk), v, gates ----
-        q = tl.load(Q + row * stride_q_tok + hk * stride_q_head + ks).to(tl.float32)
-        k = tl.load(K + row * stride_k_tok + hk * stride_k_head + ks).to(tl.float32)
-        v = tl.load(V + row * stride_v_tok + hv * stride_v_head + vs).to(tl.float32)
-        q = l2norm_rows(q, L2NORM) * scale
-        k = l2norm_rows(k, L2NORM)
-        a = tl.load(A + row * stride_a_tok + hv)
-        b = tl.load(B + row * stride_b_tok + hv)
-        g, beta = gate_values(a, b, a_log, dt_bias)
-        # -- S = exp(g) S; u = beta (v - S^T k); S += k u^T; o = S^T q ----
-        h = h * tl.exp(g)
-        u = beta * (v - tl.sum(h * k[None, :], axis=1))
-        h = h + u[:, None] * k[None, :]
-        o = tl.sum(h * q[None, :], axis=1)
-        tl.store(OUT + row * stride_o_tok + hv * stride_o_head + vs, o.to(OUT.dtype.element_ty))
-        if WRITE_STEPS:
-            step = STEPS + pid_b * stride_st_b + t * stride_st_t + hv * stride_st_head
-            tl.store(step + tile, h.to(STEPS.dtype.element_ty))
-    if WRITE_POOL:
-        tl.store(pool, h.to(STATE.dtype.element_ty), mask=slot > 0)
+    for v_tile in range(0, V_TILES):
+        vs = (tl.program_id(0) * V_TILES + v_tile) * BLOCK_V + tl.arange(0, BLOCK_V)
+        # -- the request's state slice S^T [BLOCK_V, KEY_DIM] ----
+        tile = vs[:, None] * KEY_DIM + ks[None, :]
+        pool = STATE + slot * stride_s_slot + hv * stride_s_head + tile
+        h0 = tl.load(pool, mask=slot > 0, other=0.0).to(tl.float32)
+        h = h0
+        for t in tl.static_range(T):
+            row = row0 + t
+            if TREE:
+                # -- a draft continues from its parent's state (-1: the request's) ----
+                parent = tl.load(PARENTS + pid_b * stride_par_b + t)
+                tl.debug_barrier()  # the parent's state was stored by this program
+                prev = STEPS + pid_b * stride_st_b + parent * stride_st_t + hv * stride_st_head
+                h = tl.where(parent >= 0, tl.load(prev + tile, mask=parent >= 0, other=0.0), h0)
+            # -- this token's q, k (key head hk), v, gates ----
+            q = tl.load(Q + row * stride_q_tok + hk * stride_q_head + ks).to(tl.float32)
+            k = tl.load(K + row * stride_k_tok + hk * stride_k_head + ks).to(tl.float32)
+            v = tl.load(V + row * stride_v_tok + hv * stride_v_head + vs).to(tl.float32)
+            q = l2norm_rows(q, L2NORM) * scale
+            k = l2norm_rows(k, L2NORM)
+            a = tl.load(A + row * stride_a_tok + hv)
+            b = tl.load(B + row * stride_b_tok + hv)
+            g, beta = gate_values(a, b, a_log, dt_bias)
+            # -- S = exp(g) S; u = beta (v - S^T k); S += k u^T; o = S^T q ----
+            h = h * tl.exp(g)
+            u = beta * (v - tl.sum(h * k[None, :], axis=1))
+            h = h + u[:, None] * k[None, :]
+            o = tl.sum(h * q[None, :], axis=1)
+            tl.store(OUT + row * stride_o_tok + hv * stride_o_head + vs, o.to(OUT.dtype.element_ty))
+            if WRITE_STEPS:
+                step = STEPS + pid_b * stride_st_b + t * stride_st_t + hv * stride_st_head
+                tl.store(step + tile, h.to(STEPS.dtype.element_ty))
+        if WRITE_POOL:
+            tl.store(pool, h.to(STATE.dtype.element_ty), mask=slot > 0)
 
 
 @triton.jit

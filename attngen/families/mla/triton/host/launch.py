@@ -185,8 +185,8 @@ def absorbed(
     pl_strides = partial_lse.stride()[:2] if split else (0, 0)
     lse_arg = lse if lse is not None else out  # not written without WRITE_LSE
     lse_stride = lse.stride(0) if lse is not None else 0
-    head_blocks = triton.cdiv(h, config.decode_block_h)
-    absorbed_split_kernel[(rows, head_blocks, config.max_splits if split else 1)](
+    programs = triton.cdiv(h, config.decode_block_h) * config.decode_lora_parts
+    absorbed_split_kernel[(rows, programs, config.max_splits if split else 1)](
         q_nope,
         q_rope,
         kv_cache,
@@ -312,6 +312,9 @@ def absorbed_options(config: MlaTritonConfig, *, write_lse: bool, tree: bool = F
         KV_SCALED=quantized(config),
         KV_FP4=fp4(config),
         WRITE_LSE=write_lse,
+        LORA_PARTS=config.decode_lora_parts,
+        KEYS_MAJOR=bool(config.decode_keys_major),
+        VALUE_RELOAD=bool(config.decode_value_reload),
         num_warps=config.decode_num_warps,
         num_stages=config.decode_num_stages,
     )

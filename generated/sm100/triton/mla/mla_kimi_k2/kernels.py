@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "9376dc6b5bbdad83c1d14470589be08f9a3e10d2e2d712c06c05e41398ecd6cf"
+LIBRARY_SHA256 = "c0a0ac2ea75e051487c309a7373fbeb49b353fec1849518de5352e0097a04244"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -52,6 +52,10 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_block_n=32,
         decode_num_warps=8,
         decode_num_stages=2,
+        decode_lora_parts=1,
+        decode_keys_major=0,
+        decode_value_reload=0,
+        decode_waves=4,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
@@ -75,6 +79,10 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_block_n=32,
         decode_num_warps=8,
         decode_num_stages=2,
+        decode_lora_parts=1,
+        decode_keys_major=0,
+        decode_value_reload=0,
+        decode_waves=4,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
