@@ -4,6 +4,7 @@
     python examples/transformers_generate.py                      # random Llama-3-style model
     python examples/transformers_generate.py --model PATH_OR_ID   # a checkpoint, if reachable
     python examples/transformers_generate.py --page-size 16 --kv-cache-dtype fp8_e4m3
+    python examples/transformers_generate.py --config deepseek_v3   # MLA (or qwen3_next: GDN)
 
 Offline (no hub access) it builds a random-weight model from a config: the tokens are noise,
 the speed is real. Prints tokens/s of ``generate()`` with attngen and with transformers'
@@ -28,24 +29,65 @@ from attngen.integrations import transformers as attngen_tf  # noqa: E402
 KV_DTYPES = {"auto": None, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
 
-def load(args: argparse.Namespace) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM, LlamaConfig
+def random_config(name: str):
+    """Random-weight configs: Llama-3-style GQA, DeepSeek-V3 (MLA at DeepSeek's dims, 16
+    heads per rank, dense MLPs) and Qwen3-Next (3 GDN layers of its dims per full-attention
+    layer, dense MLPs)."""
+    from transformers import DeepseekV3Config, LlamaConfig, Qwen3NextConfig
 
-    if args.model:
-        return AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).cuda()
-    torch.manual_seed(0)
-    config = LlamaConfig(  # Llama-3-8B's attention shape, fewer and narrower layers
-        vocab_size=32000,
+    common = dict(vocab_size=32000, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    if name == "deepseek_v3":
+        return DeepseekV3Config(
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=8,
+            first_k_dense_replace=8,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            q_lora_rank=1536,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            **common,
+        )
+    if name == "qwen3_next":
+        return Qwen3NextConfig(
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=8,
+            layer_types=["linear_attention"] * 3
+            + ["full_attention"]
+            + ["linear_attention"] * 3
+            + ["full_attention"],
+            mlp_only_layers=list(range(8)),
+            linear_num_key_heads=16,
+            linear_num_value_heads=32,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            head_dim=128,
+            **common,
+        )
+    return LlamaConfig(  # Llama-3-8B's attention shape, fewer and narrower layers
         hidden_size=2048,
         intermediate_size=6144,
         num_hidden_layers=8,
         num_attention_heads=16,
         num_key_value_heads=4,
         head_dim=128,
-        pad_token_id=0,
-        bos_token_id=None,
-        eos_token_id=None,
+        **common,
     )
+
+
+def load(args: argparse.Namespace) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    if args.model:
+        return AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).cuda()
+    torch.manual_seed(0)
+    config = random_config(args.config)
     return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).cuda().eval()
 
 
@@ -83,12 +125,20 @@ def timed_batch(model: torch.nn.Module, impl: str, prompts: list, new_tokens: in
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a checkpoint path or hub id (default: random weights)")
+    parser.add_argument(
+        "--config",
+        choices=("llama", "deepseek_v3", "qwen3_next"),
+        default="llama",
+        help="the random-weight model without --model (deepseek_v3: MLA; qwen3_next: GDN)",
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--page-size", type=int, default=None)
     parser.add_argument("--kv-cache-dtype", choices=sorted(KV_DTYPES), default="auto")
-    parser.add_argument("--batch", action="store_true", help="also time generate_batch")
+    parser.add_argument(
+        "--batch", action="store_true", help="also time generate_batch (MHA models only)"
+    )
     args = parser.parse_args()
 
     model = load(args)
@@ -102,6 +152,7 @@ def main() -> int:
     )
     got, attngen_rate = timed_generate(model, ids, args.new_tokens)
     served = sorted({c.describe() for c in runtime.generate.choices.values()})
+    served += [f.choice.describe() for f in (runtime.mla, runtime.gdn) if f.choice is not None]
     agree = (got == ref).float().mean().item()
     print(f"generate, batch {args.batch_size} x {args.prompt_tokens} prompt + {args.new_tokens}:")
     print(f"  sdpa     {sdpa_rate:9.1f} tokens/s")

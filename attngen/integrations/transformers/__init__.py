@@ -13,11 +13,15 @@ switches the model to ``"paged|attngen"``, which reads transformers' paged cache
 ``read_index`` / ``write_index`` (``paged.py``). Each layer is served by the generated
 config whose mask hooks and shapes match what the model passes (``select.py``: sliding
 window, logit softcap, attention sinks, GQA group, head dims); a layer that no generated
-spec serves fails with what to add.
+spec serves fails with what to add. DeepSeek-V3 attention modules (MLA) get a forward that
+runs attngen's absorbed MLA over its latent pool in plain ``generate()`` (``mla.py``);
+Qwen3-Next linear-attention modules (GDN) one that runs attngen's conv and gated delta rule
+over its request state pool (``gdn.py``).
 
 ``observers`` (a list on the :class:`Runtime`) are called after every plain-generate layer
 with ``(module, query, key, value, kwargs, output, runtime)``: tests use it to judge each
-layer against the model's own eager attention.
+layer against the model's own eager attention; ``mla_observers`` and ``gdn_observers`` are
+called after every MLA / GDN layer of plain generate (see ``mla.py`` / ``gdn.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from attngen.integrations.transformers import gdn, mla
 from attngen.integrations.transformers.generate import GenerateState
 from attngen.integrations.transformers.options import Options
 from attngen.integrations.transformers.paged import PagedState
@@ -47,7 +52,11 @@ class Runtime:
         self.config = config
         self.generate = GenerateState(options, int(config.num_hidden_layers))
         self.paged = PagedState(options)
+        self.mla = mla.MlaGenerate(options, self.generate)  # DeepSeek-V3 layers (mla.py)
+        self.gdn = gdn.GdnGenerate(options, self.generate)  # Qwen3-Next linear layers (gdn.py)
         self.observers: list[Callable[..., None]] = []
+        self.mla_observers: list[Callable[..., None]] = []
+        self.gdn_observers: list[Callable[..., None]] = []
 
 
 def enable(model: torch.nn.Module, **options: Any) -> Runtime:
@@ -58,6 +67,8 @@ def enable(model: torch.nn.Module, **options: Any) -> Runtime:
     runtime = Runtime(config or model.config, Options(**options))
     for cfg in {id(c): c for c in (model.config, config) if c is not None}.values():
         _RUNTIMES[id(cfg)] = runtime
+    mla.patch(model, runtime, NAME)
+    gdn.patch(model, runtime, NAME)
     model.set_attn_implementation(NAME)
     return runtime
 

@@ -21,7 +21,9 @@ class Options:
     tensor); ``dtype``: the kernels' activation dtype (None: fp16 for fp16 models, else bf16;
     q/k/v are cast to it and the output back); ``backend``: an attngen kernel backend name
     (None: the arch's preference order); ``arch``: None detects the device's;
-    ``initial_tokens``: first size of the pool and of each request row (both grow)."""
+    ``initial_tokens``: first size of the pool and of each request row (both grow);
+    ``mla_prefill``: how MLA layers run a prompt, ``"ragged"`` (decompressed 192/128 heads
+    over the new tokens, SGLang's prefill) or ``"absorbed"`` (the absorbed extend kernel)."""
 
     page_size: int | None = None
     kv_cache_dtype: torch.dtype | None = None
@@ -30,6 +32,7 @@ class Options:
     backend: str | None = None
     arch: str | None = None
     initial_tokens: int = 4096
+    mla_prefill: str = "ragged"
 
     def __post_init__(self) -> None:
         if self.page_size is not None and self.page_size < 1:
@@ -44,6 +47,10 @@ class Options:
             raise AttngenInputError(f"kv_scale: expected > 0, got {self.kv_scale}")
         if self.arch is not None and self.arch not in ARCHS:
             raise AttngenInputError(f"arch: expected one of {ARCHS} or None, got {self.arch}")
+        if self.mla_prefill not in ("ragged", "absorbed"):
+            raise AttngenInputError(
+                f"mla_prefill: expected 'ragged' or 'absorbed', got {self.mla_prefill!r}"
+            )
         if self.initial_tokens < 1:
             raise AttngenInputError(f"initial_tokens: expected >= 1, got {self.initial_tokens}")
 

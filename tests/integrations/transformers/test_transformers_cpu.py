@@ -37,6 +37,7 @@ def features(window=None, softcap=None, sinks=False, head_dim=128, group=4) -> L
         dict(kv_scale=0.0),
         dict(arch="sm75"),
         dict(initial_tokens=0),
+        dict(mla_prefill="chunked"),
     ],
 )
 def test_options_reject_bad_values(bad: dict) -> None:
@@ -151,3 +152,54 @@ def test_continuous_batching_qwen2_interpreter() -> None:
     )
     assert not report.failures, "\n".join(report.failures)
     assert report.equal + len(report.ties) == report.requests
+
+
+TINY_DEEPSEEK = dataclasses.replace(
+    M.CASES["deepseek_v3"],
+    name="tiny_dsv3",
+    make_config=lambda: M.deepseek_v3_config(hidden=128, vocab=128),
+    prompt_lengths=(9, 5, 7),
+    vocab=128,
+)
+
+
+@pytest.mark.parametrize("prefill", ["ragged", "absorbed"])
+def test_generate_deepseek_v3_mla_interpreter(prefill: str) -> None:
+    """DeepSeek-V3's attention on attngen's MLA over its latent pool, 16 heads of DeepSeek's
+    dims: the prompt through the ragged (decompressed) or the absorbed extend kernel, then
+    the absorbed decode."""
+    report = tf_judge.check_generate(
+        TINY_DEEPSEEK, 16, torch.float16, 6, "cpu", new_tokens=2, mla_prefill=prefill, **FP16
+    )
+    _assert_ok(report)
+    assert report.layer_calls == 2 * 2  # 2 layers x (prefill + 1 decode step)
+    assert report.layer_kinds == sorted({f"MLA {prefill}", "MLA absorbed"})
+    assert report.choices == ["triton/mla_e2e_deepseek_v3/r512_rope64_h16_ps16_fp16_causal"]
+    assert all(v > M.SENSITIVITY for v in report.sensitivity.values()), report.sensitivity
+    print(report.line())
+
+
+TINY_QWEN3_NEXT = dataclasses.replace(
+    M.CASES["qwen3_next"],
+    name="tiny_q3n",
+    make_config=lambda: M.qwen3_next_config(hidden=128, vocab=128),
+    prompt_lengths=(70, 20),  # 70 tokens: two chunks of 64, the state carried between them
+    vocab=128,
+)
+
+
+def test_generate_qwen3_next_gdn_interpreter() -> None:
+    """Qwen3-Next: the linear-attention layer on attngen's GDN (conv + chunked prefill, then
+    conv update + recurrent decode over its state pool), the full-attention layer on
+    attngen's MHA."""
+    report = tf_judge.check_generate(
+        TINY_QWEN3_NEXT, 16, torch.float16, 7, "cpu", new_tokens=2, **FP16
+    )
+    _assert_ok(report)
+    assert report.layer_calls == 2 * 2  # 2 layers x (prefill + 1 decode step)
+    assert report.choices == [
+        "triton/mha_gqa_paged/d64_g4_ps16_fp16_causal",
+        "triton/gdn_e2e_qwen3_next/k128_v128_gv2_sfp32_fp16_causal",
+    ]
+    assert all(v > M.SENSITIVITY for v in report.sensitivity.values()), report.sensitivity
+    print(report.line())

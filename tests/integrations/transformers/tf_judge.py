@@ -36,6 +36,8 @@ class Report:
     sensitivity: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     choices: list[str] = field(default_factory=list)
+    layer_calls: int = 0  # layer calls the per-layer judges saw
+    layer_kinds: list[str] = field(default_factory=list)  # what they saw (features' first part)
 
     def line(self) -> str:
         sens = " ".join(f"{k}:{v:.0f}x" for k, v in self.sensitivity.items())
@@ -92,15 +94,29 @@ def check_generate(
         act = options.get("dtype") or torch.bfloat16
         judge = M.LayerJudge(kv_dtype, act)
         runtime.observers.append(judge)
+        mla_judge = M.MlaLayerJudge(kv_dtype, act)
+        runtime.mla_observers.append(mla_judge)
+        gdn_judge = M.GdnLayerJudge(kv_dtype, act)
+        runtime.gdn_observers.append(gdn_judge)
         got = model.generate(input_ids=ids, attention_mask=mask, **kw)
+    judge.records += mla_judge.records + gdn_judge.records  # one list: first failure by step
+    report.layer_calls = len(judge.records)
+    report.layer_kinds = sorted({r.features.split(",")[0] for r in judge.records})
     report.choices = sorted({c.describe() for c in runtime.generate.choices.values()})
+    for family in (runtime.mla, runtime.gdn):
+        if family.choice is not None:
+            report.choices.append(family.choice.describe())
     tokens_ref, tokens = ref.sequences[:, start:], got.sequences[:, start:]
     logits = torch.stack(got.logits, dim=1).float()  # [B, steps, V]
     full_mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
     exact = teacher_forced(model, "eager", got.sequences, full_mask, start)
-    emu = teacher_forced(
-        model, M.register_emulation(kv_dtype, act), got.sequences, full_mask, start
-    )
+    restore = M.emulate_gdn(model, act)  # GDN layers rounded as attngen's path rounds them
+    try:
+        emu = teacher_forced(
+            model, M.register_emulation(kv_dtype, act), got.sequences, full_mask, start
+        )
+    finally:
+        restore()
     bound = M.LOGIT_FACTOR * (emu - exact).abs().amax(dim=(1, 2))  # [B]
     error = (logits - exact).abs().amax(dim=2)  # [B, steps]
     report.max_error, report.bound = float(error.max()), float(bound.min())

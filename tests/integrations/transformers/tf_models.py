@@ -372,3 +372,302 @@ class LayerJudge:
     def first_failure(self) -> LayerRecord | None:
         bad = [r for r in self.records if not r.error <= r.bound]
         return min(bad, key=lambda r: (r.step, r.layer)) if bad else None
+
+
+# -- DeepSeek-V3 (MLA) ----
+
+MLA_Q_SCALE, MLA_K_SCALE = 0.2, 0.25  # scores' std ~30 at init 0.3; ~1.5 after both
+
+
+def deepseek_v3_config(hidden: int = 256, vocab: int = VOCAB, q_lora_rank: int | None = 64) -> Any:
+    """DeepSeek-V3 attention at DeepSeek's own MLA dims (the dims attngen's MLA kernels are
+    lowered for) with 16 heads, a q LoRA, yarn rope (its mscale makes the softmax scale
+    differ from 192 ** -0.5) and interleaved rope weights; dense MLPs (no MoE layer)."""
+    from transformers import DeepseekV3Config
+
+    return DeepseekV3Config(
+        **_common(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=256,
+            moe_intermediate_size=64,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            q_lora_rank=q_lora_rank,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            first_k_dense_replace=2,  # both layers dense
+            rope_interleave=True,
+            rope_parameters=dict(
+                rope_type="yarn",
+                rope_theta=10000.0,
+                factor=4.0,
+                original_max_position_embeddings=1024,
+                mscale=1.0,
+                mscale_all_dim=1.0,
+                beta_fast=32.0,
+                beta_slow=1.0,
+            ),
+        )
+    )
+
+
+def _moderate_mla(model: Any, gen: torch.Generator) -> None:
+    """As :func:`moderate_scores` for MLA: the q projection and the key's two sources (W_UK,
+    the first qk_nope rows per head of kv_b_proj; the rope columns of kv_a_proj_with_mqa)."""
+    del gen
+    found = 0
+    for module in model.modules():
+        if hasattr(module, "kv_b_proj"):
+            q = module.q_proj if module.q_proj is not None else module.q_b_proj
+            q.weight.data.mul_(MLA_Q_SCALE)
+            w = module.kv_b_proj.weight.data.view(module.num_heads, -1, module.kv_lora_rank)
+            w[:, : module.qk_nope_head_dim].mul_(MLA_K_SCALE)
+            module.kv_a_proj_with_mqa.weight.data[module.kv_lora_rank :].mul_(MLA_K_SCALE)
+            found += 1
+    assert found, "no MLA module"
+
+
+def _yarn_scale_off(model: Any) -> Callable[[], None]:
+    """The softmax scale without yarn's mscale factor (192 ** -0.5)."""
+    saved = []
+    for module in model.modules():
+        if hasattr(module, "kv_b_proj"):
+            saved.append((module, module.scaling))
+            module.scaling = float(module.qk_head_dim) ** -0.5
+            assert module.scaling != saved[-1][1], "yarn mscale is 1: nothing to switch off"
+
+    def restore() -> None:
+        for module, old in saved:
+            module.scaling = old
+
+    return restore
+
+
+def _rope_interleave_off(model: Any) -> Callable[[], None]:
+    """The other rope convention (halves instead of interleaved pairs)."""
+    cfg = model.config
+    cfg.rope_interleave = not cfg.rope_interleave
+    return lambda: setattr(cfg, "rope_interleave", not cfg.rope_interleave)
+
+
+class MlaLayerJudge(LayerJudge):
+    """An attngen MLA observer: each DeepSeek-V3 layer's attention output (before o_proj)
+    against the model's own eager attention on its decompressed q/k/v (fp32, the keys and
+    values expanded from the whole latent by the module's ``expand_kv``), bounded by
+    LAYER_FACTOR x the deviation of an emulation that rounds what attngen's path rounds:
+    absorbed, q_latent = W_UK^T q_nope, q_rope, the latent and k_rope to the kernels' dtype,
+    the latent output too (W_UV applied in fp32); ragged prefill, the decompressed q/k/v
+    and the output."""
+
+    def __call__(self, module, q_nope, q_rope, latent, k_rope, out, runtime) -> None:
+        layer = int(module.layer_idx)
+        if layer <= self._last_layer:
+            self.step += 1
+        self._last_layer = layer
+        fwd = runtime.generate.forward
+        q_len, k_len = int(q_nope.shape[2]), int(latent.shape[2])
+        mask = self._mask(fwd.padding_mask, q_len, k_len, None)
+        key, value = module.expand_kv(latent.float(), k_rope.float())
+        query = torch.cat([q_nope, q_rope], dim=-1).float()
+        ref, _ = eager_of(module)(
+            module, query, key, value, mask, scaling=module.scaling, dropout=0.0
+        )  # [B, S, H, v]
+        heads, nope = int(module.num_heads), int(module.qk_nope_head_dim)
+        w = module.kv_b_proj.weight.float().view(heads, nope + int(module.v_head_dim), -1)
+        rnd = lambda t: t.float().to(self.act).float()  # noqa: E731
+        if runtime.mla.last_path == "ragged":  # decompressed q/k/v and output rounded
+            emu, _ = eager_of(module)(
+                module, rnd(query), rnd(key), rnd(value), mask, scaling=module.scaling, dropout=0.0
+            )
+            emu = rnd(emu)
+        else:
+            q_latent = rnd(torch.einsum("bhsn,hnl->bhsl", q_nope.float(), w[:, :nope]))
+            lat = rnd(latent)
+            scores = q_latent @ lat.transpose(-1, -2)
+            scores = scores + rnd(q_rope) @ rnd(k_rope).transpose(-1, -2)
+            probs = torch.softmax(scores * module.scaling + mask, dim=-1)
+            emu = torch.einsum("bhsl,hvl->bshv", rnd(probs @ lat), w[:, nope:])
+        rows = fwd.q_rows
+        flat = lambda t: t.reshape(-1, t.shape[-2], t.shape[-1]).index_select(0, rows)  # noqa
+        ref, emu, got = flat(ref), flat(emu), flat(out.float())
+        rms = ref.pow(2).mean().sqrt().item()
+        eps = torch.finfo(self.act).eps / 2
+        bound = LAYER_FACTOR * max((emu - ref).abs().max().item(), eps * rms)
+        error = (got - ref).abs().max().item()
+        if not error == error:
+            error = float("inf")
+        features = (
+            f"MLA {runtime.mla.last_path}, {heads} heads, latent {module.kv_lora_rank} + rope "
+            f"{module.qk_rope_head_dim}, scaling {module.scaling:.4g}"
+        )
+        self.records.append(LayerRecord(self.step, layer, features, error, bound))
+
+
+CASES["deepseek_v3"] = Case(
+    "deepseek_v3",
+    deepseek_v3_config,
+    ("mla absorbed", "yarn mscale", "rope_interleave"),
+    ((64, BF16), (1, BF16)),
+    switch_off={"yarn mscale": _yarn_scale_off, "rope_interleave": _rope_interleave_off},
+    post_init=_moderate_mla,
+)
+
+
+# -- Qwen3-Next (GDN linear attention + full attention) ----
+
+
+def qwen3_next_config(hidden: int = 256, vocab: int = VOCAB) -> Any:
+    """Qwen3-Next: a gated-delta-rule layer (Qwen3-Next's dims: K = V = 128, 2 value heads
+    per key head, conv 4) and a gated full-attention layer (GQA 4, head dim 64, partial
+    rope); dense MLPs."""
+    from transformers import Qwen3NextConfig
+
+    return Qwen3NextConfig(
+        **_common(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=256,
+            layer_types=["linear_attention", "full_attention"],
+            mlp_only_layers=[0, 1],
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+            linear_conv_kernel_dim=4,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            head_dim=64,
+        )
+    )
+
+
+def _gdn_decay_off(model: Any) -> Callable[[], None]:
+    """No decay: ``A_log`` -> -inf makes ``g = 0`` (the state is never forgotten)."""
+    saved = []
+    for module in model.modules():
+        if hasattr(module, "A_log") and hasattr(module, "dt_bias"):
+            saved.append((module, module.A_log.data.clone()))
+            module.A_log.data.fill_(-1e4)
+    assert saved, "no GDN module"
+
+    def restore() -> None:
+        for module, old in saved:
+            module.A_log.data.copy_(old)
+
+    return restore
+
+
+class GdnLayerJudge(LayerJudge):
+    """An attngen GDN observer: each Qwen3-Next linear-attention layer's gated-delta-rule
+    output (before the gated norm) against the module's own torch functions
+    (``causal_conv1d_fn``, ``torch_chunk_gated_delta_rule``, fp32) over the whole sequence so
+    far (the observer keeps the inputs of earlier steps; pads zeroed, as the module's own
+    padding mask does), bounded by LAYER_FACTOR x the deviation of the same reference on
+    inputs rounded to the kernels' dtype, output rounded too."""
+
+    def __init__(self, kv_dtype: torch.dtype, act: torch.dtype, scale: float = 1.0) -> None:
+        super().__init__(kv_dtype, act, scale)
+        self.history: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, module, mixed, a, b, out, runtime) -> None:
+        layer = int(module.layer_idx)
+        if layer <= self._last_layer:
+            self.step += 1
+        self._last_layer = layer
+        fwd = runtime.generate.forward
+        total, q_len = int(fwd.padding_mask.shape[1]), int(mixed.shape[1])
+        if total == q_len:
+            self.history.pop(layer, None)
+        parts = (mixed.float(), a.float(), b.float())
+        old = self.history.get(layer)
+        hist = parts if old is None else tuple(torch.cat([o, p], 1) for o, p in zip(old, parts))
+        self.history[layer] = hist
+        assert hist[0].shape[1] == total, (hist[0].shape, total)
+        keep = fwd.padding_mask[:, :, None].float()
+        ref = self._reference(module, *(t * keep for t in hist))[:, -q_len:]
+        rnd = lambda t: t.to(self.act).float()  # noqa: E731
+        emu = rnd(self._reference(module, *(rnd(t) * keep for t in hist))[:, -q_len:])
+        rows = runtime.gdn.rows  # this forward's real rows (it may run before any MHA layer)
+        flat = lambda t: t.reshape(-1, t.shape[-2], t.shape[-1]).index_select(0, rows)  # noqa
+        ref, emu, got = flat(ref), flat(emu), flat(out.float())
+        rms = ref.pow(2).mean().sqrt().item()
+        eps = torch.finfo(self.act).eps / 2
+        bound = LAYER_FACTOR * max((emu - ref).abs().max().item(), eps * rms)
+        error = (got - ref).abs().max().item()
+        if not error == error:
+            error = float("inf")
+        features = (
+            f"GDN, {module.num_k_heads} k / {module.num_v_heads} v heads of "
+            f"{module.head_k_dim}/{module.head_v_dim}, conv {module.conv_kernel_size}"
+        )
+        self.records.append(LayerRecord(self.step, layer, features, error, bound))
+
+    @staticmethod
+    def _reference(module, mixed, a, b) -> torch.Tensor:
+        modeling = sys.modules[type(module).__module__]
+        weight = module.conv1d.weight.float()[:, 0]
+        bias = None if module.conv1d.bias is None else module.conv1d.bias.float()
+        x = modeling.causal_conv1d_fn(
+            mixed.transpose(1, 2).contiguous(), weight, bias, activation=module.activation
+        ).transpose(1, 2)
+        bs, length = x.shape[:2]
+        kd, vd = module.key_dim, module.value_dim
+        q = x[..., :kd].reshape(bs, length, -1, module.head_k_dim)
+        k = x[..., kd : 2 * kd].reshape(bs, length, -1, module.head_k_dim)
+        v = x[..., 2 * kd : 2 * kd + vd].reshape(bs, length, -1, module.head_v_dim)
+        ratio = module.num_v_heads // module.num_k_heads
+        if ratio > 1:
+            q, k = q.repeat_interleave(ratio, dim=2), k.repeat_interleave(ratio, dim=2)
+        beta = b.sigmoid()
+        g = -module.A_log.float().exp() * torch.nn.functional.softplus(a + module.dt_bias.float())
+        out, _ = modeling.torch_chunk_gated_delta_rule(
+            q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True
+        )
+        return out.float()  # [B, L, HV, V]
+
+
+CASES["qwen3_next"] = Case(
+    "qwen3_next",
+    qwen3_next_config,
+    ("gdn chunked + recurrent", "gdn decay", "gqa 4 (full attention)"),
+    ((16, BF16),),  # the page size is the full-attention layer's only
+    switch_off={"gdn decay": _gdn_decay_off},
+)
+
+
+def emulate_gdn(model: Any, act: torch.dtype) -> Callable[[], None]:
+    """For the emulated run of the logit bound: every GDN layer's inputs to the conv and the
+    delta rule (``q | k | v`` channels, ``a``, ``b``) and its output rounded to ``act``, the
+    rest fp32 (the module's own torch functions), as attngen's path rounds them. Teacher-
+    forced forwards only (no cache). Returns a function restoring the modules."""
+    saved = []
+    for module in model.modules():
+        if not (hasattr(module, "A_log") and hasattr(module, "in_proj_qkvz")):
+            continue
+
+        def forward(hidden_states, cache_params=None, attention_mask=None, _m=module, **kwargs):
+            assert cache_params is None, "emulate_gdn serves teacher-forced forwards only"
+            hidden = hidden_states
+            bs, length = hidden.shape[:-1]
+            q, k, v, z, b, a = _m.fix_query_key_value_ordering(
+                _m.in_proj_qkvz(hidden), _m.in_proj_ba(hidden)
+            )
+            mixed = torch.cat([t.reshape(bs, length, -1) for t in (q, k, v)], dim=-1)
+            keep = torch.ones(bs, length, 1) if attention_mask is None else attention_mask
+            keep = keep.reshape(bs, length, 1).to(hidden.device, torch.float32)
+            rnd = lambda t: t.float().to(act).float()  # noqa: E731
+            out = rnd(GdnLayerJudge._reference(_m, *(rnd(t) * keep for t in (mixed, a, b))))
+            normed = _m.norm(out.reshape(-1, out.shape[-1]), z.reshape(-1, z.shape[-1]))
+            return _m.out_proj(normed.reshape(bs, length, -1))
+
+        saved.append((module, module.forward))
+        module.forward = forward
+
+    def restore() -> None:
+        for module, old in saved:
+            module.forward = old
+
+    return restore

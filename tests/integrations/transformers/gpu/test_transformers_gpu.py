@@ -12,6 +12,11 @@ attention (issue 13), on the GPU.
   on the same inputs, greedy tokens against eager fp32 generation (a divergence is accepted
   only where eager's own top-2 margin is within twice the bound), and each feature switched
   off must move the logits by more than 3 bounds (the test can see it).
+  Also DeepSeek-V3 (MLA: 16 heads of DeepSeek's dims, q LoRA, yarn scaling, interleaved
+  rope; attngen's absorbed MLA over its latent pool, page sizes 64 and 1) and Qwen3-Next
+  (a GDN layer on attngen's conv + chunked/recurrent delta rule over its state pool, prompts
+  of 2-4 chunks; a gated full-attention layer on attngen's MHA), judged the same way with
+  their own per-layer judges (``tf_models.MlaLayerJudge`` / ``GdnLayerJudge``).
 - ``test_continuous_batching``: ``generate_batch`` with CUDA graphs on, bf16 models,
   ``paged|attngen`` against transformers' own paged attention on its own paged cache
   (``paged|sdpa``; ``paged|eager`` for gpt-oss, which has no sdpa in 5.17): the same

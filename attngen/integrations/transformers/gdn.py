@@ -1,0 +1,339 @@
+"""Qwen3-Next linear attention (gated delta rule, GDN) on attngen's GDN backends, in plain
+``generate()``.
+
+transformers' ``Qwen3NextGatedDeltaNet`` runs its short causal conv and the gated delta rule
+(``torch_chunk_gated_delta_rule`` for prompts, ``torch_recurrent_gated_delta_rule`` for one
+new token) over its own cache. :func:`patch` replaces each such module's ``forward`` (while
+the model's attention implementation is ``"attngen"``; any other name runs the original)
+with one that keeps the module's projections, head ordering, gated RMSNorm and output
+projection and hands the rest to a generated GDN backend (:meth:`GdnGenerate.attend`): the
+real new tokens' pre-conv ``q | k | v`` channels and raw gate inputs ``a``, ``b`` go to
+``forward_extend`` (attngen's causal conv, then its chunked kernels; a row with cached
+tokens continues from its pool state) or ``forward_decode`` (conv update and the recurrent
+kernel), which read and write the conv window and the fp32 recurrent state of each request
+in attngen's :class:`~attngen.runtime.state_pool.RequestStatePool`. The module's conv
+weight, ``A_log`` and ``dt_bias`` are passed as they are (the backend computes ``g = -exp(
+A_log) softplus(a + dt_bias)`` and ``beta = sigmoid(b)`` itself).
+
+Rows and pads come from the same per-forward bookkeeping as the attention layers
+(:class:`~attngen.integrations.transformers.generate.GenerateState`): pads are dropped
+before the kernels, so they never touch a state, and their outputs are zeros.
+transformers' own cache for these layers is left untouched (the full-attention layers
+keep its length).
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from attngen.integrations.transformers.generate import Forward, GenerateState, _rows
+from attngen.integrations.transformers.options import Options
+from attngen.runtime.batch import ForwardBatch, ForwardMode
+from attngen.runtime.checks import AttngenInputError
+from attngen.runtime.select import GENERATED_PACKAGE, available_specs, load_backend_class
+from attngen.selection import preference
+
+FAMILY = "gdn"
+NEEDED_PHASES = ("extend", "decode")
+MODULE_CLASSES = ("Qwen3NextGatedDeltaNet",)
+
+
+@dataclass(frozen=True)
+class GdnShape:
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    conv_kernel: int
+
+    @classmethod
+    def of_module(cls, module: torch.nn.Module) -> GdnShape:
+        return cls(
+            int(module.num_k_heads),
+            int(module.num_v_heads),
+            int(module.head_k_dim),
+            int(module.head_v_dim),
+            int(module.conv_kernel_size),
+        )
+
+
+@dataclass(frozen=True)
+class GdnChoice:
+    arch: str
+    backend: str
+    spec: str
+    config: Any
+
+    @property
+    def backend_class(self) -> type:
+        return load_backend_class(self.arch, self.spec, self.backend)
+
+    def describe(self) -> str:
+        return f"{self.backend}/{self.spec}/{self.config.uri}"
+
+
+def choose_gdn(
+    shape: GdnShape, *, arch: str, dtype: torch.dtype, backend: str | None = None
+) -> GdnChoice:
+    """The generated GDN config serving a Qwen3-Next layer; an error naming what to add."""
+    if shape.num_k_heads < 1 or shape.num_v_heads % shape.num_k_heads:
+        raise AttngenInputError(
+            f"linear attention: {shape.num_v_heads} value heads are not a multiple of "
+            f"{shape.num_k_heads} key heads"
+        )
+    want: dict[str, Any] = dict(
+        key_dim=shape.head_k_dim,
+        value_dim=shape.head_v_dim,
+        v_heads_per_k_head=shape.num_v_heads // shape.num_k_heads,
+        dtype=str(dtype).removeprefix("torch."),
+        conv_kernel=shape.conv_kernel,
+        l2norm=True,  # Qwen3-Next normalizes q and k in the delta rule
+        spec_topk=0,
+    )
+    order = [b.value for b in preference(arch)]
+    found = []
+    for spec, backend_name, module in _gdn_modules(arch):
+        if backend is not None and backend_name != backend:
+            continue
+        if not set(NEEDED_PHASES) <= set(module.PHASES):
+            continue
+        for uri in sorted(module.CONFIGS):
+            config = module.CONFIGS[uri]
+            if all(getattr(config, k, None) == v for k, v in want.items()):
+                rank = (order.index(backend_name) if backend_name in order else len(order), spec)
+                found.append((rank, GdnChoice(arch, backend_name, spec, config)))
+    if not found:
+        on = f" on backend {backend}" if backend else ""
+        fields = " ".join(f"{k}={v}" for k, v in want.items())
+        raise AttngenInputError(
+            f"no generated GDN config{on} for {arch} serves a Qwen3-Next linear-attention "
+            f"layer with {fields}; add a spec (specs/gdn/*.yaml: phases [extend, decode], "
+            "these gdn fields) and run `make generate`"
+        )
+    return min(found, key=lambda item: item[0])[1]
+
+
+@lru_cache(maxsize=None)
+def _gdn_modules(arch: str) -> tuple[tuple[str, str, types.ModuleType], ...]:
+    modules = []
+    for spec, places in sorted(available_specs(arch).items()):
+        for backend_name, family in places:
+            if family != FAMILY:
+                continue
+            path = f"{GENERATED_PACKAGE}.{arch}.{backend_name}.{family}.{spec}.kernels"
+            try:
+                modules.append((spec, backend_name, importlib.import_module(path)))
+            except ImportError:
+                continue
+    return tuple(modules)
+
+
+class GdnGenerate:
+    """attngen's request state pool and GDN backend for plain generation (one per model)."""
+
+    def __init__(self, options: Options, state: GenerateState) -> None:
+        self.options = options
+        self.state = state
+        self.pool: Any = None
+        self.backend: Any = None
+        self.choice: GdnChoice | None = None
+        self.layers: dict[int, Any] = {}
+        self._forward: Forward | None = None  # the forward whose batch below is built
+        self._batch: ForwardBatch | None = None
+        self.rows: torch.Tensor | None = None  # [T] real rows of the [B * S] positions
+
+    def attend(
+        self,
+        module: torch.nn.Module,
+        mixed_qkv: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        num_layers: int,
+    ) -> torch.Tensor:
+        """``mixed_qkv [B, S, 2 H K + HV V]`` (pre-conv q | k | v), ``a``, ``b`` ``[B, S,
+        HV]``: the new positions. Returns the gated delta rule's output ``[B, S, HV, V]`` in
+        the model's dtype (zeros at pads)."""
+        fwd = self.state.forward
+        if fwd is None:
+            raise AttngenInputError(
+                "attngen GDN ran without its mask function: enable attngen with "
+                "attngen.integrations.transformers.enable(model)"
+            )
+        bs, q_len, channels = mixed_qkv.shape
+        if (bs, q_len) != (fwd.batch_size, fwd.q_length):
+            raise AttngenInputError(
+                f"hidden states: batch {bs} x {q_len} new positions, but this forward's mask "
+                f"said {fwd.batch_size} x {fwd.q_length}"
+            )
+        shape = GdnShape.of_module(module)
+        dtype = self.options.activation_dtype(mixed_qkv.dtype)
+        device = mixed_qkv.device
+        if self._forward is not fwd:
+            self._begin(fwd, shape, dtype, device, num_layers)
+        batch, rows = self._batch, self.rows
+        assert batch is not None and rows is not None
+        layer = self._layer(module, shape)
+        flat = lambda x: x.reshape(bs * q_len, -1).index_select(0, rows)  # noqa: E731
+        x = flat(mixed_qkv).to(dtype).contiguous()
+        a_rows, b_rows = flat(a).to(dtype).contiguous(), flat(b).to(dtype).contiguous()
+        if batch.forward_mode is ForwardMode.DECODE:
+            out = self.backend.forward_decode(layer, batch, x, a_rows, b_rows)
+        else:
+            out = self.backend.forward_extend(layer, batch, x, a_rows, b_rows)
+        full = mixed_qkv.new_zeros((bs * q_len, shape.num_v_heads * shape.head_v_dim))
+        full[rows] = out.to(mixed_qkv.dtype)
+        return full.view(bs, q_len, shape.num_v_heads, shape.head_v_dim)
+
+    def _begin(
+        self,
+        fwd: Forward,
+        shape: GdnShape,
+        dtype: torch.dtype,
+        device: torch.device,
+        num_layers: int,
+    ) -> None:
+        """This forward's batch (request rows 1..B: row 0 pads the state pool) and rows; a
+        new generation (no cached tokens) gets fresh state slots."""
+        from attngen.runtime.state_pool import RequestStatePool
+
+        bs, q_len = fwd.batch_size, fwd.q_length
+        if self.choice is None:
+            self.choice = choose_gdn(
+                shape,
+                arch=self.options.arch_for(device),
+                dtype=dtype,
+                backend=self.options.backend,
+            )
+        pool = self.pool
+        if pool is None or pool.size < bs:
+            conv_dim = 2 * shape.num_k_heads * shape.head_k_dim
+            conv_dim += shape.num_v_heads * shape.head_v_dim
+            pool = RequestStatePool(
+                num_layers=num_layers,
+                size=max(bs, 1),
+                max_reqs=max(bs, 1) + 1,
+                temporal_shape=(shape.num_v_heads, shape.head_v_dim, shape.head_k_dim),
+                temporal_dtype=torch.float32,
+                conv_shape=(conv_dim, shape.conv_kernel - 1),
+                conv_dtype=dtype,
+                device=device,
+            )
+            if any(fwd.prefix):
+                raise AttngenInputError(
+                    "attngen's GDN state pool is new but this forward continues cached "
+                    "tokens: the batch grew during generation (not supported)"
+                )
+            for r in range(1, bs + 1):
+                pool.assign(r, r)
+            self.pool = pool
+            self.backend = self.choice.backend_class(
+                num_k_heads=shape.num_k_heads,
+                num_v_heads=shape.num_v_heads,
+                head_k_dim=shape.head_k_dim,
+                head_v_dim=shape.head_v_dim,
+                dtype=dtype,
+                device=device,
+                state_pool=pool,
+            )
+        decode = q_len == 1 and min(fwd.prefix) > 0
+        as_int32 = dict(dtype=torch.int32, device=device)
+        seq = [p + n for p, n in zip(fwd.prefix, fwd.new)]
+        self._batch = ForwardBatch(
+            batch_size=bs,
+            forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND,
+            req_pool_indices=torch.arange(1, bs + 1, **as_int32),
+            seq_lens=torch.tensor(seq, **as_int32),
+            seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
+            out_cache_loc=torch.zeros(sum(fwd.new), dtype=torch.int64, device=device),
+            extend_prefix_lens=None if decode else torch.tensor(fwd.prefix, **as_int32),
+            extend_seq_lens=None if decode else torch.tensor(fwd.new, **as_int32),
+            extend_prefix_lens_cpu=None if decode else list(fwd.prefix),
+            extend_seq_lens_cpu=None if decode else list(fwd.new),
+        )
+        rows = [b * q_len + q_len - n + i for b, n in enumerate(fwd.new) for i in range(n)]
+        self.rows = torch.tensor(rows, dtype=torch.int64, device=device)
+        self.backend.init_forward_metadata(self._batch)
+        self._forward = fwd
+
+    def _layer(self, module: torch.nn.Module, shape: GdnShape) -> Any:
+        from attngen.families.gdn.runtime import GdnLayer
+
+        layer_id = int(module.layer_idx)
+        layer = self.layers.get(layer_id)
+        if layer is None:
+            bias = module.conv1d.bias
+            layer = GdnLayer(
+                layer_id=layer_id,
+                num_k_heads=shape.num_k_heads,
+                num_v_heads=shape.num_v_heads,
+                head_k_dim=shape.head_k_dim,
+                head_v_dim=shape.head_v_dim,
+                A_log=module.A_log.detach().float(),
+                dt_bias=module.dt_bias.detach().float(),
+                conv_weight=module.conv1d.weight.detach()[:, 0].to(self.backend.dtype),
+                conv_bias=None if bias is None else bias.detach().to(self.backend.dtype),
+            )
+            self.layers[layer_id] = layer
+        return layer
+
+
+# -- the module forward ----
+
+
+def patch(model: torch.nn.Module, runtime: Any, name: str) -> int:
+    """Give every Qwen3-Next linear-attention module of ``model`` the attngen forward (used
+    while the model's attention implementation is ``name``); returns how many."""
+    count = 0
+    num_layers = _num_layers(model)
+    for module in model.modules():
+        if type(module).__name__ not in MODULE_CLASSES:
+            continue
+        original = getattr(module, "_attngen_original_forward", None) or module.forward
+        module._attngen_original_forward = original
+        module._attngen_config = model.config  # the module keeps no config of its own
+        module.forward = types.MethodType(
+            _make_forward(original, runtime, name, num_layers), module
+        )
+        count += 1
+    return count
+
+
+def _num_layers(model: torch.nn.Module) -> int:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
+    return int((config or model.config).num_hidden_layers)
+
+
+def _make_forward(original: Any, runtime: Any, name: str, num_layers: int) -> Any:
+    def forward(
+        module: torch.nn.Module,
+        hidden_states: torch.Tensor,
+        cache_params: Any = None,
+        attention_mask: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        if module._attngen_config._attn_implementation != name:
+            return original(hidden_states, cache_params, attention_mask, **kwargs)
+        return _gdn_forward(module, runtime, hidden_states, num_layers)
+
+    return forward
+
+
+def _gdn_forward(module: Any, runtime: Any, hidden: torch.Tensor, num_layers: int) -> torch.Tensor:
+    """The module's own projections and head ordering, attngen's conv + gated delta rule,
+    the module's gated norm and output projection."""
+    bs, length = hidden.shape[:-1]
+    qkvz = module.in_proj_qkvz(hidden)
+    ba = module.in_proj_ba(hidden)
+    query, key, value, z, b, a = module.fix_query_key_value_ordering(qkvz, ba)
+    mixed = torch.cat([t.reshape(bs, length, -1) for t in (query, key, value)], dim=-1)
+    out = runtime.gdn.attend(module, mixed, a, b, num_layers)  # [B, S, HV, V]
+    for observe in runtime.gdn_observers:  # tests: the inputs attngen got and its output
+        observe(module, mixed, a, b, out, runtime)
+    normed = module.norm(out.reshape(-1, out.shape[-1]), z.reshape(-1, z.shape[-1]))
+    return module.out_proj(normed.reshape(bs, length, -1))
