@@ -224,6 +224,7 @@ class GpuEvidence:
     date: str
     passed: frozenset[tuple[str, str, str]]  # (kernel identity, runtime identity, check)
     details: dict[tuple[str, str], str] = field(default_factory=dict)  # measured figures
+    earlier: tuple[str, ...] = ()  # "commit date" of earlier runs whose records were kept
 
     def has(self, identity: str, runtime: str, check: str) -> bool:
         return (identity, runtime, check) in self.passed
@@ -263,7 +264,8 @@ def load_gpu(root: Path, arch: str) -> GpuEvidence | None:
     # a record from before runtime identities matches no runtime: stale, not an error
     passed = frozenset((r["identity"], r.get("runtime", ""), r["check"]) for r in ok)
     details = {(r["identity"], r["check"]): r["detail"] for r in ok if r.get("detail")}
-    return GpuEvidence(rel, data["device"], data["commit"], data["date"], passed, details)
+    earlier = tuple(f"{r['commit'][:12]} {r['date']}" for r in data.get("earlier_runs", []))
+    return GpuEvidence(rel, data["device"], data["commit"], data["date"], passed, details, earlier)
 
 
 def load_compile(root: Path, arch: str) -> CompileEvidence | None:

@@ -12,7 +12,9 @@ records are written there as JSON (what the support matrix reads to mark a cell 
 sources, module traits, config) and ``runtime`` the package's runtime identity (the host
 code the check ran: attngen.evidence.runtime_identity), so evidence goes stale when either
 changes and survives a move; ``module`` says which generated file the check ran through. Results are sorted and
-de-duplicated. Under pytest-xdist each worker ships its records to the controller, which
+de-duplicated. With ``ATTNGEN_EVIDENCE_KEEP=<earlier file>`` (same arch and device) the
+earlier run's records are kept beside this run's and its header is listed under
+``earlier_runs``: each record still counts only while its identities hold. Under pytest-xdist each worker ships its records to the controller, which
 writes the one file. Nothing is written when no check passed.
 """
 
@@ -91,15 +93,25 @@ def _document() -> dict:
 
     major, minor = torch.cuda.get_device_capability()
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    return {
+    document = {
         "arch": f"sm{major}{minor}",
         "device": torch.cuda.get_device_name(),
         "commit": os.environ.get("ATTNGEN_COMMIT", "unknown"),
         "date": os.environ.get("ATTNGEN_DATE", today),
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "results": EVIDENCE.to_json(),
     }
+    keep = os.environ.get("ATTNGEN_EVIDENCE_KEEP")
+    if keep:  # an earlier run's file of the same arch and device: its records stay
+        earlier = json.loads(Path(keep).read_text(encoding="utf-8"))
+        for key in ("arch", "device"):
+            if earlier[key] != document[key]:
+                raise ValueError(f"{keep}: {key} {earlier[key]!r} is not {document[key]!r}")
+        EVIDENCE.merge_json(earlier["results"])
+        runs = earlier.pop("earlier_runs", [])
+        earlier.pop("results")
+        document["earlier_runs"] = runs + [earlier]
+    return document | {"results": EVIDENCE.to_json()}
 
 
 @pytest.hookimpl(optionalhook=True)

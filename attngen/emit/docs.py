@@ -197,8 +197,10 @@ def evidence_lines(ev: Evidence) -> list[str]:
     for arch in Arch:
         gpu = ev.gpu.get(arch)
         if gpu:
+            kept = f" (records kept from {', '.join(gpu.earlier)})" if gpu.earlier else ""
             lines.append(
-                f"GPU ({arch.value}): `{gpu.path}`, {gpu.device}, commit {gpu.commit[:12]}, {gpu.date}"
+                f"GPU ({arch.value}): `{gpu.path}`, {gpu.device}, commit {gpu.commit[:12]}, "
+                f"{gpu.date}{kept}"
             )
         comp = ev.compiled.get(arch)
         if comp:
