@@ -80,9 +80,13 @@ def qwen2_config() -> Any:
             use_sliding_window=True,
             sliding_window=64,
             max_window_layers=1,
+            # two window layers: with one, switching its window off moved the logits by
+            # only 2.9 bounds at one seed on the H200 (the power check asks for 3)
+            num_hidden_layers=3,
         )
     )
-    assert cfg.layer_types == ["full_attention", "sliding_attention"], cfg.layer_types
+    want = ["full_attention", "sliding_attention", "sliding_attention"]
+    assert cfg.layer_types == want, cfg.layer_types
     return cfg
 
 
