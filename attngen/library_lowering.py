@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attngen.arch import facts
 from attngen.evidence import kernel_identity, library_sha256
-from attngen.ir import ModulePlan
+from attngen.hooks import MaskHooks
+from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
+from attngen.probes import feature_lines
 from attngen.spec.enums import Arch, Backend, Family
 from attngen.spec.fields import Int
 from attngen.spec.model import Spec
@@ -92,3 +95,34 @@ def tuning_values(
         return stages if key.endswith("num_stages") else other(key)
 
     return {key: value(key) for key in keys}
+
+
+def plan_module(
+    spec: Spec,
+    variants: tuple[Variant, ...],
+    arch: Arch,
+    backend: Backend,
+    *,
+    kernel_config: Callable[[Variant, Arch, Mapping[str, int]], Any],
+    seq_len_fill: int,
+    graph_buffers: tuple[GraphBuffer, ...],
+    runtime_class: str,
+    plan_type: type[ModulePlan] = ModulePlan,
+    **fields: Any,
+) -> ModulePlan:
+    """The plan every lowering builds: one config per variant (the spec's tuning for this
+    backend and arch applied), the mask's hooks, the arch's SM count and the CUDA-graph
+    buffers for the metadata builder, the docs' feature lines; ``fields`` go to a
+    ``plan_type`` that adds its own."""
+    overrides = spec.tuning_for(backend, arch)
+    return plan_type(
+        spec=spec,
+        backend=backend,
+        arch=arch,
+        hooks=MaskHooks.from_mask(spec.mask),
+        kernels=tuple(KernelPlan(v, kernel_config(v, arch, overrides)) for v in variants),
+        metadata=MetadataPlan(facts(arch).num_sms, seq_len_fill, graph_buffers),
+        runtime_class=runtime_class,
+        feature_lines=feature_lines(variants, spec.family, backend, arch),
+        **fields,
+    )

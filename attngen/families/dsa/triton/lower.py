@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from attngen.arch import facts
 from attngen.families.dsa.spec import DsaShape
 from attngen.families.dsa.triton.config import DsaKey, DsaTraits, DsaTritonConfig
-from attngen.hooks import MaskHooks
-from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
-from attngen.probes import feature_lines
+from attngen.library_lowering import plan_module
+from attngen.ir import GraphBuffer, ModulePlan
 from attngen.spec.enums import KV_DTYPE_NAME, TORCH_DTYPE_NAME, Arch, Backend, DType
 from attngen.spec.model import Spec
 from attngen.spec.variant import Variant
@@ -111,18 +109,15 @@ def decode_graph_buffers(fill: int) -> tuple[GraphBuffer, ...]:
 
 
 def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
-    overrides = spec.tuning_for(Backend.TRITON, arch)
-    return ModulePlan(
-        spec=spec,
-        backend=Backend.TRITON,
-        arch=arch,
-        hooks=MaskHooks.from_mask(spec.mask),
-        kernels=tuple(KernelPlan(v, kernel_config(v, arch, overrides)) for v in variants),
-        metadata=MetadataPlan(
-            facts(arch).num_sms, SEQ_LEN_FILL_VALUE, decode_graph_buffers(SEQ_LEN_FILL_VALUE)
-        ),
+    return plan_module(
+        spec,
+        variants,
+        arch,
+        Backend.TRITON,
+        kernel_config=kernel_config,
+        seq_len_fill=SEQ_LEN_FILL_VALUE,
+        graph_buffers=decode_graph_buffers(SEQ_LEN_FILL_VALUE),
         runtime_class=RUNTIME_CLASS,
-        feature_lines=feature_lines(variants, spec.family, Backend.TRITON, arch),
     )
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from attngen.arch import facts
 from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
-from attngen.hooks import MaskHooks
-from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
-from attngen.probes import feature_lines
+from attngen.library_lowering import plan_module
+from attngen.ir import GraphBuffer, ModulePlan
 from attngen.spec.enums import Arch, Backend, DType, Phase
 from attngen.spec.model import Spec
 from attngen.families.gdn.spec import GdnShape
@@ -100,17 +99,15 @@ def graph_buffers(verify: bool) -> tuple[GraphBuffer, ...]:
 
 
 def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
-    overrides = spec.tuning_for(Backend.TRITON, arch)
-    verify = Phase.VERIFY in spec.phases
-    return ModulePlan(
-        spec=spec,
-        backend=Backend.TRITON,
-        arch=arch,
-        hooks=MaskHooks.from_mask(spec.mask),
-        kernels=tuple(KernelPlan(v, kernel_config(v, arch, overrides)) for v in variants),
-        metadata=MetadataPlan(facts(arch).num_sms, SEQ_LEN_FILL_VALUE, graph_buffers(verify)),
+    return plan_module(
+        spec,
+        variants,
+        arch,
+        Backend.TRITON,
+        kernel_config=kernel_config,
+        seq_len_fill=SEQ_LEN_FILL_VALUE,
+        graph_buffers=graph_buffers(Phase.VERIFY in spec.phases),
         runtime_class=RUNTIME_CLASS,
-        feature_lines=feature_lines(variants, spec.family, Backend.TRITON, arch),
     )
 
 

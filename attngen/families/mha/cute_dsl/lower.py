@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from attngen.arch import facts
 from attngen.families.mha.cute_dsl.capability import PAGED_PHASES
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
 from attngen.families.mha.key import MhaKey
-from attngen.hooks import MaskHooks
-from attngen.ir import KernelPlan, MetadataPlan, ModulePlan
-from attngen.probes import feature_lines
+from attngen.library_lowering import plan_module
+from attngen.ir import ModulePlan
 from attngen.spec.enums import Arch, Backend
 from attngen.spec.model import Spec
 from attngen.spec.variant import Variant
@@ -62,16 +60,15 @@ def kernel_config(
 
 def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
     """The plan of one spec's supported variants on ``arch`` (checked by the caller)."""
-    overrides = spec.tuning_for(Backend.CUTE_DSL, arch)
-    return ModulePlan(
-        spec=spec,
-        backend=Backend.CUTE_DSL,
-        arch=arch,
-        hooks=MaskHooks.from_mask(spec.mask),
-        kernels=tuple(KernelPlan(v, kernel_config(v, arch, overrides)) for v in variants),
-        metadata=MetadataPlan(facts(arch).num_sms, SEQ_LEN_FILL_VALUE, ()),
+    return plan_module(
+        spec,
+        variants,
+        arch,
+        Backend.CUTE_DSL,
+        kernel_config=kernel_config,
+        seq_len_fill=SEQ_LEN_FILL_VALUE,
+        graph_buffers=(),
         runtime_class=RUNTIME_CLASS,
-        feature_lines=feature_lines(variants, spec.family, Backend.CUTE_DSL, arch),
     )
 
 

@@ -10,12 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from attngen.arch import facts
 from attngen.families.mha.key import MhaKey
 from attngen.families.mha.triton.config import MhaTraits, MhaTritonConfig
-from attngen.probes import feature_lines
-from attngen.hooks import MaskHooks
-from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
+from attngen.library_lowering import plan_module
+from attngen.ir import GraphBuffer, ModulePlan
 from attngen.spec.enums import Arch, Backend, DType
 from attngen.spec.model import Spec
 from attngen.families.mha.spec import MhaShape
@@ -168,20 +166,20 @@ def decode_graph_buffers(fill: int) -> tuple[GraphBuffer, ...]:
 
 def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> MhaTritonPlan:
     """The plan of one spec's supported variants on ``arch`` (checked by the caller)."""
-    overrides = spec.tuning_for(Backend.TRITON, arch)
-    return MhaTritonPlan(
-        spec=spec,
-        backend=Backend.TRITON,
-        arch=arch,
-        hooks=MaskHooks.from_mask(spec.mask),
-        kernels=tuple(KernelPlan(v, kernel_config(v, arch, overrides)) for v in variants),
-        metadata=MetadataPlan(
-            facts(arch).num_sms, SEQ_LEN_FILL_VALUE, decode_graph_buffers(SEQ_LEN_FILL_VALUE)
-        ),
+    plan = plan_module(
+        spec,
+        variants,
+        arch,
+        Backend.TRITON,
+        kernel_config=kernel_config,
+        seq_len_fill=SEQ_LEN_FILL_VALUE,
+        graph_buffers=decode_graph_buffers(SEQ_LEN_FILL_VALUE),
         runtime_class=RUNTIME_CLASS,
-        feature_lines=feature_lines(variants, spec.family, Backend.TRITON, arch),
+        plan_type=MhaTritonPlan,
         fp4_scales_as_bytes=arch is Arch.SM80,
     )
+    assert isinstance(plan, MhaTritonPlan)
+    return plan
 
 
 def traits(plan: ModulePlan) -> MhaTraits:
