@@ -114,13 +114,7 @@ class TritonCompiler(aot_driver.Compiler):
 
 
 COMPILER = TritonCompiler()
-discover = COMPILER.discover
-list_entries = COMPILER.list_entries
-compile_arch = COMPILER.compile_arch
-resource_problems = COMPILER.resource_problems
-check_evidence = COMPILER.check_evidence
 main = COMPILER.main
-dumps = aot_driver.dumps
 
 if __name__ == "__main__":  # run the importable module's compiler (its class pickles by name)
     import sys

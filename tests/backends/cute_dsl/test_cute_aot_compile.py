@@ -40,15 +40,15 @@ def failure_text(proc: subprocess.CompletedProcess) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", aot.ARCH_NAMES)
 def test_generated_kernels_compile_and_match_evidence(arch: str, tmp_path: Path) -> None:
-    if not aot.discover(arch, GENERATED):
+    if not aot.COMPILER.discover(arch, GENERATED):
         pytest.skip(f"no generated cute_dsl kernels under generated/{arch}/ yet")
     out = tmp_path / f"{arch}.json"
     proc = run_aot(arch, GENERATED, out)
     assert proc.returncode == 0, failure_text(proc)
     result = json.loads(out.read_text())
-    assert aot.resource_problems(result) == []
+    assert aot.COMPILER.resource_problems(result) == []
     assert all(row["instructions"] for row in result["kernels"])  # each was looked for
-    assert aot.check_evidence(arch, GENERATED, out) == []
+    assert aot.COMPILER.check_evidence(arch, GENERATED, out) == []
     evidence = EVIDENCE / f"{arch}.json"
     assert evidence.exists(), f"{evidence.relative_to(REPO)} is missing: {REGENERATE}"
     recorded, fresh = evidence.read_text(), out.read_text()
@@ -65,12 +65,12 @@ def test_generated_kernels_compile_and_match_evidence(arch: str, tmp_path: Path)
 def test_missing_instructions_spills_and_smem_are_problems() -> None:
     row = dict(module="m", variant="v", kernel="k", registers=168, spill_bytes=0)
     good = dict(row, shared_bytes=1024, instructions={"HGMMA": 16, "UTMALDG": 3})
-    assert aot.resource_problems({"arch": "sm90", "kernels": [good]}) == []
+    assert aot.COMPILER.resource_problems({"arch": "sm90", "kernels": [good]}) == []
     bad = [
         dict(good, instructions={"HGMMA": 0, "UTMALDG": 3}),
         dict(good, spill_bytes=8),
         dict(good, shared_bytes=300_000),
     ]
-    problems = aot.resource_problems({"arch": "sm90", "kernels": bad})
+    problems = aot.COMPILER.resource_problems({"arch": "sm90", "kernels": bad})
     assert len(problems) == 3
     assert "no HGMMA" in problems[0] and "spills 8" in problems[1] and "300000 B" in problems[2]

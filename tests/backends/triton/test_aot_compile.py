@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from attngen.backends.triton import aot
+from attngen import aot_driver
 from attngen.testing.paths import REPO_ROOT as REPO
 
 GENERATED = REPO / "generated"
@@ -45,7 +46,7 @@ def failure_text(proc: subprocess.CompletedProcess) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", aot.ARCH_NAMES)
 def test_generated_kernels_compile_and_match_evidence(arch: str, tmp_path: Path) -> None:
-    if not aot.discover(arch, GENERATED):
+    if not aot.COMPILER.discover(arch, GENERATED):
         pytest.skip(f"no generated kernels under generated/{arch}/ yet")
     out = tmp_path / f"{arch}.json"
     proc = run_aot(arch, GENERATED, out, tmp_path / "triton-cache")
@@ -54,7 +55,7 @@ def test_generated_kernels_compile_and_match_evidence(arch: str, tmp_path: Path)
     spills = [r for r in result["kernels"] if r["spill_bytes"] > 0]
     assert not spills, f"kernels spill registers on {arch}: {spills}"
     # every (module, variant, kernel) of the tree is in the fresh result, with its identity
-    assert aot.check_evidence(arch, GENERATED, out) == []
+    assert aot.COMPILER.check_evidence(arch, GENERATED, out) == []
     evidence = EVIDENCE / f"{arch}.json"
     assert evidence.exists(), f"{evidence.relative_to(REPO)} is missing: {REGENERATE}"
     recorded, fresh = evidence.read_text(), out.read_text()
@@ -140,18 +141,18 @@ def test_checker_on_a_tiny_tree(tmp_path: Path) -> None:
     assert proc.stdout.count("\n") == 3 and "[3/3] sm90 tiny t1" in proc.stdout, proc.stdout
     text = out.read_text()
     result = json.loads(text)
-    assert text == aot.dumps(result) and text.endswith("}\n") and str(tmp_path) not in text
+    assert text == aot_driver.dumps(result) and text.endswith("}\n") and str(tmp_path) not in text
     assert [(r["variant"], r["kernel"]) for r in result["kernels"]] == [
         (v, k) for v in ("tiny/a", "tiny/b", "tiny/c") for k in ("scale", "scale_small")
     ]
     assert all(r["registers"] > 0 and r["spill_bytes"] == 0 for r in result["kernels"])
-    assert aot.check_evidence("sm90", generated, out) == []
+    assert aot.COMPILER.check_evidence("sm90", generated, out) == []
 
     # --reuse: rows of the same identity and compiler are kept, the rest compile
     earlier = dict(result, kernels=[dict(r) for r in result["kernels"] if r["variant"] != "tiny/c"])
     earlier["kernels"][0]["registers"] = 7  # a kept row keeps its (here doctored) measurement
     reuse = tmp_path / "earlier.json"
-    reuse.write_text(aot.dumps(earlier))
+    reuse.write_text(aot_driver.dumps(earlier))
     again = tmp_path / "again.json"
     proc = run_aot("sm90", generated, again, tmp_path / "triton-cache", "--reuse", str(reuse))
     assert proc.returncode == 0, failure_text(proc)
@@ -159,7 +160,9 @@ def test_checker_on_a_tiny_tree(tmp_path: Path) -> None:
     assert "1 compile(s) reused" in proc.stdout and "[2/2] sm90 tiny t1" in proc.stdout
     rows = json.loads(again.read_text())["kernels"]
     assert rows[0]["registers"] == 7 and rows[1:] == result["kernels"][1:]
-    reuse.write_text(aot.dumps(dict(earlier, compiler="triton 0.0")))  # another compiler: none
+    reuse.write_text(
+        aot_driver.dumps(dict(earlier, compiler="triton 0.0"))
+    )  # another compiler: none
     proc = run_aot("sm90", generated, again, tmp_path / "triton-cache", "--reuse", str(reuse))
     assert proc.returncode == 0 and "[3/3]" in proc.stdout and "reused" not in proc.stdout
     assert again.read_text() == text
@@ -170,8 +173,8 @@ def test_checker_on_a_tiny_tree(tmp_path: Path) -> None:
     stale["kernels"].append(
         dict(stale["kernels"][2], module="aotgen_tiny/sm90/triton/gone/x/kernels.py")
     )
-    out.write_text(aot.dumps(stale))
-    problems = aot.check_evidence("sm90", generated, out)
+    out.write_text(aot_driver.dumps(stale))
+    problems = aot.COMPILER.check_evidence("sm90", generated, out)
     assert len(problems) == 4, problems
     assert problems[0].startswith("missing from evidence") and "stale" in problems[1]
     assert "not in the tree" in problems[2] and "spills 8 bytes" in problems[3]
