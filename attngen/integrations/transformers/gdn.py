@@ -24,20 +24,17 @@ keep its length).
 
 from __future__ import annotations
 
-import importlib
 import types
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import torch
 
-from attngen.integrations.transformers.generate import Forward, GenerateState, _rows
+from attngen.integrations.transformers.generate import Forward, GenerateState
 from attngen.integrations.transformers.options import Options
 from attngen.runtime.batch import ForwardBatch, ForwardMode
 from attngen.runtime.checks import AttngenInputError
-from attngen.runtime.select import GENERATED_PACKAGE, available_specs, load_backend_class
-from attngen.selection import preference
+from attngen.integrations.transformers.select import Choice, best_choice
 
 FAMILY = "gdn"
 NEEDED_PHASES = ("extend", "decode")
@@ -63,24 +60,9 @@ class GdnShape:
         )
 
 
-@dataclass(frozen=True)
-class GdnChoice:
-    arch: str
-    backend: str
-    spec: str
-    config: Any
-
-    @property
-    def backend_class(self) -> type:
-        return load_backend_class(self.arch, self.spec, self.backend)
-
-    def describe(self) -> str:
-        return f"{self.backend}/{self.spec}/{self.config.uri}"
-
-
 def choose_gdn(
     shape: GdnShape, *, arch: str, dtype: torch.dtype, backend: str | None = None
-) -> GdnChoice:
+) -> Choice:
     """The generated GDN config serving a Qwen3-Next layer; an error naming what to add."""
     if shape.num_k_heads < 1 or shape.num_v_heads % shape.num_k_heads:
         raise AttngenInputError(
@@ -96,19 +78,8 @@ def choose_gdn(
         l2norm=True,  # Qwen3-Next normalizes q and k in the delta rule
         spec_topk=0,
     )
-    order = [b.value for b in preference(arch)]
-    found = []
-    for spec, backend_name, module in _gdn_modules(arch):
-        if backend is not None and backend_name != backend:
-            continue
-        if not set(NEEDED_PHASES) <= set(module.PHASES):
-            continue
-        for uri in sorted(module.CONFIGS):
-            config = module.CONFIGS[uri]
-            if all(getattr(config, k, None) == v for k, v in want.items()):
-                rank = (order.index(backend_name) if backend_name in order else len(order), spec)
-                found.append((rank, GdnChoice(arch, backend_name, spec, config)))
-    if not found:
+    choice = best_choice(arch, FAMILY, want, backend=backend)
+    if choice is None:
         on = f" on backend {backend}" if backend else ""
         fields = " ".join(f"{k}={v}" for k, v in want.items())
         raise AttngenInputError(
@@ -116,22 +87,7 @@ def choose_gdn(
             f"layer with {fields}; add a spec (specs/gdn/*.yaml: phases [extend, decode], "
             "these gdn fields) and run `make generate`"
         )
-    return min(found, key=lambda item: item[0])[1]
-
-
-@lru_cache(maxsize=None)
-def _gdn_modules(arch: str) -> tuple[tuple[str, str, types.ModuleType], ...]:
-    modules = []
-    for spec, places in sorted(available_specs(arch).items()):
-        for backend_name, family in places:
-            if family != FAMILY:
-                continue
-            path = f"{GENERATED_PACKAGE}.{arch}.{backend_name}.{family}.{spec}.kernels"
-            try:
-                modules.append((spec, backend_name, importlib.import_module(path)))
-            except ImportError:
-                continue
-    return tuple(modules)
+    return choice
 
 
 class GdnGenerate:
@@ -142,7 +98,7 @@ class GdnGenerate:
         self.state = state
         self.pool: Any = None
         self.backend: Any = None
-        self.choice: GdnChoice | None = None
+        self.choice: Choice | None = None
         self.layers: dict[int, Any] = {}
         self._forward: Forward | None = None  # the forward whose batch below is built
         self._batch: ForwardBatch | None = None

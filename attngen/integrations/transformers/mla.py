@@ -24,11 +24,9 @@ length drives the positions); attngen reads only its own pool.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import torch
@@ -37,8 +35,7 @@ from attngen.integrations.transformers.generate import GenerateState, _rows
 from attngen.integrations.transformers.options import Options
 from attngen.runtime.batch import AttentionLayer, ForwardMode, ReqToTokenPool
 from attngen.runtime.checks import AttngenInputError
-from attngen.runtime.select import GENERATED_PACKAGE, available_specs, load_backend_class
-from attngen.selection import preference
+from attngen.integrations.transformers.select import Choice, best_choice, dtype_name
 
 FAMILY = "mla"
 NEEDED_PHASES = ("extend", "decode")
@@ -74,21 +71,6 @@ class MlaShape:
         )
 
 
-@dataclass(frozen=True)
-class MlaChoice:
-    arch: str
-    backend: str
-    spec: str
-    config: Any
-
-    @property
-    def backend_class(self) -> type:
-        return load_backend_class(self.arch, self.spec, self.backend)
-
-    def describe(self) -> str:
-        return f"{self.backend}/{self.spec}/{self.config.uri}"
-
-
 def choose_mla(
     shape: MlaShape,
     *,
@@ -97,7 +79,7 @@ def choose_mla(
     kv_dtype: torch.dtype,
     page_size: int | None = None,
     backend: str | None = None,
-) -> MlaChoice:
+) -> Choice:
     """The generated MLA config serving ``shape``; an error naming what to add if none."""
     want: dict[str, Any] = dict(
         num_heads=shape.num_heads,
@@ -105,58 +87,23 @@ def choose_mla(
         qk_rope_head_dim=shape.qk_rope_head_dim,
         qk_nope_head_dim=shape.qk_nope_head_dim,
         v_head_dim=shape.v_head_dim,
-        dtype=_name(dtype),
-        kv_dtype=_name(kv_dtype),
+        dtype=dtype_name(dtype),
+        kv_dtype=dtype_name(kv_dtype),
         spec_topk=0,
     )
     if page_size is not None:
         want["page_size"] = page_size
-    order = [b.value for b in preference(arch)]
-    found = []
-    for spec, backend_name, module in _mla_modules(arch):
-        if backend is not None and backend_name != backend:
-            continue
-        if not set(NEEDED_PHASES) <= set(module.PHASES):
-            continue
-        for uri in sorted(module.CONFIGS):
-            config = module.CONFIGS[uri]
-            if all(getattr(config, k, None) == v for k, v in want.items()):
-                ps = config.page_size
-                rank = (
-                    order.index(backend_name) if backend_name in order else len(order),
-                    PAGE_SIZE_ORDER.index(ps) if ps in PAGE_SIZE_ORDER else len(PAGE_SIZE_ORDER),
-                    spec,
-                )
-                found.append((rank, MlaChoice(arch, backend_name, spec, config)))
-    if not found:
+    choice = best_choice(arch, FAMILY, want, backend=backend, page_order=PAGE_SIZE_ORDER)
+    if choice is None:
         on = f" on backend {backend}" if backend else ""
         fields = " ".join(f"{k}={v}" for k, v in want.items())
         raise AttngenInputError(
             f"no generated MLA config{on} for {arch} serves a DeepSeek-V3 attention layer with "
             f"{fields}; add a spec (specs/mla/*.yaml: phases [extend, decode], mla dims and "
-            f"num_heads {shape.num_heads}, dtype {_name(dtype)}) and run `make generate` (the "
+            f"num_heads {shape.num_heads}, dtype {dtype_name(dtype)}) and run `make generate` (the "
             "Triton MLA kernels are lowered for DeepSeek's 512/64/128/128 dims only)"
         )
-    return min(found, key=lambda item: item[0])[1]
-
-
-@lru_cache(maxsize=None)
-def _mla_modules(arch: str) -> tuple[tuple[str, str, types.ModuleType], ...]:
-    modules = []
-    for spec, places in sorted(available_specs(arch).items()):
-        for backend_name, family in places:
-            if family != FAMILY:
-                continue
-            path = f"{GENERATED_PACKAGE}.{arch}.{backend_name}.{family}.{spec}.kernels"
-            try:
-                modules.append((spec, backend_name, importlib.import_module(path)))
-            except ImportError:
-                continue
-    return tuple(modules)
-
-
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+    return choice
 
 
 class MlaGenerate:
@@ -169,7 +116,7 @@ class MlaGenerate:
         self.pool: Any = None
         self.req_pool: ReqToTokenPool | None = None
         self.backend: Any = None
-        self.choice: MlaChoice | None = None
+        self.choice: Choice | None = None
         self.layers: dict[int, AttentionLayer] = {}
         self._ready: Any = None  # the Forward whose metadata is built (held: ids get reused)
         self.last_path = ""  # "ragged" or "absorbed": how the last layer call ran
@@ -279,7 +226,7 @@ class MlaGenerate:
         )
         return out.view(-1, shape.num_heads, shape.v_head_dim).to(q_nope.dtype)
 
-    def _choose(self, shape: MlaShape, dtype: torch.dtype, device: torch.device) -> MlaChoice:
+    def _choose(self, shape: MlaShape, dtype: torch.dtype, device: torch.device) -> Choice:
         if self.choice is None:
             if self.options.kv_cache_dtype not in (None, dtype):
                 raise AttngenInputError(

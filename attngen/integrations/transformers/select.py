@@ -15,6 +15,7 @@ import importlib
 from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -122,42 +123,61 @@ def choose(
         head_dim=features.head_dim,
         v_head_dim=features.v_head_dim,
         gqa_group=features.gqa_group,
-        dtype=_name(dtype),
-        kv_dtype=_name(kv_dtype),
+        dtype=dtype_name(dtype),
+        kv_dtype=dtype_name(kv_dtype),
         spec_topk=0,
     )
     if kv_dtype in FP8:
         want["kv_scale"] = "per_tensor"  # one scale per K and V tensor (Options.kv_scale)
     if page_size is not None:
         want["page_size"] = page_size
+    accept = lambda module: module.HOOKS == features.hooks  # noqa: E731
+    choice = best_choice(arch, FAMILY, want, backend=backend, accept=accept)
+    if choice is None:
+        raise AttngenInputError(_missing(features, arch, want, backend))
+    return choice
+
+
+def best_choice(
+    arch: str,
+    family: str,
+    want: dict[str, Any],
+    *,
+    backend: str | None = None,
+    accept: Callable[[ModuleType], bool] = lambda module: True,
+    page_order: tuple[int, ...] = PAGE_SIZE_ORDER,
+) -> Choice | None:
+    """The generated config of ``family`` on ``arch`` whose fields equal ``want``, in a
+    module with the phases generation needs that ``accept`` takes: first by the arch's
+    backend preference, then by ``page_order``, then by spec name. None if there is none."""
     order = [b.value for b in preference(arch)]
     found: list[tuple[tuple[int, int, str], Choice]] = []
-    for spec, backend_name, module in _mha_modules(arch):
+    for spec, backend_name, module in generated_modules(arch, family):
         if backend is not None and backend_name != backend:
             continue
-        if module.HOOKS != features.hooks or not set(NEEDED_PHASES) <= set(module.PHASES):
+        if not set(NEEDED_PHASES) <= set(module.PHASES) or not accept(module):
             continue
         for uri in sorted(module.CONFIGS):
             config = module.CONFIGS[uri]
-            if all(getattr(config, k) == v for k, v in want.items()):
+            if all(getattr(config, k, None) == v for k, v in want.items()):
+                page = getattr(config, "page_size", None)
                 rank = (
                     order.index(backend_name) if backend_name in order else len(order),
-                    _page_rank(config.page_size),
+                    page_order.index(page) if page in page_order else len(page_order),
                     spec,
                 )
                 found.append((rank, Choice(arch, backend_name, spec, config, module)))
-    if not found:
-        raise AttngenInputError(_missing(features, arch, want, backend))
-    return min(found, key=lambda item: item[0])[1]
+    return min(found, key=lambda item: item[0])[1] if found else None
 
 
 @lru_cache(maxsize=None)
-def _mha_modules(arch: str) -> tuple[tuple[str, str, ModuleType], ...]:
-    """Every importable generated MHA kernels module of ``arch``: (spec, backend, module)."""
+def generated_modules(arch: str, family: str) -> tuple[tuple[str, str, ModuleType], ...]:
+    """Every importable generated kernels module of ``family`` on ``arch``:
+    (spec, backend, module)."""
     modules = []
     for spec, places in sorted(available_specs(arch).items()):
-        for backend_name, family in places:
-            if family != FAMILY:
+        for backend_name, place_family in places:
+            if place_family != family:
                 continue
             path = f"{GENERATED_PACKAGE}.{arch}.{backend_name}.{family}.{spec}.kernels"
             try:
@@ -167,13 +187,7 @@ def _mha_modules(arch: str) -> tuple[tuple[str, str, ModuleType], ...]:
     return tuple(modules)
 
 
-def _page_rank(page_size: int) -> int:
-    return (
-        PAGE_SIZE_ORDER.index(page_size) if page_size in PAGE_SIZE_ORDER else len(PAGE_SIZE_ORDER)
-    )
-
-
-def _name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
@@ -182,7 +196,7 @@ def _missing(features: LayerFeatures, arch: str, want: dict, backend: str | None
     fields = " ".join(f"{k}={v}" for k, v in want.items())
     same_hooks = sorted(
         f"{spec} ({b})"
-        for spec, b, module in _mha_modules(arch)
+        for spec, b, module in generated_modules(arch, FAMILY)
         if module.HOOKS == features.hooks and set(NEEDED_PHASES) <= set(module.PHASES)
     )
     hint = (
