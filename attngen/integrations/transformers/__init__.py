@@ -16,12 +16,15 @@ window, logit softcap, attention sinks, GQA group, head dims); a layer that no g
 spec serves fails with what to add. DeepSeek-V3 attention modules (MLA) get a forward that
 runs attngen's absorbed MLA over its latent pool in plain ``generate()`` (``mla.py``);
 Qwen3-Next linear-attention modules (GDN) one that runs attngen's conv and gated delta rule
-over its request state pool (``gdn.py``).
+over its request state pool (``gdn.py``); DeepSeek-V3.2 attention modules (DSA) one that runs
+attngen's fp8 lightning indexer and sparse MLA with the module's own indexer weights
+(``dsa.py``).
 
 ``observers`` (a list on the :class:`Runtime`) are called after every plain-generate layer
 with ``(module, query, key, value, kwargs, output, runtime)``: tests use it to judge each
-layer against the model's own eager attention; ``mla_observers`` and ``gdn_observers`` are
-called after every MLA / GDN layer of plain generate (see ``mla.py`` / ``gdn.py``).
+layer against the model's own eager attention; ``mla_observers``, ``gdn_observers`` and
+``dsa_observers`` after every MLA / GDN / DSA layer of plain generate (see ``mla.py``,
+``gdn.py``, ``dsa.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from attngen.integrations.transformers import gdn, mla
+from attngen.integrations.transformers import dsa, gdn, mla
 from attngen.integrations.transformers.generate import GenerateState
 from attngen.integrations.transformers.options import Options
 from attngen.integrations.transformers.paged import PagedState
@@ -54,9 +57,11 @@ class Runtime:
         self.paged = PagedState(options)
         self.mla = mla.MlaGenerate(options, self.generate)  # DeepSeek-V3 layers (mla.py)
         self.gdn = gdn.GdnGenerate(options, self.generate)  # Qwen3-Next linear layers (gdn.py)
+        self.dsa = dsa.DsaGenerate(options, self.generate)  # DeepSeek-V3.2 layers (dsa.py)
         self.observers: list[Callable[..., None]] = []
         self.mla_observers: list[Callable[..., None]] = []
         self.gdn_observers: list[Callable[..., None]] = []
+        self.dsa_observers: list[Callable[..., None]] = []
 
 
 def enable(model: torch.nn.Module, **options: Any) -> Runtime:
@@ -69,6 +74,7 @@ def enable(model: torch.nn.Module, **options: Any) -> Runtime:
         _RUNTIMES[id(cfg)] = runtime
     mla.patch(model, runtime, NAME)
     gdn.patch(model, runtime, NAME)
+    dsa.patch(model, runtime, NAME)
     model.set_attn_implementation(NAME)
     return runtime
 

@@ -38,6 +38,8 @@ class Report:
     choices: list[str] = field(default_factory=list)
     layer_calls: int = 0  # layer calls the per-layer judges saw
     layer_kinds: list[str] = field(default_factory=list)  # what they saw (features' first part)
+    dsa_recall: float | None = None  # share of transformers' fp32 top-k picks attngen kept
+    dsa_index_ties: tuple[int, int] = (0, 0)  # rows whose pick differed only at a tie, rows
 
     def line(self) -> str:
         sens = " ".join(f"{k}:{v:.0f}x" for k, v in self.sensitivity.items())
@@ -45,7 +47,13 @@ class Report:
             f"{self.case:8s} ps={self.page_size:<3d} kv={self.kv_dtype:13s} "
             f"err={self.max_error:.3e} "
             f"bound={self.bound:.3e} ties={len(self.ties)} off/bound[{sens}] "
-            f"{'OK' if not self.failures else 'FAIL'}"
+            + (
+                f"dsa[recall of fp32 top-k {self.dsa_recall:.3f}, index ties "
+                f"{self.dsa_index_ties[0]}/{self.dsa_index_ties[1]} rows] "
+                if self.dsa_recall is not None
+                else ""
+            )
+            + f"{'OK' if not self.failures else 'FAIL'}"
         )
 
 
@@ -88,8 +96,16 @@ def check_generate(
         return_dict_in_generate=True,
         pad_token_id=M.PAD,
     )
+    dsa = any(type(m).__name__ == "DeepseekV32Attention" for m in model.modules())
     with torch.no_grad():
-        ref = model.generate(input_ids=ids, attention_mask=mask, **kw)
+        # DSA: the reference picks its top-k from DeepSeek-V3.2's fp8 indexer scores (float64
+        # sums), as attngen's indexer does; transformers' own fp32 pick is reported (recall)
+        restore = M.fp8_indexer(model, options.get("dtype") or torch.bfloat16) if dsa else None
+        try:
+            ref = model.generate(input_ids=ids, attention_mask=mask, **kw)
+        finally:
+            if restore is not None:
+                restore()
         runtime = atf.enable(model, page_size=page_size, kv_cache_dtype=kv_dtype, **options)
         act = options.get("dtype") or torch.bfloat16
         judge = M.LayerJudge(kv_dtype, act)
@@ -98,31 +114,43 @@ def check_generate(
         runtime.mla_observers.append(mla_judge)
         gdn_judge = M.GdnLayerJudge(kv_dtype, act)
         runtime.gdn_observers.append(gdn_judge)
+        dsa_judge = M.DsaLayerJudge(kv_dtype, act)
+        runtime.dsa_observers.append(dsa_judge)
         got = model.generate(input_ids=ids, attention_mask=mask, **kw)
-    judge.records += mla_judge.records + gdn_judge.records  # one list: first failure by step
+    # one list: first failure by step
+    judge.records += mla_judge.records + gdn_judge.records + dsa_judge.records
     report.layer_calls = len(judge.records)
     report.layer_kinds = sorted({r.features.split(",")[0] for r in judge.records})
     report.choices = sorted({c.describe() for c in runtime.generate.choices.values()})
-    for family in (runtime.mla, runtime.gdn):
+    if dsa:
+        report.dsa_recall = dsa_judge.recall
+        report.dsa_index_ties = (dsa_judge.index_ties, dsa_judge.index_rows)
+    for family in (runtime.mla, runtime.gdn, runtime.dsa):
         if family.choice is not None:
             report.choices.append(family.choice.describe())
     tokens_ref, tokens = ref.sequences[:, start:], got.sequences[:, start:]
     logits = torch.stack(got.logits, dim=1).float()  # [B, steps, V]
     full_mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
-    exact = teacher_forced(model, "eager", got.sequences, full_mask, start)
-    restore = M.emulate_gdn(model, act)  # GDN layers rounded as attngen's path rounds them
+    # DSA: the teacher-forced references attend the keys attngen's indexer picked (judged
+    # per layer by DsaLayerJudge); "sparse top-k" off makes them dense
+    unreplay = M.replay_dsa(model, dsa_judge) if dsa else (lambda: None)
     try:
-        emu = teacher_forced(
-            model, M.register_emulation(kv_dtype, act), got.sequences, full_mask, start
-        )
+        exact = teacher_forced(model, "eager", got.sequences, full_mask, start)
+        restore = M.emulate_gdn(model, act)  # GDN layers rounded as attngen's path rounds them
+        try:
+            emu = teacher_forced(
+                model, M.register_emulation(kv_dtype, act), got.sequences, full_mask, start
+            )
+        finally:
+            restore()
+        bound = M.LOGIT_FACTOR * (emu - exact).abs().amax(dim=(1, 2))  # [B]
+        error = (logits - exact).abs().amax(dim=2)  # [B, steps]
+        report.max_error, report.bound = float(error.max()), float(bound.min())
+        _check_logits(report, error, bound, judge)
+        _check_tokens(report, tokens, tokens_ref, exact, bound)
+        _check_sensitivity(report, case, model, got.sequences, full_mask, start, exact, bound)
     finally:
-        restore()
-    bound = M.LOGIT_FACTOR * (emu - exact).abs().amax(dim=(1, 2))  # [B]
-    error = (logits - exact).abs().amax(dim=2)  # [B, steps]
-    report.max_error, report.bound = float(error.max()), float(bound.min())
-    _check_logits(report, error, bound, judge)
-    _check_tokens(report, tokens, tokens_ref, exact, bound)
-    _check_sensitivity(report, case, model, got.sequences, full_mask, start, exact, bound)
+        unreplay()
     return report
 
 

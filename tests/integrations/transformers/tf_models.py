@@ -276,6 +276,14 @@ def register_emulation(kv_dtype: torch.dtype, act: torch.dtype, scale: float = 1
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
     def emulated(module, query, key, value, attention_mask, **kwargs):
+        indices = kwargs.pop("indices", None)
+        if indices is not None:  # DSA: transformers folds the pick into the mask for eager only
+            unpicked = torch.ones(
+                (*indices.shape[:2], key.shape[2]), dtype=torch.bool, device=key.device
+            ).scatter(-1, indices.long(), False)
+            attention_mask = attention_mask.masked_fill(
+                unpicked[:, None], torch.finfo(attention_mask.dtype).min
+            )
         q = query.to(act).float()
         k = _round_kv(key, kv_dtype, scale, act)
         v = _round_kv(value, kv_dtype, scale, act)
@@ -675,3 +683,325 @@ def emulate_gdn(model: Any, act: torch.dtype) -> Callable[[], None]:
             module.forward = old
 
     return restore
+
+
+# -- DeepSeek-V3.2 (DSA: lightning indexer + sparse MLA) ----
+
+DSA_TOPK = 64  # specs/dsa/dsa_e2e_deepseek_v32.yaml: prompts of 131..203 tokens are sparse
+
+
+def deepseek_v32_config(
+    hidden: int = 256, vocab: int = VOCAB, index_topk: int = DSA_TOPK, layers: int = 2
+) -> Any:
+    """DeepSeek-V3.2: DeepSeek-V3's MLA at DeepSeek's dims with 16 heads and a q LoRA (the
+    indexer reads it), DeepSeek-V3.2's indexer (64 heads x 128, half-split rope on its first
+    64 dims, LayerNorm'd key, per-head weights) and a top-``index_topk`` smaller than the
+    prompts; yarn rope (mscale); dense MLPs."""
+    from transformers import DeepseekV32Config
+
+    return DeepseekV32Config(
+        **_common(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=256,
+            moe_intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            q_lora_rank=64,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            first_k_dense_replace=layers,  # dense MLPs
+            index_topk=index_topk,
+            index_n_heads=64,
+            index_head_dim=128,
+            rope_parameters=dict(
+                rope_type="yarn",
+                rope_theta=10000.0,
+                factor=4.0,
+                original_max_position_embeddings=1024,
+                mscale=1.0,
+                mscale_all_dim=1.0,
+                beta_fast=32.0,
+                beta_slow=1.0,
+            ),
+        )
+    )
+
+
+def hadamard(n: int, device: Any = None) -> torch.Tensor:
+    """Orthonormal Hadamard matrix (Sylvester), the rotation DeepSeek-V3.2's fp8 indexer
+    applies to q and k (dot products unchanged)."""
+    h = torch.ones((1, 1))
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return (h / n**0.5).to(device)
+
+
+def dsa_index_qkw(module: Any, hidden: torch.Tensor, q_resid: torch.Tensor, cos, sin):
+    """The indexer's q ``[B, S, H, D]``, k ``[B, S, D]`` and weights ``[B, S, H]`` exactly as
+    transformers' ``DeepseekV32Indexer.forward`` computes them (fp32)."""
+    ix = module.indexer
+    bs, length = hidden.shape[:2]
+    modeling = sys.modules[type(module).__module__]
+    q = ix.wq_b(q_resid).view(bs, length, ix.n_heads, ix.head_dim)
+    k = ix.k_norm(ix.wk(hidden)).unsqueeze(2)
+    r = ix.qk_rope_head_dim
+    q_rot, k_rot = modeling.apply_rotary_pos_emb(q[..., :r], k[..., :r], cos, sin, unsqueeze_dim=2)
+    q = torch.cat([q_rot, q[..., r:]], dim=-1)
+    k = torch.cat([k_rot, k[..., r:]], dim=-1).squeeze(2)
+    w = ix.weights_proj(hidden).float() * ix.n_heads**-0.5
+    return q.float(), k.float(), w
+
+
+def _fp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of the last dim quantized to e4m3 with scale amax / 448: (codes as float, scale)."""
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / 448.0
+    codes = (x / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
+    return codes, scale.squeeze(-1)
+
+
+def dsa_scores(module, q, k, w, act: torch.dtype | None, quantized: bool):
+    """Index scores ``[B, S, T]`` in float64 (and the rounding bound of attngen's fp8
+    kernel, ``SCORE_ABS_FACTOR`` x the sum of |terms|): transformers' formula
+    ``sum_h w * relu(softmax_scale * q . k)`` on q ``[B, S, H, D]``, k ``[B, T, D]``; with
+    ``quantized``, on DeepSeek-V3.2's fp8 inputs (Hadamard-rotated, q per (token, head), k
+    rounded to ``act`` then per key) as attngen's indexer receives them."""
+    from attngen.families.dsa.testing import SCORE_ABS_FACTOR
+
+    scale = float(module.indexer.softmax_scale)
+    if quantized:
+        rot = hadamard(q.shape[-1], q.device)
+        q, q_scale = _fp8_rows(q @ rot)
+        k, k_scale = _fp8_rows((k @ rot).to(act).float())
+        w = w * q_scale
+    else:
+        k_scale = torch.ones(k.shape[:2], device=k.device)
+    q, k, w, k_scale = (t.double() for t in (q, k, w, k_scale))
+    dots = torch.einsum("bshd,btd->bsht", q, k)
+    scores = torch.einsum("bsht,bsh->bst", dots.clamp_min(0) * scale, w) * k_scale[:, None]
+    absd = torch.einsum("bshd,btd->bsht", q.abs(), k.abs())
+    abs_sum = torch.einsum("bsht,bsh->bst", absd * scale, w.abs()) * k_scale.abs()[:, None]
+    return scores, SCORE_ABS_FACTOR * abs_sum
+
+
+class DsaLayerJudge(LayerJudge):
+    """An attngen DSA observer, per DeepSeek-V3.2 layer call of plain generate:
+
+    - indexer: attngen's top-k positions of every real query row against the top-k of the
+      float64 scores of transformers' indexer formula on the fp8 inputs DeepSeek-V3.2's
+      inference code feeds its fp8 kernel (computed here from the module's weights, not
+      by the integration): equal sets, or picks outside the oracle's set whose oracle score
+      is within the kernel's rounding bound of the k-th (``topk_agreement`` <= 1); and,
+      reported (``recall``), the share of transformers' own fp32 picks that attngen keeps;
+    - sparse attention: the layer's output (before o_proj) against the model's eager
+      attention on its decompressed q/k/v (fp32) masked to attngen's picks (causal and
+      padding too), bounded as ``MlaLayerJudge``'s absorbed path;
+    - it records every real position's picks (as padded positions) so that the teacher-
+      forced reference can replay them (``replay_dsa``)."""
+
+    def __init__(self, kv_dtype: torch.dtype, act: torch.dtype, scale: float = 1.0) -> None:
+        super().__init__(kv_dtype, act, scale)
+        self.history: dict[int, tuple[torch.Tensor, ...]] = {}
+        self.picks: dict[int, dict[tuple[int, int], torch.Tensor]] = {}
+        self.kept = [0, 0]  # (transformers' fp32 picks that attngen also picked, all of them)
+        self.index_rows = 0  # query rows whose picks were checked
+        self.index_ties = 0  # rows whose pick differs from the oracle only at a tie
+
+    @property
+    def recall(self) -> float:
+        return self.kept[0] / max(self.kept[1], 1)
+
+    def __call__(
+        self, module, hidden, q_resid, pos_emb, q_nope, q_rope, latent, k_rope, topk, out, rt
+    ) -> None:
+        from attngen.families.dsa.testing import topk_agreement
+
+        layer = int(module.layer_idx)
+        if layer <= self._last_layer:
+            self.step += 1
+        self._last_layer = layer
+        fwd = rt.generate.forward
+        total, q_len = int(fwd.padding_mask.shape[1]), int(hidden.shape[1])
+        cos, sin = pos_emb
+        q_ix, k_new, w = dsa_index_qkw(module, hidden, q_resid, cos, sin)
+        old = self.history.get(layer) if total != q_len else None
+        keys = k_new if old is None else torch.cat([old[0], k_new], 1)
+        self.history[layer] = (keys,)
+        assert keys.shape[1] == total, (keys.shape, total)
+        pad = fwd.padding_mask
+        real = pad.sum(dim=1).tolist()
+        k_top = int(module.indexer.index_topk)
+        scores, bound = dsa_scores(module, q_ix, keys, w, self.act, quantized=True)
+        exact, _ = dsa_scores(module, q_ix, keys, w, self.act, quantized=False)
+        rows = fwd.q_rows.tolist()
+        topk = topk.cpu()
+        picked = torch.zeros((len(real), q_len, total), dtype=torch.bool, device=pad.device)
+        failures = []
+        for i, r in enumerate(rows):
+            b, s = divmod(r, q_len)
+            first = total - int(real[b])  # left pads
+            t_abs = total - q_len + s  # padded position of this query
+            n = t_abs - first + 1  # visible keys (causal, pads excluded)
+            got = sorted(int(p) for p in topk[i].tolist() if p >= 0)
+            sc = scores[b, s, first : t_abs + 1].cpu()
+            bd = bound[b, s, first : t_abs + 1].cpu()
+            overlap, worst = topk_agreement(sc, bd, got, k_top)
+            self.index_rows += 1
+            if worst > 1.0 or len(got) != min(n, k_top):
+                failures.append((s, b, overlap, worst, len(got)))
+            elif overlap < 1.0:
+                self.index_ties += 1
+            ex = exact[b, s, first : t_abs + 1].cpu()
+            fp32_pick = set(torch.topk(ex, min(n, k_top)).indices.tolist())
+            self.kept[0] += len(fp32_pick & set(got))
+            self.kept[1] += len(fp32_pick)
+            idx = torch.tensor(got, dtype=torch.long) + first
+            picked[b, s, idx.to(pad.device)] = True
+            self.picks.setdefault(layer, {})[(b, t_abs)] = idx
+        index_error = float("inf") if failures else 0.0
+        self.records.append(
+            LayerRecord(
+                self.step,
+                layer,
+                f"DSA indexer (fp8, top-{k_top}): "
+                + (
+                    f"{len(failures)} rows pick beyond a tie, first (query {failures[0][0]}, "
+                    f"row {failures[0][1]}): overlap {failures[0][2]:.3f}, worst "
+                    f"{failures[0][3]:.3g} x bound, {failures[0][4]} picks"
+                    if failures
+                    else "picks equal up to ties"
+                ),
+                index_error,
+                0.0,
+            )
+        )
+        # sparse absorbed MLA over attngen's picks
+        causal = self._mask(pad, q_len, total, None)
+        mask = causal.masked_fill(~picked[:, None], torch.finfo(torch.float32).min)
+        key, value = module.expand_kv(latent.float(), k_rope.float())
+        query = torch.cat([q_nope, q_rope], dim=-1).float()
+        ref, _ = eager_of(module)(
+            module, query, key, value, mask, scaling=module.scaling, dropout=0.0
+        )
+        heads, nope = int(module.num_heads), int(module.qk_nope_head_dim)
+        wkv = module.kv_b_proj.weight.float().view(heads, nope + int(module.v_head_dim), -1)
+        rnd = lambda t: t.float().to(self.act).float()  # noqa: E731
+        q_latent = rnd(torch.einsum("bhsn,hnl->bhsl", q_nope.float(), wkv[:, :nope]))
+        lat = rnd(latent)
+        sc = q_latent @ lat.transpose(-1, -2) + rnd(q_rope) @ rnd(k_rope).transpose(-1, -2)
+        probs = torch.softmax(sc * module.scaling + mask, dim=-1)
+        emu = torch.einsum("bhsl,hvl->bshv", rnd(probs @ lat), wkv[:, nope:])
+        flat = lambda t: t.reshape(-1, t.shape[-2], t.shape[-1]).index_select(0, fwd.q_rows)
+        ref, emu, got_out = flat(ref), flat(emu), flat(out.float())
+        rms = ref.pow(2).mean().sqrt().item()
+        eps = torch.finfo(self.act).eps / 2
+        att_bound = LAYER_FACTOR * max((emu - ref).abs().max().item(), eps * rms)
+        error = (got_out - ref).abs().max().item()
+        if not error == error:
+            error = float("inf")
+        features = (
+            f"DSA sparse MLA over attngen's top-{k_top}, {heads} heads, scaling "
+            f"{module.scaling:.4g}"
+        )
+        self.records.append(LayerRecord(self.step, layer, features, error, att_bound))
+
+
+def replay_dsa(model: Any, judge: DsaLayerJudge) -> Callable[[], None]:
+    """Every DeepSeek-V3.2 indexer of ``model`` returns attngen's recorded picks (padded
+    positions; unrecorded rows, pads and the last token, pick themselves), so that teacher-
+    forced reference forwards attend the keys attngen attended. ``module.indexer.dense =
+    True`` makes one pick every key instead (dense attention). Returns the restore."""
+    saved = []
+    for module in model.modules():
+        if type(module).__name__ != "DeepseekV32Attention":
+            continue
+        ix, layer = module.indexer, int(module.layer_idx)
+        picks = judge.picks.get(layer, {})
+
+        def forward(hidden_states, *args, _ix=ix, _picks=picks, **kwargs):
+            bs, length = hidden_states.shape[:2]
+            dev = hidden_states.device
+            if getattr(_ix, "dense", False):
+                return torch.arange(length, device=dev, dtype=torch.int32).expand(bs, length, -1)
+            k = int(_ix.index_topk)
+            out = torch.arange(length, device=dev)[None, :, None].repeat(bs, 1, k)
+            for (b, t), idx in _picks.items():
+                if t < length:
+                    out[b, t, : len(idx)] = idx.to(dev)
+            return out.to(torch.int32)
+
+        saved.append((ix, ix.forward))
+        ix.forward = forward
+        ix.dense = False
+    assert saved, "no DeepSeek-V3.2 attention module"
+
+    def restore() -> None:
+        for ix, old in saved:
+            ix.forward = old
+            ix.dense = False
+
+    return restore
+
+
+def _dsa_dense(model: Any) -> Callable[[], None]:
+    """Sparse top-k off: every query attends every visible key (under ``replay_dsa``)."""
+    found = [m.indexer for m in model.modules() if type(m).__name__ == "DeepseekV32Attention"]
+    assert found and all(hasattr(ix, "dense") for ix in found), "replay_dsa not installed"
+    for ix in found:
+        ix.dense = True
+
+    def restore() -> None:
+        for ix in found:
+            ix.dense = False
+
+    return restore
+
+
+def fp8_indexer(model: Any, act: torch.dtype) -> Callable[[], None]:
+    """Every DeepSeek-V3.2 indexer picks its top-k from the fp8 scores DeepSeek-V3.2's
+    inference code computes (``dsa_scores(quantized=True)``, float64 sums) instead of
+    transformers' fp32 ones; cached keys through transformers' indexer cache. For the greedy
+    reference run that attngen's tokens are compared with. Returns the restore."""
+    saved = []
+    for module in model.modules():
+        if type(module).__name__ != "DeepseekV32Attention":
+            continue
+        ix = module.indexer
+
+        def forward(
+            hidden, q_resid, pos_emb, attention_mask, position_ids, past_key_values=None, _m=module
+        ):
+            cos, sin = pos_emb
+            q, k, w = dsa_index_qkw(_m, hidden, q_resid, cos, sin)
+            if past_key_values is not None:
+                k = past_key_values.update_indexer(k, _m.layer_idx).float()
+            scores, _ = dsa_scores(_m, q, k, w, act, quantized=True)
+            scores = scores.float()
+            if attention_mask.dtype == torch.bool:
+                scores = scores.masked_fill(~attention_mask, float("-inf"))
+            else:
+                scores = scores + attention_mask
+            top = min(int(_m.indexer.index_topk), scores.shape[-1])
+            return scores.topk(top, dim=-1).indices.to(torch.int32)
+
+        saved.append((ix, ix.forward))
+        ix.forward = forward
+
+    def restore() -> None:
+        for ix, old in saved:
+            ix.forward = old
+
+    return restore
+
+
+CASES["deepseek_v32"] = Case(
+    "deepseek_v32",
+    deepseek_v32_config,
+    ("dsa top-64 (fp8 indexer)", "yarn mscale"),
+    ((64, BF16),),
+    switch_off={"sparse top-64": _dsa_dense, "yarn mscale": _yarn_scale_off},
+    post_init=_moderate_mla,
+)
