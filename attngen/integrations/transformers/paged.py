@@ -14,6 +14,12 @@ configs: a slot is a page, and a request's page table is its run of ``read_index
   see), so attngen takes the cache's own ``update`` (read, then write) and runs the kernel
   over the gathered ``[cached + new]`` keys, whose page table is their position.
 
+An fp32 model (transformers keeps its paged cache in the model's dtype) runs attngen's
+kernels in the activation dtype (``Options.dtype``, bf16 by default) on q and on K/V cast
+from the fp32 cache: full-attention layers cast the whole layer cache once per call (a copy:
+this is a reference path for exact-token tests against transformers' fp32 paged attention,
+not a fast one), sliding layers the keys they gathered.
+
 Everything is device work on tensors of shapes fixed by the padded batch (``max_seqlen_q``,
 ``max_seqlen_k`` and the index lengths are host ints of the graph key): no host sync, so
 transformers can capture the forward in a CUDA graph. Padding tokens (past
@@ -41,6 +47,7 @@ class PagedState:
         self.choices: dict[tuple[LayerFeatures, torch.dtype], Choice] = {}
 
     def choice(self, features: LayerFeatures, dtype: torch.dtype, device: torch.device) -> Choice:
+        """``dtype``: the kernels' (the model's, or the activation dtype of an fp32 model)."""
         key = (features, dtype)
         if key not in self.choices:
             if self.options.page_size not in (None, 1) or self.options.kv_cache_dtype not in (
@@ -49,7 +56,7 @@ class PagedState:
             ):
                 raise AttngenInputError(
                     "continuous batching reads transformers' own cache: token slots (page size "
-                    f"1) in the model's dtype {dtype}; got page_size={self.options.page_size}, "
+                    f"1) in the kernels' dtype {dtype}; got page_size={self.options.page_size}, "
                     f"kv_cache_dtype={self.options.kv_cache_dtype}"
                 )
             self.choices[key] = choose(
@@ -81,11 +88,17 @@ class PagedState:
         max_seqlen_k: int | dict[str, int],
     ) -> torch.Tensor:
         """One layer over the packed batch: query ``[1, H, T, D]`` -> ``[1, T, H, Dv]``."""
-        dtype = query.dtype
-        if dtype not in (torch.bfloat16, torch.float16):
+        model_dtype = query.dtype
+        if model_dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise AttngenInputError(
-                f"continuous batching on attngen needs a bf16 or fp16 model (its cache is in "
-                f"the model's dtype); got {dtype}"
+                f"continuous batching on attngen needs a bf16, fp16 or fp32 model, got "
+                f"{model_dtype}"
+            )
+        dtype = self.options.activation_dtype(model_dtype)
+        if model_dtype != torch.float32 and dtype != model_dtype:
+            raise AttngenInputError(
+                f"continuous batching reads transformers' {model_dtype} cache: the kernels' "
+                f"dtype must be the model's, got Options.dtype={dtype}"
             )
         layer_idx = int(module.layer_idx)
         group, in_group = cache.layer_index_to_group_indices[layer_idx]
@@ -95,7 +108,7 @@ class PagedState:
         width = max_seqlen_k[kind] if isinstance(max_seqlen_k, dict) else max_seqlen_k
         choice = self.choice(features, dtype, query.device)
         heads, tokens = int(query.shape[1]), int(query.shape[2])
-        q = query[0].transpose(0, 1).contiguous()  # [T, H, D]
+        q = query[0].transpose(0, 1).to(dtype).contiguous()  # [T, H, D]
         if sliding:
             k_all, v_all = cache.update(
                 key_states=key,
@@ -113,6 +126,7 @@ class PagedState:
             v_all.index_copy_(0, write_index[group], v_new)
             reads = read_index[group]
             slots = reads if reads.numel() > 0 else write_index[group]
+        k_all, v_all = k_all.to(dtype), v_all.to(dtype)  # no copy unless an fp32 model
         page_table = _page_table(cu_k, int(width), slots, int(k_all.shape[0]))
         lengths_q = cu_seq_lens_q[1:] - cu_seq_lens_q[:-1]
         prefix = ((cu_k[1:] - cu_k[:-1]) - lengths_q).to(torch.int32)
@@ -132,7 +146,7 @@ class PagedState:
             sinks=None if sinks is None else sinks.float(),
             trusted_metadata=True,
         )
-        return out.unsqueeze(0)
+        return out.to(model_dtype).unsqueeze(0)
 
 
 def _page_table(

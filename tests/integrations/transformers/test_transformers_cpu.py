@@ -252,3 +252,36 @@ def test_dsa_hadamard_and_query_quantization() -> None:
     want = torch.einsum("ths,th->ts", (torch.einsum("thd,sd->ths", q, k) * 128**-0.5).relu(), w)
     scale = torch.einsum("ths,th->ts", torch.einsum("thd,sd->ths", q.abs(), k.abs()), w.abs())
     assert ((got - want).abs() <= 2.0**-3 * 128**-0.5 * scale).all()  # 2 x e4m3's 2^-4
+
+
+def test_continuous_batching_exact_fp32_qwen2_interpreter() -> None:
+    """An fp32 model in continuous batching: attngen's kernels (fp16 here) on K/V cast from
+    transformers' fp32 paged cache, against transformers' own fp32 paged sdpa: the margin
+    precondition holds and the tokens are the same (a chunked prefill: 170 tokens over
+    128-token batches; the sliding layers' ring buffer)."""
+    case = M.margin_case(M.CASES["qwen2"], 3e4)
+    report = tf_judge.check_continuous_batching_exact(
+        case,
+        2,
+        "cpu",
+        new_tokens=3,
+        lengths=(70, 80, 20),
+        options=FP16,
+        use_cuda_graph=False,
+        num_blocks=64,
+        max_batch_tokens=128,
+    )
+    print(report.line())
+    assert not report.failures, "\n".join(report.failures)
+    assert report.equal == report.requests and report.margin_ratio > 1
+
+
+def test_margin_case_keeps_the_features() -> None:
+    """``margin_case`` scales only the input embedding (lm_head untied) and keeps the case's
+    features and power checks."""
+    case = M.margin_case(M.CASES["gemma2"], 100.0)
+    base, scaled = M.build(M.CASES["gemma2"], 0, "cpu"), M.build(case, 0, "cpu")
+    assert not scaled.config.tie_word_embeddings and scaled.config.attn_logit_softcapping == 1.0
+    got, want = scaled.get_input_embeddings().weight, base.get_input_embeddings().weight
+    assert torch.allclose(got, 100.0 * want)  # (the pad row is zero in both)
+    assert case.switch_off.keys() == M.CASES["gemma2"].switch_off.keys()

@@ -7,6 +7,7 @@ the logits by ~1e-7 and nothing would be tested) and prompts longer than its win
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -1005,3 +1006,33 @@ CASES["deepseek_v32"] = Case(
     switch_off={"sparse top-64": _dsa_dense, "yarn mscale": _yarn_scale_off},
     post_init=_moderate_mla,
 )
+
+
+# -- exact greedy tokens: cases whose reference has a top-1/top-2 margin at every step ----
+
+
+def margin_case(case: Case, embed_scale: float) -> Case:
+    """``case`` with its input embeddings multiplied by ``embed_scale`` (lm_head untied, so
+    the output layer keeps its init): the residual stream is then dominated by the current
+    token's embedding and every attention / MLP block adds a smaller share, so the logits'
+    top-1/top-2 margins stay O(1) while the deviation a bf16 attention causes shrinks with
+    that share. The features stay on (windows shorter than the prompts, softcap, sinks,
+    GQA, MLA, GDN, DSA) and the power check still applies: a feature switched off moves the
+    logits by the same number of bounds as before (both scale with the share)."""
+
+    def make_config() -> Any:
+        cfg = case.make_config()
+        cfg.tie_word_embeddings = False
+        return cfg
+
+    def post_init(model: Any, gen: torch.Generator) -> None:
+        if case.post_init is not None:
+            case.post_init(model, gen)
+        model.get_input_embeddings().weight.data.mul_(embed_scale)
+
+    return dataclasses.replace(
+        case,
+        name=f"{case.name}_x{embed_scale:g}",
+        make_config=make_config,
+        post_init=post_init,
+    )
