@@ -5,6 +5,7 @@
     python examples/transformers_generate.py --model PATH_OR_ID   # a checkpoint, if reachable
     python examples/transformers_generate.py --page-size 16 --kv-cache-dtype fp8_e4m3
     python examples/transformers_generate.py --config deepseek_v3   # MLA (or qwen3_next: GDN)
+    python examples/transformers_generate.py --config deepseek_v32 --prompt-tokens 4096  # DSA
 
 Offline (no hub access) it builds a random-weight model from a config: the tokens are noise,
 the speed is real. Prints tokens/s of ``generate()`` with attngen and with transformers'
@@ -31,13 +32,15 @@ KV_DTYPES = {"auto": None, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.fl
 
 def random_config(name: str):
     """Random-weight configs: Llama-3-style GQA, DeepSeek-V3 (MLA at DeepSeek's dims, 16
-    heads per rank, dense MLPs) and Qwen3-Next (3 GDN layers of its dims per full-attention
-    layer, dense MLPs)."""
-    from transformers import DeepseekV3Config, LlamaConfig, Qwen3NextConfig
+    heads per rank, dense MLPs), DeepSeek-V3.2 (the same MLA plus its indexer, 64 heads x
+    128, top-2048: sparse once prompts pass 2048 tokens) and Qwen3-Next (3 GDN layers of
+    its dims per full-attention layer, dense MLPs)."""
+    from transformers import DeepseekV3Config, DeepseekV32Config, LlamaConfig, Qwen3NextConfig
 
     common = dict(vocab_size=32000, pad_token_id=0, bos_token_id=None, eos_token_id=None)
-    if name == "deepseek_v3":
-        return DeepseekV3Config(
+    if name in ("deepseek_v3", "deepseek_v32"):
+        cls = DeepseekV3Config if name == "deepseek_v3" else DeepseekV32Config
+        return cls(
             hidden_size=2048,
             intermediate_size=6144,
             num_hidden_layers=8,
@@ -127,9 +130,10 @@ def main() -> int:
     parser.add_argument("--model", help="a checkpoint path or hub id (default: random weights)")
     parser.add_argument(
         "--config",
-        choices=("llama", "deepseek_v3", "qwen3_next"),
+        choices=("llama", "deepseek_v3", "deepseek_v32", "qwen3_next"),
         default="llama",
-        help="the random-weight model without --model (deepseek_v3: MLA; qwen3_next: GDN)",
+        help="the random-weight model without --model (deepseek_v3: MLA; deepseek_v32: DSA; "
+        "qwen3_next: GDN)",
     )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=512)
@@ -152,7 +156,8 @@ def main() -> int:
     )
     got, attngen_rate = timed_generate(model, ids, args.new_tokens)
     served = sorted({c.describe() for c in runtime.generate.choices.values()})
-    served += [f.choice.describe() for f in (runtime.mla, runtime.gdn) if f.choice is not None]
+    families = (runtime.mla, runtime.gdn, runtime.dsa)
+    served += [f.choice.describe() for f in families if f.choice is not None]
     agree = (got == ref).float().mean().item()
     print(f"generate, batch {args.batch_size} x {args.prompt_tokens} prompt + {args.new_tokens}:")
     print(f"  sdpa     {sdpa_rate:9.1f} tokens/s")

@@ -10,7 +10,9 @@ computes the module's own q, latent and roped key with its own weights and then,
 - absorbs the key up-projection into q: ``q_latent[t, h] = W_UK[h]^T q_nope[t, h]``
   (``kv_b_proj``'s weight viewed ``[H, nope + v, kv_lora_rank]``; its first ``nope`` rows
   per head are W_UK, the rest W_UV), in the model's dtype, then casts to the kernels' dtype;
-- writes the new tokens' ``[latent, k_rope]`` rows to attngen's :class:`MlaLatentPool` and
+- writes the new tokens' ``[latent, k_rope]`` rows to attngen's :class:`MlaLatentPool` (bf16,
+  or fp8 e4m3 with one scale per tensor, ``Options.kv_scale``, with ``kv_cache_dtype=
+  torch.float8_e4m3fn``; a ragged prefill attends the new tokens' unquantized values) and
   runs the generated absorbed kernel over each request's latent rows (``forward_extend``
   for the prompt, causal; ``forward_decode`` for one new token per row);
 - applies W_UV to the ``[T, H, kv_lora_rank]`` output (``o[t, h] = W_UV[h] o_latent[t,
@@ -226,18 +228,24 @@ class MlaGenerate:
         )
         return out.view(-1, shape.num_heads, shape.v_head_dim).to(q_nope.dtype)
 
+    def kv_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        """The latent cache's dtype: the kernels' ``dtype`` or fp8 e4m3 (one scale per tensor,
+        ``Options.kv_scale``, for the whole 576-wide row)."""
+        kv = self.options.kv_dtype(dtype)
+        if kv not in (dtype, torch.float8_e4m3fn):
+            raise AttngenInputError(
+                f"kv_cache_dtype {kv}: the MLA path of this integration serves a {dtype} or "
+                "float8_e4m3fn latent cache"
+            )
+        return kv
+
     def _choose(self, shape: MlaShape, dtype: torch.dtype, device: torch.device) -> Choice:
         if self.choice is None:
-            if self.options.kv_cache_dtype not in (None, dtype):
-                raise AttngenInputError(
-                    f"kv_cache_dtype {self.options.kv_cache_dtype}: the MLA path of this "
-                    f"integration serves a {dtype} latent cache only"
-                )
             self.choice = choose_mla(
                 shape,
                 arch=self.options.arch_for(device),
                 dtype=dtype,
-                kv_dtype=dtype,
+                kv_dtype=self.kv_dtype(dtype),
                 page_size=self.options.page_size,
                 backend=self.options.backend,
             )
@@ -248,6 +256,11 @@ class MlaGenerate:
         layer = self.layers.get(layer_id)
         if layer is None:
             width = shape.kv_lora_rank + shape.qk_rope_head_dim
+            scale = None
+            if self.pool is not None and self.pool.quantized:  # fp8: the latent's dequant scale
+                scale = torch.tensor(
+                    [self.options.kv_scale], dtype=torch.float32, device=self.pool.device
+                )
             layer = AttentionLayer(
                 layer_id=layer_id,
                 num_q_heads=shape.num_heads,
@@ -255,6 +268,8 @@ class MlaGenerate:
                 head_dim=width,
                 v_head_dim=shape.kv_lora_rank,
                 scaling=float(module.scaling),  # softmax scale of the 192-wide q.k (yarn too)
+                k_scale=scale,
+                v_scale=scale,
             )
             self.layers[layer_id] = layer
         return layer
@@ -271,6 +286,7 @@ class MlaGenerate:
         ps = state.page_size
         need = max(state.num_pages_used, 1)
         pool = self.pool
+        kv_dtype = self.kv_dtype(dtype)
         if pool is None or pool.num_pages < need:
             grown = MlaLatentPool(
                 num_layers=num_layers,
@@ -278,7 +294,7 @@ class MlaGenerate:
                 page_size=ps,
                 kv_lora_rank=shape.kv_lora_rank,
                 qk_rope_head_dim=shape.qk_rope_head_dim,
-                dtype=dtype,
+                dtype=kv_dtype,
                 device=device,
             )
             if pool is not None:
@@ -305,7 +321,7 @@ class MlaGenerate:
                 qk_rope_head_dim=shape.qk_rope_head_dim,
                 qk_nope_head_dim=shape.qk_nope_head_dim,
                 v_head_dim=shape.v_head_dim,
-                kv_cache_dtype=dtype,
+                kv_cache_dtype=kv_dtype,
             )
             self._ready = None
 

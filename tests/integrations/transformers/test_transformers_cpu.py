@@ -285,3 +285,42 @@ def test_margin_case_keeps_the_features() -> None:
     got, want = scaled.get_input_embeddings().weight, base.get_input_embeddings().weight
     assert torch.allclose(got, 100.0 * want)  # (the pad row is zero in both)
     assert case.switch_off.keys() == M.CASES["gemma2"].switch_off.keys()
+
+
+def test_mla_fp8_latent_choice() -> None:
+    """DeepSeek-V3 with an fp8 e4m3 latent cache picks the fp8 MLA spec (one scale per
+    tensor); e5m2 is refused with what is served. (The kernels run on the GPU only: the fp8
+    MLA spec is bf16, which the interpreter computes wrongly.)"""
+    from attngen.integrations.transformers.mla import MlaGenerate, MlaShape, choose_mla
+
+    shape = MlaShape(16, 512, 64, 128, 128)
+    got = choose_mla(
+        shape, arch=ARCH, dtype=torch.bfloat16, kv_dtype=torch.float8_e4m3fn, page_size=64
+    )
+    assert got.spec == "mla_deepseek_v3_fp8" and got.config.kv_dtype == "float8_e4m3fn"
+    state = GenerateState(Options(arch=ARCH), num_layers=1)
+    mla = MlaGenerate(Options(arch=ARCH, kv_cache_dtype=torch.float8_e5m2), state)
+    with pytest.raises(AttngenInputError, match="float8_e4m3fn latent cache"):
+        mla.kv_dtype(torch.bfloat16)
+    assert MlaGenerate(Options(arch=ARCH), state).kv_dtype(torch.float16) == torch.float16
+
+
+def test_dsa_refuses_other_page_sizes_and_names_missing_specs() -> None:
+    from attngen.integrations.transformers.dsa import choose_dsa
+    from attngen.integrations.transformers.mla import MlaShape
+
+    model = M.build(TINY_DEEPSEEK_V32, 0, "cpu")
+    module = next(m for m in model.modules() if type(m).__name__ == "DeepseekV32Attention")
+    shape = MlaShape.of_module(module)
+    got = choose_dsa(shape, module, arch=ARCH, dtype=torch.float16, kv_dtype=torch.float16)
+    assert got.spec == "dsa_e2e_deepseek_v32" and got.config.index_topk == 64
+    module.indexer.index_topk = 128
+    with pytest.raises(AttngenInputError, match="index_topk 128"):
+        choose_dsa(shape, module, arch=ARCH, dtype=torch.float16, kv_dtype=torch.float16)
+    module.indexer.index_topk = 64
+    from attngen.integrations import transformers as atf
+
+    atf.enable(model, page_size=16, **FP16)
+    ids = torch.randint(1, 128, (1, 8))
+    with pytest.raises(AttngenInputError, match="64-token pages"):
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))

@@ -151,6 +151,8 @@ def check_generate(
             )
         finally:
             restore()
+        if kv_dtype in FP8 and runtime.mla.choice is not None:
+            emu = _emulate_mla_fp8(model, runtime, kv_dtype, act, got.sequences, full_mask, start)
         bound = M.LOGIT_FACTOR * (emu - exact).abs().amax(dim=(1, 2))  # [B]
         error = (logits - exact).abs().amax(dim=2)  # [B, steps]
         report.max_error, report.bound = float(error.max()), float(bound.min())
@@ -164,6 +166,25 @@ def check_generate(
     finally:
         unreplay()
     return report
+
+
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _emulate_mla_fp8(model, runtime, kv_dtype, act, seqs, mask, start) -> torch.Tensor:
+    """The emulated logits of an MLA model over an fp8 latent cache: decode steps expand K/V
+    from the latent rounded as the pool stores it (q/k/v/o then rounded to ``act``); the
+    prompt's step, under a ragged prefill (which attends the new tokens' unquantized
+    values), from the bf16 emulation."""
+    restore = M.emulate_mla_latent(model, kv_dtype, runtime.options.kv_scale, act)
+    try:
+        emu = teacher_forced(model, M.register_emulation(act, act), seqs, mask, start)
+    finally:
+        restore()
+    if runtime.options.mla_prefill == "ragged":
+        first = teacher_forced(model, M.register_emulation(act, act), seqs, mask, start)
+        emu = torch.cat([first[:, :1], emu[:, 1:]], dim=1)
+    return emu
 
 
 def _check_logits(

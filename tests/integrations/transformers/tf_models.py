@@ -498,9 +498,10 @@ class MlaLayerJudge(LayerJudge):
             emu = rnd(emu)
         else:
             q_latent = rnd(torch.einsum("bhsn,hnl->bhsl", q_nope.float(), w[:, :nope]))
-            lat = rnd(latent)
+            lat = _round_kv(latent, self.kv_dtype, self.scale, self.act)  # the pool's rounding
             scores = q_latent @ lat.transpose(-1, -2)
-            scores = scores + rnd(q_rope) @ rnd(k_rope).transpose(-1, -2)
+            kr = _round_kv(k_rope, self.kv_dtype, self.scale, self.act)
+            scores = scores + rnd(q_rope) @ kr.transpose(-1, -2)
             probs = torch.softmax(scores * module.scaling + mask, dim=-1)
             emu = torch.einsum("bhsl,hvl->bshv", rnd(probs @ lat), w[:, nope:])
         rows = fwd.q_rows
@@ -519,11 +520,36 @@ class MlaLayerJudge(LayerJudge):
         self.records.append(LayerRecord(self.step, layer, features, error, bound))
 
 
+def emulate_mla_latent(model: Any, kv_dtype: torch.dtype, scale: float, act: torch.dtype):
+    """For the emulated run of the logit bound with an fp8 latent cache: every DeepSeek-V3
+    attention expands keys and values from its latent and roped k_rope rounded as attngen's
+    pool stores them (``act``, then fp8 with ``scale``). Returns the restore."""
+    saved = []
+    for module in model.modules():
+        if type(module).__name__ != "DeepseekV3Attention":
+            continue
+
+        def expand(kv, k_rot, _orig=module.expand_kv):
+            return _orig(
+                _round_kv(kv, kv_dtype, scale, act), _round_kv(k_rot, kv_dtype, scale, act)
+            )
+
+        saved.append(module)
+        module.expand_kv = expand
+    assert saved, "no DeepSeek-V3 attention module"
+
+    def restore() -> None:
+        for module in saved:
+            del module.expand_kv  # the class's method again
+
+    return restore
+
+
 CASES["deepseek_v3"] = Case(
     "deepseek_v3",
     deepseek_v3_config,
     ("mla absorbed", "yarn mscale", "rope_interleave"),
-    ((64, BF16), (1, BF16)),
+    ((64, BF16), (1, BF16), (64, FP8)),
     switch_off={"yarn mscale": _yarn_scale_off, "rope_interleave": _rope_interleave_off},
     post_init=_moderate_mla,
 )
