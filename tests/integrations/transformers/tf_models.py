@@ -790,7 +790,7 @@ def _fp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return codes, scale.squeeze(-1)
 
 
-def dsa_scores(module, q, k, w, act: torch.dtype | None, quantized: bool):
+def dsa_scores(module, q, k, w, act: torch.dtype | None, quantized: bool, with_bound=True):
     """Index scores ``[B, S, T]`` in float64 (and the rounding bound of attngen's fp8
     kernel, ``SCORE_ABS_FACTOR`` x the sum of |terms|): transformers' formula
     ``sum_h w * relu(softmax_scale * q . k)`` on q ``[B, S, H, D]``, k ``[B, T, D]``; with
@@ -809,6 +809,8 @@ def dsa_scores(module, q, k, w, act: torch.dtype | None, quantized: bool):
     q, k, w, k_scale = (t.double() for t in (q, k, w, k_scale))
     dots = torch.einsum("bshd,btd->bsht", q, k)
     scores = torch.einsum("bsht,bsh->bst", dots.clamp_min(0) * scale, w) * k_scale[:, None]
+    if not with_bound:
+        return scores, None
     absd = torch.einsum("bshd,btd->bsht", q.abs(), k.abs())
     abs_sum = torch.einsum("bsht,bsh->bst", absd * scale, w.abs()) * k_scale.abs()[:, None]
     return scores, SCORE_ABS_FACTOR * abs_sum
@@ -862,7 +864,7 @@ class DsaLayerJudge(LayerJudge):
         real = pad.sum(dim=1).tolist()
         k_top = int(module.indexer.index_topk)
         scores, bound = dsa_scores(module, q_ix, keys, w, self.act, quantized=True)
-        exact, _ = dsa_scores(module, q_ix, keys, w, self.act, quantized=False)
+        exact, _ = dsa_scores(module, q_ix, keys, w, self.act, quantized=False, with_bound=False)
         rows = fwd.q_rows.tolist()
         topk = topk.cpu()
         picked = torch.zeros((len(real), q_len, total), dtype=torch.bool, device=pad.device)
@@ -1005,7 +1007,7 @@ def fp8_indexer(model: Any, act: torch.dtype) -> Callable[[], None]:
             q, k, w = dsa_index_qkw(_m, hidden, q_resid, cos, sin)
             if past_key_values is not None:
                 k = past_key_values.update_indexer(k, _m.layer_idx).float()
-            scores, _ = dsa_scores(_m, q, k, w, act, quantized=True)
+            scores, _ = dsa_scores(_m, q, k, w, act, quantized=True, with_bound=False)
             scores = scores.float()
             if attention_mask.dtype == torch.bool:
                 scores = scores.masked_fill(~attention_mask, float("-inf"))

@@ -16,7 +16,16 @@ attention (issue 13), on the GPU.
   rope; attngen's absorbed MLA over its latent pool, page sizes 64 and 1) and Qwen3-Next
   (a GDN layer on attngen's conv + chunked/recurrent delta rule over its state pool, prompts
   of 2-4 chunks; a gated full-attention layer on attngen's MHA), judged the same way with
-  their own per-layer judges (``tf_models.MlaLayerJudge`` / ``GdnLayerJudge``).
+  their own per-layer judges (``tf_models.MlaLayerJudge`` / ``GdnLayerJudge``); DeepSeek-V3
+  also over an fp8 e4m3 latent cache. And DeepSeek-V3.2 (DSA: the same MLA plus its
+  indexer, 64 heads x 128, top-64 of prompts of 131..203 + 64 tokens, spec
+  ``dsa_e2e_deepseek_v32``): attngen's fp8 indexer and sparse MLA with the module's own
+  weights. ``DsaLayerJudge`` checks every indexer pick against the float64 top-k of
+  transformers' formula on DeepSeek-V3.2's fp8 inputs (equal up to ties at the kernel's
+  rounding) and reports how many of transformers' own fp32 picks attngen keeps; the sparse
+  attention against eager attention masked to attngen's picks; the teacher-forced
+  references replay attngen's picks, and dense attention in their place must move the
+  logits by more than 3 bounds. The greedy reference picks from the fp8 scores too.
 - ``test_greedy_tokens_exact``: the acceptance's token equality, made exact: for every
   model, a fixed seed and an input-embedding scale (``tf_models.margin_case``: the residual
   stream dominated by the current token's embedding, every feature still on) for which eager
