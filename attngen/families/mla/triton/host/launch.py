@@ -404,7 +404,7 @@ def ragged(
     if tq == 0 or batch < 1 or max_q_len < 1:
         return out
     rope_head_stride = 0 if k_rope.shape[1] == 1 else k_rope.stride(1)
-    grid = (triton.cdiv(max_q_len, config.ragged_block_m), h, batch)
+    grid = (h, batch, triton.cdiv(max_q_len, config.ragged_block_m))
     ragged_attend_kernel[grid](
         q,
         k_nope,
