@@ -53,19 +53,7 @@ SUFFIX = {"bf16": "", "fp8": "_kvfp8_e4m3", "nvfp4": "_kvnvfp4"}
 SWEEP_TILES = {
     (128, "bf16"): (
         (64, 64, 8, 2, 1),
-        (64, 32, 8, 2, 1),
-        (64, 64, 8, 1, 1),
-        (64, 32, 8, 3, 1),
-        (64, 32, 4, 2, 2),
-        (64, 16, 4, 2, 2),
-        (64, 16, 4, 3, 2),
-        (64, 64, 8, 2, 2),
-        (128, 32, 8, 2, 2),
-        (128, 16, 8, 2, 2),
-        (128, 32, 8, 1, 2),
-        (64, 32, 8, 2, 1, 1),
-        (64, 64, 8, 2, 2, 1),
-        (32, 64, 4, 2, 1, 1),
+        (64, 64, 8, 2, 1, 0, 0, 1),
     ),
     (16, "fp8"): (
         (16, 64, 4, 2, 1, 0, 1),
@@ -168,6 +156,7 @@ def tiled(cfg, tile):
         decode_lora_parts=parts,
         decode_keys_major=tile[5] if len(tile) > 5 else 0,
         decode_value_reload=tile[6] if len(tile) > 6 else 0,
+        decode_gluon=tile[7] if len(tile) > 7 else 0,
     )
 
 
@@ -454,6 +443,7 @@ def tile_of(cfg):
         cfg.decode_lora_parts,
         cfg.decode_keys_major,
         cfg.decode_value_reload,
+        cfg.decode_gluon,
     ]
 
 

@@ -40,6 +40,7 @@ class AbsorbedTile:
     keys_major: int = 0
     value_reload: int = 0
     waves: int = 4
+    gluon: int = 0  # 1: the sm90 Gluon kernel (kernels/absorbed_wg.py), 16-bit caches only
 
 
 # Absorbed tiles by the padded head count. The accumulator is BLOCK_H x 512 fp32 (128
@@ -59,7 +60,7 @@ ABSORBED_TILES = {
     32: AbsorbedTile(32, 64, 8, 2),
     64: AbsorbedTile(64, 32, 8, 2),
 }
-SM90_WIDE_TILE = AbsorbedTile(64, 64, 8, 2, waves=1)
+SM90_WIDE_TILE = AbsorbedTile(64, 64, 8, 2, waves=1, gluon=1)
 # sm_80 (mma.sync keeps q in registers): 64 x 32 spilled 48 B there; unmeasured on a GPU.
 SM80_64_ROW_TILE = AbsorbedTile(32, 32, 8, 2)
 FP8_ABSORBED_TILES = {
@@ -111,6 +112,7 @@ def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch, tree: bool) -> d
         "decode_keys_major": tile.keys_major,
         "decode_value_reload": tile.value_reload,
         "decode_waves": tile.waves,
+        "decode_gluon": tile.gluon,
         "max_splits": MAX_SPLITS,
         "combine_num_warps": 4,
     }

@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "5a4ce3709c444ba2888101df4eb252b5b40d37cb04a1300969cb9e421d862bf7"
+LIBRARY_SHA256 = "7ad9714d68faa16a254b8d32d35ad2b8c28fbadf9dbf5c72b65b27c4324bf1e0"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -62,6 +62,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         ragged_block_n=64,
         ragged_num_warps=8,
         ragged_num_stages=3,
+        decode_gluon=1,
     ),
     "r512_rope64_h64_ps64_bf16_causal": MlaTritonConfig(
         uri="r512_rope64_h64_ps64_bf16_causal",
@@ -89,6 +90,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         ragged_block_n=64,
         ragged_num_warps=8,
         ragged_num_stages=3,
+        decode_gluon=1,
     ),
 }
 
