@@ -8,12 +8,15 @@ launcher is CUDA-graph capturable.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 
 from attngen.families.dsa.triton.config import DsaTritonConfig
 from attngen.families.dsa.triton.kernels.indexer import indexer_logits_kernel
 from attngen.families.dsa.triton.kernels.sparse import sparse_mla_kernel
+from attngen.families.dsa.triton.kernels.sparse_wg import sparse_wg_kernel
 from attngen.families.dsa.triton.kernels.topk import topk_kernel
 from attngen.families.mla.triton.kernels.absorbed import absorbed_combine_kernel
 from attngen.runtime.checks import check_tensor, fail
@@ -282,6 +285,8 @@ def choose_splits(config: DsaTritonConfig, rows: int, num_sms: int) -> int:
 
 
 def sparse_options(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> dict:
+    """Constexprs of the sparse kernel the config runs (the Gluon one pipelines itself)."""
+    stages = {} if config.sparse_gluon else {"num_stages": config.sparse_num_stages}
     return dict(
         NUM_HEADS=config.num_heads,
         LORA=config.kv_lora_rank,
@@ -293,7 +298,7 @@ def sparse_options(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> 
         FP8=config.fp8_cache,
         WRITE_LSE=write_lse,
         num_warps=config.sparse_num_warps,
-        num_stages=config.sparse_num_stages,
+        **stages,
     )
 
 
@@ -304,6 +309,20 @@ def combine_options(config: DsaTritonConfig, *, write_lse: bool) -> dict:
         WRITE_LSE=write_lse,
         num_warps=config.combine_num_warps,
     )
+
+
+def _check_gluon(config: DsaTritonConfig) -> None:
+    """The Gluon sparse kernel's fixed shape: 16-bit rows, 64 heads x 64 slots on 8 warps, on
+    a GPU (the Triton interpreter cannot run Gluon)."""
+    tile = (config.sparse_block_h, config.sparse_block_n, config.sparse_num_warps)
+    if tile != (64, 64, 8) or config.fp8_cache:
+        fail(
+            "config.sparse_gluon",
+            "0 unless the rows are 16-bit and the tile 64 heads x 64 slots on 8 warps",
+            f"1 with kv {config.kv_dtype}, tile {tile}",
+        )
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        fail("config.sparse_gluon", "0 under TRITON_INTERPRET (Gluon needs an sm90 GPU)", 1)
 
 
 def _split_q(q, q_rope, config: DsaTritonConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -405,34 +424,22 @@ def sparse_mla(
     po_strides = po.stride()[:3] if po is not None else (0, 0, 0)
     pl_strides = pl.stride()[:2] if pl is not None else (0, 0)
     grid = (rows, triton.cdiv(h, config.sparse_block_h), splits)
-    sparse_mla_kernel[grid](
-        q_nope,
-        q_rope,
-        kv,
-        kvf,
-        kv16,
-        indices,
-        ns,
-        out,
-        lse_arg,
-        po,
-        pl,
-        sm_scale,
-        q_nope.stride(0),
-        q_nope.stride(1),
-        q_rope.stride(0),
-        q_rope.stride(1),
-        s_kv,
-        s_kvf,
-        s_kv16,
-        indices.stride(0),
-        out.stride(0),
-        out.stride(1),
-        lse_stride,
-        *po_strides,
-        *pl_strides,
-        **sparse_options(config, splits=splits, write_lse=lse is not None),
-    )
+    if config.sparse_gluon:
+        _check_gluon(config)
+    options = sparse_options(config, splits=splits, write_lse=lse is not None)
+    strides = (q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1))
+    tail = (indices.stride(0), out.stride(0), out.stride(1), lse_stride, *po_strides, *pl_strides)
+    if config.sparse_gluon:
+        del options["FP8"]
+        sparse_wg_kernel[grid](
+            q_nope, q_rope, kv, indices, ns, out, lse_arg, po, pl, sm_scale, *strides, s_kv,
+            *tail, **options,
+        )  # fmt: skip
+    else:
+        sparse_mla_kernel[grid](
+            q_nope, q_rope, kv, kvf, kv16, indices, ns, out, lse_arg, po, pl, sm_scale,
+            *strides, s_kv, s_kvf, s_kv16, *tail, **options,
+        )  # fmt: skip
     if splits > 1:
         absorbed_combine_kernel[(rows, h)](
             po,
