@@ -324,3 +324,22 @@ def test_dsa_refuses_other_page_sizes_and_names_missing_specs() -> None:
     ids = torch.randint(1, 128, (1, 8))
     with pytest.raises(AttngenInputError, match="64-token pages"):
         model(input_ids=ids, attention_mask=torch.ones_like(ids))
+
+
+def test_generate_exact_tokens_interpreter() -> None:
+    """``exact_tokens``: the margin precondition holds on this seeded margin config and the
+    greedy tokens equal eager fp32's exactly; a config without the margin fails loudly."""
+    case = M.margin_case(TINY_LLAMA, 1e4)
+    report = tf_judge.check_generate(
+        case, 16, torch.float16, 3, "cpu", new_tokens=4, exact_tokens=True, **FP16
+    )
+    print(report.line())
+    _assert_ok(report)
+    assert report.margin_ratio is not None and report.margin_ratio > 1
+    # the precondition can fail: the same run asked for 100x the margin it has
+    bad = tf_judge.Report("x", 16, "float16", 3)
+    logits = torch.tensor([[[2.0, 1.0, 0.0]]])
+    tf_judge._check_exact_tokens(
+        bad, torch.tensor([[0]]), torch.tensor([[0]]), logits, torch.tensor([0.6])
+    )
+    assert bad.failures and "precondition" in bad.failures[0]
