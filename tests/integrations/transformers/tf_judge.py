@@ -161,7 +161,7 @@ def check_generate(
             ref_logits = torch.stack(ref.logits, dim=1).float()
             _check_exact_tokens(report, tokens, tokens_ref, ref_logits, bound)
         else:
-            _check_tokens(report, tokens, tokens_ref, exact, bound)
+            _check_tokens(report, tokens, tokens_ref, exact, bound, dsa)
         _check_sensitivity(
             report, case, model, got.sequences, full_mask, start, exact, bound, kv_dtype
         )
@@ -215,7 +215,13 @@ def _check_logits(
         )
 
 
-def _check_tokens(report, tokens, tokens_ref, exact, bound) -> None:
+def _check_tokens(report, tokens, tokens_ref, exact, bound, dsa: bool = False) -> None:
+    """A divergence is a tie where eager's margin between the two tokens is within twice
+    the bound. DSA: ``exact`` attends attngen's own top-k picks, the greedy reference its
+    own (from the fp32 run's hidden states); where ``exact`` prefers attngen's token
+    (margin < 0) the two runs picked different keys upstream, a flip of the discontinuous
+    top-k between keys whose fp8 scores the bf16 run moved past each other. Such steps are
+    listed, not failed: the picks themselves are judged per layer (``DsaLayerJudge``)."""
     for b in range(tokens.shape[0]):
         diff = (tokens[b] != tokens_ref[b]).nonzero()
         if diff.numel() == 0:
@@ -224,7 +230,9 @@ def _check_tokens(report, tokens, tokens_ref, exact, bound) -> None:
         a, r = int(tokens[b, t]), int(tokens_ref[b, t])
         margin = float(exact[b, t, r] - exact[b, t, a])  # same prefix up to t
         note = f"row {b} step {t}: attngen {a}, eager {r}, eager margin {margin:.3e}"
-        if margin <= 2 * float(bound[b]):
+        if dsa and margin < 0:
+            report.ties.append(note + " (a top-k selection flip upstream)")
+        elif margin <= 2 * float(bound[b]):
             report.ties.append(note + " (a tie within the bound)")
         else:
             report.failures.append(
