@@ -1,5 +1,6 @@
 """What the CuTe DSL MHA lowering covers: prefill and extend (and, through the extend kernel,
-speculative verify of draft chains and draft extend), on sm90 with the
+speculative verify of draft chains and draft extend), split-KV paged decode on sm90 (the
+Hopper kernel's pipeline on tiles of a GQA group's heads, then a combine), on sm90 with the
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
 and a cache of the same dtype; head dims 64 and 128; causal, bidirectional and sliding-window
@@ -15,10 +16,13 @@ from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
 
 ARCHS = frozenset({Arch.SM90, Arch.SM100})
-PHASES = frozenset({Phase.PREFILL, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
-# phases that read the paged cache (the extend kernel): verify of a draft chain is an extend
-# of num_draft_tokens causal rows per request, draft extend one of 1 .. num_draft_tokens
-PAGED_PHASES = frozenset({Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
+PHASES = frozenset({Phase.PREFILL, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND, Phase.DECODE})
+# phases that read the paged cache: the extend kernel (verify of a draft chain is an extend
+# of num_draft_tokens causal rows per request, draft extend one of 1 .. num_draft_tokens)
+# and split-KV decode, which loads K/V as extend does
+PAGED_PHASES = frozenset({Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND, Phase.DECODE})
+DECODE_ARCHS = frozenset({Arch.SM90})  # sm100: the tcgen05 kernel has no decode tile yet
+MAX_DECODE_GROUP = 64  # decode packs the group's query heads into one 64-row wgmma tile
 HEAD_DIMS = frozenset({64, 128})
 DTYPES = frozenset({DType.BF16, DType.FP16})
 MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
@@ -44,6 +48,16 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 not extra_phases,
                 f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered in "
                 "CuTe DSL yet",
+            ),
+            (
+                Phase.DECODE not in variant.phases or arch in DECODE_ARCHS,
+                f"decode is not lowered in CuTe DSL on {arch.value} yet (split-KV decode: "
+                f"{', '.join(sorted(a.value for a in DECODE_ARCHS))})",
+            ),
+            (
+                Phase.DECODE not in variant.phases or shape.gqa_group <= MAX_DECODE_GROUP,
+                f"decode packs a GQA group into one {MAX_DECODE_GROUP}-row tile: group "
+                f"{shape.gqa_group} is not lowered",
             ),
             (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
             (

@@ -38,6 +38,15 @@ class FwdShape:
     # n > 1: pages of tile_n / n tokens, each read by its own TMA copy into its rows of the
     # tile (sm90: one copy per page and swizzle column block, all on the stage's barrier)
     pages_per_tile: int = 1
+    # > 0: split-KV decode (kernels/decode_sm90.py): one query token per request, and the
+    # tile's rows are the decode_group query heads that share one kv head (GQA packing into
+    # the MMA's M); the CTA reads one split of the request's key tiles and writes a partial
+    # output and log-sum-exp that the combine kernel (kernels/combine.py) merges
+    decode_group: int = 0
+
+    @property
+    def decode(self) -> bool:
+        return self.decode_group > 0
 
     @property
     def page_rows(self) -> int:
@@ -49,6 +58,15 @@ class FwdShape:
         """Pages of fewer than GATHER_BELOW tokens: K/V rows are gathered one by one with
         cp.async by the whole producer warpgroup instead of copied per page by TMA."""
         return self.paged and self.page_rows < GATHER_BELOW
+
+
+@dataclass(frozen=True)
+class CombineShape:
+    """What the split-KV decode combine kernel is specialized for."""
+
+    dtype: str  # the output's: "bfloat16" | "float16"
+    v_head_dim: int
+    sinks: bool  # exp(sinks[h]) joins each row's softmax denominator
 
 
 GATHER_BELOW = 16  # pages of fewer tokens are gathered row by row (see FwdShape.gather)

@@ -121,7 +121,8 @@ class MhaFwdSm90:
     """The kernel of one :class:`FwdShape`; ``cute.compile(obj, ...)`` builds it."""
 
     def __init__(self, shape: FwdShape):
-        assert shape.tile_m == 2 * 64, "two consumer warpgroups of 64 rows"
+        # two consumer warpgroups of 64 rows; decode packs at most 64 rows: one
+        assert shape.tile_m == (64 if shape.decode else 2 * 64), "consumer warpgroups of 64 rows"
         assert shape.head_dim % 16 == 0 and shape.v_head_dim % 16 == 0
         self.shape = shape
         self.dtype = DTYPES[shape.dtype]
@@ -147,13 +148,37 @@ class MhaFwdSm90:
         stream: cuda.CUstream,
     ):
         shape = self.shape
-        d, dv = shape.head_dim, shape.v_head_dim
         mQ, mK, mV, mO = (rows_aligned(t) for t in (mQ, mK, mV, mO))
         # (T, H, D) -> (T, D, H): TMA tiles the first two modes
         mQ = mode_select(mQ, [0, 2, 1])
         kv_modes = [1, 3, 2, 0] if const_expr(shape.paged) else [0, 2, 1]
         mK, mV = mode_select(mK, kv_modes), mode_select(mV, kv_modes)
+        tma, smem, mmas, SharedStorage = self.setup(mQ, mK, mV)
+        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
+        grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
+        self.kernel(
+            tma[0], tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
+            None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale), *smem, *mmas,
+            SharedStorage,
+        ).launch(
+            grid=grid,
+            block=[self.num_threads, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+        )  # fmt: skip
 
+    def scale_log2(self, softmax_scale: Float32) -> Float32:
+        """The factor of scores in exp2: exp(s * scale) = exp2(s * scale * log2(e))."""
+        if const_expr(self.shape.logit_softcap is None):
+            return softmax_scale * LOG2_E
+        return Float32(LOG2_E)  # the capped scores are already scaled
+
+    def setup(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor):
+        """Shared-memory layouts, MMAs, TMA atoms and the shared storage of the (mode-selected)
+        q, k and v tensors: (TMA tensors and atoms of Q, K, V), (sQ, sK, sV layouts),
+        (QK and PV tiled MMAs), SharedStorage."""
+        shape = self.shape
+        d, dv = shape.head_dim, shape.v_head_dim
         sQ_layout = smem_layout(self.dtype, self.tile_m, d, None)
         sK_layout = smem_layout(self.dtype, self.tile_n, d, shape.num_stages)
         sV_layout = smem_layout(self.dtype, self.tile_n, dv, shape.num_stages)
@@ -193,49 +218,27 @@ class MhaFwdSm90:
 
         stages = shape.num_stages
 
-        @cute.struct
-        class SharedStorage:
-            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
-            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * stages]
-            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * stages]
-            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+        def tile(layout: cute.ComposedLayout) -> type:
+            return cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(layout)], 1024]
+
+        # built from a dict: this module's annotations are strings (PEP 563), and cute.struct
+        # reads the class's __annotations__ as given
+        members = {
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * stages],
+            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * stages],
+            "sQ": tile(sQ_layout),
+            "sK": tile(sK_layout),
+            "sV": tile(sV_layout),
+        }
+        SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": members}))
 
         assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
-        if const_expr(shape.logit_softcap is None):
-            scale_log2 = softmax_scale * LOG2_E  # exp(s * scale) = exp2(s * scale_log2)
-        else:
-            scale_log2 = Float32(LOG2_E)  # the capped scores are already scaled
-        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
-        grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
-        self.kernel(
-            tma_Q,
-            tma_K,
-            tma_V,
-            mK,
-            mV,
-            mO,
-            mCuSeqlensQ,
-            mPrefixLens,
-            mPageTable,
-            mSinks,
-            tma_atom_Q,
-            tma_atom_K,
-            tma_atom_V,
-            softmax_scale,
-            scale_log2,
-            sQ_layout,
-            sK_layout,
-            sV_layout,
-            tiled_mma_qk,
-            tiled_mma_pv,
+        return (
+            (tma_Q, tma_K, tma_V, tma_atom_Q, tma_atom_K, tma_atom_V),
+            (sQ_layout, sK_layout, sV_layout),
+            (tiled_mma_qk, tiled_mma_pv),
             SharedStorage,
-        ).launch(
-            grid=grid,
-            block=[self.num_threads, 1, 1],
-            smem=SharedStorage.size_in_bytes(),
-            stream=stream,
         )
 
     # -- device side ----
@@ -253,6 +256,8 @@ class MhaFwdSm90:
         mPrefixLens: Optional[cute.Tensor],
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
+        mNumSplits: Optional[cute.Tensor],  # decode: [B] KV splits per request
+        mLSE: Optional[cute.Tensor],  # decode: [B, Hq, max_splits] fp32 (mO: partial outputs)
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -267,16 +272,24 @@ class MhaFwdSm90:
     ):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        m_block_rev, head, batch = cute.arch.block_idx()
-        num_m_blocks, num_heads, _ = cute.arch.grid_dim()
-        # longest (causal: last) query tiles first, so the tail of the grid is short work
-        m_block = num_m_blocks - 1 - m_block_rev
-        q_start = mCuSeqlensQ[batch]
-        seqlen_q = mCuSeqlensQ[batch + 1] - q_start
-        seqlen_k = seqlen_q
-        if const_expr(mPrefixLens is not None):
-            seqlen_k = seqlen_q + mPrefixLens[batch]
-        head_kv = head // (num_heads // mK.shape[2])
+        shape = self.shape
+        split = Int32(0)
+        if const_expr(shape.decode):  # (split, kv head, request); mCuSeqlensQ: seq_lens
+            split, head_kv, batch = cute.arch.block_idx()
+            m_block, seqlen_q, q_start = Int32(0), Int32(1), batch
+            seqlen_k = mCuSeqlensQ[batch]
+            head = head_kv * shape.decode_group  # the group's first query head
+        else:
+            m_block_rev, head, batch = cute.arch.block_idx()
+            num_m_blocks, num_heads, _ = cute.arch.grid_dim()
+            # longest (causal: last) query tiles first, so the tail of the grid is short work
+            m_block = num_m_blocks - 1 - m_block_rev
+            q_start = mCuSeqlensQ[batch]
+            seqlen_q = mCuSeqlensQ[batch + 1] - q_start
+            seqlen_k = seqlen_q
+            if const_expr(mPrefixLens is not None):
+                seqlen_k = seqlen_q + mPrefixLens[batch]
+            head_kv = head // (num_heads // mK.shape[2])
 
         if warp_idx == 0:
             for atom in (tma_atom_Q, tma_atom_K, tma_atom_V):
@@ -341,7 +354,24 @@ class MhaFwdSm90:
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
 
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
-        if m_block * self.tile_m < seqlen_q:
+        active = m_block * self.tile_m < seqlen_q
+        mO_rows, mLSE_rows, mQ_rows = mO, None, None
+        if const_expr(shape.decode):
+            # split `split` of num_splits takes its share of the visible key tiles (none
+            # when they run out, or when the request has no key: it writes an empty
+            # partial, zeros and lse -inf); splits past num_splits do nothing (the
+            # combine reads num_splits partials)
+            n_block_max = cutlass.min(n_block_max, (seqlen_k + self.tile_n - 1) // self.tile_n)
+            num_splits = cutlass.max(cutlass.min(mNumSplits[batch], mLSE.shape[2]), 1)
+            per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
+            first = n_block_min + split * per_split
+            n_block_min = cutlass.min(first, n_block_max)
+            n_block_max = cutlass.min(first + per_split, n_block_max)
+            active = split < num_splits
+            mO_rows = cute.domain_offset((head, 0), mO[batch, None, split, None])
+            mLSE_rows = cute.domain_offset((head,), mLSE[batch, None, split])
+            mQ_rows = cute.domain_offset((head, 0), mQ[batch, None, None])
+        if active:
             if warp_idx < 4:
                 if const_expr(self.shape.gather):
                     cute.arch.setmaxregister_decrease(GATHER_PRODUCER_REGS)
@@ -364,9 +394,9 @@ class MhaFwdSm90:
                 else:
                     cute.arch.setmaxregister_increase(CONSUMER_REGS)
                 self.attend(
-                    mO, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
-                    tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q, seqlen_k,
-                    head, m_block, n_block_min, n_block_max,
+                    mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
+                    pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
+                    seqlen_k, head, m_block, n_block_min, n_block_max, mQ_rows, mLSE_rows,
                 )  # fmt: skip
 
     @cute.jit
@@ -411,16 +441,22 @@ class MhaFwdSm90:
         n_block_max: Int32,
     ):
         d, dv = self.shape.head_dim, self.shape.v_head_dim
-        gQ = cute.local_tile(
-            cute.domain_offset((q_start, 0), mQ[None, None, head]), (self.tile_m, d), (m_block, 0)
-        )
-        tQsQ, tQgQ = cpasync.tma_partition(
-            tma_atom_Q,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sQ, 0, 2),
-            cute.group_modes(gQ, 0, 2),
-        )
+        if const_expr(not self.shape.decode):  # decode: the consumers copy the Q rows
+            gQ = cute.local_tile(
+                cute.domain_offset((q_start, 0), mQ[None, None, head]),
+                (self.tile_m, d),
+                (m_block, 0),
+            )
+            tQsQ, tQgQ = cpasync.tma_partition(
+                tma_atom_Q,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sQ, 0, 2),
+                cute.group_modes(gQ, 0, 2),
+            )
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            pipe_q.producer_acquire(q_state)
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
         rows, ppt = self.shape.page_rows, self.shape.pages_per_tile
         if const_expr(self.shape.paged):  # (rows, D, page): one page per TMA copy
             gK = cute.local_tile(mK[None, None, head_kv, None], (rows, d), (0, 0, None))
@@ -457,9 +493,6 @@ class MhaFwdSm90:
         if const_expr(self.shape.paged):
             last_page = mPageTable.shape[1] - 1  # table entries past it are never read
 
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        pipe_q.producer_acquire(q_state)
-        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
         state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.shape.num_stages
         )
@@ -528,19 +561,20 @@ class MhaFwdSm90:
         the stage's mbarrier when its copies land (cp.async.mbarrier.arrive). Keys past the
         sequence read its last key (finite, masked), so no copy leaves the request's pages."""
         d = self.shape.head_dim
-        if warp_idx == 0:
-            gQ = cute.local_tile(
-                cute.domain_offset((q_start, 0), mQ[None, None, head]),
-                (self.tile_m, d),
-                (m_block, 0),
-            )
-            tQsQ, tQgQ = cpasync.tma_partition(
-                tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
-                cute.group_modes(gQ, 0, 2),
-            )  # fmt: skip
-            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-            pipe_q.producer_acquire(q_state)
-            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        if const_expr(not self.shape.decode):  # decode: the consumers copy the Q rows
+            if warp_idx == 0:
+                gQ = cute.local_tile(
+                    cute.domain_offset((q_start, 0), mQ[None, None, head]),
+                    (self.tile_m, d),
+                    (m_block, 0),
+                )
+                tQsQ, tQgQ = cpasync.tma_partition(
+                    tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
+                    cute.group_modes(gQ, 0, 2),
+                )  # fmt: skip
+                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                pipe_q.producer_acquire(q_state)
+                cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
         atom = cute.make_copy_atom(cpasync.CopyG2SOp(), self.dtype, num_bits_per_copy=128)
         last_page = mPageTable.shape[1] - 1
         state = pipeline.make_pipeline_state(
@@ -619,6 +653,8 @@ class MhaFwdSm90:
         m_block: Int32,
         n_block_min: Int32,
         n_block_max: Int32,
+        mQ_rows: Optional[cute.Tensor] = None,  # decode: [group heads, D] of the request
+        mLSE: Optional[cute.Tensor] = None,  # decode: [group heads] (mO: [group heads, Dv])
     ):
         shape = self.shape
         wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
@@ -646,8 +682,11 @@ class MhaFwdSm90:
         row_sum.fill(0.0)
         offset = seqlen_k - seqlen_q
 
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-        pipe_q.consumer_wait(q_state)
+        if const_expr(shape.decode):
+            self.load_q_rows(mQ_rows, sQ, tidx)
+        else:
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            pipe_q.consumer_wait(q_state)
         if const_expr(shape.overlap):
             self.mainloop_overlapped(
                 acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, tiled_mma_qk,
@@ -699,7 +738,31 @@ class MhaFwdSm90:
                 pipe_v.consumer_release(state)
                 state.advance()
 
-        # -- epilogue: normalise, write the rows this request has ----
+        if const_expr(shape.decode):
+            self.store_partial(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mLSE)
+        else:
+            self.epilogue(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mSinks, q_start,
+                          seqlen_q, head, m_block)  # fmt: skip
+
+    @cute.jit
+    def epilogue(
+        self,
+        acc_O: cute.Tensor,
+        row_max: cute.Tensor,
+        row_sum: cute.Tensor,
+        thr_mma_pv: cute.TiledMma,
+        scale_log2: Float32,
+        mO: cute.Tensor,
+        mSinks: Optional[cute.Tensor],
+        q_start: Int32,
+        seqlen_q: Int32,
+        head: Int32,
+        m_block: Int32,
+    ):
+        """Normalise O (sinks join the denominator) and write the rows this request has."""
+        shape = self.shape
+        acc_O_rc = rows_cols(acc_O)
+        num_rows = cute.size(acc_O_rc, mode=[0])
         for r in cutlass.range_constexpr(num_rows):
             total = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
             if const_expr(shape.sinks):
@@ -722,6 +785,58 @@ class MhaFwdSm90:
             if row < seqlen_q:
                 for c in cutlass.range_constexpr(cute.size(tOrO_rc, mode=[1])):
                     mO_h[row, tOcO[r, c][1]] = tOrO_rc[r, c]
+
+    @cute.jit
+    def store_partial(
+        self,
+        acc_O: cute.Tensor,
+        row_max: cute.Tensor,
+        row_sum: cute.Tensor,
+        thr_mma_pv: cute.TiledMma,
+        scale_log2: Float32,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+    ):
+        """Decode: this split's normalised output rows (fp32) and their log-sum-exps (base 2,
+        of the scaled scores; -inf when the split saw no key) for the combine."""
+        shape = self.shape
+        acc_O_rc = rows_cols(acc_O)
+        tOcO = rows_cols(
+            thr_mma_pv.partition_C(cute.make_identity_tensor((self.tile_m, shape.v_head_dim)))
+        )
+        for r in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[0])):
+            total = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
+            row = tOcO[r, 0][0]
+            if row < shape.decode_group:
+                inv = Float32(0.0)
+                lse = -Float32.inf
+                if total > 0.0:
+                    inv = Float32(1.0) / total
+                    lse = row_max[r] * scale_log2 + cute.math.log2(total, fastmath=True)
+                for c in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[1])):
+                    mO[row, tOcO[r, c][1]] = acc_O_rc[r, c] * inv
+                if tOcO[r, 0][1] == 0:  # one thread of the row's quad
+                    mLSE[row] = lse
+
+    @cute.jit
+    def load_q_rows(self, mQ_rows: cute.Tensor, sQ: cute.Tensor, tidx: Int32):
+        """Decode: the consumer warpgroup copies the group's query rows (16-byte cp.async)
+        into the Q tile, row r = head r of the group; rows past the group repeat its last
+        head (their outputs are never written). Then the proxy fence for wgmma."""
+        group = self.shape.decode_group
+        atom = cute.make_copy_atom(cpasync.CopyG2SOp(), self.dtype, num_bits_per_copy=128)
+        chunks = self.shape.head_dim // CHUNK
+        rows_per_pass = WARPGROUP // chunks
+        row0, chunk = tidx // chunks, tidx % chunks
+        for p in cutlass.range_constexpr(self.tile_m // rows_per_pass):
+            row = p * rows_per_pass + row0
+            src = cute.local_tile(mQ_rows[cutlass.min(row, group - 1), None], (CHUNK,), (chunk,))
+            dst = cute.local_tile(sQ[row, None], (CHUNK,), (chunk,))
+            cute.copy(atom, src, dst)
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=1, number_of_threads=WARPGROUP)
 
     @cute.jit
     def mainloop_overlapped(
@@ -852,7 +967,10 @@ class MhaFwdSm90:
     ):
         shape = self.shape
         for r in cutlass.range_constexpr(cute.size(acc_S_rc, mode=[0])):
-            pos = m_block * self.tile_m + tScS[r, 0][0] + offset  # the row's query position
+            row = tScS[r, 0][0]
+            if const_expr(shape.decode):
+                row = 0  # every row is a head of the request's one query token
+            pos = m_block * self.tile_m + row + offset  # the row's query position
             key_end = seqlen_k
             if const_expr(shape.causal):
                 key_end = cutlass.min(pos + 1, seqlen_k)
