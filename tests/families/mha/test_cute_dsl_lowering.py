@@ -323,3 +323,49 @@ def test_decode_launcher_refuses_bad_arguments_before_any_gpu_work() -> None:
     with pytest.raises(AttngenInputError, match="generates no decode"):
         decode(*_decode_args(), config=c, traits=MhaCuteTraits(MaskHooks(), ("extend",)),
                sm_scale=0.1)  # fmt: skip
+
+
+# -- fp8 e4m3 KV cache (decode, sm90): TMA reads fp8 pages, the consumers convert ----
+
+
+def fp8_decode(page: int = 64, phases=(Phase.DECODE,), scale=ScaleGranularity.PER_TENSOR):
+    v = dataclasses.replace(decode_variant(page), phases=phases)
+    return dataclasses.replace(v, kv_dtype=DType.FP8_E4M3, kv_scale=scale)
+
+
+def test_fp8_kv_decode_is_lowered_on_sm90_pages_of_16_or_more() -> None:
+    for page in (16, 32, 64, 128):
+        assert supports(fp8_decode(page), Backend.CUTE_DSL, Arch.SM90).ok
+    for bad in (
+        fp8_decode(page=1),
+        fp8_decode(phases=(Phase.EXTEND, Phase.DECODE)),
+        fp8_decode(scale=ScaleGranularity.PER_HEAD),
+    ):
+        assert "fp8_e4m3 KV cache in CuTe DSL: decode only" in reason(bad)
+    e5m2 = dataclasses.replace(fp8_decode(), kv_dtype=DType.FP8_E5M2)
+    assert "fp8_e5m2 KV cache is not lowered" in reason(e5m2)
+
+
+def test_fp8_kv_decode_config_and_kernel() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import compile_specs
+
+    c = lower.kernel_config(fp8_decode(page=128), Arch.SM90)
+    assert (c.kv_dtype, c.kv_scale) == ("float8_e4m3fn", "per_tensor")
+    assert verify.config_problems(c, ("decode",)) == []
+    assert "only float8_e4m3fn" in verify.config_problems(c, ("extend", "decode"))[0]
+    specs = compile_specs(c, traits=MhaCuteTraits(MaskHooks(causal=True), ("decode",)))
+    assert [s.name for s in specs] == ["decode", "decode_combine"]
+    assert specs[0].shape.kv_fp8 and "cvt.rn.f16x2.e4m3x2" in specs[0].requires["ptx"]
+    # fp8 stages plus one converted K and V tile: 1 KiB + Q 16 KiB + 2 x 32 KiB + 64 KiB
+    assert specs[0].shared_bytes == 1024 + 16384 + 2 * 128 * 256 + 128 * 256 * 2
+
+
+def test_fp8_decode_launcher_needs_the_scales() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import decode
+
+    c = lower.kernel_config(fp8_decode(page=64), Arch.SM90)
+    traits = MhaCuteTraits(MaskHooks(causal=True), ("decode",))
+    with pytest.raises(AttngenInputError, match="k_scale: expected a torch.Tensor"):
+        decode(*_decode_args(), config=c, traits=traits, sm_scale=0.1)

@@ -22,7 +22,9 @@ tokens: K/V rows gathered with cp.async); speculative verify of
 draft chains
 (``verify``: num_draft_tokens causal rows per request) and draft extend run the extend
 kernel, with grids fixed by the config and the batch, so they are CUDA-graph capturable.
-KV in the activation dtype (bf16, fp16); head dims 64 and 128.
+KV in the activation dtype (bf16, fp16), or for decode an fp8 e4m3 cache with per-tensor
+k_scale / v_scale (TMA reads fp8 pages of 16+ tokens, the consumers convert each tile in
+shared memory); head dims 64 and 128.
 
 What the launchers check, and what they do not: shapes, dtypes, devices, strides and
 alignment of every tensor, always (host-side, no sync). They never read device values:

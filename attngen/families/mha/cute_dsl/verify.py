@@ -52,6 +52,19 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
             problems.append(f"max_splits={c.max_splits} is not in 1 .. 64")
         if not 1 <= c.decode_num_stages <= 4:
             problems.append(f"decode_num_stages={c.decode_num_stages} is not in 1 .. 4")
+    if c.kv_dtype != c.dtype:
+        fp8_ok = (
+            c.kv_dtype == "float8_e4m3fn"
+            and c.kv_scale == "per_tensor"
+            and set(phases) <= {"decode"}
+            and c.arch == "sm90"
+            and c.page_size in PAGE_SIZES
+        )
+        if not fp8_ok:
+            problems.append(
+                f"kv_dtype={c.kv_dtype} ({c.kv_scale} scales): only float8_e4m3fn with "
+                f"per_tensor scales, decode only, sm90, pages of {PAGE_SIZES}"
+            )
     if not 1 <= c.fwd_num_stages <= 4:
         problems.append(f"fwd_num_stages={c.fwd_num_stages} is not in 1 .. 4")
     return [f"{c.uri}: {p}" for p in problems]

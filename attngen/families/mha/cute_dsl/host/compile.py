@@ -28,9 +28,6 @@ from attngen.families.mha.cute_dsl.config import PAGED_PHASES, MhaCuteConfig, Mh
 from attngen.families.mha.cute_dsl.kernels.common import CombineShape, FwdShape
 from attngen.families.mha.cute_dsl.source import source_sha256
 
-ROW_ALIGN_ELEMS = 8  # 16 bytes of bf16 / fp16: what the strides of q/k/v/out are multiples of
-
-
 DECODE_TILE_M = 64  # decode: one consumer warpgroup; the group's heads are its rows
 Shape = FwdShape | CombineShape
 
@@ -66,6 +63,7 @@ def decode_shape(config: MhaCuteConfig, traits: MhaCuteTraits) -> FwdShape:
         sinks=False,
         overlap=False,
         decode_group=config.gqa_group,
+        kv_dtype="" if config.kv_dtype == config.dtype else config.kv_dtype,
     )
 
 
@@ -140,13 +138,14 @@ def fake_args(shape: Shape) -> tuple[Any, ...]:
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
-    from attngen.families.mha.cute_dsl.kernels.common import DTYPES
+    from attngen.families.mha.cute_dsl.kernels.common import DTYPES, KV_DTYPES
 
     dtype = DTYPES[shape.dtype]
 
-    def rows(*dims: Any) -> Any:
-        strides = [cute.sym_int64(divisibility=ROW_ALIGN_ELEMS) for _ in dims[:-1]]
-        return make_fake_tensor(dtype, dims, (*strides, 1), assumed_align=16)
+    def rows(*dims: Any, dt: Any = dtype) -> Any:
+        elems = 128 // dt.width  # 16-byte multiples
+        strides = [cute.sym_int64(divisibility=elems) for _ in dims[:-1]]
+        return make_fake_tensor(dt, dims, (*strides, 1), assumed_align=16)
 
     def ints(*dims: Any) -> Any:
         strides = [cute.sym_int64() for _ in dims[:-1]]
@@ -165,13 +164,15 @@ def fake_args(shape: Shape) -> tuple[Any, ...]:
         return (partial_o, partial_lse, ints(batch), sinks, out, make_fake_stream())
     if shape.decode:
         batch, splits, pages, page = (cute.sym_int32() for _ in range(4))
+        kv_dt = KV_DTYPES[shape.kv_dtype or shape.dtype]
         q = rows(batch, heads, cute.sym_int32())
-        k = rows(pages, page, kv_heads, cute.sym_int32())
-        v = rows(pages, page, kv_heads, cute.sym_int32())
+        k = rows(pages, page, kv_heads, cute.sym_int32(), dt=kv_dt)
+        v = rows(pages, page, kv_heads, cute.sym_int32(), dt=kv_dt)
         partial_o = floats(batch, heads, splits, cute.sym_int32())
         page_table = ints(batch, cute.sym_int32())
         small = (ints(batch), ints(batch), page_table, floats(batch, heads, splits))
-        return (q, k, v, partial_o, *small, cutlass.Float32(1.0), make_fake_stream())
+        scales = (floats(1), floats(1)) if shape.kv_fp8 else (None, None)
+        return (q, k, v, partial_o, *small, *scales, cutlass.Float32(1.0), make_fake_stream())
     if shape.paged:
         pages = cute.sym_int32()
         page = cute.sym_int32()  # == tile_n, checked by the launcher (dynamic, as at run time)

@@ -26,10 +26,11 @@ def _check_int(name: str, value: object) -> int:
 
 
 def _check_rows(name: str, t: object, shape: list[int | None], config: MhaCuteConfig,
-                device: torch.device | None = None) -> torch.Tensor:  # fmt: skip
-    """q, out, k/v or a cache: the config's dtype, stride 1 in the last dim, 16-byte rows."""
+                device: torch.device | None = None, dtype: str | None = None) -> torch.Tensor:  # fmt: skip
+    """q, out, k/v or a cache: the config's dtype (or ``dtype``: a cache's), stride 1 in the
+    last dim, 16-byte rows."""
     t = check_tensor(
-        name, t, dtype=getattr(torch, config.dtype), shape=shape, device=device,
+        name, t, dtype=getattr(torch, dtype or config.dtype), shape=shape, device=device,
         last_dim_contiguous=True,
     )  # fmt: skip
     if t.device.type != "cuda":
@@ -268,22 +269,28 @@ def decode(
     config.max_splits); stage 1 writes each split's rows into partial_o [>= B, Hq,
     max_splits, Dv] and partial_lse [>= B, Hq, max_splits] (fp32, contiguous), stage 2
     merges them into out (with the sinks, when the mask has them). seq_lens[b] == 0 gives
-    zeros. k_scale / v_scale: None (this backend reads caches of the activation dtype).
+    zeros. k_scale / v_scale: the per-tensor dequant scales ([1] fp32 on q's device) of an
+    fp8 e4m3 cache (config.kv_dtype "float8_e4m3fn"; K's folds into the softmax scale, V's
+    into the output), else None.
 
     trusted_metadata: the page table, lengths and splits come from an attngen backend that
     built them; the tensors' shapes, dtypes and strides are checked either way.
     """
+    fp8 = config.kv_dtype != config.dtype
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if scale is not None:
+        if fp8:
+            check_tensor(name, scale, dtype=torch.float32, shape=[1], device=q.device,
+                         contiguous=True)  # fmt: skip
+        elif scale is not None:
             fail(name, f"None (a {config.kv_dtype} cache has no scales)", "a tensor")
     if "decode" not in traits.phases:
         fail("phase", f"one of {traits.phases} (this module generates no decode)", "decode")
     num_kv_heads = _check_common(config, traits, sm_scale, q, sinks)
     batch, num_heads = q.shape[0], q.shape[1]
     k_shape = [None, config.page_size, num_kv_heads, config.head_dim]
-    _check_rows("k_cache", k_cache, k_shape, config, q.device)
+    _check_rows("k_cache", k_cache, k_shape, config, q.device, config.kv_dtype)
     v_shape = [k_cache.shape[0], config.page_size, num_kv_heads, config.v_head_dim]
-    _check_rows("v_cache", v_cache, v_shape, config, q.device)
+    _check_rows("v_cache", v_cache, v_shape, config, q.device, config.kv_dtype)
     _check_rows("out", out, [batch, num_heads, config.v_head_dim], config, q.device)
     _check_index("page_table", page_table, 2, q.device)
     _check_index("seq_lens", seq_lens, 1, q.device)
@@ -302,6 +309,7 @@ def decode(
     split_args = (
         *(_cute_rows(t) for t in (q, k_cache, v_cache)),
         *(_cute_small(t) for t in (partial_o, seq_lens, num_splits, page_table, partial_lse)),
+        *(_cute_small(t) for t in ((k_scale, v_scale) if fp8 else (None, None))),
         cutlass.Float32(sm_scale),
         stream,
     )

@@ -43,10 +43,23 @@ class FwdShape:
     # the MMA's M); the CTA reads one split of the request's key tiles and writes a partial
     # output and log-sum-exp that the combine kernel (kernels/combine.py) merges
     decode_group: int = 0
+    # the K/V cache's dtype when it differs from ``dtype``: "float8_e4m3fn" (decode only so
+    # far): TMA brings the fp8 tiles into shared memory and the consumers convert each to a
+    # ``dtype`` tile for the wgmma; the per-tensor scales fold into the softmax scale (K)
+    # and into the output (V)
+    kv_dtype: str = ""
 
     @property
     def decode(self) -> bool:
         return self.decode_group > 0
+
+    @property
+    def kv_fp8(self) -> bool:
+        return self.kv_dtype == "float8_e4m3fn"
+
+    @property
+    def kv_elem_bytes(self) -> int:
+        return 1 if self.kv_fp8 else 2
 
     @property
     def page_rows(self) -> int:
@@ -71,6 +84,7 @@ class CombineShape:
 
 GATHER_BELOW = 16  # pages of fewer tokens are gathered row by row (see FwdShape.gather)
 DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+KV_DTYPES = {**DTYPES, "float8_e4m3fn": cutlass.Float8E4M3FN}
 SMEM_ALIGN = 1024  # each tile starts on 1 KiB (128-byte swizzle atoms); the barriers come first
 
 

@@ -18,10 +18,15 @@ warpgroup (``FwdShape.decode_group`` selects the decode paths there); what diffe
   the sinks to the denominator.
 
 Layouts: q ``[B, Hq, D]``, paged K/V ``[num_pages, page_size, Hkv, D]`` read through
-``page_table[b, j]``.
+``page_table[b, j]``. An fp8 e4m3 cache (``FwdShape.kv_dtype``, pages of 16 or more tokens)
+is read by TMA as fp8 and converted tile by tile in shared memory by the consumer
+warpgroup; its per-tensor scales ``k_scale`` / ``v_scale`` ([1] fp32) fold into the softmax
+scale and the partial outputs.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import cuda.bindings.driver as cuda
 import cutlass.cute as cute
@@ -35,8 +40,15 @@ from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import GATHER_REQUIRES, MhaF
 _Q_COPY = ("cp.async.ca.shared.global", "fence.proxy.async")
 
 
+# an fp8 cache: the consumers' e4m3 -> f16 conversions (then to the activation dtype)
+FP8_CONVERT = ("cvt.rn.f16x2.e4m3x2",)
+
+
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
     """Instructions the compiled decode kernel of ``shape`` must contain (PTX, SASS)."""
+    if shape.kv_fp8:
+        return {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor", *_Q_COPY, *FP8_CONVERT),
+                "sass": ("HGMMA", "UTMALDG")}  # fmt: skip
     if shape.gather:
         return {"ptx": ("wgmma.mma_async", *GATHER_REQUIRES), "sass": ("HGMMA",)}
     return {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor", *_Q_COPY),
@@ -65,6 +77,8 @@ class MhaDecodeSm90(MhaFwdSm90):
         mNumSplits: cute.Tensor,
         mPageTable: cute.Tensor,
         mPartialLSE: cute.Tensor,
+        mKScale: Optional[cute.Tensor],  # fp8 cache: [1] fp32 dequant scales, else None
+        mVScale: Optional[cute.Tensor],
         softmax_scale: Float32,
         stream: cuda.CUstream,
     ):
@@ -79,7 +93,7 @@ class MhaDecodeSm90(MhaFwdSm90):
         )
         self.kernel(
             mQ, tma[1], tma[2], mK, mV, mPartialO, mSeqLens, None, mPageTable, None,
-            mNumSplits, mPartialLSE, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
+            mNumSplits, mPartialLSE, mKScale, mVScale, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
             *smem, *mmas, SharedStorage,
         ).launch(
             grid=grid,

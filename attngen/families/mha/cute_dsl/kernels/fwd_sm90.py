@@ -49,6 +49,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from attngen.families.mha.cute_dsl.kernels.common import (
     DTYPES,
+    KV_DTYPES,
     LOG2_E,
     SMEM_ALIGN,
     FwdShape,
@@ -91,8 +92,10 @@ def shared_bytes(shape: FwdShape) -> int:
     ``num_stages`` K and V tiles (each a multiple of SMEM_ALIGN); checked at compile time."""
     elem = 2  # bf16 / fp16
     q = shape.tile_m * shape.head_dim * elem
-    kv = shape.num_stages * shape.tile_n * (shape.head_dim + shape.v_head_dim) * elem
-    return SMEM_ALIGN + q + kv
+    kv_row = shape.tile_n * (shape.head_dim + shape.v_head_dim)
+    kv = shape.num_stages * kv_row * shape.kv_elem_bytes
+    converted = kv_row * elem if shape.kv_fp8 else 0  # one K and one V tile in ``dtype``
+    return SMEM_ALIGN + q + kv + converted
 
 
 @cute.jit
@@ -126,6 +129,9 @@ class MhaFwdSm90:
         assert shape.head_dim % 16 == 0 and shape.v_head_dim % 16 == 0
         self.shape = shape
         self.dtype = DTYPES[shape.dtype]
+        self.kv_dtype = KV_DTYPES[shape.kv_dtype or shape.dtype]
+        if shape.kv_fp8:  # converted by the consumers: one warpgroup, whole-page TMA tiles
+            assert shape.decode and not shape.gather and not shape.overlap
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
@@ -158,7 +164,7 @@ class MhaFwdSm90:
         grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
         self.kernel(
             tma[0], tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
-            None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale), *smem, *mmas,
+            None, None, None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale), *smem, *mmas,
             SharedStorage,
         ).launch(
             grid=grid,
@@ -180,8 +186,8 @@ class MhaFwdSm90:
         shape = self.shape
         d, dv = shape.head_dim, shape.v_head_dim
         sQ_layout = smem_layout(self.dtype, self.tile_m, d, None)
-        sK_layout = smem_layout(self.dtype, self.tile_n, d, shape.num_stages)
-        sV_layout = smem_layout(self.dtype, self.tile_n, dv, shape.num_stages)
+        sK_layout = smem_layout(self.kv_dtype, self.tile_n, d, shape.num_stages)
+        sV_layout = smem_layout(self.kv_dtype, self.tile_n, dv, shape.num_stages)
         tiled_mma_qk = sm90.make_trivial_tiled_mma(
             self.dtype,
             self.dtype,
@@ -213,13 +219,13 @@ class MhaFwdSm90:
         tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_box, (rows, d), 1)
         tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_box, (rows, dv), 1)
         self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
-        self.tx_bytes_k = cute.size_in_bytes(self.dtype, sK_one)
-        self.tx_bytes_v = cute.size_in_bytes(self.dtype, sV_one)
+        self.tx_bytes_k = cute.size_in_bytes(self.kv_dtype, sK_one)
+        self.tx_bytes_v = cute.size_in_bytes(self.kv_dtype, sV_one)
 
         stages = shape.num_stages
 
-        def tile(layout: cute.ComposedLayout) -> type:
-            return cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(layout)], 1024]
+        def tile(layout: cute.ComposedLayout, dtype: type = self.dtype) -> type:
+            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
         # built from a dict: this module's annotations are strings (PEP 563), and cute.struct
         # reads the class's __annotations__ as given
@@ -228,9 +234,12 @@ class MhaFwdSm90:
             "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * stages],
             "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * stages],
             "sQ": tile(sQ_layout),
-            "sK": tile(sK_layout),
-            "sV": tile(sV_layout),
+            "sK": tile(sK_layout, self.kv_dtype),
+            "sV": tile(sV_layout, self.kv_dtype),
         }
+        if const_expr(shape.kv_fp8):  # the converted K and V tiles the wgmma reads
+            members["sK16"] = tile(smem_layout(self.dtype, self.tile_n, d, None))
+            members["sV16"] = tile(smem_layout(self.dtype, self.tile_n, dv, None))
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": members}))
 
         assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
@@ -258,6 +267,8 @@ class MhaFwdSm90:
         mSinks: Optional[cute.Tensor],
         mNumSplits: Optional[cute.Tensor],  # decode: [B] KV splits per request
         mLSE: Optional[cute.Tensor],  # decode: [B, Hq, max_splits] fp32 (mO: partial outputs)
+        mKScale: Optional[cute.Tensor],  # fp8 cache: [1] fp32 dequant scales of K and V
+        mVScale: Optional[cute.Tensor],
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -352,6 +363,18 @@ class MhaFwdSm90:
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sK16, sV16, v_scale = None, None, Float32(1.0)
+        if const_expr(shape.kv_fp8):
+            sK16_layout = smem_layout(self.dtype, self.tile_n, shape.head_dim, None)
+            sV16_layout = smem_layout(self.dtype, self.tile_n, shape.v_head_dim, None)
+            sK16 = storage.sK16.get_tensor(sK16_layout.outer, swizzle=sK16_layout.inner)
+            sV16 = storage.sV16.get_tensor(sV16_layout.outer, swizzle=sV16_layout.inner)
+            # exp(s * k_scale * scale): K's scale folds into the softmax scale (and into the
+            # softcap's argument); V's into the output
+            k_scale, v_scale = Float32(mKScale[0]), Float32(mVScale[0])
+            softmax_scale = softmax_scale * k_scale
+            if const_expr(shape.logit_softcap is None):
+                scale_log2 = scale_log2 * k_scale
 
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
         active = m_block * self.tile_m < seqlen_q
@@ -397,6 +420,7 @@ class MhaFwdSm90:
                     mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
                     pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
                     seqlen_k, head, m_block, n_block_min, n_block_max, mQ_rows, mLSE_rows,
+                    sK16, sV16, v_scale,
                 )  # fmt: skip
 
     @cute.jit
@@ -655,6 +679,9 @@ class MhaFwdSm90:
         n_block_max: Int32,
         mQ_rows: Optional[cute.Tensor] = None,  # decode: [group heads, D] of the request
         mLSE: Optional[cute.Tensor] = None,  # decode: [group heads] (mO: [group heads, Dv])
+        sK16: Optional[cute.Tensor] = None,  # fp8 cache: the converted K and V tiles
+        sV16: Optional[cute.Tensor] = None,
+        v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
     ):
         shape = self.shape
         wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
@@ -663,8 +690,12 @@ class MhaFwdSm90:
         wg_mma_qk = tiled_mma_qk.get_slice(wg * WARPGROUP)
         wg_mma_pv = tiled_mma_pv.get_slice(wg * WARPGROUP)
         tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
-        tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
-        tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV)))
+        if const_expr(shape.kv_fp8):  # the wgmma reads the converted tiles (no stage mode)
+            tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK16))
+            tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV16)))
+        else:
+            tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
+            tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV)))
         tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
         acc_O = cute.make_rmem_tensor(
             tiled_mma_pv.partition_shape_C((self.tile_m, shape.v_head_dim)), Float32
@@ -705,8 +736,14 @@ class MhaFwdSm90:
                     tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
                 )
                 self.wait_kv(pipe_k, state)
-                _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
-                pipe_k.consumer_release(state)
+                if const_expr(shape.kv_fp8):
+                    rows_valid = seqlen_k - n_block * self.tile_n
+                    self.convert_tile(sK[None, None, state.index], sK16, tidx, rows_valid)
+                    pipe_k.consumer_release(state)
+                    _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK, True)
+                else:
+                    _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
+                    pipe_k.consumer_release(state)
                 acc_S_rc = rows_cols(acc_S)
                 # -- score_mod: logit softcap ----
                 if const_expr(shape.logit_softcap is not None):
@@ -734,12 +771,17 @@ class MhaFwdSm90:
                 # -- O += P V ----
                 tOrP.store(mma_a(acc_S).load().to(self.dtype))
                 self.wait_kv(pipe_v, state)
-                _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
-                pipe_v.consumer_release(state)
+                if const_expr(shape.kv_fp8):
+                    self.convert_tile(sV[None, None, state.index], sV16, tidx, rows_valid)
+                    pipe_v.consumer_release(state)
+                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV, False)
+                else:
+                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
+                    pipe_v.consumer_release(state)
                 state.advance()
 
         if const_expr(shape.decode):
-            self.store_partial(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mLSE)
+            self.store_partial(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mLSE, v_scale)
         else:
             self.epilogue(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mSinks, q_start,
                           seqlen_q, head, m_block)  # fmt: skip
@@ -796,9 +838,11 @@ class MhaFwdSm90:
         scale_log2: Float32,
         mO: cute.Tensor,
         mLSE: cute.Tensor,
+        v_scale: Float32,
     ):
-        """Decode: this split's normalised output rows (fp32) and their log-sum-exps (base 2,
-        of the scaled scores; -inf when the split saw no key) for the combine."""
+        """Decode: this split's normalised output rows (fp32, times V's dequant scale) and
+        their log-sum-exps (base 2, of the scaled scores; -inf when the split saw no key) for
+        the combine."""
         shape = self.shape
         acc_O_rc = rows_cols(acc_O)
         tOcO = rows_cols(
@@ -811,12 +855,34 @@ class MhaFwdSm90:
                 inv = Float32(0.0)
                 lse = -Float32.inf
                 if total > 0.0:
-                    inv = Float32(1.0) / total
+                    inv = v_scale / total
                     lse = row_max[r] * scale_log2 + cute.math.log2(total, fastmath=True)
                 for c in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[1])):
                     mO[row, tOcO[r, c][1]] = acc_O_rc[r, c] * inv
                 if tOcO[r, 0][1] == 0:  # one thread of the row's quad
                     mLSE[row] = lse
+
+    @cute.jit
+    def convert_tile(self, src: cute.Tensor, dst: cute.Tensor, tidx: Int32, rows_valid: Int32):
+        """fp8 cache: the consumer warpgroup converts one (keys, D) fp8 tile in shared memory
+        (as TMA wrote it) into the ``dtype`` tile the wgmma reads, 16 elements (16 bytes) per
+        thread and pass; rows from ``rows_valid`` on (slots past the sequence in its last
+        page: stale, possibly NaN bytes) become zeros, so a masked key's zero probability
+        never meets a NaN value. Barriers before (every warp's last wgmma read of ``dst`` is
+        done) and after (all of ``dst`` written, and fenced for the async proxy)."""
+        cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
+        elems = 16  # fp8 elements per 16-byte vector
+        chunks = cute.size(src, mode=[1]) // elems
+        for p in cutlass.range_constexpr(self.tile_n * chunks // WARPGROUP):
+            idx = p * WARPGROUP + tidx
+            row, chunk = idx // chunks, idx % chunks
+            v = cute.local_tile(src[row, None], (elems,), (chunk,)).load()
+            out = cute.local_tile(dst[row, None], (elems,), (chunk,))
+            out.store(v.to(self.dtype))
+            if row >= rows_valid:
+                out.fill(0.0)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
 
     @cute.jit
     def load_q_rows(self, mQ_rows: cute.Tensor, sQ: cute.Tensor, tidx: Int32):

@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "977155be858f079114c08f22751a5884c89a33bf115414538da2c4a522d3aa36"
+LIBRARY_SHA256 = "70813290da1539efb4cf9fdfa75742cb5681dc7f5bf1ab1efc9e252c96140a27"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "

@@ -6,8 +6,8 @@ and variant configs, bound to the MHA CuTe DSL kernel library (attngen.families.
 
 Covers (mha on cute_dsl sm90; one line per docs column):
   yes:           Page Size > 1 (native): 64, 128
-  not lowered:   FP8 KV Cache (fp8_e4m3 KV cache is not lowered in CuTe DSL yet (only the activation dtype))
-  not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered in CuTe DSL yet (only the activation dtype))
+  not lowered:   FP8 KV Cache (fp8_e4m3 KV cache in CuTe DSL: decode only, on sm90, per-tensor scales, pages of [16, 32, 64, 128] tokens (got extend, decode on sm90, per_tensor scales, page 1))
+  not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered in CuTe DSL yet (the activation dtype; fp8_e4m3 for decode))
   yes:           Spec topk=1
   not lowered:   Spec topk>1 (mask custom is not lowered in CuTe DSL yet)
   not here:      Sliding Window (lowered for this target; not in this spec)
@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "977155be858f079114c08f22751a5884c89a33bf115414538da2c4a522d3aa36"
+LIBRARY_SHA256 = "70813290da1539efb4cf9fdfa75742cb5681dc7f5bf1ab1efc9e252c96140a27"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
