@@ -250,10 +250,9 @@ def main():
                     lambda kv=kv, heads=heads, b=b: sparse_case(fm, kv, heads, b, 8192, rows)
                 )
     for kv in ("fp8", "bf16"):
-        for tiles in (
-            {"sparse_block_h": 64, "sparse_block_n": 16},
-            {"sparse_block_h": 64, "sparse_block_n": 32},
-            {"sparse_block_h": 64, "sparse_block_n": 32, "sparse_num_stages": 3},
+        for tiles in (  # the Triton kernel's tiles, next to the generated (Gluon) rows above
+            {"sparse_gluon": 0, "sparse_block_h": 64, "sparse_block_n": 16},
+            {"sparse_gluon": 0, "sparse_block_h": 64, "sparse_block_n": 32},
         ):
             steps.append(
                 lambda kv=kv, tiles=tiles: sparse_case(None, kv, 128, 128, 8192, rows, tiles)

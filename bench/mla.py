@@ -53,52 +53,30 @@ SUFFIX = {"bf16": "", "fp8": "_kvfp8_e4m3", "nvfp4": "_kvnvfp4"}
 SWEEP_TILES = {
     (128, "bf16"): (
         (64, 64, 8, 2, 1),
-        (64, 32, 8, 2, 1),
-        (64, 64, 8, 1, 1),
-        (64, 32, 8, 3, 1),
-        (64, 32, 4, 2, 2),
-        (64, 16, 4, 2, 2),
-        (64, 16, 4, 3, 2),
-        (64, 64, 8, 2, 2),
-        (128, 32, 8, 2, 2),
-        (128, 16, 8, 2, 2),
-        (128, 32, 8, 1, 2),
-        (64, 32, 8, 2, 1, 1),
-        (64, 64, 8, 2, 2, 1),
-        (32, 64, 4, 2, 1, 1),
+        (64, 64, 8, 2, 1, 0, 0, 1),
     ),
     (16, "fp8"): (
-        (16, 64, 8, 2, 1),
-        (16, 32, 8, 2, 1),
-        (16, 32, 4, 2, 1),
-        (16, 16, 4, 2, 1),
-        (16, 64, 4, 2, 1),
-        (16, 32, 4, 2, 2),
-        (16, 64, 8, 2, 2),
-        (16, 32, 4, 3, 2),
-        (16, 16, 2, 2, 1),
-        (64, 32, 4, 2, 2),
-        (16, 32, 4, 2, 1, 1),
-        (16, 16, 4, 2, 1, 1),
-        (16, 32, 4, 3, 1, 1),
-        (16, 32, 4, 2, 1, 0, 1),
         (16, 64, 4, 2, 1, 0, 1),
-        (16, 64, 8, 2, 1, 0, 1),
         (16, 32, 4, 3, 1, 0, 1),
+        (16, 64, 4, 3, 1, 0, 1),
+        (16, 64, 4, 4, 1, 0, 1),
+        (16, 32, 4, 4, 1, 0, 1),
+        (16, 128, 4, 2, 1, 0, 1),
+        (16, 64, 8, 3, 1, 0, 1),
+        (16, 128, 8, 2, 1, 0, 1),
+        (16, 16, 4, 3, 1, 0, 1),
+        (16, 32, 2, 3, 1, 0, 1),
+        (16, 64, 2, 2, 1, 0, 1),
+        (16, 32, 4, 2, 2, 0, 1),
+        (16, 64, 4, 2, 2, 0, 1),
+        (16, 32, 4, 2, 1, 1, 1),
+        (16, 64, 4, 2, 1, 1, 1),
     ),
     (16, "bf16"): (
+        (16, 32, 4, 3, 1),
         (16, 32, 4, 2, 1),
         (16, 64, 4, 2, 1),
-        (16, 32, 4, 3, 1),
-        (16, 16, 4, 3, 1),
-        (16, 32, 2, 2, 1),
-        (16, 32, 4, 2, 2),
-        (16, 64, 4, 2, 2),
-        (64, 32, 4, 2, 2),
-        (16, 64, 4, 2, 1, 1),
-        (16, 32, 4, 2, 1, 1),
-        (16, 64, 8, 2, 1, 1),
-        (16, 32, 4, 3, 1, 1),
+        (16, 64, 4, 3, 1),
     ),
     (128, "fp8"): (
         (32, 32, 8, 2, 1),
@@ -107,7 +85,7 @@ SWEEP_TILES = {
         (64, 32, 8, 2, 2, 0, 1),
     ),
 }
-SPLITS = {128: ("auto", 1), 16: ("auto", 8)}
+SPLITS = {128: ("auto", 1), 16: ("auto", 8, 16)}
 
 
 def load_flashmla(path: str | None):
@@ -178,6 +156,7 @@ def tiled(cfg, tile):
         decode_lora_parts=parts,
         decode_keys_major=tile[5] if len(tile) > 5 else 0,
         decode_value_reload=tile[6] if len(tile) > 6 else 0,
+        decode_gluon=tile[7] if len(tile) > 7 else 0,
     )
 
 
@@ -464,19 +443,27 @@ def tile_of(cfg):
         cfg.decode_lora_parts,
         cfg.decode_keys_major,
         cfg.decode_value_reload,
+        cfg.decode_gluon,
     ]
 
 
-def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None):
+def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None, groups=None):
     """Every SWEEP_TILES tile with every SPLITS choice on both cases (``only``: a set of
-    (heads, kv, tile, splits) to restrict to); FlashMLA timed once per case for the ratio."""
+    (heads, kv, tile, splits) to restrict to; ``groups``: a set of (heads, kv)); FlashMLA
+    timed once per case for the ratio. A split count past the config's max_splits raises
+    it (a larger workspace)."""
     for (heads, kv), tiles in SWEEP_TILES.items():
+        if groups is not None and (heads, kv) not in groups:
+            continue
         for b, ctx in CASES:
             case = Case(torch, heads, b, ctx, kv)
             fm_ms = None
             for tile in tiles:
-                cfg = tiled(base_config(mods, heads, kv), tile)
+                tiled_cfg = tiled(base_config(mods, heads, kv), tile)
                 for choice in SPLITS[heads]:
+                    cfg = tiled_cfg
+                    if isinstance(choice, int) and choice > cfg.max_splits:
+                        cfg = dataclasses.replace(cfg, max_splits=choice)
                     if only is not None and (heads, kv, tuple(tile), str(choice)) not in only:
                         continue
                     splits, count = split_tensor(torch, cfg, case, choice)
@@ -517,9 +504,23 @@ def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None):
             torch.cuda.empty_cache()
 
 
-def prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save):
-    k16 = mods["bf16"]
-    cfg = k16.CONFIGS["r512_rope64_h128_ps64_bf16_causal"]
+def prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save, tiles=(None,)):
+    """The causal 192/128 prefill with LSE, once per ragged tile (None: the generated one;
+    else (BLOCK_M, BLOCK_N, warps, stages)); FA4 timed once, next to the first."""
+    base = mods["bf16"].CONFIGS["r512_rope64_h128_ps64_bf16_causal"]
+    t4 = None
+    for tile in tiles:
+        cfg = base
+        if tile is not None:
+            bm, bn, w, st = tile
+            cfg = dataclasses.replace(
+                base, ragged_block_m=bm, ragged_block_n=bn, ragged_num_warps=w,
+                ragged_num_stages=st,
+            )  # fmt: skip
+        t4 = prefill_row(torch, do_bench, mods["bf16"], cfg, fa4, fa4_info, rows, save, t4)
+
+
+def prefill_row(torch, do_bench, k16, cfg, fa4, fa4_info, rows, save, t4):
     s, b, h = 4096, 4, 128
     t = s * b
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -590,7 +591,7 @@ def prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save):
             row["max_diff_vs_fa4"] = (o4.float() - out.float()).abs().max().item()
             l4 = l4 if l4.shape == lse.shape else l4.transpose(0, 1)
             row["max_lse_diff_vs_fa4"] = (l4.float() - lse).abs().max().item()
-            t4 = time_it(peer, do_bench)
+            t4 = t4 if t4 is not None else time_it(peer, do_bench)
             row.update(fa4_ms=t4, fa4_tflops=flops / t4 / 1e9, ratio_vs_fa4=t4 / ms)
         except Exception as e:  # noqa: BLE001
             row["fa4_error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -599,20 +600,24 @@ def prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save):
     rows.append(row)
     save()
     print(json.dumps(row), flush=True)
+    return t4
 
 
-def precompile(share: int, shares: int) -> None:
+def precompile(share: int, shares: int, groups=None, decode_table=True) -> None:
     """Compile (by running once, on a B2 ctx4096 case with the same specializations) every
-    kernel the sweep and the decode table use, share ``share`` of ``shares``."""
+    kernel the sweep (its ``groups``, None: all) and the decode table use, share ``share``
+    of ``shares``."""
     import torch
 
     mods = modules()
     jobs = []
     for (heads, kv), tiles in SWEEP_TILES.items():
-        jobs += [(heads, kv, tuple(t)) for t in tiles]
-    for heads in HEADS:
-        for kv in ("bf16", "fp8", "nvfp4"):
-            jobs.append((heads, kv, None))
+        if groups is None or (heads, kv) in groups:
+            jobs += [(heads, kv, tuple(t)) for t in tiles]
+    if decode_table:
+        for heads in HEADS:
+            for kv in ("bf16", "fp8", "nvfp4"):
+                jobs.append((heads, kv, None))
     cases = {}
     for n, (heads, kv, tile) in enumerate(jobs):
         if n % shares != share:
@@ -622,10 +627,13 @@ def precompile(share: int, shares: int) -> None:
         )
         cfg = base_config(mods, heads, kv)
         cfg = tiled(cfg, tile) if tile else cfg
-        for choice in (1, 2):
+        for choice in (1, 2, *(c for c in SPLITS[heads] if isinstance(c, int) and c > 2)):
             try:
-                splits, _ = split_tensor(torch, cfg, case, choice)
-                attngen_call(mods[kv], cfg, case, splits)[0]()
+                run_cfg = cfg
+                if choice > cfg.max_splits:
+                    run_cfg = dataclasses.replace(cfg, max_splits=choice)
+                splits, _ = split_tensor(torch, run_cfg, case, choice)
+                attngen_call(mods[kv], run_cfg, case, splits)[0]()
             except Exception as e:  # noqa: BLE001  (the timed run reports it)
                 print(f"precompile {heads} {kv} {tile}: {type(e).__name__}: {str(e)[:200]}")
     torch.cuda.synchronize()
@@ -639,18 +647,24 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="decode tile and split sweep")
     ap.add_argument("--best-of", help="a previous run's JSON: sweep only its 3 best per group")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: decode,prefill")
+    ap.add_argument("--groups", help="sweep only these (heads:kv,...), e.g. 16:fp8,16:bf16")
+    ap.add_argument(
+        "--prefill-tiles", help="ragged tiles to time (BMxBNxWARPSxSTAGES,...); default: generated"
+    )
     ap.add_argument("--precompile", type=int, default=0, help="compile first in N processes")
     ap.add_argument("--compile-share", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.compile_share:
         share, shares = map(int, args.compile_share.split("/"))
-        precompile(share, shares)
+        precompile(share, shares, parse_groups(args.groups), "decode" not in args.skip)
         return
     if args.precompile:
         start = time.time()
         procs = [
             subprocess.Popen(
                 [sys.executable, __file__, "--compile-share", f"{i}/{args.precompile}"]
+                + (["--groups", args.groups] if args.groups else [])
+                + ["--skip", args.skip]
             )
             for i in range(args.precompile)
         ]
@@ -688,14 +702,24 @@ def main() -> None:
         print(f"no {args.best_of}: no sweep", flush=True)
     elif args.sweep or args.best_of:
         only = best_keys(args.best_of) if args.best_of else None
-        sweep_rows(torch, do_bench, mods, fm, rows, save, only)
+        sweep_rows(torch, do_bench, mods, fm, rows, save, only, parse_groups(args.groups))
     if "decode" not in skip:
         decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save)
     if "prefill" not in skip:
-        prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save)
+        tiles = (None,)
+        if args.prefill_tiles:
+            tiles = [tuple(map(int, t.split("x"))) for t in args.prefill_tiles.split(",")]
+        prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save, tiles)
     save()
     print_table(result["rows"])
     print(f"wrote {path}")
+
+
+def parse_groups(text):
+    """``16:fp8,16:bf16`` -> {(16, "fp8"), (16, "bf16")}; None for all."""
+    if not text:
+        return None
+    return {(int(h), kv) for h, kv in (g.split(":") for g in text.split(","))}
 
 
 def best_keys(path, keep=3):

@@ -3,7 +3,11 @@
 ``make_backend("sm90", "mha_gqa_paged", **kwargs)`` imports
 ``generated.sm90.<backend>.<family>.mha_gqa_paged.backend`` and constructs its ``Backend``.
 The family is found from the tree; the kernel backend is ``backend=`` or, when several
-backends generate the spec for the arch, the first of ``attngen.selection.preference(arch)``.
+backends generate the spec for the arch, chosen per phase: among the backends whose
+generated kernels serve the phase (their ``PHASES``), the one measured faster than the
+others on this arch and phase (``evidence/speed/<arch>.json``, :mod:`attngen.speed`), else
+the first of ``attngen.selection.preference(arch)``. When extend and decode pick different
+backends of one spec, the result is a :class:`~attngen.runtime.hybrid.HybridAttnBackend`.
 With ``prefill_spec=`` and/or ``decode_spec=`` it builds one backend per phase (an
 unspecified phase inherits ``spec_name``, as SGLang's ``--prefill-attention-backend`` /
 ``--decode-attention-backend`` inherit ``--attention-backend``) and, when the two specs
@@ -27,6 +31,8 @@ from attngen.arch import arch_for_device
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.hybrid import HybridAttnBackend
 from attngen.selection import preference
+from attngen.spec.enums import Arch, Backend, Phase
+from attngen.speed import NO_SPEED, SpeedEvidence, load_speed
 
 GENERATED_PACKAGE = "generated"
 ARCHS = tuple(a.value for a in ARCH_TABLE)
@@ -66,8 +72,17 @@ def available_specs(arch: str) -> dict[str, list[tuple[str, str]]]:
     return found
 
 
-def load_backend_class(arch: str, spec_name: str, backend: str | None = None) -> type:
-    """The ``Backend`` class of ``generated.<arch>.<backend>.<family>.<spec_name>.backend``."""
+def load_backend_class(
+    arch: str,
+    spec_name: str,
+    backend: str | None = None,
+    phase: str | None = None,
+    speed: SpeedEvidence | None = None,
+) -> type:
+    """The ``Backend`` class of ``generated.<arch>.<backend>.<family>.<spec_name>.backend``.
+
+    Without ``backend``: the one :func:`choose_backend` picks for ``phase`` (None: the first
+    generated one in the arch's preference order)."""
     arch = _check_arch(arch)
     known = available_specs(arch)
     where = known.get(spec_name, [])
@@ -79,12 +94,51 @@ def load_backend_class(arch: str, spec_name: str, backend: str | None = None) ->
             f"spec {spec_name!r}: no generated backend{on} for {arch}; "
             f"available: {', '.join(sorted(known)) or 'none'} (generated/{arch}/)"
         )
+    chosen = choose_backend(arch, spec_name, phase, speed) if backend is None else backend
+    family = dict(where)[chosen]
+    return _module(arch, chosen, family, spec_name, "backend").Backend
+
+
+def choose_backend(
+    arch: str, spec_name: str, phase: str | None, speed: SpeedEvidence | None = None
+) -> str:
+    """The generated backend that serves ``spec_name``'s ``phase`` on ``arch``.
+
+    Candidates: the backends that generate the spec for the arch and whose kernels serve the
+    phase, in the arch's preference order. The one that ``speed`` (default: the repository's
+    ``evidence/speed``) measured faster than each other candidate on this arch and phase
+    wins; else the first. When none serves the phase (or ``phase`` is None), the first
+    generated backend in the preference order (it refuses the phase itself)."""
+    arch = _check_arch(arch)
+    where = available_specs(arch).get(spec_name, [])
+    if not where:
+        raise AttngenInputError(f"spec {spec_name!r}: no generated backend for {arch}")
     order = [b.value for b in preference(arch)]
-    chosen, family = min(where, key=lambda w: order.index(w[0]) if w[0] in order else len(order))
-    module = importlib.import_module(
-        f"{GENERATED_PACKAGE}.{arch}.{chosen}.{family}.{spec_name}.backend"
+    ranked = sorted(where, key=lambda w: order.index(w[0]) if w[0] in order else len(order))
+    if phase is None or len(ranked) == 1:
+        return ranked[0][0]
+    serving = [
+        b for b, family in ranked if phase in _module(arch, b, family, spec_name, "kernels").PHASES
+    ]
+    if len(serving) < 2:  # nothing to compare: the one that serves it, or none does
+        return (serving or [ranked[0][0]])[0]
+    speed = _repository_speed() if speed is None else speed
+    measured = speed.fastest([Backend(b) for b in serving], Arch(arch), Phase(phase))
+    return measured[0].value if measured is not None else serving[0]
+
+
+def _module(arch: str, backend: str, family: str, spec_name: str, name: str) -> Any:
+    return importlib.import_module(
+        f"{GENERATED_PACKAGE}.{arch}.{backend}.{family}.{spec_name}.{name}"
     )
-    return module.Backend
+
+
+def _repository_speed() -> SpeedEvidence:
+    """The speed evidence next to the generated tree (none there: no evidence)."""
+    try:
+        return load_speed(_generated_roots()[0].parent)
+    except (OSError, ValueError):
+        return NO_SPEED
 
 
 def make_backend(
@@ -97,7 +151,8 @@ def make_backend(
     capture_prefill: bool = False,
     **backend_kwargs: Any,
 ) -> Any:
-    """A generated backend, or a hybrid one when the prefill and decode specs differ.
+    """A generated backend, or a hybrid one when the prefill and decode specs (or, without
+    ``backend``, the backends chosen for extend and for decode) differ.
 
     ``backend_kwargs`` go to every constructed backend (``num_q_heads``, ``num_kv_heads``,
     ``head_dim``, ``page_size``, ``dtype``, ``device``, ``req_to_token_pool``, ``kv_pool``,
@@ -110,9 +165,9 @@ def make_backend(
         missing = "prefill_spec" if prefill is None else "decode_spec"
         raise AttngenInputError(f"make_backend: spec_name is None, so {missing} is required")
     # Resolve both classes before constructing anything, so a bad name fails first.
-    prefill_cls = load_backend_class(arch, prefill, backend)
-    decode_cls = load_backend_class(arch, decode, backend)
-    if prefill == decode:
+    prefill_cls = load_backend_class(arch, prefill, backend, Phase.EXTEND.value)
+    decode_cls = load_backend_class(arch, decode, backend, Phase.DECODE.value)
+    if prefill_cls is decode_cls:
         return prefill_cls(**backend_kwargs)
     return HybridAttnBackend(
         prefill_cls(**backend_kwargs),

@@ -67,7 +67,10 @@ def compile_spec(spec: Any, capability: int) -> Resources:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
 
+    # Gluon kernels (Triton's layout-explicit dialect) go through their own front end
+    source = GluonASTSource if getattr(spec.fn, "is_gluon", lambda: False)() else ASTSource
     names = spec.fn.arg_names
     signature = full_signature(spec)
     # What the JIT assumes of every torch tensor argument: 16-byte-aligned data pointers.
@@ -77,7 +80,7 @@ def compile_spec(spec: Any, capability: int) -> Resources:
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
         compiled = triton.compile(
-            ASTSource(spec.fn, signature, spec.constexprs, attrs),
+            source(spec.fn, signature, spec.constexprs, attrs),
             target=GPUTarget("cuda", capability, 32),
             options={"num_warps": spec.num_warps, "num_stages": spec.num_stages},
         )

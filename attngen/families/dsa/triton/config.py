@@ -67,6 +67,9 @@ class DsaTritonConfig:
     indexer_num_warps: int
     topk_block: int  # scores per pass step
     topk_num_warps: int
+    # 1: the sparse attention runs the sm90 Gluon kernel (kernels/sparse_wg.py: 64 heads x
+    # 64 slots on 8 warps, its own layouts)
+    sparse_gluon: int = 0
 
     @property
     def key(self) -> DsaKey:

@@ -29,6 +29,10 @@ MAX_SPLITS = 8  # top-k splits per row when rows x head blocks leave SMs idle
 # 64 x 32 (544 bytes) and run 64 x 16; 16 x 32 (194).
 SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 32, 8, 2), 64: (64, 32, 8, 2)}
 FP8_SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 16, 8, 2), 64: (64, 16, 8, 2)}
+# sm90, 64 heads and more: the Gluon kernel (kernels/sparse_wg.py), 64 heads x 64 slots on two
+# warpgroups that split the score by slots and the output by columns (MLA's absorbed_wg.py
+# split); both layouts spill-free on sm_90a (198 / 255 registers).
+SM90_GLUON_TILE = (64, 64, 8, 1)
 # Indexer: one 64-key page per tensor-core tile (64 heads x 128 fp8), 1024 keys a program.
 INDEXER = dict(indexer_block_n=64, indexer_block_s=1024, indexer_num_warps=4)
 # Top-k: 2048 scores per pass step on 8 warps.
@@ -39,11 +43,15 @@ def next_power_of_two(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def sparse_tiles(num_heads: int, kv_dtype: DType) -> dict[str, int]:
+def sparse_tiles(num_heads: int, kv_dtype: DType, arch: Arch) -> dict[str, int]:
     rows = min(64, max(16, next_power_of_two(num_heads)))
     table = FP8_SPARSE_TILES if kv_dtype is DType.FP8_E4M3 else SPARSE_TILES
     block_h, block_n, warps, stages = table[rows]
+    gluon = int(rows == 64 and arch is Arch.SM90)
+    if gluon:
+        block_h, block_n, warps, stages = SM90_GLUON_TILE
     return {
+        "sparse_gluon": gluon,
         "sparse_block_h": block_h,
         "sparse_block_n": block_n,
         "sparse_num_warps": warps,
@@ -75,7 +83,7 @@ def kernel_config(
         uri=variant.uri,
         **dataclasses.asdict(key),
         num_draft_tokens=variant.num_draft_tokens,
-        **sparse_tiles(shape.mla.num_heads, variant.kv_dtype),
+        **sparse_tiles(shape.mla.num_heads, variant.kv_dtype, arch),
         **INDEXER,
         **TOPK,
     )

@@ -48,6 +48,9 @@ class MlaTritonConfig:
     ragged_block_n: int
     ragged_num_warps: int
     ragged_num_stages: int
+    # 1: absorbed attention of a 16-bit cache without a draft tree runs the sm90 Gluon
+    # kernel (``kernels/absorbed_wg.py``: 64 heads x 64 rows, 8 warps, its own layouts)
+    decode_gluon: int = 0
 
     @property
     def key(self) -> MlaKey:

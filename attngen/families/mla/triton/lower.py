@@ -40,6 +40,7 @@ class AbsorbedTile:
     keys_major: int = 0
     value_reload: int = 0
     waves: int = 4
+    gluon: int = 0  # 1: the sm90 Gluon kernel (kernels/absorbed_wg.py), 16-bit caches only
 
 
 # Absorbed tiles by the padded head count. The accumulator is BLOCK_H x 512 fp32 (128
@@ -59,7 +60,7 @@ ABSORBED_TILES = {
     32: AbsorbedTile(32, 64, 8, 2),
     64: AbsorbedTile(64, 32, 8, 2),
 }
-SM90_WIDE_TILE = AbsorbedTile(64, 64, 8, 2, waves=1)
+SM90_WIDE_TILE = AbsorbedTile(64, 64, 8, 2, waves=1, gluon=1)
 # sm_80 (mma.sync keeps q in registers): 64 x 32 spilled 48 B there; unmeasured on a GPU.
 SM80_64_ROW_TILE = AbsorbedTile(32, 32, 8, 2)
 FP8_ABSORBED_TILES = {
@@ -74,13 +75,15 @@ FP4_ABSORBED_TILES = {
     32: AbsorbedTile(32, 16, 8, 2),
     64: AbsorbedTile(64, 32, 8, 2, parts=2),
 }
-# Ragged 192/128 tiles (BLOCK_M, BLOCK_N, warps, stages) by arch: 128 x 64 on 8 warps is
-# 195 registers on sm_90a and 183 on sm_100a; it spilled 8 bytes on sm_80, which runs 64 x 64
-# on 4 warps (255 registers, no spill).
+# Ragged 192/128 tiles (BLOCK_M, BLOCK_N, warps, stages) by arch. On the H200 (causal 4 x 4096,
+# 128 heads, bench/mla.py --prefill-tiles, bench/README.md): 128 x 64 on 8 warps with 3
+# stages 7.61 ms (0.62x FA4) against 9.56 with 2 stages, 8.19 for 128 x 128 and 11.7-15.1 for
+# 64-row tiles; 195 registers on sm_90a, 183 on sm_100a (there untimed). It spilled 8 bytes
+# on sm_80, which runs 64 x 64 on 4 warps (255 registers, no spill).
 RAGGED_TILES = {
     Arch.SM80: (64, 64, 4, 2),
-    Arch.SM90: (128, 64, 8, 2),
-    Arch.SM100: (128, 64, 8, 2),
+    Arch.SM90: (128, 64, 8, 3),
+    Arch.SM100: (128, 64, 8, 3),
 }
 
 
@@ -109,6 +112,7 @@ def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch, tree: bool) -> d
         "decode_keys_major": tile.keys_major,
         "decode_value_reload": tile.value_reload,
         "decode_waves": tile.waves,
+        "decode_gluon": tile.gluon,
         "max_splits": MAX_SPLITS,
         "combine_num_warps": 4,
     }

@@ -15,6 +15,7 @@ from attngen.families.dsa.triton.host.launch import (
 )
 from attngen.families.dsa.triton.kernels.indexer import indexer_logits_kernel
 from attngen.families.dsa.triton.kernels.sparse import sparse_mla_kernel
+from attngen.families.dsa.triton.kernels.sparse_wg import sparse_wg_kernel
 from attngen.families.dsa.triton.kernels.topk import topk_kernel
 from attngen.families.mla.triton.kernels.absorbed import absorbed_combine_kernel
 
@@ -99,14 +100,15 @@ def compile_specs(config: DsaTritonConfig, traits: DsaTraits) -> list[CompileSpe
         _compile_spec("topk_decode", topk_kernel, topk_options(config), config, ("ROW_REQ",))
     )
     fp8 = () if config.fp8_cache else ("KVF", "KV16")
+    sparse = sparse_wg_kernel if config.sparse_gluon else sparse_mla_kernel
     for write_lse in (False, True):
         tag = "_lse" if write_lse else ""
         one = sparse_options(config, splits=1, write_lse=write_lse)
         nones = (*fp8, "NUM_SPLITS", "PARTIAL_O", "PARTIAL_LSE") + (() if write_lse else ("LSE",))
-        specs.append(_compile_spec(f"sparse{tag}", sparse_mla_kernel, one, config, nones))
+        specs.append(_compile_spec(f"sparse{tag}", sparse, one, config, nones))
         split = sparse_options(config, splits=config.max_splits, write_lse=write_lse)
         nones = fp8 + (() if write_lse else ("LSE",))
-        specs.append(_compile_spec(f"sparse_split{tag}", sparse_mla_kernel, split, config, nones))
+        specs.append(_compile_spec(f"sparse_split{tag}", sparse, split, config, nones))
     specs.append(
         _compile_spec(
             "combine", absorbed_combine_kernel, combine_options(config, write_lse=True), config

@@ -8,12 +8,15 @@ launcher is CUDA-graph capturable.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 
 from attngen.families.dsa.triton.config import DsaTritonConfig
 from attngen.families.dsa.triton.kernels.indexer import indexer_logits_kernel
 from attngen.families.dsa.triton.kernels.sparse import sparse_mla_kernel
+from attngen.families.dsa.triton.kernels.sparse_wg import sparse_wg_kernel
 from attngen.families.dsa.triton.kernels.topk import topk_kernel
 from attngen.families.mla.triton.kernels.absorbed import absorbed_combine_kernel
 from attngen.runtime.checks import check_tensor, fail
@@ -282,6 +285,8 @@ def choose_splits(config: DsaTritonConfig, rows: int, num_sms: int) -> int:
 
 
 def sparse_options(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> dict:
+    """Constexprs of the sparse kernel the config runs (the Gluon one pipelines itself)."""
+    stages = {} if config.sparse_gluon else {"num_stages": config.sparse_num_stages}
     return dict(
         NUM_HEADS=config.num_heads,
         LORA=config.kv_lora_rank,
@@ -293,7 +298,7 @@ def sparse_options(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> 
         FP8=config.fp8_cache,
         WRITE_LSE=write_lse,
         num_warps=config.sparse_num_warps,
-        num_stages=config.sparse_num_stages,
+        **stages,
     )
 
 
@@ -304,6 +309,16 @@ def combine_options(config: DsaTritonConfig, *, write_lse: bool) -> dict:
         WRITE_LSE=write_lse,
         num_warps=config.combine_num_warps,
     )
+
+
+def _check_gluon(config: DsaTritonConfig) -> None:
+    """The Gluon sparse kernel's fixed shape: 64 heads x 64 slots on 8 warps, on a GPU (the
+    Triton interpreter cannot run Gluon)."""
+    tile = (config.sparse_block_h, config.sparse_block_n, config.sparse_num_warps)
+    if tile != (64, 64, 8):
+        fail("config.sparse_gluon", "0 unless the tile is 64 heads x 64 slots on 8 warps", tile)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        fail("config.sparse_gluon", "0 under TRITON_INTERPRET (Gluon needs an sm90 GPU)", 1)
 
 
 def _split_q(q, q_rope, config: DsaTritonConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -405,7 +420,10 @@ def sparse_mla(
     po_strides = po.stride()[:3] if po is not None else (0, 0, 0)
     pl_strides = pl.stride()[:2] if pl is not None else (0, 0)
     grid = (rows, triton.cdiv(h, config.sparse_block_h), splits)
-    sparse_mla_kernel[grid](
+    if config.sparse_gluon:
+        _check_gluon(config)
+    kernel = sparse_wg_kernel if config.sparse_gluon else sparse_mla_kernel
+    kernel[grid](
         q_nope,
         q_rope,
         kv,

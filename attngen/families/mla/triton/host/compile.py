@@ -10,6 +10,7 @@ from attngen.families.mla.triton.host.launch import (
     absorbed_options,
     combine_options,
     fp4,
+    gluon_options,
     io_dtype,
     kv_dtype,
     quantized,
@@ -19,6 +20,7 @@ from attngen.families.mla.triton.kernels.absorbed import (
     absorbed_combine_kernel,
     absorbed_split_kernel,
 )
+from attngen.families.mla.triton.kernels.absorbed_wg import absorbed_wg_kernel
 from attngen.families.mla.triton.kernels.ragged import merge_state_kernel, ragged_attend_kernel
 
 POINTER_TYPES = {
@@ -83,16 +85,13 @@ def compile_specs(config: MlaTritonConfig, traits: MlaTraits) -> list[CompileSpe
     phases, specs = traits.phases, []
     scale = ("TREE_MASK", "TREE_MASK_INDPTR") + (() if quantized(config) else ("KV_SCALE",))
     scale += () if fp4(config) else ("KV_BSCALE",)
+    # the absorbed kernel as the launcher picks it (the Gluon one has no scale or tree args)
+    rows, options = absorbed_split_kernel, absorbed_options(config, write_lse=False)
+    if config.decode_gluon:
+        rows, options, scale = absorbed_wg_kernel, gluon_options(config, write_lse=False), ()
     if "decode" in phases:
-        options = absorbed_options(config, write_lse=False)
-        specs.append(
-            _compile_spec(
-                "decode_split", absorbed_split_kernel, options, config, ("ROW_REQ", *scale)
-            )
-        )
+        specs.append(_compile_spec("decode_split", rows, options, config, ("ROW_REQ", *scale)))
     if phases != ("decode",):  # extend / verify: absorbed rows, split or not
-        options = absorbed_options(config, write_lse=False)
-        rows = absorbed_split_kernel
         specs.append(_compile_spec("absorbed_rows", rows, options, config, scale))
         nosplit = (*scale, "NUM_SPLITS")
         specs.append(_compile_spec("absorbed_rows_nosplit", rows, options, config, nosplit))

@@ -7,6 +7,8 @@ metadata) skips the metadata checks only.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 
@@ -15,6 +17,7 @@ from attngen.families.mla.triton.kernels.absorbed import (
     absorbed_combine_kernel,
     absorbed_split_kernel,
 )
+from attngen.families.mla.triton.kernels.absorbed_wg import absorbed_wg_kernel
 from attngen.families.mla.triton.kernels.ragged import merge_state_kernel, ragged_attend_kernel
 from attngen.runtime.checks import check_tensor, fail
 
@@ -156,6 +159,8 @@ def absorbed(
     elif kv_scale is not None:
         fail("kv_scale", f"None (the {config.kv_dtype} cache is not quantized)", "a tensor")
     tree = tree_mask is not None
+    if config.decode_gluon:
+        _check_gluon(config)
     if tree:
         if config.spec_topk <= 1 or row_req is None:
             fail(
@@ -186,37 +191,66 @@ def absorbed(
     lse_arg = lse if lse is not None else out  # not written without WRITE_LSE
     lse_stride = lse.stride(0) if lse is not None else 0
     programs = triton.cdiv(h, config.decode_block_h) * config.decode_lora_parts
-    absorbed_split_kernel[(rows, programs, config.max_splits if split else 1)](
-        q_nope,
-        q_rope,
-        kv_cache,
-        page_table,
-        row_lens,
-        row_req,
-        tree_mask if tree else None,
-        tree_mask_indptr if tree else None,
-        num_splits,
-        kv_scale,
-        kv_block_scales,
-        out,
-        lse_arg,
-        partial_o,
-        partial_lse,
-        sm_scale,
-        q_nope.stride(0),
-        q_nope.stride(1),
-        q_rope.stride(0),
-        q_rope.stride(1),
-        kv_cache.stride(1),
-        kv_block_scales.stride(1) if kv_block_scales is not None else 0,
-        page_table.stride(0),
-        out.stride(0),
-        out.stride(1),
-        lse_stride,
-        *po_strides,
-        *pl_strides,
-        **absorbed_options(config, write_lse=lse is not None, tree=tree),
-    )
+    grid = (rows, programs, config.max_splits if split else 1)
+    if config.decode_gluon and not tree:
+        absorbed_wg_kernel[grid](
+            q_nope,
+            q_rope,
+            kv_cache,
+            page_table,
+            row_lens,
+            row_req,
+            num_splits,
+            out,
+            lse_arg,
+            partial_o,
+            partial_lse,
+            sm_scale,
+            q_nope.stride(0),
+            q_nope.stride(1),
+            q_rope.stride(0),
+            q_rope.stride(1),
+            kv_cache.stride(1),
+            page_table.stride(0),
+            out.stride(0),
+            out.stride(1),
+            lse_stride,
+            *po_strides,
+            *pl_strides,
+            **gluon_options(config, write_lse=lse is not None),
+        )
+    else:
+        absorbed_split_kernel[grid](
+            q_nope,
+            q_rope,
+            kv_cache,
+            page_table,
+            row_lens,
+            row_req,
+            tree_mask if tree else None,
+            tree_mask_indptr if tree else None,
+            num_splits,
+            kv_scale,
+            kv_block_scales,
+            out,
+            lse_arg,
+            partial_o,
+            partial_lse,
+            sm_scale,
+            q_nope.stride(0),
+            q_nope.stride(1),
+            q_rope.stride(0),
+            q_rope.stride(1),
+            kv_cache.stride(1),
+            kv_block_scales.stride(1) if kv_block_scales is not None else 0,
+            page_table.stride(0),
+            out.stride(0),
+            out.stride(1),
+            lse_stride,
+            *po_strides,
+            *pl_strides,
+            **absorbed_options(config, write_lse=lse is not None, tree=tree),
+        )
     if split:
         absorbed_combine_kernel[(rows, h)](
             partial_o,
@@ -232,6 +266,20 @@ def absorbed(
             **combine_options(config, write_lse=lse is not None),
         )
     return out
+
+
+def _check_gluon(config: MlaTritonConfig) -> None:
+    """The Gluon absorbed kernel's fixed shape: a 16-bit cache, 64 heads x 64 rows, 8 warps,
+    on a GPU (the Triton interpreter cannot run Gluon)."""
+    tile = (config.decode_block_h, config.decode_block_n, config.decode_num_warps)
+    if quantized(config) or tile != (64, 64, 8) or config.decode_lora_parts != 1:
+        fail(
+            "config.decode_gluon",
+            "0 unless the cache is 16-bit and the tile 64 heads x 64 rows on 8 warps, 1 part",
+            f"1 with kv {config.kv_dtype}, tile {tile}, {config.decode_lora_parts} parts",
+        )
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        fail("config.decode_gluon", "0 under TRITON_INTERPRET (Gluon needs an sm90 GPU)", 1)
 
 
 def _check_latent_cache(kv_cache: torch.Tensor, config: MlaTritonConfig, device) -> None:
@@ -320,6 +368,21 @@ def absorbed_options(config: MlaTritonConfig, *, write_lse: bool, tree: bool = F
     )
 
 
+def gluon_options(config: MlaTritonConfig, *, write_lse: bool) -> dict:
+    """Constexprs of the sm90 Gluon absorbed kernel (64 heads x 64 rows on 8 warps)."""
+    return dict(
+        NUM_HEADS=config.num_heads,
+        LORA=config.kv_lora_rank,
+        ROPE=config.qk_rope_head_dim,
+        PAGE_SIZE=config.page_size,
+        BLOCK_H=config.decode_block_h,
+        BLOCK_N=config.decode_block_n,
+        MAX_SPLITS=config.max_splits,
+        WRITE_LSE=write_lse,
+        num_warps=config.decode_num_warps,
+    )
+
+
 def combine_options(config: MlaTritonConfig, *, write_lse: bool) -> dict:
     return dict(
         LORA=config.kv_lora_rank,
@@ -404,7 +467,7 @@ def ragged(
     if tq == 0 or batch < 1 or max_q_len < 1:
         return out
     rope_head_stride = 0 if k_rope.shape[1] == 1 else k_rope.stride(1)
-    grid = (triton.cdiv(max_q_len, config.ragged_block_m), h, batch)
+    grid = (h, batch, triton.cdiv(max_q_len, config.ragged_block_m))
     ragged_attend_kernel[grid](
         q,
         k_nope,

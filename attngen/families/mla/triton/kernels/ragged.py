@@ -15,6 +15,77 @@ LOG2E = tl.constexpr(1.4426950408889634)  # 1/ln(2)
 
 
 @triton.jit
+def _attend_tile(
+    acc,
+    m_i,
+    l_i,
+    q_nope,
+    q_rope,
+    K_NOPE,
+    K_ROPE,
+    V,
+    kv_lo,
+    start_n,
+    kv_len,
+    q_pos,
+    qk_scale,
+    off_h,
+    stride_kt,
+    stride_kh,
+    stride_rt,
+    stride_rh,
+    stride_vt,
+    stride_vh,
+    NOPE: tl.constexpr,
+    ROPE: tl.constexpr,
+    V_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """Keys start_n .. start_n+BLOCK_N-1 into the online softmax of one row block. MASKED:
+    the tile may hold keys past kv_len or (CAUSAL) past a row's limit q_pos, masked to -inf
+    (and a row may have seen no key yet); otherwise every row sees every key of the tile."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    tok = (kv_lo + offs_n).to(tl.int64)
+    k_rows = tl.multiple_of(tok * stride_kt + off_h * stride_kh, 16)
+    r_rows = tl.multiple_of(tok * stride_rt + off_h * stride_rh, 16)
+    v_rows = tl.multiple_of(tok * stride_vt + off_h * stride_vh, 16)
+    k_ptrs = K_NOPE + k_rows[:, None] + tl.arange(0, NOPE)[None, :]
+    r_ptrs = K_ROPE + r_rows[:, None] + tl.arange(0, ROPE)[None, :]
+    v_ptrs = V + v_rows[:, None] + tl.arange(0, V_DIM)[None, :]
+    if MASKED:
+        mask_n = offs_n < kv_len
+        k_nope = tl.load(k_ptrs, mask=mask_n[:, None], other=0.0)
+        k_rope = tl.load(r_ptrs, mask=mask_n[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=mask_n[:, None], other=0.0)
+    else:
+        k_nope = tl.load(k_ptrs)
+        k_rope = tl.load(r_ptrs)
+        v = tl.load(v_ptrs)
+    s = tl.dot(q_nope, tl.trans(k_nope))
+    s = tl.dot(q_rope, tl.trans(k_rope), s)
+    if MASKED:
+        visible = offs_n[None, :] < kv_len
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # rows with nothing visible yet keep m = -inf; exp2 stays finite
+        m_use = tl.where(m_new > float("-inf"), m_new, 0.0)
+        p = tl.math.exp2(s - m_use[:, None])
+    else:
+        s = s * qk_scale
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = m_new
+        p = tl.math.exp2(s - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return acc, m_new, l_i
+
+
+@triton.jit
 def ragged_attend_kernel(
     Q,
     K_NOPE,
@@ -45,14 +116,16 @@ def ragged_attend_kernel(
 ):
     """Rows m0 .. m0+BLOCK_M-1 of request b, head h, over the request's keys.
 
-    Q [T, H, NOPE + ROPE] (nope first). CAUSAL aligns the queries to the end of the keys:
-    query i of a request with q_len queries and kv_len keys sees keys 0 .. kv_len - q_len + i
-    (the new tokens over themselves); otherwise every key (a prefix chunk). A row that sees
-    no key gives zeros and LSE -inf.
+    Grid (heads, requests, row blocks), row blocks last and in reverse: the blocks with the
+    most causal work start first. Q [T, H, NOPE + ROPE] (nope first). CAUSAL aligns the
+    queries to the end of the keys: query i of a request with q_len queries and kv_len keys
+    sees keys 0 .. kv_len - q_len + i (the new tokens over themselves); otherwise every key
+    (a prefix chunk). The tiles every row sees whole run unmasked; the rest (the causal
+    diagonal, the ragged end) masked. A row that sees no key gives zeros and LSE -inf.
     """
-    off_m = tl.program_id(0)
-    off_h = tl.program_id(1)
-    off_b = tl.program_id(2)
+    off_h = tl.program_id(0)
+    off_b = tl.program_id(1)
+    off_m = tl.num_programs(2) - 1 - tl.program_id(2)
     q_lo = tl.load(QO_INDPTR + off_b)
     q_len = tl.load(QO_INDPTR + off_b + 1) - q_lo
     if off_m * BLOCK_M < q_len:
@@ -66,63 +139,36 @@ def ragged_attend_kernel(
 
         # -- load q: nope and rope parts ----
         # every row starts on 16 elements (the launcher checks the strides): vector loads
-        q_rows = (
-            Q
-            + tl.multiple_of((q_lo + offs_m).to(tl.int64) * stride_qt + off_h * stride_qh, 16)[
-                :, None
-            ]
-        )
+        q_off = (q_lo + offs_m).to(tl.int64) * stride_qt + off_h * stride_qh
+        q_rows = Q + tl.multiple_of(q_off, 16)[:, None]
         q_nope = tl.load(q_rows + offs_d[None, :], mask=mask_m[:, None], other=0.0)
         q_rope = tl.load(q_rows + NOPE + offs_r[None, :], mask=mask_m[:, None], other=0.0)
 
-        # -- the keys these rows may see ----
-        kv_hi = kv_len
-        if CAUSAL:
-            diag = kv_len - q_len  # query i sees keys <= diag + i
-            kv_hi = tl.minimum(kv_len, diag + off_m * BLOCK_M + BLOCK_M)
+        # -- the keys these rows may see: [0, n_full) by every row, then masked tiles ----
         q_pos = (kv_len - q_len) + offs_m
+        kv_hi = kv_len
+        n_full = kv_len // BLOCK_N * BLOCK_N
+        if CAUSAL:
+            first = kv_len - q_len + off_m * BLOCK_M  # the block's first row sees keys <= first
+            kv_hi = tl.maximum(tl.minimum(kv_len, first + BLOCK_M), 0)
+            n_full = tl.minimum(n_full, tl.maximum(first + 1, 0) // BLOCK_N * BLOCK_N)
 
         qk_scale = sm_scale * LOG2E
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, V_DIM], dtype=tl.float32)
-        for start_n in range(0, kv_hi, BLOCK_N):
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            mask_n = offs_n < kv_len
-            tok = (kv_lo + offs_n).to(tl.int64)
-            k_rows = tl.multiple_of(tok * stride_kt + off_h * stride_kh, 16)
-            r_rows = tl.multiple_of(tok * stride_rt + off_h * stride_rh, 16)
-            v_rows = tl.multiple_of(tok * stride_vt + off_h * stride_vh, 16)
-            k_nope = tl.load(
-                K_NOPE + k_rows[:, None] + offs_d[None, :],
-                mask=mask_n[:, None],
-                other=0.0,
-            )
-            k_rope = tl.load(
-                K_ROPE + r_rows[:, None] + offs_r[None, :],
-                mask=mask_n[:, None],
-                other=0.0,
-            )
-            v = tl.load(
-                V + v_rows[:, None] + offs_v[None, :],
-                mask=mask_n[:, None],
-                other=0.0,
-            )
-            # -- compute qk ----
-            s = tl.dot(q_nope, tl.trans(k_nope))
-            s = tl.dot(q_rope, tl.trans(k_rope), s)
-            visible = mask_n[None, :]
-            if CAUSAL:
-                visible = visible & (offs_n[None, :] <= q_pos[:, None])
-            s = tl.where(visible, s * qk_scale, float("-inf"))
-            # -- online softmax (rows with nothing visible yet keep m = -inf) ----
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_use = tl.where(m_new > float("-inf"), m_new, 0.0)
-            p = tl.math.exp2(s - m_use[:, None])
-            alpha = tl.math.exp2(m_i - m_use)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-            m_i = m_new
+        for start_n in range(0, n_full, BLOCK_N):
+            acc, m_i, l_i = _attend_tile(
+                acc, m_i, l_i, q_nope, q_rope, K_NOPE, K_ROPE, V, kv_lo, start_n, kv_len,
+                q_pos, qk_scale, off_h, stride_kt, stride_kh, stride_rt, stride_rh,
+                stride_vt, stride_vh, NOPE, ROPE, V_DIM, BLOCK_N, CAUSAL, False,
+            )  # fmt: skip
+        for start_n in range(n_full, kv_hi, BLOCK_N):
+            acc, m_i, l_i = _attend_tile(
+                acc, m_i, l_i, q_nope, q_rope, K_NOPE, K_ROPE, V, kv_lo, start_n, kv_len,
+                q_pos, qk_scale, off_h, stride_kt, stride_kh, stride_rt, stride_rh,
+                stride_vt, stride_vh, NOPE, ROPE, V_DIM, BLOCK_N, CAUSAL, True,
+            )  # fmt: skip
 
         # -- normalise, write out and the natural-log LSE ----
         has_keys = l_i > 0.0

@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "5402d9dcdfb3fe24eda427d61316137c68fa5063ff077d370025900a322af806"
+LIBRARY_SHA256 = "0d3bf205194bb7bc9ea792efc4d557fd018d222af9b0574cd184dec03a5deadb"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "

@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "c0a0ac2ea75e051487c309a7373fbeb49b353fec1849518de5352e0097a04244"
+LIBRARY_SHA256 = "7ad9714d68faa16a254b8d32d35ad2b8c28fbadf9dbf5c72b65b27c4324bf1e0"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -61,7 +61,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         ragged_block_m=128,
         ragged_block_n=64,
         ragged_num_warps=8,
-        ragged_num_stages=2,
+        ragged_num_stages=3,
     ),
     "r512_rope64_h16_ps64_bf16_kvfp8_e4m3_causal": MlaTritonConfig(
         uri="r512_rope64_h16_ps64_bf16_kvfp8_e4m3_causal",
@@ -88,7 +88,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         ragged_block_m=128,
         ragged_block_n=64,
         ragged_num_warps=8,
-        ragged_num_stages=2,
+        ragged_num_stages=3,
     ),
     "r512_rope64_h128_ps1_bf16_kvfp8_e4m3_causal": MlaTritonConfig(
         uri="r512_rope64_h128_ps1_bf16_kvfp8_e4m3_causal",
@@ -115,7 +115,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         ragged_block_m=128,
         ragged_block_n=64,
         ragged_num_warps=8,
-        ragged_num_stages=2,
+        ragged_num_stages=3,
     ),
     "r512_rope64_h128_ps64_bf16_kvfp8_e4m3_causal": MlaTritonConfig(
         uri="r512_rope64_h128_ps64_bf16_kvfp8_e4m3_causal",
@@ -142,7 +142,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         ragged_block_m=128,
         ragged_block_n=64,
         ragged_num_warps=8,
-        ragged_num_stages=2,
+        ragged_num_stages=3,
     ),
 }
 

@@ -1,0 +1,230 @@
+"""Absorbed MLA attention for sm90 with the warp layout chosen by hand (Gluon, Triton's
+layout-explicit language): 64 query heads x 64 latent rows per iteration on two warpgroups
+that never repeat each other's products.
+
+Triton's own layout choice for the chained products of ``absorbed.py`` puts all 8 warps on
+the 64 head rows, so both warpgroups compute the whole 576-deep score and each then half
+the 512 output columns: 832 of the 544 multiply-adds per head and key a warpgroup would
+need. Here the score's warps split the keys (each warpgroup scores 32 of the 64 rows over
+all 576 columns), the probabilities go through shared memory, and the output's warps split
+the columns (each warpgroup accumulates 256 of the 512 over all 64 keys): 288 + 256 per
+warpgroup. Row maxima and sums cross the two warpgroups through the reductions.
+
+Same arguments and semantics as ``absorbed_split_kernel`` for a 16-bit cache without a
+draft tree: one program holds BLOCK_H (64) heads of one query row over one split of its
+keys; q and the latent rows stay in shared memory (q 72 KiB, two stages of latent rows
+144 KiB, the probabilities 8 KiB), the latent rows arrive by cp.async gathers through the
+page table (any page size). Runs on sm_90a only (warpgroup MMA); no interpreter.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+LN2: gl.constexpr = gl.constexpr(0.6931471805599453)  # ln(2)
+LOG2E: gl.constexpr = gl.constexpr(1.4426950408889634)  # 1/ln(2)
+
+
+@gluon.jit
+def _gather_rows(
+    lat_smem,
+    rope_smem,
+    KV_CACHE,
+    page_row,
+    start_n,
+    kv_end,
+    stride_kv,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    PAGE_SIZE: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    LOAD: gl.constexpr,
+):
+    """cp.async latent rows start_n .. start_n+BLOCK_N-1 (512 latent columns into lat_smem,
+    64 rope columns into rope_smem); rows at or past kv_end are zero-filled."""
+    offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LOAD))
+    mask_n = offs_n < kv_end
+    page = gl.load(page_row + offs_n // PAGE_SIZE, mask=mask_n, other=0).to(gl.int64)
+    rows = page * PAGE_SIZE + (offs_n % PAGE_SIZE)
+    base = KV_CACHE + gl.multiple_of(rows * stride_kv, 16)
+    offs_c = gl.arange(0, LORA, layout=gl.SliceLayout(0, LOAD))
+    async_copy.async_copy_global_to_shared(
+        lat_smem, base[:, None] + offs_c[None, :], mask=mask_n[:, None]
+    )
+    offs_r = gl.arange(0, ROPE, layout=gl.SliceLayout(0, LOAD))
+    async_copy.async_copy_global_to_shared(
+        rope_smem, base[:, None] + LORA + offs_r[None, :], mask=mask_n[:, None]
+    )
+    async_copy.commit_group()
+
+
+@gluon.jit
+def absorbed_wg_kernel(
+    Q_NOPE,
+    Q_ROPE,
+    KV_CACHE,
+    PAGE_TABLE,
+    ROW_LENS,
+    ROW_REQ,
+    NUM_SPLITS,
+    OUT,
+    LSE,
+    PARTIAL_O,
+    PARTIAL_LSE,
+    sm_scale,
+    stride_qt,
+    stride_qh,
+    stride_rt,
+    stride_rh,
+    stride_kv,
+    stride_ptb,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_pot,
+    stride_poh,
+    stride_pos,
+    stride_plt,
+    stride_plh,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    PAGE_SIZE: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    MAX_SPLITS: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+):
+    """Stage 1 of the absorbed attention (see ``absorbed_split_kernel``), 8 warps."""
+    gl.static_assert(BLOCK_H == 64, "one 64-row warpgroup tile of heads")
+    gl.static_assert(gl.num_warps() == 8, "two warpgroups")
+    dtype: gl.constexpr = Q_NOPE.dtype.element_ty
+    # -- layouts: the score's warps split the keys, the output's the latent columns ----
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 16]
+    )
+    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, LORA // 2, 16]
+    )
+    LOAD: gl.constexpr = gl.BlockedLayout(
+        size_per_thread=[1, 8], threads_per_warp=[4, 8], warps_per_cta=[8, 1], order=[1, 0]
+    )
+    ROW_S: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+    ROW_O: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    LAT_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, LORA], dtype)
+    ROPE_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROPE], dtype)
+    QN_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
+    QR_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
+    P_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], dtype)
+
+    off_t = gl.program_id(0)
+    off_hb = gl.program_id(1)
+    split = gl.program_id(2)
+    if NUM_SPLITS is not None:
+        num_splits = gl.minimum(gl.maximum(gl.load(NUM_SPLITS + off_t), 1), MAX_SPLITS)
+    if ROW_REQ is None:
+        off_b = off_t
+    else:
+        off_b = gl.load(ROW_REQ + off_t)
+    kv_len = gl.load(ROW_LENS + off_t)
+    if NUM_SPLITS is None:  # 1, as a value (a literal 1 trips the backend's lowering)
+        num_splits = (kv_len >= 0).to(gl.int32)
+    split_len = gl.cdiv(gl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
+    kv_start = gl.minimum(split * split_len, kv_len)
+    kv_end = gl.minimum(kv_start + split_len, kv_len)
+
+    # -- q (latent and rope parts) into shared memory, once ----
+    heads_l = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LOAD))
+    mask_hl = heads_l < NUM_HEADS
+    offs_c = gl.arange(0, LORA, layout=gl.SliceLayout(0, LOAD))
+    offs_r = gl.arange(0, ROPE, layout=gl.SliceLayout(0, LOAD))
+    q_rows = Q_NOPE + off_t.to(gl.int64) * stride_qt + heads_l * stride_qh
+    r_rows = Q_ROPE + off_t.to(gl.int64) * stride_rt + heads_l * stride_rh
+    qn_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, LORA], QN_SH)
+    qr_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, ROPE], QR_SH)
+    qn_smem.store(gl.load(q_rows[:, None] + offs_c[None, :], mask=mask_hl[:, None], other=0.0))
+    qr_smem.store(gl.load(r_rows[:, None] + offs_r[None, :], mask=mask_hl[:, None], other=0.0))
+
+    lat_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LORA], LAT_SH)
+    rope_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, ROPE], ROPE_SH)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], P_SH)
+    page_row = PAGE_TABLE + off_b.to(gl.int64) * stride_ptb
+
+    qk_scale = sm_scale * LOG2E
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=ROW_S)
+    l_i = gl.zeros([BLOCK_H], gl.float32, layout=ROW_S)
+    acc = gl.zeros([BLOCK_H, LORA], gl.float32, layout=O_LAYOUT)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
+    offs_ns = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+
+    num_tiles = gl.cdiv(kv_end - kv_start, BLOCK_N)
+    if num_tiles > 0:
+        _gather_rows(
+            lat_smem.index(0), rope_smem.index(0), KV_CACHE, page_row, kv_start, kv_end,
+            stride_kv, LORA, ROPE, PAGE_SIZE, BLOCK_N, LOAD,
+        )  # fmt: skip
+    for it in range(num_tiles):
+        stage = it % 2
+        start_n = kv_start + it * BLOCK_N
+        # every warp is done with the other stage (last iteration's products) and with p
+        gl.thread_barrier()
+        if it + 1 < num_tiles:
+            _gather_rows(
+                lat_smem.index(1 - stage), rope_smem.index(1 - stage), KV_CACHE, page_row,
+                start_n + BLOCK_N, kv_end, stride_kv, LORA, ROPE, PAGE_SIZE, BLOCK_N, LOAD,
+            )  # fmt: skip
+            async_copy.wait_group(1)
+        else:
+            async_copy.wait_group(0)
+        gl.thread_barrier()
+        fence_async_shared()
+        lat = lat_smem.index(stage)
+        # -- scores: q . latent over all 576 columns, this warpgroup's 32 keys ----
+        s = warpgroup_mma(qn_smem, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(qr_smem, rope_smem.index(stage).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        visible = (start_n + offs_ns) < kv_end
+        s = gl.where(visible[None, :], s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        p = gl.exp2(s - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        # -- values: the probabilities of all 64 keys, this warpgroup's 256 columns ----
+        p_smem.store(p.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
+        acc = warpgroup_mma(p_smem, lat, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
+    # -- normalised output and natural-log LSE (no key: zeros and -inf) ----
+    has_keys = l_i > 0.0
+    l_safe = gl.where(has_keys, l_i, 1.0)
+    lse = gl.where(has_keys, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
+    o = acc / gl.convert_layout(l_safe, ROW_O)[:, None]
+    heads_o = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROW_O)
+    cols_o = gl.arange(0, LORA, layout=gl.SliceLayout(0, O_LAYOUT))
+    mask_o = heads_o < NUM_HEADS
+    heads_s = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROW_S)
+    mask_s = heads_s < NUM_HEADS
+    if num_splits == 1:
+        if split == 0:
+            o_rows = off_t.to(gl.int64) * stride_ot + heads_o * stride_oh
+            gl.store(
+                OUT + o_rows[:, None] + cols_o[None, :],
+                o.to(OUT.dtype.element_ty),
+                mask=mask_o[:, None],
+            )
+            if WRITE_LSE:
+                gl.store(LSE + off_t.to(gl.int64) * stride_lt + heads_s, lse, mask=mask_s)
+    elif split < num_splits:
+        po_rows = off_t.to(gl.int64) * stride_pot + heads_o * stride_poh + split * stride_pos
+        gl.store(PARTIAL_O + po_rows[:, None] + cols_o[None, :], o, mask=mask_o[:, None])
+        pl_rows = off_t.to(gl.int64) * stride_plt + heads_s * stride_plh + split
+        gl.store(PARTIAL_LSE + pl_rows, lse, mask=mask_s)
