@@ -283,6 +283,8 @@ def split_tensor(torch, cfg, case, choice):
             waves=cfg.decode_waves,
             max_splits=cfg.max_splits,
         )
+        if cap == 1:  # as the backend: one split per request, no partials
+            return None, 1
         min_tokens = max(MIN_SPLIT_TOKENS, cfg.decode_block_n)
         return decode_num_splits(case.lens, cap=cap, min_split_tokens=min_tokens), cap
     return torch.full((case.b,), choice, dtype=torch.int32, device="cuda"), choice

@@ -23,8 +23,10 @@ class DecodeMetadata:
     batch_size: int
     page_table: torch.Tensor  # [>=B, pages] int32, physical page of each page index
     seq_lens: torch.Tensor  # [>=B] int32
-    num_splits: torch.Tensor  # [>=B] int32 in 1..max_splits, KV splits per request
-    workspace: tuple[torch.Tensor, ...]  # the kernels' scratch (their decode_workspace layout)
+    # [>=B] int32 in 1..max_splits, KV splits per request; None (eager, where a family's
+    # kernels allow it): one split each, no partials
+    num_splits: torch.Tensor | None
+    workspace: tuple[torch.Tensor | None, ...]  # the kernels' scratch (decode_workspace layout)
     out: torch.Tensor | None  # static output rows (graph mode); None: a fresh tensor per call
 
 

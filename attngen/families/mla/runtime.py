@@ -278,12 +278,14 @@ class PagedMlaBackend(AttentionBackendBase):
     def _decode_metadata(self, fb: ForwardBatch) -> DecodeMetadata:
         bs = fb.batch_size
         seq_lens = fb.seq_lens.to(torch.int32)
+        cap = self._split_cap(bs)
+        split = cap > 1  # one split per request: no partials, no combine, no workspace
         return DecodeMetadata(
             batch_size=bs,
             page_table=self._page_table(fb.req_pool_indices, self._pages_for(fb.seq_lens_cpu)),
             seq_lens=seq_lens,
-            num_splits=self._num_splits(seq_lens, self._split_cap(bs)),
-            workspace=self._workspace(bs),
+            num_splits=self._num_splits(seq_lens, cap) if split else None,
+            workspace=self._workspace(bs) if split else (None, None),
             out=None,
         )
 

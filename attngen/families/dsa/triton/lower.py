@@ -29,9 +29,13 @@ MAX_SPLITS = 8  # top-k splits per row when rows x head blocks leave SMs idle
 # 64 x 32 (544 bytes) and run 64 x 16; 16 x 32 (194).
 SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 32, 8, 2), 64: (64, 32, 8, 2)}
 FP8_SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 16, 8, 2), 64: (64, 16, 8, 2)}
-# sm90, 64 heads and more: the Gluon kernel (kernels/sparse_wg.py), 64 heads x 64 slots on two
-# warpgroups that split the score by slots and the output by columns (MLA's absorbed_wg.py
-# split); both layouts spill-free on sm_90a (198 / 255 registers).
+# sm90, 64 heads and more, 16-bit rows: the Gluon kernel (kernels/sparse_wg.py), 64 heads x 64
+# slots on two warpgroups that split the score by slots and the output by columns (MLA's
+# absorbed_wg.py split); 198 registers on sm_90a, no spill. On the H200 (bench/dsa.py,
+# a87ce0b): sparse prefill 0.62x FlashMLA (Triton 0.32x), bf16 decode 266-314 TFLOP/s at
+# h_q 128 (Triton 136). fp8 rows stay on the Triton kernel: decoding them to fp16 with the
+# chunk scale applied (0.43-0.50x FlashMLA) rounds every key, and the LSE then misses its
+# bound (1.2e-3 > 1e-3 at h_q 128); exact scores need the scale per chunk after the product.
 SM90_GLUON_TILE = (64, 64, 8, 1)
 # Indexer: one 64-key page per tensor-core tile (64 heads x 128 fp8), 1024 keys a program.
 INDEXER = dict(indexer_block_n=64, indexer_block_s=1024, indexer_num_warps=4)
@@ -47,7 +51,7 @@ def sparse_tiles(num_heads: int, kv_dtype: DType, arch: Arch) -> dict[str, int]:
     rows = min(64, max(16, next_power_of_two(num_heads)))
     table = FP8_SPARSE_TILES if kv_dtype is DType.FP8_E4M3 else SPARSE_TILES
     block_h, block_n, warps, stages = table[rows]
-    gluon = int(rows == 64 and arch is Arch.SM90)
+    gluon = int(rows == 64 and arch is Arch.SM90 and kv_dtype is not DType.FP8_E4M3)
     if gluon:
         block_h, block_n, warps, stages = SM90_GLUON_TILE
     return {

@@ -330,8 +330,11 @@ def test_ragged_indexer_and_sparse_kernel():
             assert got == list(range(n))
         overlap, gap = topk_agreement(want, bound, got, TOPK)
         assert gap <= 1.0
-    for kv in ("bfloat16", "float8_e4m3fn"):
-        c = dataclasses.replace(cfg, kv_dtype=kv, sparse_block_n=16)
+    # the Triton kernel's small tile on both layouts, and the generated tile (sm90: the
+    # Gluon kernel, 16-bit rows only)
+    small = {"sparse_block_n": 16, "sparse_gluon": 0}
+    for kv, tile in (("bfloat16", small), ("float8_e4m3fn", small), ("bfloat16", {})):
+        c = dataclasses.replace(cfg, kv_dtype=kv, **tile)
         pool = latent_pool(
             num_layers=1, num_pages=40, page_size=64, dtype=getattr(torch, kv), device="cuda"
         )
@@ -370,6 +373,6 @@ def test_ragged_indexer_and_sparse_kernel():
                 splits=splits,
             )
             want, want_lse = ref.sparse_mla(qq, rows, idx, SCALE)
-            check_close(out, want, BF16, f"sparse {kv} splits {splits}")
+            check_close(out, want, BF16, f"sparse {kv} {tile or 'generated'} splits {splits}")
             check_lse(lse, want_lse, "sparse lse")
             assert (out[2] == 0).all()

@@ -101,12 +101,18 @@ def compile_specs(config: DsaTritonConfig, traits: DsaTraits) -> list[CompileSpe
     )
     fp8 = () if config.fp8_cache else ("KVF", "KV16")
     sparse = sparse_wg_kernel if config.sparse_gluon else sparse_mla_kernel
+    if config.sparse_gluon:  # 16-bit rows only: no fp8 views, no FP8 switch
+        fp8 = ()
+    drop = ("FP8",) if config.sparse_gluon else ()
     for write_lse in (False, True):
         tag = "_lse" if write_lse else ""
         one = sparse_options(config, splits=1, write_lse=write_lse)
+        one = {k: v for k, v in one.items() if k not in drop}
         nones = (*fp8, "NUM_SPLITS", "PARTIAL_O", "PARTIAL_LSE") + (() if write_lse else ("LSE",))
         specs.append(_compile_spec(f"sparse{tag}", sparse, one, config, nones))
         split = sparse_options(config, splits=config.max_splits, write_lse=write_lse)
+        split = {k: v for k, v in split.items() if k not in drop}
+
         nones = fp8 + (() if write_lse else ("LSE",))
         specs.append(_compile_spec(f"sparse_split{tag}", sparse, split, config, nones))
     specs.append(

@@ -312,11 +312,15 @@ def combine_options(config: DsaTritonConfig, *, write_lse: bool) -> dict:
 
 
 def _check_gluon(config: DsaTritonConfig) -> None:
-    """The Gluon sparse kernel's fixed shape: 64 heads x 64 slots on 8 warps, on a GPU (the
-    Triton interpreter cannot run Gluon)."""
+    """The Gluon sparse kernel's fixed shape: 16-bit rows, 64 heads x 64 slots on 8 warps, on
+    a GPU (the Triton interpreter cannot run Gluon)."""
     tile = (config.sparse_block_h, config.sparse_block_n, config.sparse_num_warps)
-    if tile != (64, 64, 8):
-        fail("config.sparse_gluon", "0 unless the tile is 64 heads x 64 slots on 8 warps", tile)
+    if tile != (64, 64, 8) or config.fp8_cache:
+        fail(
+            "config.sparse_gluon",
+            "0 unless the rows are 16-bit and the tile 64 heads x 64 slots on 8 warps",
+            f"1 with kv {config.kv_dtype}, tile {tile}",
+        )
     if os.environ.get("TRITON_INTERPRET") == "1":
         fail("config.sparse_gluon", "0 under TRITON_INTERPRET (Gluon needs an sm90 GPU)", 1)
 
@@ -422,35 +426,20 @@ def sparse_mla(
     grid = (rows, triton.cdiv(h, config.sparse_block_h), splits)
     if config.sparse_gluon:
         _check_gluon(config)
-    kernel = sparse_wg_kernel if config.sparse_gluon else sparse_mla_kernel
-    kernel[grid](
-        q_nope,
-        q_rope,
-        kv,
-        kvf,
-        kv16,
-        indices,
-        ns,
-        out,
-        lse_arg,
-        po,
-        pl,
-        sm_scale,
-        q_nope.stride(0),
-        q_nope.stride(1),
-        q_rope.stride(0),
-        q_rope.stride(1),
-        s_kv,
-        s_kvf,
-        s_kv16,
-        indices.stride(0),
-        out.stride(0),
-        out.stride(1),
-        lse_stride,
-        *po_strides,
-        *pl_strides,
-        **sparse_options(config, splits=splits, write_lse=lse is not None),
-    )
+    options = sparse_options(config, splits=splits, write_lse=lse is not None)
+    strides = (q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1))
+    tail = (indices.stride(0), out.stride(0), out.stride(1), lse_stride, *po_strides, *pl_strides)
+    if config.sparse_gluon:
+        del options["FP8"]
+        sparse_wg_kernel[grid](
+            q_nope, q_rope, kv, indices, ns, out, lse_arg, po, pl, sm_scale, *strides, s_kv,
+            *tail, **options,
+        )  # fmt: skip
+    else:
+        sparse_mla_kernel[grid](
+            q_nope, q_rope, kv, kvf, kv16, indices, ns, out, lse_arg, po, pl, sm_scale,
+            *strides, s_kv, s_kvf, s_kv16, *tail, **options,
+        )  # fmt: skip
     if splits > 1:
         absorbed_combine_kernel[(rows, h)](
             po,

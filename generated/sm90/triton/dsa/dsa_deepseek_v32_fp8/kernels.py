@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "0d3bf205194bb7bc9ea792efc4d557fd018d222af9b0574cd184dec03a5deadb"
+LIBRARY_SHA256 = "8366127aefe0568296a02d6d5c451a4099e6f245a7d55d00ec8fa47c79ab6904"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -76,9 +76,9 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         spec_topk=1,
         num_draft_tokens=2,
         sparse_block_h=64,
-        sparse_block_n=64,
+        sparse_block_n=16,
         sparse_num_warps=8,
-        sparse_num_stages=1,
+        sparse_num_stages=2,
         max_splits=8,
         combine_num_warps=4,
         indexer_block_n=64,
@@ -86,7 +86,6 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         indexer_num_warps=4,
         topk_block=2048,
         topk_num_warps=8,
-        sparse_gluon=1,
     ),
     "r512_rope64_h128_ix64x128_top2048_ps64_bf16_kvfp8_e4m3_causal_topk1": DsaTritonConfig(
         uri="r512_rope64_h128_ix64x128_top2048_ps64_bf16_kvfp8_e4m3_causal_topk1",
@@ -102,9 +101,9 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         spec_topk=1,
         num_draft_tokens=2,
         sparse_block_h=64,
-        sparse_block_n=64,
+        sparse_block_n=16,
         sparse_num_warps=8,
-        sparse_num_stages=1,
+        sparse_num_stages=2,
         max_splits=8,
         combine_num_warps=4,
         indexer_block_n=64,
@@ -112,7 +111,6 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         indexer_num_warps=4,
         topk_block=2048,
         topk_num_warps=8,
-        sparse_gluon=1,
     ),
 }
 
