@@ -60,7 +60,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h16_ps64_bf16_causal": MlaTritonConfig(
@@ -87,7 +87,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h16_ps128_bf16_causal": MlaTritonConfig(
@@ -114,7 +114,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h32_ps1_bf16_causal": MlaTritonConfig(
@@ -141,7 +141,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h32_ps64_bf16_causal": MlaTritonConfig(
@@ -168,7 +168,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h32_ps128_bf16_causal": MlaTritonConfig(
@@ -195,7 +195,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h64_ps1_bf16_causal": MlaTritonConfig(
@@ -222,7 +222,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h64_ps64_bf16_causal": MlaTritonConfig(
@@ -249,7 +249,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h64_ps128_bf16_causal": MlaTritonConfig(
@@ -276,7 +276,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h128_ps1_bf16_causal": MlaTritonConfig(
@@ -303,7 +303,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h128_ps64_bf16_causal": MlaTritonConfig(
@@ -330,7 +330,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h128_ps128_bf16_causal": MlaTritonConfig(
@@ -357,7 +357,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
 }

@@ -60,7 +60,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h128_ps1_bf16_custom_topk4": MlaTritonConfig(
@@ -87,7 +87,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
 }

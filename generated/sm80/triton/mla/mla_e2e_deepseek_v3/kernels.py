@@ -60,7 +60,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h16_ps16_bf16_causal": MlaTritonConfig(
@@ -87,7 +87,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h16_ps64_bf16_causal": MlaTritonConfig(
@@ -114,7 +114,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h16_ps1_fp16_causal": MlaTritonConfig(
@@ -141,7 +141,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h16_ps16_fp16_causal": MlaTritonConfig(
@@ -168,7 +168,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
     "r512_rope64_h16_ps64_fp16_causal": MlaTritonConfig(
@@ -195,7 +195,7 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         combine_num_warps=4,
         ragged_block_m=64,
         ragged_block_n=64,
-        ragged_num_warps=4,
+        ragged_num_warps=8,
         ragged_num_stages=2,
     ),
 }
