@@ -48,11 +48,13 @@ class PagedKVPool:
         self.v_head_dim = head_dim if v_head_dim is None else v_head_dim
         self.dtype = dtype
         shape = (num_pages, page_size, num_kv_heads)
+        # zeroed, not left as the allocator's bytes: kernels that copy whole pages (TMA)
+        # read slots no request has written, and 0 x NaN in P.V would reach the output
         self.k_buffer = [
-            torch.empty(shape + (head_dim,), dtype=dtype, device=device) for _ in range(num_layers)
+            torch.zeros(shape + (head_dim,), dtype=dtype, device=device) for _ in range(num_layers)
         ]
         self.v_buffer = [
-            torch.empty(shape + (self.v_head_dim,), dtype=dtype, device=device)
+            torch.zeros(shape + (self.v_head_dim,), dtype=dtype, device=device)
             for _ in range(num_layers)
         ]
 

@@ -202,11 +202,11 @@ def test_description_only_changes_no_cell(repo: Path) -> None:
 def test_refused_variant_shows_the_capability_reason(repo: Path) -> None:
     """A target that does not lower a variant is listed with supports()'s reason; the spec
     stays valid because another target lowers it."""
-    text = NEW_SPEC.replace("triton: [sm80, sm90]", "triton: [sm90]\n  cute_dsl: [sm90]")
+    text = NEW_SPEC.replace("triton: [sm80, sm90]", "triton: [sm90]\n  cute_dsl: [sm100]")
     (repo / "specs/mha/review_new.yaml").write_text(text)
     spec = load_spec(repo / "specs/mha/review_new.yaml", repo)
     [variant] = expand(spec)
-    verdict = supports(variant, Backend.CUTE_DSL, Arch.SM90)
+    verdict = supports(variant, Backend.CUTE_DSL, Arch.SM100)  # no CuTe decode on sm100 yet
     assert not verdict.ok
     data, md = review(repo)
     [change] = data["review"]["specs"]
@@ -214,14 +214,14 @@ def test_refused_variant_shows_the_capability_reason(repo: Path) -> None:
     assert change["added"] == {"triton sm90": [NEW_URI]}
     assert change["refused"] == [
         {
-            "targets": ["cute_dsl sm90"],
+            "targets": ["cute_dsl sm100"],
             "status": verdict.status.value,
             "reason": verdict.reason,
             "uris": [NEW_URI],
         }
     ]
     status = verdict.status.value.replace("_", " ")
-    assert f"refused on cute_dsl sm90 (1 variant(s), {status}): {verdict.reason}" in md
+    assert f"refused on cute_dsl sm100 (1 variant(s), {status}): {verdict.reason}" in md
 
 
 def test_refused_spec_shows_the_validate_message_and_fails(repo: Path) -> None:

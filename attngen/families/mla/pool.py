@@ -55,14 +55,14 @@ class MlaLatentPool:
             if width % 16:
                 fail("kv_lora_rank + qk_rope_head_dim", "a multiple of 16 (NVFP4 blocks)", width)
             codes = dict(dtype=torch.uint8, device=device)
-            self.kv_buffer = [torch.empty(rows + (width // 2,), **codes) for _ in range(num_layers)]
+            self.kv_buffer = [torch.zeros(rows + (width // 2,), **codes) for _ in range(num_layers)]
             e4m3 = dict(dtype=torch.float8_e4m3fn, device=device)
             self.block_scales = [
                 torch.zeros(rows + (width // 16,), **e4m3) for _ in range(num_layers)
             ]
         else:
             self.kv_buffer = [
-                torch.empty(rows + (width,), dtype=dtype, device=device) for _ in range(num_layers)
+                torch.zeros(rows + (width,), dtype=dtype, device=device) for _ in range(num_layers)
             ]
 
     @property

@@ -47,7 +47,9 @@ def test_prefill_and_extend_on_sm90_and_sm100_are_lowered() -> None:
 
 
 def test_what_is_not_lowered_says_why() -> None:
-    assert "phase decode" in reason(base_variant(Family.MHA))
+    assert "decode is not lowered in CuTe DSL on sm100" in reason(
+        base_variant(Family.MHA), Arch.SM100
+    )
     for arch in (Arch.SM90, Arch.SM100):  # pages below 16 tokens: K/V rows gathered
         assert supports(prefill_extend(page=1), Backend.CUTE_DSL, arch).ok
     assert "gathered with cp.async" in reason(prefill_extend(page=3))
@@ -257,3 +259,113 @@ def test_verify_refuses_trees_before_any_gpu_work() -> None:
                       sm_scale=0.1)  # fmt: skip
     with pytest.raises(AttngenInputError, match="q: expected a CUDA tensor"):
         verify_launch(*args, config=c, traits=traits, sm_scale=0.1)
+
+
+# -- split-KV decode (sm90): the forward pipeline on 64-row tiles of a group's heads ----
+
+
+def decode_variant(page: int = 64, group: int = 4, head_dim: int = 128):
+    v = dataclasses.replace(base_variant(Family.MHA), page_size=page)
+    return dataclasses.replace(v, shape=MhaShape(head_dim, head_dim, group))
+
+
+def test_decode_is_lowered_on_sm90_only() -> None:
+    for page in (1, 2, 4, 8, 16, 32, 64, 128):
+        for group in (1, 4, 7, 16, 64):
+            for head_dim in (64, 128):
+                v = decode_variant(page, group, head_dim)
+                assert supports(v, Backend.CUTE_DSL, Arch.SM90).ok, v.uri
+                assert "decode is not lowered" in reason(v, Arch.SM100)
+    assert "group 65 is not lowered" in reason(decode_variant(group=65))
+    assert "page size 3" in reason(decode_variant(page=3))
+
+
+def test_decode_config_and_kernels() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import compile_specs
+
+    c = lower.kernel_config(decode_variant(page=16, group=8), Arch.SM90)
+    assert (c.max_splits, c.decode_block_n, c.decode_block_h) == (16, 128, 64)
+    assert verify.config_problems(c, ("extend", "decode")) == []
+    bad = dataclasses.replace(c, arch="sm100", max_splits=0)
+    problems = " ".join(verify.config_problems(bad, ("decode",)))
+    assert "sm90 only" in problems and "max_splits=0" in problems
+    hooks = MaskHooks(causal=True, sinks=True)
+    specs = compile_specs(c, traits=MhaCuteTraits(hooks, ("extend", "decode")))
+    assert [s.name for s in specs] == ["extend", "decode", "decode_combine"]
+    split, combine = specs[1].shape, specs[2].shape
+    # the group's heads fill one 64-row tile; the sinks join in the combine only
+    assert (split.tile_m, split.decode_group, split.sinks, split.paged) == (64, 8, False, True)
+    assert (split.tile_n, split.pages_per_tile) == (128, 8)
+    assert (combine.v_head_dim, combine.sinks) == (128, True)
+    assert specs[1].requires["ptx"][0] == "wgmma.mma_async"
+
+
+def _decode_args(batch: int = 2, splits: int = 16):
+    q = torch.randn(batch, 8, 128, dtype=torch.bfloat16)
+    cache = torch.randn(4, 64, 2, 128, dtype=torch.bfloat16)
+    ints = torch.ones(batch, dtype=torch.int32)
+    partial = (torch.empty(batch, 8, splits, 128), torch.empty(batch, 8, splits))
+    return (q, cache, cache, torch.zeros(batch, 1, dtype=torch.int32), ints, ints,
+            torch.empty_like(q), *partial)  # fmt: skip
+
+
+def test_decode_launcher_refuses_bad_arguments_before_any_gpu_work() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import decode
+
+    c = lower.kernel_config(decode_variant(page=64), Arch.SM90)
+    traits = MhaCuteTraits(MaskHooks(causal=True), ("extend", "decode"))
+    with pytest.raises(AttngenInputError, match="q: expected a CUDA tensor"):
+        decode(*_decode_args(), config=c, traits=traits, sm_scale=0.1)
+    with pytest.raises(AttngenInputError, match="k_scale: expected None"):
+        decode(*_decode_args(), config=c, traits=traits, sm_scale=0.1, k_scale=torch.ones(1))
+    with pytest.raises(AttngenInputError, match="generates no decode"):
+        decode(*_decode_args(), config=c, traits=MhaCuteTraits(MaskHooks(), ("extend",)),
+               sm_scale=0.1)  # fmt: skip
+
+
+# -- fp8 e4m3 KV cache (decode, sm90): TMA reads fp8 pages, the consumers convert ----
+
+
+def fp8_decode(page: int = 64, phases=(Phase.DECODE,), scale=ScaleGranularity.PER_TENSOR):
+    v = dataclasses.replace(decode_variant(page), phases=phases)
+    return dataclasses.replace(v, kv_dtype=DType.FP8_E4M3, kv_scale=scale)
+
+
+def test_fp8_kv_decode_is_lowered_on_sm90_pages_of_16_or_more() -> None:
+    for page in (16, 32, 64, 128):
+        assert supports(fp8_decode(page), Backend.CUTE_DSL, Arch.SM90).ok
+    for bad in (
+        fp8_decode(page=1),
+        fp8_decode(phases=(Phase.EXTEND, Phase.DECODE)),
+        fp8_decode(scale=ScaleGranularity.PER_HEAD),
+    ):
+        assert "fp8_e4m3 KV cache in CuTe DSL: decode only" in reason(bad)
+    e5m2 = dataclasses.replace(fp8_decode(), kv_dtype=DType.FP8_E5M2)
+    assert "fp8_e5m2 KV cache is not lowered" in reason(e5m2)
+
+
+def test_fp8_kv_decode_config_and_kernel() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import compile_specs
+
+    c = lower.kernel_config(fp8_decode(page=128), Arch.SM90)
+    assert (c.kv_dtype, c.kv_scale) == ("float8_e4m3fn", "per_tensor")
+    assert verify.config_problems(c, ("decode",)) == []
+    assert "only float8_e4m3fn" in verify.config_problems(c, ("extend", "decode"))[0]
+    specs = compile_specs(c, traits=MhaCuteTraits(MaskHooks(causal=True), ("decode",)))
+    assert [s.name for s in specs] == ["decode", "decode_combine"]
+    assert specs[0].shape.kv_fp8 and "cvt.rn.f16x2.e4m3x2" in specs[0].requires["ptx"]
+    # fp8 stages plus one converted K and V tile: 1 KiB + Q 16 KiB + 2 x 32 KiB + 64 KiB
+    assert specs[0].shared_bytes == 1024 + 16384 + 2 * 128 * 256 + 128 * 256 * 2
+
+
+def test_fp8_decode_launcher_needs_the_scales() -> None:
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import decode
+
+    c = lower.kernel_config(fp8_decode(page=64), Arch.SM90)
+    traits = MhaCuteTraits(MaskHooks(causal=True), ("decode",))
+    with pytest.raises(AttngenInputError, match="k_scale: expected a torch.Tensor"):
+        decode(*_decode_args(), config=c, traits=traits, sm_scale=0.1)

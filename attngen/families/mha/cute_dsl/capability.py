@@ -1,24 +1,34 @@
 """What the CuTe DSL MHA lowering covers: prefill and extend (and, through the extend kernel,
-speculative verify of draft chains and draft extend), on sm90 with the
+speculative verify of draft chains and draft extend), split-KV paged decode on sm90 (the
+Hopper kernel's pipeline on tiles of a GQA group's heads, then a combine), on sm90 with the
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
-and a cache of the same dtype; head dims 64 and 128; causal, bidirectional and sliding-window
-masks, logit softcap and attention sinks; any GQA group; extend over pages of 16, 32, 64 or
-128 tokens (read by TMA, one copy per page) and of 1, 2, 4 or 8 tokens (K/V rows gathered
-with cp.async). Everything else is "not lowered" with the reason."""
+and a cache of the same dtype, or (decode on sm90, pages of 16 .. 128 tokens) an fp8 e4m3
+cache with per-tensor scales; head dims 64 and 128; causal, bidirectional and sliding-window
+masks, logit softcap and attention sinks; any GQA group (decode: up to 64, one tile); extend
+and decode over pages of 16, 32, 64 or 128 tokens (read by TMA, one copy per page) and of 1,
+2, 4 or 8 tokens (K/V rows gathered with cp.async). Everything else is "not lowered" with
+the reason."""
 
 from __future__ import annotations
 
-from attngen.spec.enums import Arch, DType, MaskKind, Phase
+from attngen.spec.enums import Arch, DType, MaskKind, Phase, ScaleGranularity
 from attngen.families.mha.spec import MhaShape
 from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
 
 ARCHS = frozenset({Arch.SM90, Arch.SM100})
-PHASES = frozenset({Phase.PREFILL, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
-# phases that read the paged cache (the extend kernel): verify of a draft chain is an extend
-# of num_draft_tokens causal rows per request, draft extend one of 1 .. num_draft_tokens
-PAGED_PHASES = frozenset({Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
+PHASES = frozenset({Phase.PREFILL, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND, Phase.DECODE})
+# phases that read the paged cache: the extend kernel (verify of a draft chain is an extend
+# of num_draft_tokens causal rows per request, draft extend one of 1 .. num_draft_tokens)
+# and split-KV decode, which loads K/V as extend does
+PAGED_PHASES = frozenset({Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND, Phase.DECODE})
+DECODE_ARCHS = frozenset({Arch.SM90})  # sm100: the tcgen05 kernel has no decode tile yet
+MAX_DECODE_GROUP = 64  # decode packs the group's query heads into one 64-row wgmma tile
+# an fp8 e4m3 cache with per-tensor scales: decode on sm90 reads whole pages by TMA (16 .. 128
+# tokens) and converts each tile in shared memory; extend does not read fp8 yet
+FP8_KV = DType.FP8_E4M3
+FP8_PHASES = frozenset({Phase.DECODE})
 HEAD_DIMS = frozenset({64, 128})
 DTYPES = frozenset({DType.BF16, DType.FP16})
 MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
@@ -45,10 +55,35 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered in "
                 "CuTe DSL yet",
             ),
+            (
+                Phase.DECODE not in variant.phases or arch in DECODE_ARCHS,
+                f"decode is not lowered in CuTe DSL on {arch.value} yet (split-KV decode: "
+                f"{', '.join(sorted(a.value for a in DECODE_ARCHS))})",
+            ),
+            (
+                Phase.DECODE not in variant.phases or shape.gqa_group <= MAX_DECODE_GROUP,
+                f"decode packs a GQA group into one {MAX_DECODE_GROUP}-row tile: group "
+                f"{shape.gqa_group} is not lowered",
+            ),
             (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
             (
-                variant.kv_dtype is variant.dtype,
-                f"{kv_name} KV cache is not lowered in CuTe DSL yet (only the activation dtype)",
+                variant.kv_dtype is variant.dtype or variant.kv_dtype is FP8_KV,
+                f"{kv_name} KV cache is not lowered in CuTe DSL yet (the activation dtype; "
+                "fp8_e4m3 for decode)",
+            ),
+            (
+                variant.kv_dtype is not FP8_KV
+                or (
+                    set(variant.phases) <= FP8_PHASES
+                    and arch in DECODE_ARCHS
+                    and variant.kv_scale is ScaleGranularity.PER_TENSOR
+                    and variant.page_size in TMA_PAGE_SIZES
+                ),
+                f"fp8_e4m3 KV cache in CuTe DSL: decode only, on "
+                f"{', '.join(sorted(a.value for a in DECODE_ARCHS))}, per-tensor scales, pages "
+                f"of {sorted(TMA_PAGE_SIZES)} tokens (got {', '.join(p.value for p in variant.phases)}"
+                f" on {arch.value}, {variant.kv_scale.value if variant.kv_scale else 'no'} scales, "
+                f"page {variant.page_size})",
             ),
             (kind in MASKS, f"mask {kind.value} is not lowered in CuTe DSL yet"),
             (

@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields
 from attngen.families.mha.key import MhaKey
 from attngen.hooks import MaskHooks
 
+DECODE_TILE_ROWS = 64  # decode packs a GQA group's heads into one wgmma M of 64 rows
+
 # Phases the paged extend kernel runs: verify of a draft chain is an extend of
 # num_draft_tokens causal rows per request, draft extend one of 1 .. num_draft_tokens rows.
 PAGED_PHASES = ("extend", "verify", "draft_extend")
@@ -43,6 +45,20 @@ class MhaCuteConfig:
     fwd_num_stages: int  # K/V ring depth in shared memory
     # sm90: 1 overlaps S_j's softmax with P_{j-1} V_{j-1} (compile-checked, not yet GPU-verified)
     fwd_intra_wg_overlap: int = 0
+    # -- split-KV decode (sm90: the forward's pipeline on 64-row tiles of the group's heads,
+    # fwd_tile_n keys per tile, then a combine) ----
+    max_splits: int = 16  # upper bound of KV splits per request (the split kernel's grid x)
+    decode_num_stages: int = 2  # K/V ring depth of the decode kernel
+
+    @property
+    def decode_block_n(self) -> int:
+        """Keys per decode tile (the runtime's split heuristic reads it)."""
+        return self.fwd_tile_n
+
+    @property
+    def decode_block_h(self) -> int:
+        """Query-head rows per decode program: the whole group, in one 64-row tile."""
+        return DECODE_TILE_ROWS
 
     @property
     def key(self) -> MhaKey:

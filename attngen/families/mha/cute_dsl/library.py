@@ -10,13 +10,21 @@ layouts; ``fragments``: register views of wgmma accumulators), host code in ``ho
 (``compile``: specializations, the compile cache and AOT arguments; ``launch``: checks and
 launches). A config's ``arch`` picks the kernel.
 
+Split-KV decode (sm90; ``decode`` with ``decode_workspace``): one query token per request;
+the forward kernel's pipeline on 64-row tiles holding the GQA group's query heads (GQA
+packing), each CTA one (split, kv head, request) writing fp32 partial rows and log-sum-exps,
+then a combine kernel that merges them (and adds the sinks). Grids are fixed by the batch,
+the heads and config.max_splits; the split counts are chosen on the device by the runtime.
+
 Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens over a paged
 cache read by TMA, one copy per page: page sizes 16, 32, 64 and 128; pages of 1, 2, 4 and 8
 tokens: K/V rows gathered with cp.async); speculative verify of
 draft chains
 (``verify``: num_draft_tokens causal rows per request) and draft extend run the extend
 kernel, with grids fixed by the config and the batch, so they are CUDA-graph capturable.
-KV in the activation dtype (bf16, fp16); head dims 64 and 128.
+KV in the activation dtype (bf16, fp16), or for decode an fp8 e4m3 cache with per-tensor
+k_scale / v_scale (TMA reads fp8 pages of 16+ tokens, the consumers convert each tile in
+shared memory); head dims 64 and 128.
 
 What the launchers check, and what they do not: shapes, dtypes, devices, strides and
 alignment of every tensor, always (host-side, no sync). They never read device values:
@@ -34,9 +42,24 @@ gives zeros.
 from __future__ import annotations
 
 from attngen.families.mha.cute_dsl.host.compile import compile_specs
-from attngen.families.mha.cute_dsl.host.launch import extend, prefill, verify
+from attngen.families.mha.cute_dsl.host.launch import (
+    decode,
+    decode_workspace,
+    extend,
+    prefill,
+    verify,
+)
 from attngen.families.mha.cute_dsl.source import source_sha256
 
-__all__ = ["SOURCE_SHA256", "compile_specs", "extend", "prefill", "source_sha256", "verify"]
+__all__ = [
+    "SOURCE_SHA256",
+    "compile_specs",
+    "decode",
+    "decode_workspace",
+    "extend",
+    "prefill",
+    "source_sha256",
+    "verify",
+]
 
 SOURCE_SHA256 = source_sha256()  # generated kernels.py files record the one they bind

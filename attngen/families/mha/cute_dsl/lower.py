@@ -18,8 +18,8 @@ from attngen.families.mha.cute_dsl.capability import PAGED_PHASES
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
 from attngen.families.mha.key import MhaKey
 from attngen.library_lowering import plan_module
-from attngen.ir import ModulePlan
-from attngen.spec.enums import Arch, Backend
+from attngen.ir import GraphBuffer, ModulePlan
+from attngen.spec.enums import Arch, Backend, Phase
 from attngen.spec.model import Spec
 from attngen.spec.variant import Variant
 
@@ -28,6 +28,9 @@ RUNTIME_CLASS = "attngen.families.mha.runtime:PagedMhaBackend"
 FWD_TILE_M = 128
 FWD_TILE_N = {Arch.SM90: 128, Arch.SM100: 64}
 FWD_NUM_STAGES = 2
+# decode KV splits per request: the split heuristic (attngen.families.mha.runtime) allows up
+# to 4 waves of (request, kv head, split) programs, each split >= 256 keys
+MAX_SPLITS = 16
 
 
 def fwd_tile_n(variant: Variant, arch: Arch) -> int:
@@ -54,8 +57,40 @@ def kernel_config(
         fwd_tile_m=FWD_TILE_M,
         fwd_tile_n=fwd_tile_n(variant, arch),
         fwd_num_stages=FWD_NUM_STAGES,
+        max_splits=MAX_SPLITS,
     )
     return dataclasses.replace(config, **(overrides or {}))
+
+
+def decode_graph_buffers(fill: int) -> tuple[GraphBuffer, ...]:
+    """Static buffers of a decode capture: the split-KV metadata the runtime fills, then the
+    two kernels' workspace in the order the launcher takes it (the layout is the Triton MHA
+    lowering's too, as the shared runtime expects)."""
+    return (
+        GraphBuffer(
+            "page_table", "int32", ("max_bs", "max_pages"), 0, "physical page of each logical page"
+        ),
+        GraphBuffer(
+            "seq_lens", "int32", ("max_bs",), fill, "cached tokens per request (padded rows: fill)"
+        ),
+        GraphBuffer(
+            "num_splits", "int32", ("max_bs",), 1, "KV splits per request, chosen on device"
+        ),
+        GraphBuffer(
+            "partial_o",
+            "float32",
+            ("max_bs", "num_q_heads", "max_splits", "v_head_dim"),
+            0,
+            "split outputs",
+        ),
+        GraphBuffer(
+            "partial_lse",
+            "float32",
+            ("max_bs", "num_q_heads", "max_splits"),
+            0,
+            "split log-sum-exps",
+        ),
+    )
 
 
 def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
@@ -67,7 +102,9 @@ def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
         Backend.CUTE_DSL,
         kernel_config=kernel_config,
         seq_len_fill=SEQ_LEN_FILL_VALUE,
-        graph_buffers=(),
+        graph_buffers=(
+            decode_graph_buffers(SEQ_LEN_FILL_VALUE) if Phase.DECODE in spec.phases else ()
+        ),
         runtime_class=RUNTIME_CLASS,
     )
 

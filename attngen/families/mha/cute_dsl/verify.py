@@ -3,7 +3,7 @@ kernel compile."""
 
 from __future__ import annotations
 
-from attngen.families.mha.cute_dsl.config import PAGED_PHASES, MhaCuteConfig
+from attngen.families.mha.cute_dsl.config import DECODE_TILE_ROWS, PAGED_PHASES, MhaCuteConfig
 from attngen.ir import ModulePlan, PlanError, check_unique_uris
 
 WGMMA_ROWS = 64  # rows per consumer warpgroup
@@ -14,7 +14,7 @@ GATHER_PAGE_SIZES = (1, 2, 4, 8)  # extend: K/V rows gathered with cp.async
 
 def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
     problems = []
-    paged = any(p in phases for p in PAGED_PHASES)
+    paged = any(p in phases for p in (*PAGED_PHASES, "decode"))
     if c.fwd_tile_m != 2 * WGMMA_ROWS:
         problems.append(f"fwd_tile_m={c.fwd_tile_m}: the kernel runs 2 consumer warpgroups")
     if c.fwd_tile_n not in TILE_N:
@@ -42,6 +42,29 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
         problems.append(f"spec_topk={c.spec_topk}: only draft chains (topk 1) are lowered")
     if ("verify" in phases or "draft_extend" in phases) and c.num_draft_tokens < 1:
         problems.append("verify / draft_extend need num_draft_tokens >= 1")
+    if "decode" in phases:
+        if c.arch != "sm90":
+            problems.append("split-KV decode is lowered for sm90 only")
+        if c.gqa_group > DECODE_TILE_ROWS:
+            problems.append(f"gqa_group={c.gqa_group}: decode packs the group in one "
+                            f"{DECODE_TILE_ROWS}-row tile")  # fmt: skip
+        if not 1 <= c.max_splits <= 64:
+            problems.append(f"max_splits={c.max_splits} is not in 1 .. 64")
+        if not 1 <= c.decode_num_stages <= 4:
+            problems.append(f"decode_num_stages={c.decode_num_stages} is not in 1 .. 4")
+    if c.kv_dtype != c.dtype:
+        fp8_ok = (
+            c.kv_dtype == "float8_e4m3fn"
+            and c.kv_scale == "per_tensor"
+            and set(phases) <= {"decode"}
+            and c.arch == "sm90"
+            and c.page_size in PAGE_SIZES
+        )
+        if not fp8_ok:
+            problems.append(
+                f"kv_dtype={c.kv_dtype} ({c.kv_scale} scales): only float8_e4m3fn with "
+                f"per_tensor scales, decode only, sm90, pages of {PAGE_SIZES}"
+            )
     if not 1 <= c.fwd_num_stages <= 4:
         problems.append(f"fwd_num_stages={c.fwd_num_stages} is not in 1 .. 4")
     return [f"{c.uri}: {p}" for p in problems]

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from attngen.families.mha.cute_dsl.config import PAGED_PHASES, MhaCuteConfig, MhaCuteTraits
-from attngen.families.mha.cute_dsl.kernels.common import FwdShape
+from attngen.families.mha.cute_dsl.kernels.common import CombineShape, FwdShape
 from attngen.families.mha.cute_dsl.source import source_sha256
 
-ROW_ALIGN_ELEMS = 8  # 16 bytes of bf16 / fp16: what the strides of q/k/v/out are multiples of
+DECODE_TILE_M = 64  # decode: one consumer warpgroup; the group's heads are its rows
+Shape = FwdShape | CombineShape
 
 
 def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> FwdShape:
@@ -51,22 +52,49 @@ def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> F
     )
 
 
+def decode_shape(config: MhaCuteConfig, traits: MhaCuteTraits) -> FwdShape:
+    """Split-KV decode, stage 1: the paged forward's specialization on a 64-row tile of the
+    group's heads; the sinks join in the combine, so this kernel has none."""
+    shape = fwd_shape(config, traits, paged=True)
+    return dataclasses.replace(
+        shape,
+        tile_m=DECODE_TILE_M,
+        num_stages=config.decode_num_stages,
+        sinks=False,
+        overlap=False,
+        decode_group=config.gqa_group,
+        kv_dtype="" if config.kv_dtype == config.dtype else config.kv_dtype,
+    )
+
+
+def combine_shape(config: MhaCuteConfig, traits: MhaCuteTraits) -> CombineShape:
+    """Split-KV decode, stage 2."""
+    return CombineShape(dtype=config.dtype, v_head_dim=config.v_head_dim, sinks=traits.mask.sinks)
+
+
+def kernel_kind(shape: Shape) -> str:
+    """Which kernel module builds ``shape``: "fwd", "decode" or "combine"."""
+    if isinstance(shape, CombineShape):
+        return "combine"
+    return "decode" if shape.decode else "fwd"
+
+
 @dataclass(frozen=True)
 class CompileSpec:
     """One kernel to build ahead of time (``attngen.backends.cute_dsl.aot`` reads these)."""
 
-    name: str  # "prefill" | "extend": unique within a variant
+    name: str  # "prefill" | "extend" | "decode" | "decode_combine": unique within a variant
     arch: str  # "sm90" | "sm100": which forward kernel
-    shape: FwdShape  # the specialization: equal (arch, shape) compile to the same cubin
+    shape: Shape  # the specialization: equal (arch, shape) compile to the same cubin
 
     @property
-    def dedupe_key(self) -> tuple[str, FwdShape]:
+    def dedupe_key(self) -> tuple[str, Shape]:
         return self.arch, self.shape
 
     @property
     def kernel(self) -> Any:
         """The object ``cute.compile`` takes first."""
-        return kernel_module(self.arch).KERNEL(self.shape)
+        return kernel_module(self.arch, self.shape).KERNEL(self.shape)
 
     def fake_args(self) -> tuple[Any, ...]:
         return fake_args(self.shape)
@@ -74,18 +102,21 @@ class CompileSpec:
     @property
     def requires(self) -> dict[str, tuple[str, ...]]:
         """Instructions every compiled kernel must contain ({"ptx": ..., "sass": ...})."""
-        module = kernel_module(self.arch)
+        module = kernel_module(self.arch, self.shape)
         return module.requires(self.shape) if hasattr(module, "requires") else module.REQUIRES
 
     @property
     def shared_bytes(self) -> int:
-        return kernel_module(self.arch).shared_bytes(self.shape)
+        return kernel_module(self.arch, self.shape).shared_bytes(self.shape)
 
 
-def kernel_module(arch: str) -> Any:
-    """The forward kernel module of an arch (KERNEL, REQUIRES or requires(shape),
-    shared_bytes)."""
-    return importlib.import_module(f"attngen.families.mha.cute_dsl.kernels.fwd_{arch}")
+def kernel_module(arch: str, shape: Shape | None = None) -> Any:
+    """The kernel module that builds ``shape`` on ``arch`` (KERNEL, REQUIRES or
+    requires(shape), shared_bytes): the arch's forward kernel (the default), its split-KV
+    decode kernel, or the arch-independent combine."""
+    kind = "fwd" if shape is None else kernel_kind(shape)
+    name = "combine" if kind == "combine" else f"{kind}_{arch}"
+    return importlib.import_module(f"attngen.families.mha.cute_dsl.kernels.{name}")
 
 
 def compile_specs(config: MhaCuteConfig, *, traits: MhaCuteTraits) -> list[CompileSpec]:
@@ -95,28 +126,53 @@ def compile_specs(config: MhaCuteConfig, *, traits: MhaCuteTraits) -> list[Compi
         specs.append(CompileSpec("prefill", config.arch, fwd_shape(config, traits, paged=False)))
     if any(p in traits.phases for p in PAGED_PHASES):  # verify and draft extend: extend's
         specs.append(CompileSpec("extend", config.arch, fwd_shape(config, traits, paged=True)))
+    if "decode" in traits.phases:
+        specs.append(CompileSpec("decode", config.arch, decode_shape(config, traits)))
+        specs.append(CompileSpec("decode_combine", config.arch, combine_shape(config, traits)))
     return specs
 
 
-def fake_args(shape: FwdShape) -> tuple[Any, ...]:
+def fake_args(shape: Shape) -> tuple[Any, ...]:
     """Arguments with the launchers' types and dynamic sizes, but no memory (AOT compile)."""
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
-    from attngen.families.mha.cute_dsl.kernels.common import DTYPES
+    from attngen.families.mha.cute_dsl.kernels.common import DTYPES, KV_DTYPES
 
     dtype = DTYPES[shape.dtype]
 
-    def rows(*dims: Any) -> Any:
-        strides = [cute.sym_int64(divisibility=ROW_ALIGN_ELEMS) for _ in dims[:-1]]
-        return make_fake_tensor(dtype, dims, (*strides, 1), assumed_align=16)
+    def rows(*dims: Any, dt: Any = dtype) -> Any:
+        elems = 128 // dt.width  # 16-byte multiples
+        strides = [cute.sym_int64(divisibility=elems) for _ in dims[:-1]]
+        return make_fake_tensor(dt, dims, (*strides, 1), assumed_align=16)
 
     def ints(*dims: Any) -> Any:
         strides = [cute.sym_int64() for _ in dims[:-1]]
         return make_fake_tensor(cutlass.Int32, dims, (*strides, 1), assumed_align=4)
 
+    def floats(*dims: Any) -> Any:
+        strides = [cute.sym_int64() for _ in dims[:-1]]
+        return make_fake_tensor(cutlass.Float32, dims, (*strides, 1), assumed_align=4)
+
     tokens, heads, kv_heads = cute.sym_int32(), cute.sym_int32(), cute.sym_int32()
+    if isinstance(shape, CombineShape):
+        batch, splits, dv = cute.sym_int32(), cute.sym_int32(), cute.sym_int32()
+        sinks = floats(heads) if shape.sinks else None
+        partial_o, partial_lse = floats(batch, heads, splits, dv), floats(batch, heads, splits)
+        out = rows(batch, heads, dv)
+        return (partial_o, partial_lse, ints(batch), sinks, out, make_fake_stream())
+    if shape.decode:
+        batch, splits, pages, page = (cute.sym_int32() for _ in range(4))
+        kv_dt = KV_DTYPES[shape.kv_dtype or shape.dtype]
+        q = rows(batch, heads, cute.sym_int32())
+        k = rows(pages, page, kv_heads, cute.sym_int32(), dt=kv_dt)
+        v = rows(pages, page, kv_heads, cute.sym_int32(), dt=kv_dt)
+        partial_o = floats(batch, heads, splits, cute.sym_int32())
+        page_table = ints(batch, cute.sym_int32())
+        small = (ints(batch), ints(batch), page_table, floats(batch, heads, splits))
+        scales = (floats(1), floats(1)) if shape.kv_fp8 else (None, None)
+        return (q, k, v, partial_o, *small, *scales, cutlass.Float32(1.0), make_fake_stream())
     if shape.paged:
         pages = cute.sym_int32()
         page = cute.sym_int32()  # == tile_n, checked by the launcher (dynamic, as at run time)
@@ -137,29 +193,29 @@ def fake_args(shape: FwdShape) -> tuple[Any, ...]:
     return (q, k, v, out, cu_seqlens, prefix_lens, page_table, sinks, *scalars, make_fake_stream())
 
 
-def compile_fwd(arch: str, shape: FwdShape, args: tuple[Any, ...]) -> Any:
-    """``cute.compile`` of ``arch``'s forward kernel for the arch's cubin target."""
+def compile_fwd(arch: str, shape: Shape, args: tuple[Any, ...]) -> Any:
+    """``cute.compile`` of ``arch``'s kernel of ``shape`` for the arch's cubin target."""
     import cutlass.cute as cute
 
     from attngen.arch import facts
 
-    kernel = kernel_module(arch).KERNEL(shape)
+    kernel = kernel_module(arch, shape).KERNEL(shape)
     return cute.compile(kernel, *args, options=f"--gpu-arch {facts(arch).cubin_target}")
 
 
-_COMPILED: dict[tuple[str, FwdShape], Any] = {}
+_COMPILED: dict[tuple[str, Shape], Any] = {}
 _LOCK = threading.Lock()
 # How the launchers type a kernel's arguments (host/launch.py: launch_args). Part of the
 # on-disk identity: a kernel compiled for other argument types cannot be called with these.
 LAUNCH_ARGS = "launch_args/1"
 
 
-def disk_identity(arch: str, shape: FwdShape) -> dict[str, str]:
+def disk_identity(arch: str, shape: Shape) -> dict[str, str]:
     """What determines the compiled kernel of (arch, shape) called through the launchers:
     the on-disk compile cache's identity (attngen.backends.cute_dsl.disk_cache)."""
     fields = json.dumps(dataclasses.asdict(shape), sort_keys=True)
     return {
-        "kernel": kernel_module(arch).__name__,
+        "kernel": kernel_module(arch, shape).__name__,
         "shape": fields,
         "source_sha256": _source_sha256(),
         "args": LAUNCH_ARGS,
@@ -171,7 +227,7 @@ def _source_sha256() -> str:
     return source_sha256()
 
 
-def compiled_fwd(arch: str, shape: FwdShape, args: tuple[Any, ...]) -> Any:
+def compiled_fwd(arch: str, shape: Shape, args: tuple[Any, ...]) -> Any:
     """The process's compiled kernel of (arch, shape): on its first use, loaded from the
     on-disk cache or compiled from ``args`` (launch_args' types) and stored there."""
     from attngen.arch import facts
@@ -200,7 +256,7 @@ class _FirstCallOfLoaded:
     is compiled afresh and called instead; after the first call the loaded kernel itself
     is what the table holds."""
 
-    def __init__(self, key: tuple[str, FwdShape], fn: Any, path: Any) -> None:
+    def __init__(self, key: tuple[str, Shape], fn: Any, path: Any) -> None:
         self.key, self.fn, self.path = key, fn, path
 
     def __call__(self, *args: Any) -> Any:

@@ -1,6 +1,6 @@
 """Host side of the CuTe DSL MHA kernels: check every argument, then launch (prefill,
-extend). Nothing here reads device memory, and the compiled kernel is looked up, not
-rebuilt, after a module's first call of a config."""
+extend, verify, split-KV decode). Nothing here reads device memory, and the compiled kernel
+is looked up, not rebuilt, after a module's first call of a config."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ from typing import Any
 import torch
 
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
-from attngen.families.mha.cute_dsl.host.compile import compiled_fwd, fwd_shape
+from attngen.families.mha.cute_dsl.host.compile import (
+    combine_shape,
+    compiled_fwd,
+    decode_shape,
+    fwd_shape,
+)
 from attngen.runtime.checks import check_at_least, check_tensor, fail
 
 
@@ -21,10 +26,11 @@ def _check_int(name: str, value: object) -> int:
 
 
 def _check_rows(name: str, t: object, shape: list[int | None], config: MhaCuteConfig,
-                device: torch.device | None = None) -> torch.Tensor:  # fmt: skip
-    """q, out, k/v or a cache: the config's dtype, stride 1 in the last dim, 16-byte rows."""
+                device: torch.device | None = None, dtype: str | None = None) -> torch.Tensor:  # fmt: skip
+    """q, out, k/v or a cache: the config's dtype (or ``dtype``: a cache's), stride 1 in the
+    last dim, 16-byte rows."""
     t = check_tensor(
-        name, t, dtype=getattr(torch, config.dtype), shape=shape, device=device,
+        name, t, dtype=getattr(torch, dtype or config.dtype), shape=shape, device=device,
         last_dim_contiguous=True,
     )  # fmt: skip
     if t.device.type != "cuda":
@@ -211,3 +217,106 @@ def verify(
         sm_scale=sm_scale, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
         trusted_metadata=trusted_metadata,
     )  # fmt: skip
+
+
+def decode_workspace(
+    config: MhaCuteConfig, *, batch_size: int, num_q_heads: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scratch one eager decode call needs: each split's output rows and log-sum-exps
+    (fp32), as the split kernel writes and the combine reads them; a CUDA-graph capture
+    allocates the same buffers once (the plan's graph buffers partial_o / partial_lse)."""
+    partial = (batch_size, num_q_heads, config.max_splits)
+    partial_o = torch.empty(partial + (config.v_head_dim,), dtype=torch.float32, device=device)
+    return partial_o, torch.empty(partial, dtype=torch.float32, device=device)
+
+
+def _check_split_buffers(partial_o: object, partial_lse: object, batch: int, num_heads: int,
+                         config: MhaCuteConfig, device: torch.device) -> None:  # fmt: skip
+    splits = config.max_splits
+    o = check_tensor("partial_o", partial_o, dtype=torch.float32,
+                     shape=[None, num_heads, splits, config.v_head_dim], device=device,
+                     contiguous=True)  # fmt: skip
+    lse = check_tensor("partial_lse", partial_lse, dtype=torch.float32,
+                       shape=[o.shape[0], num_heads, splits], device=device,
+                       contiguous=True)  # fmt: skip
+    check_at_least("partial_o rows", lse.shape[0], batch)
+
+
+def decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_splits: torch.Tensor,
+    out: torch.Tensor,
+    partial_o: torch.Tensor,
+    partial_lse: torch.Tensor,
+    *,
+    config: MhaCuteConfig,
+    traits: MhaCuteTraits,
+    sm_scale: float,
+    sinks: torch.Tensor | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    trusted_metadata: bool = False,
+) -> None:
+    """Split-KV paged decode of q [B, Hq, D] into out [B, Hq, Dv]; no host sync (CUDA-graph
+    capturable: both grids are fixed by B, the heads and config.max_splits).
+
+    Request b's seq_lens[b] keys (its new token already in the cache at position
+    seq_lens[b] - 1), read through page_table[b, j], are split num_splits[b] ways (1 ..
+    config.max_splits); stage 1 writes each split's rows into partial_o [>= B, Hq,
+    max_splits, Dv] and partial_lse [>= B, Hq, max_splits] (fp32, contiguous), stage 2
+    merges them into out (with the sinks, when the mask has them). seq_lens[b] == 0 gives
+    zeros. k_scale / v_scale: the per-tensor dequant scales ([1] fp32 on q's device) of an
+    fp8 e4m3 cache (config.kv_dtype "float8_e4m3fn"; K's folds into the softmax scale, V's
+    into the output), else None.
+
+    trusted_metadata: the page table, lengths and splits come from an attngen backend that
+    built them; the tensors' shapes, dtypes and strides are checked either way.
+    """
+    fp8 = config.kv_dtype != config.dtype
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if fp8:
+            check_tensor(name, scale, dtype=torch.float32, shape=[1], device=q.device,
+                         contiguous=True)  # fmt: skip
+        elif scale is not None:
+            fail(name, f"None (a {config.kv_dtype} cache has no scales)", "a tensor")
+    if "decode" not in traits.phases:
+        fail("phase", f"one of {traits.phases} (this module generates no decode)", "decode")
+    num_kv_heads = _check_common(config, traits, sm_scale, q, sinks)
+    batch, num_heads = q.shape[0], q.shape[1]
+    k_shape = [None, config.page_size, num_kv_heads, config.head_dim]
+    _check_rows("k_cache", k_cache, k_shape, config, q.device, config.kv_dtype)
+    v_shape = [k_cache.shape[0], config.page_size, num_kv_heads, config.v_head_dim]
+    _check_rows("v_cache", v_cache, v_shape, config, q.device, config.kv_dtype)
+    _check_rows("out", out, [batch, num_heads, config.v_head_dim], config, q.device)
+    _check_index("page_table", page_table, 2, q.device)
+    _check_index("seq_lens", seq_lens, 1, q.device)
+    _check_index("num_splits", num_splits, 1, q.device)
+    _check_split_buffers(partial_o, partial_lse, batch, num_heads, config, q.device)
+    if not trusted_metadata:
+        for name, t in (("page_table", page_table), ("seq_lens", seq_lens),
+                        ("num_splits", num_splits)):  # fmt: skip
+            check_at_least(f"{name} rows", t.shape[0], batch)
+    if batch == 0:
+        return
+    import cuda.bindings.driver as cuda
+    import cutlass
+
+    stream = cuda.CUstream(torch.cuda.current_stream(q.device).cuda_stream)
+    split_args = (
+        *(_cute_rows(t) for t in (q, k_cache, v_cache)),
+        *(_cute_small(t) for t in (partial_o, seq_lens, num_splits, page_table, partial_lse)),
+        *(_cute_small(t) for t in ((k_scale, v_scale) if fp8 else (None, None))),
+        cutlass.Float32(sm_scale),
+        stream,
+    )
+    compiled_fwd(config.arch, decode_shape(config, traits), split_args)(*split_args)
+    combine_args = (
+        *(_cute_small(t) for t in (partial_o, partial_lse, num_splits, sinks)),
+        _cute_rows(out),
+        stream,
+    )
+    compiled_fwd(config.arch, combine_shape(config, traits), combine_args)(*combine_args)

@@ -38,6 +38,28 @@ class FwdShape:
     # n > 1: pages of tile_n / n tokens, each read by its own TMA copy into its rows of the
     # tile (sm90: one copy per page and swizzle column block, all on the stage's barrier)
     pages_per_tile: int = 1
+    # > 0: split-KV decode (kernels/decode_sm90.py): one query token per request, and the
+    # tile's rows are the decode_group query heads that share one kv head (GQA packing into
+    # the MMA's M); the CTA reads one split of the request's key tiles and writes a partial
+    # output and log-sum-exp that the combine kernel (kernels/combine.py) merges
+    decode_group: int = 0
+    # the K/V cache's dtype when it differs from ``dtype``: "float8_e4m3fn" (decode only so
+    # far): TMA brings the fp8 tiles into shared memory and the consumers convert each to a
+    # ``dtype`` tile for the wgmma; the per-tensor scales fold into the softmax scale (K)
+    # and into the output (V)
+    kv_dtype: str = ""
+
+    @property
+    def decode(self) -> bool:
+        return self.decode_group > 0
+
+    @property
+    def kv_fp8(self) -> bool:
+        return self.kv_dtype == "float8_e4m3fn"
+
+    @property
+    def kv_elem_bytes(self) -> int:
+        return 1 if self.kv_fp8 else 2
 
     @property
     def page_rows(self) -> int:
@@ -51,8 +73,18 @@ class FwdShape:
         return self.paged and self.page_rows < GATHER_BELOW
 
 
+@dataclass(frozen=True)
+class CombineShape:
+    """What the split-KV decode combine kernel is specialized for."""
+
+    dtype: str  # the output's: "bfloat16" | "float16"
+    v_head_dim: int
+    sinks: bool  # exp(sinks[h]) joins each row's softmax denominator
+
+
 GATHER_BELOW = 16  # pages of fewer tokens are gathered row by row (see FwdShape.gather)
 DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+KV_DTYPES = {**DTYPES, "float8_e4m3fn": cutlass.Float8E4M3FN}
 SMEM_ALIGN = 1024  # each tile starts on 1 KiB (128-byte swizzle atoms); the barriers come first
 
 

@@ -49,6 +49,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from attngen.families.mha.cute_dsl.kernels.common import (
     DTYPES,
+    KV_DTYPES,
     LOG2_E,
     SMEM_ALIGN,
     FwdShape,
@@ -91,8 +92,10 @@ def shared_bytes(shape: FwdShape) -> int:
     ``num_stages`` K and V tiles (each a multiple of SMEM_ALIGN); checked at compile time."""
     elem = 2  # bf16 / fp16
     q = shape.tile_m * shape.head_dim * elem
-    kv = shape.num_stages * shape.tile_n * (shape.head_dim + shape.v_head_dim) * elem
-    return SMEM_ALIGN + q + kv
+    kv_row = shape.tile_n * (shape.head_dim + shape.v_head_dim)
+    kv = shape.num_stages * kv_row * shape.kv_elem_bytes
+    converted = kv_row * elem if shape.kv_fp8 else 0  # one K and one V tile in ``dtype``
+    return SMEM_ALIGN + q + kv + converted
 
 
 @cute.jit
@@ -121,10 +124,14 @@ class MhaFwdSm90:
     """The kernel of one :class:`FwdShape`; ``cute.compile(obj, ...)`` builds it."""
 
     def __init__(self, shape: FwdShape):
-        assert shape.tile_m == 2 * 64, "two consumer warpgroups of 64 rows"
+        # two consumer warpgroups of 64 rows; decode packs at most 64 rows: one
+        assert shape.tile_m == (64 if shape.decode else 2 * 64), "consumer warpgroups of 64 rows"
         assert shape.head_dim % 16 == 0 and shape.v_head_dim % 16 == 0
         self.shape = shape
         self.dtype = DTYPES[shape.dtype]
+        self.kv_dtype = KV_DTYPES[shape.kv_dtype or shape.dtype]
+        if shape.kv_fp8:  # converted by the consumers: one warpgroup, whole-page TMA tiles
+            assert shape.decode and not shape.gather and not shape.overlap
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
@@ -147,16 +154,40 @@ class MhaFwdSm90:
         stream: cuda.CUstream,
     ):
         shape = self.shape
-        d, dv = shape.head_dim, shape.v_head_dim
         mQ, mK, mV, mO = (rows_aligned(t) for t in (mQ, mK, mV, mO))
         # (T, H, D) -> (T, D, H): TMA tiles the first two modes
         mQ = mode_select(mQ, [0, 2, 1])
         kv_modes = [1, 3, 2, 0] if const_expr(shape.paged) else [0, 2, 1]
         mK, mV = mode_select(mK, kv_modes), mode_select(mV, kv_modes)
+        tma, smem, mmas, SharedStorage = self.setup(mQ, mK, mV)
+        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
+        grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
+        self.kernel(
+            tma[0], tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
+            None, None, None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale), *smem, *mmas,
+            SharedStorage,
+        ).launch(
+            grid=grid,
+            block=[self.num_threads, 1, 1],
+            smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+        )  # fmt: skip
 
+    def scale_log2(self, softmax_scale: Float32) -> Float32:
+        """The factor of scores in exp2: exp(s * scale) = exp2(s * scale * log2(e))."""
+        if const_expr(self.shape.logit_softcap is None):
+            return softmax_scale * LOG2_E
+        return Float32(LOG2_E)  # the capped scores are already scaled
+
+    def setup(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor):
+        """Shared-memory layouts, MMAs, TMA atoms and the shared storage of the (mode-selected)
+        q, k and v tensors: (TMA tensors and atoms of Q, K, V), (sQ, sK, sV layouts),
+        (QK and PV tiled MMAs), SharedStorage."""
+        shape = self.shape
+        d, dv = shape.head_dim, shape.v_head_dim
         sQ_layout = smem_layout(self.dtype, self.tile_m, d, None)
-        sK_layout = smem_layout(self.dtype, self.tile_n, d, shape.num_stages)
-        sV_layout = smem_layout(self.dtype, self.tile_n, dv, shape.num_stages)
+        sK_layout = smem_layout(self.kv_dtype, self.tile_n, d, shape.num_stages)
+        sV_layout = smem_layout(self.kv_dtype, self.tile_n, dv, shape.num_stages)
         tiled_mma_qk = sm90.make_trivial_tiled_mma(
             self.dtype,
             self.dtype,
@@ -188,54 +219,35 @@ class MhaFwdSm90:
         tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_box, (rows, d), 1)
         tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_box, (rows, dv), 1)
         self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
-        self.tx_bytes_k = cute.size_in_bytes(self.dtype, sK_one)
-        self.tx_bytes_v = cute.size_in_bytes(self.dtype, sV_one)
+        self.tx_bytes_k = cute.size_in_bytes(self.kv_dtype, sK_one)
+        self.tx_bytes_v = cute.size_in_bytes(self.kv_dtype, sV_one)
 
         stages = shape.num_stages
 
-        @cute.struct
-        class SharedStorage:
-            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
-            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * stages]
-            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * stages]
-            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+        def tile(layout: cute.ComposedLayout, dtype: type = self.dtype) -> type:
+            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
+
+        # built from a dict: this module's annotations are strings (PEP 563), and cute.struct
+        # reads the class's __annotations__ as given
+        members = {
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * stages],
+            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * stages],
+            "sQ": tile(sQ_layout),
+            "sK": tile(sK_layout, self.kv_dtype),
+            "sV": tile(sV_layout, self.kv_dtype),
+        }
+        if const_expr(shape.kv_fp8):  # the converted K and V tiles the wgmma reads
+            members["sK16"] = tile(smem_layout(self.dtype, self.tile_n, d, None))
+            members["sV16"] = tile(smem_layout(self.dtype, self.tile_n, dv, None))
+        SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": members}))
 
         assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
-        if const_expr(shape.logit_softcap is None):
-            scale_log2 = softmax_scale * LOG2_E  # exp(s * scale) = exp2(s * scale_log2)
-        else:
-            scale_log2 = Float32(LOG2_E)  # the capped scores are already scaled
-        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
-        grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
-        self.kernel(
-            tma_Q,
-            tma_K,
-            tma_V,
-            mK,
-            mV,
-            mO,
-            mCuSeqlensQ,
-            mPrefixLens,
-            mPageTable,
-            mSinks,
-            tma_atom_Q,
-            tma_atom_K,
-            tma_atom_V,
-            softmax_scale,
-            scale_log2,
-            sQ_layout,
-            sK_layout,
-            sV_layout,
-            tiled_mma_qk,
-            tiled_mma_pv,
+        return (
+            (tma_Q, tma_K, tma_V, tma_atom_Q, tma_atom_K, tma_atom_V),
+            (sQ_layout, sK_layout, sV_layout),
+            (tiled_mma_qk, tiled_mma_pv),
             SharedStorage,
-        ).launch(
-            grid=grid,
-            block=[self.num_threads, 1, 1],
-            smem=SharedStorage.size_in_bytes(),
-            stream=stream,
         )
 
     # -- device side ----
@@ -253,6 +265,10 @@ class MhaFwdSm90:
         mPrefixLens: Optional[cute.Tensor],
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
+        mNumSplits: Optional[cute.Tensor],  # decode: [B] KV splits per request
+        mLSE: Optional[cute.Tensor],  # decode: [B, Hq, max_splits] fp32 (mO: partial outputs)
+        mKScale: Optional[cute.Tensor],  # fp8 cache: [1] fp32 dequant scales of K and V
+        mVScale: Optional[cute.Tensor],
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -267,16 +283,24 @@ class MhaFwdSm90:
     ):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        m_block_rev, head, batch = cute.arch.block_idx()
-        num_m_blocks, num_heads, _ = cute.arch.grid_dim()
-        # longest (causal: last) query tiles first, so the tail of the grid is short work
-        m_block = num_m_blocks - 1 - m_block_rev
-        q_start = mCuSeqlensQ[batch]
-        seqlen_q = mCuSeqlensQ[batch + 1] - q_start
-        seqlen_k = seqlen_q
-        if const_expr(mPrefixLens is not None):
-            seqlen_k = seqlen_q + mPrefixLens[batch]
-        head_kv = head // (num_heads // mK.shape[2])
+        shape = self.shape
+        split = Int32(0)
+        if const_expr(shape.decode):  # (split, kv head, request); mCuSeqlensQ: seq_lens
+            split, head_kv, batch = cute.arch.block_idx()
+            m_block, seqlen_q, q_start = Int32(0), Int32(1), batch
+            seqlen_k = mCuSeqlensQ[batch]
+            head = head_kv * shape.decode_group  # the group's first query head
+        else:
+            m_block_rev, head, batch = cute.arch.block_idx()
+            num_m_blocks, num_heads, _ = cute.arch.grid_dim()
+            # longest (causal: last) query tiles first, so the tail of the grid is short work
+            m_block = num_m_blocks - 1 - m_block_rev
+            q_start = mCuSeqlensQ[batch]
+            seqlen_q = mCuSeqlensQ[batch + 1] - q_start
+            seqlen_k = seqlen_q
+            if const_expr(mPrefixLens is not None):
+                seqlen_k = seqlen_q + mPrefixLens[batch]
+            head_kv = head // (num_heads // mK.shape[2])
 
         if warp_idx == 0:
             for atom in (tma_atom_Q, tma_atom_K, tma_atom_V):
@@ -339,9 +363,38 @@ class MhaFwdSm90:
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+        sK16, sV16, v_scale = None, None, Float32(1.0)
+        if const_expr(shape.kv_fp8):
+            sK16_layout = smem_layout(self.dtype, self.tile_n, shape.head_dim, None)
+            sV16_layout = smem_layout(self.dtype, self.tile_n, shape.v_head_dim, None)
+            sK16 = storage.sK16.get_tensor(sK16_layout.outer, swizzle=sK16_layout.inner)
+            sV16 = storage.sV16.get_tensor(sV16_layout.outer, swizzle=sV16_layout.inner)
+            # exp(s * k_scale * scale): K's scale folds into the softmax scale (and into the
+            # softcap's argument); V's into the output
+            k_scale, v_scale = Float32(mKScale[0]), Float32(mVScale[0])
+            softmax_scale = softmax_scale * k_scale
+            if const_expr(shape.logit_softcap is None):
+                scale_log2 = scale_log2 * k_scale
 
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
-        if m_block * self.tile_m < seqlen_q:
+        active = m_block * self.tile_m < seqlen_q
+        mO_rows, mLSE_rows, mQ_rows = mO, None, None
+        if const_expr(shape.decode):
+            # split `split` of num_splits takes its share of the visible key tiles (none
+            # when they run out, or when the request has no key: it writes an empty
+            # partial, zeros and lse -inf); splits past num_splits do nothing (the
+            # combine reads num_splits partials)
+            n_block_max = cutlass.min(n_block_max, (seqlen_k + self.tile_n - 1) // self.tile_n)
+            num_splits = cutlass.max(cutlass.min(mNumSplits[batch], mLSE.shape[2]), 1)
+            per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
+            first = n_block_min + split * per_split
+            n_block_min = cutlass.min(first, n_block_max)
+            n_block_max = cutlass.min(first + per_split, n_block_max)
+            active = split < num_splits
+            mO_rows = cute.domain_offset((head, 0), mO[batch, None, split, None])
+            mLSE_rows = cute.domain_offset((head,), mLSE[batch, None, split])
+            mQ_rows = cute.domain_offset((head, 0), mQ[batch, None, None])
+        if active:
             if warp_idx < 4:
                 if const_expr(self.shape.gather):
                     cute.arch.setmaxregister_decrease(GATHER_PRODUCER_REGS)
@@ -364,9 +417,10 @@ class MhaFwdSm90:
                 else:
                     cute.arch.setmaxregister_increase(CONSUMER_REGS)
                 self.attend(
-                    mO, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k, pipe_v,
-                    tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q, seqlen_k,
-                    head, m_block, n_block_min, n_block_max,
+                    mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
+                    pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
+                    seqlen_k, head, m_block, n_block_min, n_block_max, mQ_rows, mLSE_rows,
+                    sK16, sV16, v_scale,
                 )  # fmt: skip
 
     @cute.jit
@@ -411,16 +465,22 @@ class MhaFwdSm90:
         n_block_max: Int32,
     ):
         d, dv = self.shape.head_dim, self.shape.v_head_dim
-        gQ = cute.local_tile(
-            cute.domain_offset((q_start, 0), mQ[None, None, head]), (self.tile_m, d), (m_block, 0)
-        )
-        tQsQ, tQgQ = cpasync.tma_partition(
-            tma_atom_Q,
-            0,
-            cute.make_layout(1),
-            cute.group_modes(sQ, 0, 2),
-            cute.group_modes(gQ, 0, 2),
-        )
+        if const_expr(not self.shape.decode):  # decode: the consumers copy the Q rows
+            gQ = cute.local_tile(
+                cute.domain_offset((q_start, 0), mQ[None, None, head]),
+                (self.tile_m, d),
+                (m_block, 0),
+            )
+            tQsQ, tQgQ = cpasync.tma_partition(
+                tma_atom_Q,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sQ, 0, 2),
+                cute.group_modes(gQ, 0, 2),
+            )
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            pipe_q.producer_acquire(q_state)
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
         rows, ppt = self.shape.page_rows, self.shape.pages_per_tile
         if const_expr(self.shape.paged):  # (rows, D, page): one page per TMA copy
             gK = cute.local_tile(mK[None, None, head_kv, None], (rows, d), (0, 0, None))
@@ -457,9 +517,6 @@ class MhaFwdSm90:
         if const_expr(self.shape.paged):
             last_page = mPageTable.shape[1] - 1  # table entries past it are never read
 
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        pipe_q.producer_acquire(q_state)
-        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
         state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.shape.num_stages
         )
@@ -528,19 +585,20 @@ class MhaFwdSm90:
         the stage's mbarrier when its copies land (cp.async.mbarrier.arrive). Keys past the
         sequence read its last key (finite, masked), so no copy leaves the request's pages."""
         d = self.shape.head_dim
-        if warp_idx == 0:
-            gQ = cute.local_tile(
-                cute.domain_offset((q_start, 0), mQ[None, None, head]),
-                (self.tile_m, d),
-                (m_block, 0),
-            )
-            tQsQ, tQgQ = cpasync.tma_partition(
-                tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
-                cute.group_modes(gQ, 0, 2),
-            )  # fmt: skip
-            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-            pipe_q.producer_acquire(q_state)
-            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        if const_expr(not self.shape.decode):  # decode: the consumers copy the Q rows
+            if warp_idx == 0:
+                gQ = cute.local_tile(
+                    cute.domain_offset((q_start, 0), mQ[None, None, head]),
+                    (self.tile_m, d),
+                    (m_block, 0),
+                )
+                tQsQ, tQgQ = cpasync.tma_partition(
+                    tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
+                    cute.group_modes(gQ, 0, 2),
+                )  # fmt: skip
+                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                pipe_q.producer_acquire(q_state)
+                cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
         atom = cute.make_copy_atom(cpasync.CopyG2SOp(), self.dtype, num_bits_per_copy=128)
         last_page = mPageTable.shape[1] - 1
         state = pipeline.make_pipeline_state(
@@ -619,6 +677,11 @@ class MhaFwdSm90:
         m_block: Int32,
         n_block_min: Int32,
         n_block_max: Int32,
+        mQ_rows: Optional[cute.Tensor] = None,  # decode: [group heads, D] of the request
+        mLSE: Optional[cute.Tensor] = None,  # decode: [group heads] (mO: [group heads, Dv])
+        sK16: Optional[cute.Tensor] = None,  # fp8 cache: the converted K and V tiles
+        sV16: Optional[cute.Tensor] = None,
+        v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
     ):
         shape = self.shape
         wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
@@ -627,8 +690,12 @@ class MhaFwdSm90:
         wg_mma_qk = tiled_mma_qk.get_slice(wg * WARPGROUP)
         wg_mma_pv = tiled_mma_pv.get_slice(wg * WARPGROUP)
         tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
-        tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
-        tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV)))
+        if const_expr(shape.kv_fp8):  # the wgmma reads the converted tiles (no stage mode)
+            tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK16))
+            tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV16)))
+        else:
+            tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
+            tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV)))
         tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
         acc_O = cute.make_rmem_tensor(
             tiled_mma_pv.partition_shape_C((self.tile_m, shape.v_head_dim)), Float32
@@ -646,8 +713,11 @@ class MhaFwdSm90:
         row_sum.fill(0.0)
         offset = seqlen_k - seqlen_q
 
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-        pipe_q.consumer_wait(q_state)
+        if const_expr(shape.decode):
+            self.load_q_rows(mQ_rows, sQ, tidx)
+        else:
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            pipe_q.consumer_wait(q_state)
         if const_expr(shape.overlap):
             self.mainloop_overlapped(
                 acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, tiled_mma_qk,
@@ -666,8 +736,14 @@ class MhaFwdSm90:
                     tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
                 )
                 self.wait_kv(pipe_k, state)
-                _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
-                pipe_k.consumer_release(state)
+                if const_expr(shape.kv_fp8):
+                    rows_valid = seqlen_k - n_block * self.tile_n
+                    self.convert_tile(sK[None, None, state.index], sK16, tidx, rows_valid)
+                    pipe_k.consumer_release(state)
+                    _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK, True)
+                else:
+                    _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
+                    pipe_k.consumer_release(state)
                 acc_S_rc = rows_cols(acc_S)
                 # -- score_mod: logit softcap ----
                 if const_expr(shape.logit_softcap is not None):
@@ -695,11 +771,40 @@ class MhaFwdSm90:
                 # -- O += P V ----
                 tOrP.store(mma_a(acc_S).load().to(self.dtype))
                 self.wait_kv(pipe_v, state)
-                _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
-                pipe_v.consumer_release(state)
+                if const_expr(shape.kv_fp8):
+                    self.convert_tile(sV[None, None, state.index], sV16, tidx, rows_valid)
+                    pipe_v.consumer_release(state)
+                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV, False)
+                else:
+                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
+                    pipe_v.consumer_release(state)
                 state.advance()
 
-        # -- epilogue: normalise, write the rows this request has ----
+        if const_expr(shape.decode):
+            self.store_partial(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mLSE, v_scale)
+        else:
+            self.epilogue(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mSinks, q_start,
+                          seqlen_q, head, m_block)  # fmt: skip
+
+    @cute.jit
+    def epilogue(
+        self,
+        acc_O: cute.Tensor,
+        row_max: cute.Tensor,
+        row_sum: cute.Tensor,
+        thr_mma_pv: cute.TiledMma,
+        scale_log2: Float32,
+        mO: cute.Tensor,
+        mSinks: Optional[cute.Tensor],
+        q_start: Int32,
+        seqlen_q: Int32,
+        head: Int32,
+        m_block: Int32,
+    ):
+        """Normalise O (sinks join the denominator) and write the rows this request has."""
+        shape = self.shape
+        acc_O_rc = rows_cols(acc_O)
+        num_rows = cute.size(acc_O_rc, mode=[0])
         for r in cutlass.range_constexpr(num_rows):
             total = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
             if const_expr(shape.sinks):
@@ -722,6 +827,82 @@ class MhaFwdSm90:
             if row < seqlen_q:
                 for c in cutlass.range_constexpr(cute.size(tOrO_rc, mode=[1])):
                     mO_h[row, tOcO[r, c][1]] = tOrO_rc[r, c]
+
+    @cute.jit
+    def store_partial(
+        self,
+        acc_O: cute.Tensor,
+        row_max: cute.Tensor,
+        row_sum: cute.Tensor,
+        thr_mma_pv: cute.TiledMma,
+        scale_log2: Float32,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+        v_scale: Float32,
+    ):
+        """Decode: this split's normalised output rows (fp32, times V's dequant scale) and
+        their log-sum-exps (base 2, of the scaled scores; -inf when the split saw no key) for
+        the combine."""
+        shape = self.shape
+        acc_O_rc = rows_cols(acc_O)
+        tOcO = rows_cols(
+            thr_mma_pv.partition_C(cute.make_identity_tensor((self.tile_m, shape.v_head_dim)))
+        )
+        for r in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[0])):
+            total = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
+            row = tOcO[r, 0][0]
+            if row < shape.decode_group:
+                inv = Float32(0.0)
+                lse = -Float32.inf
+                if total > 0.0:
+                    inv = v_scale / total
+                    lse = row_max[r] * scale_log2 + cute.math.log2(total, fastmath=True)
+                for c in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[1])):
+                    mO[row, tOcO[r, c][1]] = acc_O_rc[r, c] * inv
+                if tOcO[r, 0][1] == 0:  # one thread of the row's quad
+                    mLSE[row] = lse
+
+    @cute.jit
+    def convert_tile(self, src: cute.Tensor, dst: cute.Tensor, tidx: Int32, rows_valid: Int32):
+        """fp8 cache: the consumer warpgroup converts one (keys, D) fp8 tile in shared memory
+        (as TMA wrote it) into the ``dtype`` tile the wgmma reads, 16 elements (16 bytes) per
+        thread and pass; rows from ``rows_valid`` on (slots past the sequence in its last
+        page: stale, possibly NaN bytes) become zeros, so a masked key's zero probability
+        never meets a NaN value. Barriers before (every warp's last wgmma read of ``dst`` is
+        done) and after (all of ``dst`` written, and fenced for the async proxy)."""
+        cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
+        elems = 16  # fp8 elements per 16-byte vector
+        chunks = cute.size(src, mode=[1]) // elems
+        for p in cutlass.range_constexpr(self.tile_n * chunks // WARPGROUP):
+            idx = p * WARPGROUP + tidx
+            row, chunk = idx // chunks, idx % chunks
+            v = cute.local_tile(src[row, None], (elems,), (chunk,)).load()
+            out = cute.local_tile(dst[row, None], (elems,), (chunk,))
+            out.store(v.to(self.dtype))
+            if row >= rows_valid:
+                out.fill(0.0)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
+
+    @cute.jit
+    def load_q_rows(self, mQ_rows: cute.Tensor, sQ: cute.Tensor, tidx: Int32):
+        """Decode: the consumer warpgroup copies the group's query rows (16-byte cp.async)
+        into the Q tile, row r = head r of the group; rows past the group repeat its last
+        head (their outputs are never written). Then the proxy fence for wgmma."""
+        group = self.shape.decode_group
+        atom = cute.make_copy_atom(cpasync.CopyG2SOp(), self.dtype, num_bits_per_copy=128)
+        chunks = self.shape.head_dim // CHUNK
+        rows_per_pass = WARPGROUP // chunks
+        row0, chunk = tidx // chunks, tidx % chunks
+        for p in cutlass.range_constexpr(self.tile_m // rows_per_pass):
+            row = p * rows_per_pass + row0
+            src = cute.local_tile(mQ_rows[cutlass.min(row, group - 1), None], (CHUNK,), (chunk,))
+            dst = cute.local_tile(sQ[row, None], (CHUNK,), (chunk,))
+            cute.copy(atom, src, dst)
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=1, number_of_threads=WARPGROUP)
 
     @cute.jit
     def mainloop_overlapped(
@@ -852,7 +1033,10 @@ class MhaFwdSm90:
     ):
         shape = self.shape
         for r in cutlass.range_constexpr(cute.size(acc_S_rc, mode=[0])):
-            pos = m_block * self.tile_m + tScS[r, 0][0] + offset  # the row's query position
+            row = tScS[r, 0][0]
+            if const_expr(shape.decode):
+                row = 0  # every row is a head of the request's one query token
+            pos = m_block * self.tile_m + row + offset  # the row's query position
             key_end = seqlen_k
             if const_expr(shape.causal):
                 key_end = cutlass.min(pos + 1, seqlen_k)

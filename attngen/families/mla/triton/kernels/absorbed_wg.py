@@ -18,6 +18,7 @@ page table (any page size). Runs on sm_90a only (warpgroup MMA); no interpreter.
 """
 
 from triton.experimental import gluon
+from triton.runtime.jit import constexpr_function
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -63,6 +64,147 @@ def _gather_rows(
     async_copy.commit_group()
 
 
+@constexpr_function
+def score_layout(block_n):
+    """The score tile's warps: 4 along the 64 heads, 2 along the rows (each warpgroup
+    scores half the rows over every column)."""
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, block_n // 2, 16]
+    )
+
+
+@constexpr_function
+def output_layout(lora):
+    """The output accumulator's warps: 4 along the 64 heads, 2 along the latent columns."""
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, lora // 2, 16]
+    )
+
+
+# 16-byte row segments of 16-bit elements over 8 warps: the layout of every gather and q load
+ROWS_16BIT = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
+
+
+@gluon.jit
+def stage_q(
+    qn_smem,
+    qr_smem,
+    Q_NOPE,
+    Q_ROPE,
+    off_t,
+    off_hb,
+    stride_qt,
+    stride_qh,
+    stride_rt,
+    stride_rh,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    ROPE: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+):
+    """Heads off_hb*64 .. of query row off_t (latent and rope parts) into shared memory."""
+    heads = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROWS_16BIT))
+    mask = heads < NUM_HEADS
+    offs_c = gl.arange(0, LORA, layout=gl.SliceLayout(0, ROWS_16BIT))
+    offs_r = gl.arange(0, ROPE, layout=gl.SliceLayout(0, ROWS_16BIT))
+    q_rows = Q_NOPE + off_t.to(gl.int64) * stride_qt + heads * stride_qh
+    r_rows = Q_ROPE + off_t.to(gl.int64) * stride_rt + heads * stride_rh
+    qn_smem.store(gl.load(q_rows[:, None] + offs_c[None, :], mask=mask[:, None], other=0.0))
+    qr_smem.store(gl.load(r_rows[:, None] + offs_r[None, :], mask=mask[:, None], other=0.0))
+
+
+@gluon.jit
+def attend_tile(
+    qn_smem,
+    qr_smem,
+    lat,
+    rope,
+    p_smem,
+    acc,
+    m_i,
+    l_i,
+    visible,
+    qk_scale,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    LORA: gl.constexpr,
+    GUARD: gl.constexpr,
+):
+    """One tile of rows (landed in lat / rope, fenced) into the online softmax: the scores
+    over all 576 columns (this warpgroup's half of the rows), the probabilities of all rows
+    through p_smem, the values (this warpgroup's half of the columns). visible: the tile's
+    rows that count ([BLOCK_N], the score layout's columns). GUARD: a whole tile may be
+    invisible (keep exp2 finite while the running maximum is -inf)."""
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=score_layout(BLOCK_N))
+    s = warpgroup_mma(qn_smem, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma(qr_smem, rope.permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    s = gl.where(visible[None, :], s * qk_scale, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    m_use = m_new
+    if GUARD:
+        m_use = gl.where(m_new > float("-inf"), m_new, 0.0)
+    p = gl.exp2(s - m_use[:, None])
+    alpha = gl.exp2(m_i - m_use)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    p_smem.store(p.to(p_smem.dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, output_layout(LORA)))[:, None]
+    acc = warpgroup_mma(p_smem, lat.slice(0, LORA, dim=1), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    return acc, m_new, l_i
+
+
+@gluon.jit
+def finish(acc, m_i, l_i, LORA: gl.constexpr):
+    """Normalised output and natural-log LSE (a row without keys: zeros and -inf)."""
+    has_keys = l_i > 0.0
+    l_safe = gl.where(has_keys, l_i, 1.0)
+    lse = gl.where(has_keys, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
+    o = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, output_layout(LORA)))[:, None]
+    return o, lse
+
+
+@gluon.jit
+def store_rows(
+    DST,
+    DST_LSE,
+    o,
+    lse,
+    off_t,
+    off_hb,
+    split,
+    stride_t,
+    stride_h,
+    stride_s,
+    stride_lt,
+    stride_lh,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+):
+    """o into DST rows (t, h, split) (converted to DST's dtype), and the LSE into DST_LSE
+    (t, h) + split when WRITE_LSE: the final output (split and its stride 0) or a split's
+    partial."""
+    o_layout: gl.constexpr = output_layout(LORA)
+    s_layout: gl.constexpr = score_layout(BLOCK_N)
+    heads_o = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, o_layout))
+    cols = gl.arange(0, LORA, layout=gl.SliceLayout(0, o_layout))
+    rows = off_t.to(gl.int64) * stride_t + heads_o * stride_h + split * stride_s
+    gl.store(
+        DST + rows[:, None] + cols[None, :],
+        o.to(DST.dtype.element_ty),
+        mask=(heads_o < NUM_HEADS)[:, None],
+    )
+    if WRITE_LSE:
+        heads_s = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, s_layout))
+        l_rows = off_t.to(gl.int64) * stride_lt + heads_s * stride_lh + split
+        gl.store(DST_LSE + l_rows, lse, mask=heads_s < NUM_HEADS)
+
+
 @gluon.jit
 def absorbed_wg_kernel(
     Q_NOPE,
@@ -104,18 +246,7 @@ def absorbed_wg_kernel(
     gl.static_assert(BLOCK_H == 64, "one 64-row warpgroup tile of heads")
     gl.static_assert(gl.num_warps() == 8, "two warpgroups")
     dtype: gl.constexpr = Q_NOPE.dtype.element_ty
-    # -- layouts: the score's warps split the keys, the output's the latent columns ----
-    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, BLOCK_N // 2, 16]
-    )
-    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, LORA // 2, 16]
-    )
-    LOAD: gl.constexpr = gl.BlockedLayout(
-        size_per_thread=[1, 8], threads_per_warp=[4, 8], warps_per_cta=[8, 1], order=[1, 0]
-    )
-    ROW_S: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
-    ROW_O: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    ROW_S: gl.constexpr = gl.SliceLayout(1, score_layout(BLOCK_N))
     LAT_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, LORA], dtype)
     ROPE_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROPE], dtype)
     QN_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
@@ -138,18 +269,12 @@ def absorbed_wg_kernel(
     kv_start = gl.minimum(split * split_len, kv_len)
     kv_end = gl.minimum(kv_start + split_len, kv_len)
 
-    # -- q (latent and rope parts) into shared memory, once ----
-    heads_l = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, LOAD))
-    mask_hl = heads_l < NUM_HEADS
-    offs_c = gl.arange(0, LORA, layout=gl.SliceLayout(0, LOAD))
-    offs_r = gl.arange(0, ROPE, layout=gl.SliceLayout(0, LOAD))
-    q_rows = Q_NOPE + off_t.to(gl.int64) * stride_qt + heads_l * stride_qh
-    r_rows = Q_ROPE + off_t.to(gl.int64) * stride_rt + heads_l * stride_rh
     qn_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, LORA], QN_SH)
     qr_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, ROPE], QR_SH)
-    qn_smem.store(gl.load(q_rows[:, None] + offs_c[None, :], mask=mask_hl[:, None], other=0.0))
-    qr_smem.store(gl.load(r_rows[:, None] + offs_r[None, :], mask=mask_hl[:, None], other=0.0))
-
+    stage_q(
+        qn_smem, qr_smem, Q_NOPE, Q_ROPE, off_t, off_hb, stride_qt, stride_qh, stride_rt,
+        stride_rh, NUM_HEADS, LORA, ROPE, BLOCK_H,
+    )  # fmt: skip
     lat_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LORA], LAT_SH)
     rope_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, ROPE], ROPE_SH)
     p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], P_SH)
@@ -158,15 +283,14 @@ def absorbed_wg_kernel(
     qk_scale = sm_scale * LOG2E
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=ROW_S)
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=ROW_S)
-    acc = gl.zeros([BLOCK_H, LORA], gl.float32, layout=O_LAYOUT)
-    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
-    offs_ns = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+    acc = gl.zeros([BLOCK_H, LORA], gl.float32, layout=output_layout(LORA))
+    offs_ns = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, score_layout(BLOCK_N)))
 
     num_tiles = gl.cdiv(kv_end - kv_start, BLOCK_N)
     if num_tiles > 0:
         _gather_rows(
             lat_smem.index(0), rope_smem.index(0), KV_CACHE, page_row, kv_start, kv_end,
-            stride_kv, LORA, ROPE, PAGE_SIZE, BLOCK_N, LOAD,
+            stride_kv, LORA, ROPE, PAGE_SIZE, BLOCK_N, ROWS_16BIT,
         )  # fmt: skip
     for it in range(num_tiles):
         stage = it % 2
@@ -176,55 +300,28 @@ def absorbed_wg_kernel(
         if it + 1 < num_tiles:
             _gather_rows(
                 lat_smem.index(1 - stage), rope_smem.index(1 - stage), KV_CACHE, page_row,
-                start_n + BLOCK_N, kv_end, stride_kv, LORA, ROPE, PAGE_SIZE, BLOCK_N, LOAD,
+                start_n + BLOCK_N, kv_end, stride_kv, LORA, ROPE, PAGE_SIZE, BLOCK_N,
+                ROWS_16BIT,
             )  # fmt: skip
             async_copy.wait_group(1)
         else:
             async_copy.wait_group(0)
         gl.thread_barrier()
         fence_async_shared()
-        lat = lat_smem.index(stage)
-        # -- scores: q . latent over all 576 columns, this warpgroup's 32 keys ----
-        s = warpgroup_mma(qn_smem, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(qr_smem, rope_smem.index(stage).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        visible = (start_n + offs_ns) < kv_end
-        s = gl.where(visible[None, :], s * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        p = gl.exp2(s - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p, 1)
-        m_i = m_new
-        # -- values: the probabilities of all 64 keys, this warpgroup's 256 columns ----
-        p_smem.store(p.to(dtype))
-        fence_async_shared()
-        gl.thread_barrier()
-        acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
-        acc = warpgroup_mma(p_smem, lat, acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        acc, m_i, l_i = attend_tile(
+            qn_smem, qr_smem, lat_smem.index(stage), rope_smem.index(stage), p_smem, acc, m_i,
+            l_i, (start_n + offs_ns) < kv_end, qk_scale, BLOCK_H, BLOCK_N, LORA, False,
+        )  # fmt: skip
 
-    # -- normalised output and natural-log LSE (no key: zeros and -inf) ----
-    has_keys = l_i > 0.0
-    l_safe = gl.where(has_keys, l_i, 1.0)
-    lse = gl.where(has_keys, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
-    o = acc / gl.convert_layout(l_safe, ROW_O)[:, None]
-    heads_o = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROW_O)
-    cols_o = gl.arange(0, LORA, layout=gl.SliceLayout(0, O_LAYOUT))
-    mask_o = heads_o < NUM_HEADS
-    heads_s = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=ROW_S)
-    mask_s = heads_s < NUM_HEADS
+    o, lse = finish(acc, m_i, l_i, LORA)
     if num_splits == 1:
         if split == 0:
-            o_rows = off_t.to(gl.int64) * stride_ot + heads_o * stride_oh
-            gl.store(
-                OUT + o_rows[:, None] + cols_o[None, :],
-                o.to(OUT.dtype.element_ty),
-                mask=mask_o[:, None],
-            )
-            if WRITE_LSE:
-                gl.store(LSE + off_t.to(gl.int64) * stride_lt + heads_s, lse, mask=mask_s)
+            store_rows(
+                OUT, LSE, o, lse, off_t, off_hb, 0, stride_ot, stride_oh, 0, stride_lt, 1,
+                NUM_HEADS, LORA, BLOCK_H, BLOCK_N, WRITE_LSE,
+            )  # fmt: skip
     elif split < num_splits:
-        po_rows = off_t.to(gl.int64) * stride_pot + heads_o * stride_poh + split * stride_pos
-        gl.store(PARTIAL_O + po_rows[:, None] + cols_o[None, :], o, mask=mask_o[:, None])
-        pl_rows = off_t.to(gl.int64) * stride_plt + heads_s * stride_plh + split
-        gl.store(PARTIAL_LSE + pl_rows, lse, mask=mask_s)
+        store_rows(
+            PARTIAL_O, PARTIAL_LSE, o, lse, off_t, off_hb, split, stride_pot, stride_poh,
+            stride_pos, stride_plt, stride_plh, NUM_HEADS, LORA, BLOCK_H, BLOCK_N, True,
+        )  # fmt: skip

@@ -6,23 +6,23 @@ and variant configs, bound to the MHA CuTe DSL kernel library (attngen.families.
 
 Covers (mha on cute_dsl sm100; one line per docs column):
   yes:           Page Size > 1 (native): 16, 32
-  not lowered:   FP8 KV Cache (phase decode is not lowered in CuTe DSL yet)
-  not lowered:   FP4 KV Cache (phase decode is not lowered in CuTe DSL yet)
+  not lowered:   FP8 KV Cache (decode is not lowered in CuTe DSL on sm100 yet (split-KV decode: sm90))
+  not lowered:   FP4 KV Cache (decode is not lowered in CuTe DSL on sm100 yet (split-KV decode: sm90))
   not here:      Spec topk=1 (lowered for this target; not in this spec)
   not lowered:   Spec topk>1 (mask custom is not lowered in CuTe DSL yet)
-  not lowered:   Sliding Window (phase decode is not lowered in CuTe DSL yet)
+  not lowered:   Sliding Window (decode is not lowered in CuTe DSL on sm100 yet (split-KV decode: sm90))
   not here:      MultiModal (bidirectional prefill) (lowered for this target; not in this spec)
-  not lowered:   Logit softcap (phase decode is not lowered in CuTe DSL yet)
-  not lowered:   Attention sinks (phase decode is not lowered in CuTe DSL yet)
+  not lowered:   Logit softcap (decode is not lowered in CuTe DSL on sm100 yet (split-KV decode: sm90))
+  not lowered:   Attention sinks (decode is not lowered in CuTe DSL on sm100 yet (split-KV decode: sm90))
   not here:      Non-causal extend (lowered for this target; not in this spec)
-  not lowered:   Decode (phase decode is not lowered in CuTe DSL yet)
+  not lowered:   Decode (decode is not lowered in CuTe DSL on sm100 yet (split-KV decode: sm90))
   yes:           Extend (cached prefix)
   yes:           GQA group: 4
   yes:           MQA (one kv head)
   yes:           Head dims: 64, 128
-  not lowered:   CUDA graph (decode) (phase decode is not lowered in CuTe DSL yet)
+  not lowered:   CUDA graph (decode) (decode is not lowered in CuTe DSL on sm100 yet (split-KV decode: sm90))
 
-extend / prefill / verify / compile_specs are the library's, with this module's TRAITS; pick a
+extend / prefill / verify / decode / compile_specs are the library's, with this module's TRAITS; pick a
 config from CONFIGS (see the library for layouts and arguments). A kernel is compiled on
 its first call and kept for the process.
 """
@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "c9db3ede0847bf48825826b17ca13358478219fe27a7ebe9b07b6d250067362f"
+LIBRARY_SHA256 = "70813290da1539efb4cf9fdfa75742cb5681dc7f5bf1ab1efc9e252c96140a27"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -122,4 +122,6 @@ CONFIGS: dict[str, MhaCuteConfig] = {
 extend = functools.partial(library.extend, traits=TRAITS)
 prefill = functools.partial(library.prefill, traits=TRAITS)
 verify = functools.partial(library.verify, traits=TRAITS)
+decode = functools.partial(library.decode, traits=TRAITS)
+decode_workspace = library.decode_workspace
 compile_specs = functools.partial(library.compile_specs, traits=TRAITS)
