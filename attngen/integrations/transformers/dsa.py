@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 import sys
-import types
 from typing import Any
 
 import torch
@@ -44,7 +43,12 @@ import torch
 from attngen.integrations.transformers.generate import GenerateState, _rows
 from attngen.integrations.transformers.mla import MlaShape
 from attngen.integrations.transformers.options import Options
-from attngen.integrations.transformers.select import Choice, best_choice, dtype_name
+from attngen.integrations.transformers.select import (
+    Choice,
+    best_choice,
+    dtype_name,
+    patch_attention,
+)
 from attngen.runtime.batch import AttentionLayer, ForwardMode, ReqToTokenPool
 from attngen.runtime.checks import AttngenInputError
 
@@ -328,35 +332,9 @@ class DsaGenerate:
 
 
 def patch(model: torch.nn.Module, runtime: Any, name: str) -> int:
-    """Give every DeepSeek-V3.2 attention module of ``model`` the attngen forward (used
-    while the model's attention implementation is ``name``); returns how many."""
-    count = 0
-    for module in model.modules():
-        if type(module).__name__ not in MODULE_CLASSES:
-            continue
-        original = getattr(module, "_attngen_original_forward", None) or module.forward
-        module._attngen_original_forward = original
-        module.forward = types.MethodType(_make_forward(original, runtime, name), module)
-        count += 1
-    return count
-
-
-def _make_forward(original: Any, runtime: Any, name: str) -> Any:
-    def forward(
-        module: torch.nn.Module,
-        hidden_states: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        attention_mask: Any,
-        past_key_values: Any = None,
-        **kwargs: Any,
-    ) -> tuple[torch.Tensor, None]:
-        if module.config._attn_implementation != name:
-            return original(
-                hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs
-            )
-        return _dsa_forward(module, runtime, hidden_states, position_embeddings, past_key_values)
-
-    return forward
+    """Give every DeepSeek-V3.2 attention module of ``model`` the attngen forward (used while
+    the model's attention implementation is ``name``); returns how many were patched."""
+    return patch_attention(model, MODULE_CLASSES, runtime, name, _dsa_forward)
 
 
 def _dsa_forward(

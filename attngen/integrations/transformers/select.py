@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from functools import lru_cache
+import types
 from types import ModuleType
 from collections.abc import Callable
 from typing import Any
@@ -210,3 +211,43 @@ def _missing(features: LayerFeatures, arch: str, want: dict, backend: str | None
         f"[extend, decode], heads.head_dim {features.head_dim}, heads.gqa_group "
         f"{features.gqa_group}, mask {features.hooks}) and run `make generate`"
     )
+
+
+def patch_attention(
+    model: Any, classes: frozenset[str] | set[str] | tuple[str, ...], runtime: Any, name: str,
+    family_forward: Callable[..., Any],
+) -> int:  # fmt: skip
+    """Give every module of ``model`` whose class name is in ``classes`` a forward that runs
+    ``family_forward(module, runtime, hidden_states, position_embeddings, past_key_values)``
+    while the model's attention implementation is ``name``, and the module's own forward
+    otherwise (re-patching keeps the first original); returns how many were patched."""
+    count = 0
+    for module in model.modules():
+        if type(module).__name__ not in classes:
+            continue
+        original = getattr(module, "_attngen_original_forward", None) or module.forward
+        module._attngen_original_forward = original
+        forward = _attention_forward(original, runtime, name, family_forward)
+        module.forward = types.MethodType(forward, module)
+        count += 1
+    return count
+
+
+def _attention_forward(
+    original: Any, runtime: Any, name: str, family_forward: Callable[..., Any]
+) -> Any:
+    def forward(
+        module: Any,
+        hidden_states: Any,
+        position_embeddings: Any,
+        attention_mask: Any,
+        past_key_values: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        if module.config._attn_implementation != name:
+            return original(
+                hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs
+            )
+        return family_forward(module, runtime, hidden_states, position_embeddings, past_key_values)
+
+    return forward
