@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from attngen.integrations.transformers.generate import GenerateState, _rows
-from attngen.integrations.transformers.mla import MlaShape
+from attngen.integrations.transformers.mla import MlaShape, latent_rows
 from attngen.integrations.transformers.options import Options
 from attngen.integrations.transformers.select import (
     Choice,
@@ -346,19 +346,14 @@ def _dsa_forward(
 ) -> tuple[torch.Tensor, None]:
     """The module's own projections, norms and ropes, then attngen's indexer and sparse MLA."""
     bs, length = hidden.shape[:-1]
-    nope, rope, rank = module.qk_nope_head_dim, module.qk_rope_head_dim, module.kv_lora_rank
+    nope, rope = module.qk_nope_head_dim, module.qk_rope_head_dim
     q_resid = module.q_a_layernorm(module.q_a_proj(hidden))
     q = module.q_b_proj(q_resid).view(bs, length, -1, nope + rope).transpose(1, 2)
     q_nope, q_rope = q[..., :nope], q[..., nope:]
-    compressed = module.kv_a_proj_with_mqa(hidden)
-    latent = module.kv_a_layernorm(compressed[..., :rank]).view(bs, 1, length, rank)
-    k_rope = compressed[..., rank:].reshape(bs, 1, length, rope)
-    modeling = sys.modules[type(module).__module__]
-    cos, sin = position_embeddings
-    q_rope, k_rope = modeling.apply_rotary_pos_emb_interleave(q_rope, k_rope, cos, sin)
-    all_latent, all_k_rope = latent, k_rope
-    if past_key_values is not None:  # transformers' own length bookkeeping (positions)
-        all_latent, all_k_rope = past_key_values.update(latent, k_rope, module.layer_idx)
+    rotate = sys.modules[type(module).__module__].apply_rotary_pos_emb_interleave
+    q_rope, latent, k_rope, all_latent, all_k_rope = latent_rows(
+        module, hidden, q_rope, position_embeddings, past_key_values, rotate
+    )
     out = runtime.dsa.attend(
         module, hidden, q_resid, position_embeddings, q_nope, q_rope, latent, k_rope
     )

@@ -339,6 +339,31 @@ def patch(model: torch.nn.Module, runtime: Any, name: str) -> int:
     return patch_attention(model, MODULE_CLASSES, runtime, name, _mla_forward)
 
 
+def latent_rows(
+    module: Any,
+    hidden: torch.Tensor,
+    q_rope: torch.Tensor,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    past_key_values: Any,
+    rotate: Any,
+) -> tuple[torch.Tensor, ...]:
+    """The module's new latent rows (its normed compressed kv) and roped k_rope, q_rope roped
+    with them by ``rotate`` (the model's rope function), and the past + new latent and
+    k_rope from transformers' cache (its own length bookkeeping; the new rows when there is
+    no cache): ``(q_rope, latent, k_rope, all_latent, all_k_rope)``, ``[B, 1, S, ...]``."""
+    bs, length = hidden.shape[:-1]
+    rank, rope = module.kv_lora_rank, module.qk_rope_head_dim
+    compressed = module.kv_a_proj_with_mqa(hidden)
+    latent = module.kv_a_layernorm(compressed[..., :rank]).view(bs, 1, length, rank)
+    k_rope = compressed[..., rank:].reshape(bs, 1, length, rope)
+    cos, sin = position_embeddings
+    q_rope, k_rope = rotate(q_rope, k_rope, cos, sin)
+    all_latent, all_k_rope = latent, k_rope
+    if past_key_values is not None:
+        all_latent, all_k_rope = past_key_values.update(latent, k_rope, module.layer_idx)
+    return q_rope, latent, k_rope, all_latent, all_k_rope
+
+
 def _mla_forward(
     module: Any,
     runtime: Any,
@@ -348,27 +373,22 @@ def _mla_forward(
 ) -> tuple[torch.Tensor, None]:
     """The module's own projections, norm and rope, then attngen's absorbed MLA."""
     bs, length = hidden.shape[:-1]
-    nope, rope, rank = module.qk_nope_head_dim, module.qk_rope_head_dim, module.kv_lora_rank
+    nope, rope = module.qk_nope_head_dim, module.qk_rope_head_dim
     if module.q_lora_rank is None:
         q = module.q_proj(hidden)
     else:
         q = module.q_b_proj(module.q_a_layernorm(module.q_a_proj(hidden)))
     q = q.view(bs, length, -1, nope + rope).transpose(1, 2)  # [B, H, S, nope + rope]
     q_nope, q_rope = q[..., :nope], q[..., nope:]
-    compressed = module.kv_a_proj_with_mqa(hidden)
-    latent = module.kv_a_layernorm(compressed[..., :rank]).view(bs, 1, length, rank)
-    k_rope = compressed[..., rank:].reshape(bs, 1, length, rope)
     modeling = sys.modules[type(module).__module__]
-    cos, sin = position_embeddings
     rotate = (
         modeling.apply_rotary_pos_emb_interleave
         if module.config.rope_interleave
         else modeling.apply_rotary_pos_emb
     )
-    q_rope, k_rope = rotate(q_rope, k_rope, cos, sin)
-    all_latent, all_k_rope = latent, k_rope
-    if past_key_values is not None:  # transformers' own length bookkeeping (positions)
-        all_latent, all_k_rope = past_key_values.update(latent, k_rope, module.layer_idx)
+    q_rope, latent, k_rope, all_latent, all_k_rope = latent_rows(
+        module, hidden, q_rope, position_embeddings, past_key_values, rotate
+    )
     out = runtime.mla.attend(module, q_nope, q_rope, latent, k_rope)
     for observe in runtime.mla_observers:  # tests: past + new latent, pre-o_proj output
         observe(module, q_nope, q_rope, all_latent, all_k_rope, out, runtime)
