@@ -265,6 +265,14 @@ def attngen_call(mod, cfg, case, splits):
     return run, out
 
 
+def for_splits(cfg, choice):
+    """``cfg`` able to run ``choice`` splits: a count past its max_splits raises it (a larger
+    workspace); "auto" and 1 leave it as it is."""
+    if isinstance(choice, int) and choice > cfg.max_splits:
+        return dataclasses.replace(cfg, max_splits=choice)
+    return cfg
+
+
 def split_tensor(torch, cfg, case, choice):
     """The per-request split counts of ``choice`` ("auto": the backend's heuristic) and the
     count itself; (None, 1) for one split without partials."""
@@ -452,8 +460,7 @@ def tile_of(cfg):
 def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None, groups=None):
     """Every SWEEP_TILES tile with every SPLITS choice on both cases (``only``: a set of
     (heads, kv, tile, splits) to restrict to; ``groups``: a set of (heads, kv)); FlashMLA
-    timed once per case for the ratio. A split count past the config's max_splits raises
-    it (a larger workspace)."""
+    timed once per case for the ratio (see ``for_splits`` for split counts past max_splits)."""
     for (heads, kv), tiles in SWEEP_TILES.items():
         if groups is not None and (heads, kv) not in groups:
             continue
@@ -463,14 +470,10 @@ def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None, groups=None):
             for tile in tiles:
                 tiled_cfg = tiled(base_config(mods, heads, kv), tile)
                 for choice in SPLITS[heads]:
-                    cfg = tiled_cfg
-                    if isinstance(choice, int) and choice > cfg.max_splits:
-                        cfg = dataclasses.replace(cfg, max_splits=choice)
+                    cfg = for_splits(tiled_cfg, choice)
                     if only is not None and (heads, kv, tuple(tile), str(choice)) not in only:
                         continue
                     splits, count = split_tensor(torch, cfg, case, choice)
-                    if choice != "auto" and choice != 1 and count > cfg.max_splits:
-                        continue
                     row = dict(
                         part="sweep",
                         heads=heads,
@@ -631,9 +634,7 @@ def precompile(share: int, shares: int, groups=None, decode_table=True) -> None:
         cfg = tiled(cfg, tile) if tile else cfg
         for choice in (1, 2, *(c for c in SPLITS[heads] if isinstance(c, int) and c > 2)):
             try:
-                run_cfg = cfg
-                if choice > cfg.max_splits:
-                    run_cfg = dataclasses.replace(cfg, max_splits=choice)
+                run_cfg = for_splits(cfg, choice)
                 splits, _ = split_tensor(torch, run_cfg, case, choice)
                 attngen_call(mods[kv], run_cfg, case, splits)[0]()
             except Exception as e:  # noqa: BLE001  (the timed run reports it)
