@@ -21,6 +21,7 @@ an arch and spec name, detecting the arch of a device) is ``attngen.runtime.sele
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,7 +29,7 @@ from attngen import registry
 from attngen.arch import facts
 from attngen.capabilities import Status, Verdict, supports
 from attngen.spec.enums import Arch, Backend, Phase
-from attngen.speed import SpeedEvidence
+from attngen.speed import PairSpeed, SpeedEvidence
 from attngen.spec.variant import Variant
 
 
@@ -156,23 +157,22 @@ def select_backend(
         reason = f"no backend available: {reasons}"
         return Selection(None, status, reason, arch, phase, tuple(skipped))
 
-    chosen, verified, how = candidates[0], None, "first supported backend"
+    verified, how = None, "first supported backend"
     eligible = candidates
     if evidence is not None:
         proven = [b for b in candidates if evidence.verified(variant, b, arch, phase)]
         verified = bool(proven)
         if proven:
-            chosen, how = proven[0], f"first supported backend with verified GPU {phase.value}"
+            how = f"first supported backend with verified GPU {phase.value}"
             eligible = proven
             # earlier supported backends lose to the verified one; say so
-            for b in candidates[: candidates.index(chosen)]:
+            for b in candidates[: candidates.index(proven[0])]:
                 why = f"supported, but no verified GPU {phase.value} evidence"
                 skipped.append(Skip(b, Status.SUPPORTED, why))
         else:
             how += f" (no backend has verified GPU {phase.value} evidence)"
-    measured = speed.fastest(eligible, arch, phase) if speed is not None else None
-    if measured is not None:
-        chosen, pairs = measured
+    chosen, pairs = fastest_or_first(eligible, arch, phase, speed)
+    if pairs:
         among = "verified supported backends" if verified else "supported backends"
         how = f"fastest measured of the {among} ({'; '.join(p.describe() for p in pairs)})"
         for pair in pairs:  # backends before it in the preference order, passed over
@@ -185,6 +185,19 @@ def select_backend(
     if skipped:
         reason += "; skipped " + "; ".join(str(s) for s in skipped)
     return Selection(chosen, Status.SUPPORTED, reason, arch, phase, tuple(skipped), verified)
+
+
+def fastest_or_first(
+    candidates: Sequence[Backend], arch: Arch, phase: Phase, speed: SpeedEvidence | None
+) -> tuple[Backend, tuple[PairSpeed, ...]]:
+    """The backend chosen among ``candidates`` (eligible ones, in preference order, at least
+    one): the one ``speed`` measured faster than each other candidate on ``arch``/``phase``,
+    with those comparisons; else (no evidence, or it does not decide) the first, with none.
+
+    The last step of :func:`select_backend` and of the runtime's choice among generated
+    backends (``attngen.runtime.select.choose_backend``)."""
+    measured = speed.fastest(candidates, arch, phase) if speed is not None else None
+    return measured if measured is not None else (candidates[0], ())
 
 
 def _verdict_reason(verdict: Verdict) -> str:

@@ -19,6 +19,7 @@ The ``generated`` package must be importable (the repository root on ``sys.path`
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 from pathlib import Path
@@ -30,7 +31,7 @@ from attngen.arch import ARCHS as ARCH_TABLE
 from attngen.arch import arch_for_device
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.hybrid import HybridAttnBackend
-from attngen.selection import preference
+from attngen.selection import fastest_or_first, preference
 from attngen.spec.enums import Arch, Backend, Phase
 from attngen.speed import NO_SPEED, SpeedEvidence, load_speed
 
@@ -94,7 +95,7 @@ def load_backend_class(
             f"spec {spec_name!r}: no generated backend{on} for {arch}; "
             f"available: {', '.join(sorted(known)) or 'none'} (generated/{arch}/)"
         )
-    chosen = choose_backend(arch, spec_name, phase, speed) if backend is None else backend
+    chosen = _choose(arch, spec_name, where, phase, speed) if backend is None else backend
     family = dict(where)[chosen]
     return _module(arch, chosen, family, spec_name, "backend").Backend
 
@@ -107,24 +108,38 @@ def choose_backend(
     Candidates: the backends that generate the spec for the arch and whose kernels serve the
     phase, in the arch's preference order. The one that ``speed`` (default: the repository's
     ``evidence/speed``) measured faster than each other candidate on this arch and phase
-    wins; else the first. When none serves the phase (or ``phase`` is None), the first
-    generated backend in the preference order (it refuses the phase itself)."""
+    wins; else the first (:func:`attngen.selection.fastest_or_first`, as ``select_backend``
+    decides). When none serves the phase (or ``phase`` is None), the first generated backend
+    in the preference order (it refuses the phase itself)."""
     arch = _check_arch(arch)
     where = available_specs(arch).get(spec_name, [])
     if not where:
         raise AttngenInputError(f"spec {spec_name!r}: no generated backend for {arch}")
+    return _choose(arch, spec_name, where, phase, speed)
+
+
+def _choose(
+    arch: str,
+    spec_name: str,
+    where: list[tuple[str, str]],
+    phase: str | None,
+    speed: SpeedEvidence | None,
+) -> str:
+    """:func:`choose_backend` over ``where``, the spec's (backend, family) pairs on ``arch``
+    (an :func:`available_specs` entry, not empty)."""
     order = [b.value for b in preference(arch)]
     ranked = sorted(where, key=lambda w: order.index(w[0]) if w[0] in order else len(order))
     if phase is None or len(ranked) == 1:
         return ranked[0][0]
     serving = [
-        b for b, family in ranked if phase in _module(arch, b, family, spec_name, "kernels").PHASES
+        Backend(b)
+        for b, family in ranked
+        if phase in _module(arch, b, family, spec_name, "kernels").PHASES
     ]
-    if len(serving) < 2:  # nothing to compare: the one that serves it, or none does
-        return (serving or [ranked[0][0]])[0]
+    if not serving:  # none serves it: the first refuses the phase itself
+        return ranked[0][0]
     speed = _repository_speed() if speed is None else speed
-    measured = speed.fastest([Backend(b) for b in serving], Arch(arch), Phase(phase))
-    return measured[0].value if measured is not None else serving[0]
+    return fastest_or_first(serving, Arch(arch), Phase(phase), speed)[0].value
 
 
 def _module(arch: str, backend: str, family: str, spec_name: str, name: str) -> Any:
@@ -134,9 +149,17 @@ def _module(arch: str, backend: str, family: str, spec_name: str, name: str) -> 
 
 
 def _repository_speed() -> SpeedEvidence:
-    """The speed evidence next to the generated tree (none there: no evidence)."""
+    """The speed evidence next to the generated tree (none there: no evidence), read once
+    per process (:func:`_speed_at`)."""
+    return _speed_at(_generated_roots()[0].parent)
+
+
+@functools.lru_cache(maxsize=None)
+def _speed_at(root: Path) -> SpeedEvidence:
+    """``root``'s ``evidence/speed`` files, read on the first call for ``root`` only: a file
+    changed later in the process is not seen (``_speed_at.cache_clear()`` rereads)."""
     try:
-        return load_speed(_generated_roots()[0].parent)
+        return load_speed(root)
     except (OSError, ValueError):
         return NO_SPEED
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+import attngen.runtime.select as runtime_select
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.select import available_specs, choose_backend
 from attngen.selection import preference
@@ -64,3 +65,21 @@ def test_a_spec_of_one_backend_needs_no_evidence() -> None:
 def test_unknown_spec_is_refused() -> None:
     with pytest.raises(AttngenInputError, match="no generated backend"):
         choose_backend("sm90", "no_such_spec", "extend")
+
+
+def test_repository_speed_evidence_is_read_once(monkeypatch) -> None:
+    reads = []
+
+    def counting_load_speed(root):
+        reads.append(root)
+        return NO_SPEED
+
+    monkeypatch.setattr(runtime_select, "load_speed", counting_load_speed)
+    runtime_select._speed_at.cache_clear()
+    try:
+        for phase in ("extend", "extend", "decode"):
+            choose_backend("sm90", BOTH, phase)
+        runtime_select.load_backend_class("sm90", BOTH, phase="extend")
+    finally:
+        runtime_select._speed_at.cache_clear()  # later tests read the real evidence
+    assert len(reads) == 1

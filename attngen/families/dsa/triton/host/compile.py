@@ -11,6 +11,7 @@ from attngen.families.dsa.triton.host.launch import (
     io_dtype,
     kv_dtype,
     sparse_options,
+    sparse_wg_options,
     topk_options,
 )
 from attngen.families.dsa.triton.kernels.indexer import indexer_logits_kernel
@@ -99,20 +100,17 @@ def compile_specs(config: DsaTritonConfig, traits: DsaTraits) -> list[CompileSpe
     specs.append(
         _compile_spec("topk_decode", topk_kernel, topk_options(config), config, ("ROW_REQ",))
     )
-    fp8 = () if config.fp8_cache else ("KVF", "KV16")
-    sparse = sparse_wg_kernel if config.sparse_gluon else sparse_mla_kernel
-    if config.sparse_gluon:  # 16-bit rows only: no fp8 views, no FP8 switch
-        fp8 = ()
-    drop = ("FP8",) if config.sparse_gluon else ()
+    if config.sparse_gluon:  # 16-bit rows only: no fp8 views to leave None
+        sparse, options, fp8 = sparse_wg_kernel, sparse_wg_options, ()
+    else:
+        sparse, options = sparse_mla_kernel, sparse_options
+        fp8 = () if config.fp8_cache else ("KVF", "KV16")
     for write_lse in (False, True):
         tag = "_lse" if write_lse else ""
-        one = sparse_options(config, splits=1, write_lse=write_lse)
-        one = {k: v for k, v in one.items() if k not in drop}
+        one = options(config, splits=1, write_lse=write_lse)
         nones = (*fp8, "NUM_SPLITS", "PARTIAL_O", "PARTIAL_LSE") + (() if write_lse else ("LSE",))
         specs.append(_compile_spec(f"sparse{tag}", sparse, one, config, nones))
-        split = sparse_options(config, splits=config.max_splits, write_lse=write_lse)
-        split = {k: v for k, v in split.items() if k not in drop}
-
+        split = options(config, splits=config.max_splits, write_lse=write_lse)
         nones = fp8 + (() if write_lse else ("LSE",))
         specs.append(_compile_spec(f"sparse_split{tag}", sparse, split, config, nones))
     specs.append(

@@ -8,11 +8,10 @@ launcher is CUDA-graph capturable.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 
+from attngen.backends.triton.gluon import refuse_interpreter
 from attngen.families.dsa.triton.config import DsaTritonConfig
 from attngen.families.dsa.triton.kernels.indexer import indexer_logits_kernel
 from attngen.families.dsa.triton.kernels.sparse import sparse_mla_kernel
@@ -284,9 +283,8 @@ def choose_splits(config: DsaTritonConfig, rows: int, num_sms: int) -> int:
     return splits
 
 
-def sparse_options(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> dict:
-    """Constexprs of the sparse kernel the config runs (the Gluon one pipelines itself)."""
-    stages = {} if config.sparse_gluon else {"num_stages": config.sparse_num_stages}
+def _sparse_common(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> dict:
+    """The constexprs and warp count that both sparse kernels take."""
     return dict(
         NUM_HEADS=config.num_heads,
         LORA=config.kv_lora_rank,
@@ -295,11 +293,26 @@ def sparse_options(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> 
         BLOCK_H=config.sparse_block_h,
         BLOCK_N=config.sparse_block_n,
         SPLITS=splits,
-        FP8=config.fp8_cache,
         WRITE_LSE=write_lse,
         num_warps=config.sparse_num_warps,
-        **stages,
     )
+
+
+def sparse_options(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> dict:
+    """Launch options of the Triton sparse kernel (``sparse_mla_kernel``): the common ones,
+    its FP8 cache switch and its pipeline depth."""
+    return dict(
+        _sparse_common(config, splits=splits, write_lse=write_lse),
+        FP8=config.fp8_cache,
+        num_stages=config.sparse_num_stages,
+    )
+
+
+def sparse_wg_options(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> dict:
+    """Launch options of the Gluon sparse kernel (``sparse_wg_kernel``, config.sparse_gluon):
+    the common ones only, as it reads 16-bit rows (no FP8 switch) and pipelines itself (no
+    num_stages)."""
+    return _sparse_common(config, splits=splits, write_lse=write_lse)
 
 
 def combine_options(config: DsaTritonConfig, *, write_lse: bool) -> dict:
@@ -321,8 +334,7 @@ def _check_gluon(config: DsaTritonConfig) -> None:
             "0 unless the rows are 16-bit and the tile 64 heads x 64 slots on 8 warps",
             f"1 with kv {config.kv_dtype}, tile {tile}",
         )
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        fail("config.sparse_gluon", "0 under TRITON_INTERPRET (Gluon needs an sm90 GPU)", 1)
+    refuse_interpreter("config.sparse_gluon")
 
 
 def _split_q(q, q_rope, config: DsaTritonConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -426,16 +438,16 @@ def sparse_mla(
     grid = (rows, triton.cdiv(h, config.sparse_block_h), splits)
     if config.sparse_gluon:
         _check_gluon(config)
-    options = sparse_options(config, splits=splits, write_lse=lse is not None)
     strides = (q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1))
     tail = (indices.stride(0), out.stride(0), out.stride(1), lse_stride, *po_strides, *pl_strides)
     if config.sparse_gluon:
-        del options["FP8"]
+        options = sparse_wg_options(config, splits=splits, write_lse=lse is not None)
         sparse_wg_kernel[grid](
             q_nope, q_rope, kv, indices, ns, out, lse_arg, po, pl, sm_scale, *strides, s_kv,
             *tail, **options,
         )  # fmt: skip
     else:
+        options = sparse_options(config, splits=splits, write_lse=lse is not None)
         sparse_mla_kernel[grid](
             q_nope, q_rope, kv, kvf, kv16, indices, ns, out, lse_arg, po, pl, sm_scale,
             *strides, s_kv, s_kvf, s_kv16, *tail, **options,
