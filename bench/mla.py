@@ -46,7 +46,7 @@ SCALE = 192**-0.5
 SUFFIX = {"bf16": "", "fp8": "_kvfp8_e4m3", "nvfp4": "_kvnvfp4"}
 
 # Decode tiles (BLOCK_H, BLOCK_N, warps, stages, latent column parts[, keys-major[, value
-# reload]]) swept per
+# reload[, Gluon]]]) swept per
 # (heads, kv), the ones that compiled spill-free on sm_90a (AOT, Triton 3.6);
 # each is timed with the split counts of SPLITS ("auto": the backend's heuristic; 1: no
 # partials, no combine).
@@ -77,15 +77,21 @@ SWEEP_TILES = {
         (16, 32, 4, 2, 1),
         (16, 64, 4, 2, 1),
         (16, 64, 4, 3, 1),
+        (16, 64, 8, 2, 1, 1, 0, 1),
+    ),
+    (32, "bf16"): (
+        (32, 64, 8, 2, 1),
+        (32, 64, 8, 2, 1, 1, 0, 1),
     ),
     (128, "fp8"): (
+        (64, 64, 8, 2, 1, 0, 0, 1),
         (32, 32, 8, 2, 1),
         (64, 32, 8, 2, 2),
         (32, 32, 8, 2, 1, 0, 1),
         (64, 32, 8, 2, 2, 0, 1),
     ),
 }
-SPLITS = {128: ("auto", 1), 16: ("auto", 8, 16)}
+SPLITS = {128: ("auto", 1), 16: ("auto", 2, 4, 8, 16), 32: ("auto", 2, 4, 8)}
 
 
 def load_flashmla(path: str | None):
@@ -298,8 +304,19 @@ def split_tensor(torch, cfg, case, choice):
     return torch.full((case.b,), choice, dtype=torch.int32, device="cuda"), choice
 
 
-def time_it(fn, do_bench, quick=False):
+TIMER = {"mode": "graph"}  # --timer: how every decode call is timed (peers alike)
+
+
+def time_it(fn, do_bench, quick=False, graph=True):
+    """Milliseconds per call of ``fn``: "graph" replays it captured in a CUDA graph (as a
+    serving engine runs decode; the host's launch cost is out), "events" times eager calls
+    between CUDA events (a call shorter than its Python launch path measures the host).
+    Prefill (graph=False) is always timed eagerly."""
     fn()
+    if graph and TIMER["mode"] == "graph":
+        from triton.testing import do_bench_cudagraph
+
+        return do_bench_cudagraph(fn, rep=50 if quick else 100)
     return do_bench(fn, warmup=25 if quick else 50, rep=100 if quick else 200)
 
 
@@ -457,17 +474,22 @@ def tile_of(cfg):
     ]
 
 
-def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None, groups=None):
+def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None, groups=None, tiles_only=None):
     """Every SWEEP_TILES tile with every SPLITS choice on both cases (``only``: a set of
     (heads, kv, tile, splits) to restrict to; ``groups``: a set of (heads, kv)); FlashMLA
     timed once per case for the ratio (see ``for_splits`` for split counts past max_splits)."""
     for (heads, kv), tiles in SWEEP_TILES.items():
         if groups is not None and (heads, kv) not in groups:
             continue
+        if f"r512_rope64_h{heads}_ps{PAGE}_bf16{SUFFIX[kv]}_causal" not in mods[kv].CONFIGS:
+            print(f"sweep: no {kv} variant with {heads} heads generated; skipped", flush=True)
+            continue
         for b, ctx in CASES:
             case = Case(torch, heads, b, ctx, kv)
             fm_ms = None
             for tile in tiles:
+                if tiles_only is not None and tuple(tile) not in tiles_only:
+                    continue
                 tiled_cfg = tiled(base_config(mods, heads, kv), tile)
                 for choice in SPLITS[heads]:
                     cfg = for_splits(tiled_cfg, choice)
@@ -553,7 +575,7 @@ def prefill_row(torch, do_bench, k16, cfg, fa4, fa4_info, rows, save, t4):
             trusted_metadata=True,
         )
 
-    ms = time_it(ours, do_bench)
+    ms = time_it(ours, do_bench, graph=False)
     flops = 2 * b * h * s * s * (192 + 128) / 2
     row = dict(
         part="prefill",
@@ -596,7 +618,7 @@ def prefill_row(torch, do_bench, k16, cfg, fa4, fa4_info, rows, save, t4):
             row["max_diff_vs_fa4"] = (o4.float() - out.float()).abs().max().item()
             l4 = l4 if l4.shape == lse.shape else l4.transpose(0, 1)
             row["max_lse_diff_vs_fa4"] = (l4.float() - lse).abs().max().item()
-            t4 = t4 if t4 is not None else time_it(peer, do_bench)
+            t4 = t4 if t4 is not None else time_it(peer, do_bench, graph=False)
             row.update(fa4_ms=t4, fa4_tflops=flops / t4 / 1e9, ratio_vs_fa4=t4 / ms)
         except Exception as e:  # noqa: BLE001
             row["fa4_error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -651,10 +673,14 @@ def main() -> None:
     ap.add_argument("--best-of", help="a previous run's JSON: sweep only its 3 best per group")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: decode,prefill")
     ap.add_argument("--groups", help="sweep only these (heads:kv,...), e.g. 16:fp8,16:bf16")
+    ap.add_argument("--tiles", help="sweep only these tiles (AxBx...,...), e.g. 16x64x8x2x1x1x0x1")
     ap.add_argument(
         "--prefill-tiles", help="ragged tiles to time (BMxBNxWARPSxSTAGES,...); default: generated"
     )
     ap.add_argument("--precompile", type=int, default=0, help="compile first in N processes")
+    ap.add_argument(
+        "--timer", choices=("graph", "events"), default="graph", help="see time_it (default graph)"
+    )
     ap.add_argument("--compile-share", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.compile_share:
@@ -678,6 +704,7 @@ def main() -> None:
     import triton
     from triton.testing import do_bench
 
+    TIMER["mode"] = args.timer
     mods = modules()
     fm, fm_info = load_flashmla(args.flashmla)
     sg, sg_info = load_sglang_decode(args.sglang_decode)
@@ -694,6 +721,7 @@ def main() -> None:
         commit=os.environ.get("ATTNGEN_COMMIT", ""),
         peers=dict(flashmla=fm_info, sglang_triton_decode=sg_info, fa4=fa4_info),
         shapes=dict(decode_cases=CASES, heads=HEADS, page=PAGE, prefill="4 x 4096, h128, 192/128"),
+        timer=args.timer,
         rows=[],
     )
 
@@ -705,7 +733,12 @@ def main() -> None:
         print(f"no {args.best_of}: no sweep", flush=True)
     elif args.sweep or args.best_of:
         only = best_keys(args.best_of) if args.best_of else None
-        sweep_rows(torch, do_bench, mods, fm, rows, save, only, parse_groups(args.groups))
+        tiles_only = None
+        if args.tiles:
+            tiles_only = {tuple(map(int, t.split("x"))) for t in args.tiles.split(",")}
+        sweep_rows(
+            torch, do_bench, mods, fm, rows, save, only, parse_groups(args.groups), tiles_only
+        )
     if "decode" not in skip:
         decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save)
     if "prefill" not in skip:

@@ -39,6 +39,8 @@ def backend_class(page_size: int, kv_dtype: str = "float16", drafts: int = 3) ->
         kv_dtype=kv_dtype,
         num_draft_tokens=drafts,
         decode_block_n=16,
+        decode_gluon=0,  # the generated sm90 tile is a Gluon kernel's (no interpreter)
+        decode_keys_major=0,
         ragged_block_m=16,
         ragged_block_n=16,
     )

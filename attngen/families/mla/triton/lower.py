@@ -40,7 +40,9 @@ class AbsorbedTile:
     keys_major: int = 0
     value_reload: int = 0
     waves: int = 4
-    gluon: int = 0  # 1: the sm90 Gluon kernel (kernels/absorbed_wg.py), 16-bit caches only
+    # 1: an sm90 Gluon kernel: head-major (kernels/absorbed_wg.py, 16-bit or fp8 caches)
+    # or, with keys_major, kernels/absorbed_keys_wg.py (16 or 32 heads, 16-bit caches)
+    gluon: int = 0
 
 
 # Absorbed tiles by the padded head count. The accumulator is BLOCK_H x 512 fp32 (128
@@ -61,6 +63,15 @@ ABSORBED_TILES = {
     64: AbsorbedTile(64, 32, 8, 2),
 }
 SM90_WIDE_TILE = AbsorbedTile(64, 64, 8, 2, waves=1, gluon=1)
+# Few heads on sm90 (16-bit latents): the keys-major Gluon kernel (64 latent rows as the
+# MMA's M; one program an SM at 168-189 KB of shared memory, hence 2 waves of splits). On
+# the H200 (bench/mla.py --sweep, CUDA-graph timing): 16 heads 0.083 / 0.301-0.310 ms at
+# B64 ctx4096 / B128 ctx8192 (0.94-1.02x FlashMLA) against 0.094 / 0.336 for 16 x 32 on 4
+# warps; 32 heads 0.095-0.100 / 0.356 ms against 0.158 / 0.580 for 32 x 64 on 8 warps.
+SM90_KEYS_TILES = {
+    16: AbsorbedTile(16, 64, 8, 2, keys_major=1, waves=2, gluon=1),
+    32: AbsorbedTile(32, 64, 8, 2, keys_major=1, waves=2, gluon=1),
+}
 # sm_80 (mma.sync keeps q in registers): 64 x 32 spilled 48 B there; unmeasured on a GPU.
 SM80_64_ROW_TILE = AbsorbedTile(32, 32, 8, 2)
 FP8_ABSORBED_TILES = {
@@ -94,12 +105,15 @@ def next_power_of_two(n: int) -> int:
 
 def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch, tree: bool) -> dict[str, int]:
     rows = min(64, max(16, next_power_of_two(num_heads)))
-    if kv_dtype is DType.NVFP4:
+    sm90_gluon = arch is Arch.SM90 and not tree  # the tree mask spilled 8 B in it
+    if sm90_gluon and rows == 64 and kv_dtype is not DType.NVFP4:  # 16-bit or fp8
+        tile = SM90_WIDE_TILE
+    elif sm90_gluon and rows in SM90_KEYS_TILES and kv_dtype not in (DType.FP8_E4M3, DType.NVFP4):
+        tile = SM90_KEYS_TILES[rows]
+    elif kv_dtype is DType.NVFP4:
         tile = FP4_ABSORBED_TILES[rows]
     elif kv_dtype is DType.FP8_E4M3:
         tile = FP8_ABSORBED_TILES[rows]
-    elif rows == 64 and arch is Arch.SM90 and not tree:  # the tree mask spilled 8 B in it
-        tile = SM90_WIDE_TILE
     elif rows == 64 and arch is Arch.SM80:
         tile = SM80_64_ROW_TILE
     else:

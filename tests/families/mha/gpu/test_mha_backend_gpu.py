@@ -532,6 +532,19 @@ def test_cuda_graph_verify(case: Case | None, evidence) -> None:
 QUANT_RMS_BOUND = {torch.float8_e4m3fn: 0.10, torch.float8_e5m2: 0.20, "nvfp4": 0.25}
 
 
+def quantized_rig(case: Case) -> tuple[Rig, list[int]]:
+    """A rig for four requests of 100..1500 tokens (random lengths) and those lengths."""
+    rng = random.Random()
+    lens = [rng.randint(100, 1500) for _ in range(4)]
+    rig = make_rig(
+        case,
+        max_context_len=max(lens),
+        max_reqs=8,
+        num_pages=pages_for(lens, case.config.page_size),
+    )
+    return rig, lens
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_quantized_vs_bf16(case: Case | None, evidence) -> None:
@@ -542,14 +555,7 @@ def test_quantized_vs_bf16(case: Case | None, evidence) -> None:
     kv_dtype = "nvfp4" if fp4 else getattr(torch, case.config.kv_dtype)
     if not fp4 and kv_dtype not in FP8_DTYPES:
         pytest.skip("not a quantized KV cache")
-    rng = random.Random()
-    lens = [rng.randint(100, 1500) for _ in range(4)]
-    rig = make_rig(
-        case,
-        max_context_len=max(lens),
-        max_reqs=8,
-        num_pages=pages_for(lens, case.config.page_size),
-    )
+    rig, lens = quantized_rig(case)
     pb = rig.builder.extend([0] * len(lens), lens)
     q, k, v = rig.qkv(sum(lens))
     rig.backend.init_forward_metadata(pb.batch)
@@ -561,6 +567,50 @@ def test_quantized_vs_bf16(case: Case | None, evidence) -> None:
     assert rel_rms <= bound, f"seed {rig.builder.seed}: relative RMS error {rel_rms:.4f} > {bound}"
     # and the kernels agree with the oracle on the dequantized cache
     rig.check(out, rig.oracle(pb, q), "quantized extend vs oracle on dequantized values")
+    evidence.record(
+        case.backend.kernels, case.config.uri, "quantized_vs_bf16", rel_rms=round(rel_rms, 4)
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_quantized_decode_vs_bf16(case: Case | None, evidence) -> None:
+    """Specs that generate decode without extend (the quantized check above needs extend):
+    every cached K/V goes through the pool's quantizing write, the new token's through the
+    backend's; outputs are compared with the oracle on the original (unquantized) K/V
+    (bf16 copies of the caches), and with the oracle on the dequantized cache."""
+    case = require(case, "decode")
+    if "extend" in case.backend.kernels.PHASES:
+        pytest.skip("checked through extend (test_quantized_vs_bf16)")
+    kv_dtype = getattr(torch, case.config.kv_dtype, None)
+    if kv_dtype not in FP8_DTYPES:
+        pytest.skip("not an fp8 KV cache")
+    rig, lens = quantized_rig(case)
+    pb = rig.builder.decode(lens)
+    pool, layer, dev = rig.backend.kv_pool, rig.layer, rig.backend.device
+    rows = pb.batch.req_pool_indices.tolist()
+    table = rig.builder.req_to_token_pool.req_to_token
+    cached = torch.cat([table[r, : n - 1] for r, n in zip(rows, lens)]).to(dev, torch.int64)
+    _, k_old, v_old = rig.qkv(cached.shape[0])
+    pool.set_kv_buffer(layer, cached, k_old, v_old)  # quantizing writes
+    q, k, v = rig.qkv(len(lens))
+    rig.backend.init_forward_metadata(pb.batch)
+    out = rig.backend.forward_decode(q, k, v, layer, pb.batch, sinks=rig.sinks).float()
+    # the same K/V unquantized: bf16 caches holding the prefix and the new tokens
+    k_cache, v_cache = pool.get_kv_buffer(layer.layer_id)
+    k16 = torch.zeros(k_cache.shape, dtype=rig.dtype, device=dev)
+    v16 = torch.zeros(v_cache.shape, dtype=rig.dtype, device=dev)
+    for cache, old, new in ((k16, k_old, k), (v16, v_old, v)):
+        flat = cache.view(-1, *cache.shape[2:])
+        flat[cached] = old
+        flat[pb.batch.out_cache_loc.to(torch.int64)] = new
+    q3 = q.view(q.shape[0], layer.num_q_heads, layer.head_dim)
+    want = oracle_output(pb, q3, k16, v16, layer.scaling, mask=rig.mask, sinks=rig.sinks)
+    want = want.flatten(1)
+    rel_rms = ((out - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
+    bound = QUANT_RMS_BOUND[kv_dtype]
+    assert rel_rms <= bound, f"seed {rig.builder.seed}: relative RMS error {rel_rms:.4f} > {bound}"
+    rig.check(out, rig.oracle(pb, q), "quantized decode vs oracle on dequantized values")
     evidence.record(
         case.backend.kernels, case.config.uri, "quantized_vs_bf16", rel_rms=round(rel_rms, 4)
     )

@@ -8,9 +8,10 @@ from attngen.families.mla.triton.config import CompileSpec, MlaTraits, MlaTriton
 from attngen.families.mla.triton.host.launch import (
     MERGE_BLOCK_H,
     absorbed_options,
+    cache_words,
     combine_options,
     fp4,
-    gluon_options,
+    gluon_kernel,
     io_dtype,
     kv_dtype,
     quantized,
@@ -20,7 +21,6 @@ from attngen.families.mla.triton.kernels.absorbed import (
     absorbed_combine_kernel,
     absorbed_split_kernel,
 )
-from attngen.families.mla.triton.kernels.absorbed_wg import absorbed_wg_kernel
 from attngen.families.mla.triton.kernels.ragged import merge_state_kernel, ragged_attend_kernel
 
 POINTER_TYPES = {
@@ -64,6 +64,8 @@ def _compile_spec(
             continue
         if arg in ACTIVATIONS:
             signature[arg] = io
+        elif arg == "KV_CACHE" and kernel is not absorbed_split_kernel and cache_words(config):
+            signature[arg] = "*i32"  # the int32 view of the fp8 cache (see cache_words)
         elif arg == "KV_CACHE":
             signature[arg] = POINTER_TYPES[kv_dtype(config)]
         elif arg.startswith("stride_"):
@@ -85,10 +87,12 @@ def compile_specs(config: MlaTritonConfig, traits: MlaTraits) -> list[CompileSpe
     phases, specs = traits.phases, []
     scale = ("TREE_MASK", "TREE_MASK_INDPTR") + (() if quantized(config) else ("KV_SCALE",))
     scale += () if fp4(config) else ("KV_BSCALE",)
-    # the absorbed kernel as the launcher picks it (the Gluon one has no scale or tree args)
+    # the absorbed kernel as the launcher picks it (the Gluon ones take no tree arguments,
+    # and a scale only when keys-major)
     rows, options = absorbed_split_kernel, absorbed_options(config, write_lse=False)
     if config.decode_gluon:
-        rows, options, scale = absorbed_wg_kernel, gluon_options(config, write_lse=False), ()
+        rows, options = gluon_kernel(config, write_lse=False)
+        scale = tuple(arg for arg in scale if arg in rows.arg_names)
     if "decode" in phases:
         specs.append(_compile_spec("decode_split", rows, options, config, ("ROW_REQ", *scale)))
     if phases != ("decode",):  # extend / verify: absorbed rows, split or not

@@ -7,8 +7,6 @@ metadata) skips the metadata checks only.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 
@@ -17,8 +15,10 @@ from attngen.families.mla.triton.kernels.absorbed import (
     absorbed_combine_kernel,
     absorbed_split_kernel,
 )
+from attngen.families.mla.triton.kernels.absorbed_keys_wg import absorbed_keys_wg_kernel
 from attngen.families.mla.triton.kernels.absorbed_wg import absorbed_wg_kernel
 from attngen.families.mla.triton.kernels.ragged import merge_state_kernel, ragged_attend_kernel
+from attngen.backends.triton.gluon import refuse_interpreter
 from attngen.runtime.checks import check_tensor, fail
 
 I32 = torch.int32
@@ -193,14 +193,18 @@ def absorbed(
     programs = triton.cdiv(h, config.decode_block_h) * config.decode_lora_parts
     grid = (rows, programs, config.max_splits if split else 1)
     if config.decode_gluon and not tree:
-        absorbed_wg_kernel[grid](
+        kernel, options = gluon_kernel(config, write_lse=lse is not None)
+        scale = () if config.decode_keys_major else (kv_scale,)
+        cache = kv_cache.view(torch.int32) if cache_words(config) else kv_cache
+        kernel[grid](
             q_nope,
             q_rope,
-            kv_cache,
+            cache,
             page_table,
             row_lens,
             row_req,
             num_splits,
+            *scale,
             out,
             lse_arg,
             partial_o,
@@ -210,14 +214,14 @@ def absorbed(
             q_nope.stride(1),
             q_rope.stride(0),
             q_rope.stride(1),
-            kv_cache.stride(1),
+            cache.stride(1),
             page_table.stride(0),
             out.stride(0),
             out.stride(1),
             lse_stride,
             *po_strides,
             *pl_strides,
-            **gluon_options(config, write_lse=lse is not None),
+            **options,
         )
     else:
         absorbed_split_kernel[grid](
@@ -269,17 +273,24 @@ def absorbed(
 
 
 def _check_gluon(config: MlaTritonConfig) -> None:
-    """The Gluon absorbed kernel's fixed shape: a 16-bit cache, 64 heads x 64 rows, 8 warps,
-    on a GPU (the Triton interpreter cannot run Gluon)."""
+    """The Gluon absorbed kernels' fixed shapes, on a GPU (the Triton interpreter cannot run
+    Gluon): head-major, a 16-bit or fp8 cache and 64 heads x 64 rows; keys-major, a 16-bit
+    cache and 16 or 32 heads x 64 rows; 8 warps and one column part both."""
     tile = (config.decode_block_h, config.decode_block_n, config.decode_num_warps)
-    if quantized(config) or tile != (64, 64, 8) or config.decode_lora_parts != 1:
+    if config.decode_keys_major:
+        ok = not quantized(config) and tile in ((16, 64, 8), (32, 64, 8))
+        want = "0 unless the cache is 16-bit and the tile 16 or 32 heads x 64 rows"
+    else:
+        ok = not fp4(config) and tile == (64, 64, 8)
+        want = "0 unless the cache is 16-bit or fp8 and the tile 64 heads x 64 rows"
+    if not ok or config.decode_lora_parts != 1:
         fail(
             "config.decode_gluon",
-            "0 unless the cache is 16-bit and the tile 64 heads x 64 rows on 8 warps, 1 part",
-            f"1 with kv {config.kv_dtype}, tile {tile}, {config.decode_lora_parts} parts",
+            f"{want} on 8 warps, 1 part",
+            f"1 with kv {config.kv_dtype}, tile {tile}, {config.decode_lora_parts} parts, "
+            f"keys-major {config.decode_keys_major}",
         )
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        fail("config.decode_gluon", "0 under TRITON_INTERPRET (Gluon needs an sm90 GPU)", 1)
+    refuse_interpreter("config.decode_gluon")
 
 
 def _check_latent_cache(kv_cache: torch.Tensor, config: MlaTritonConfig, device) -> None:
@@ -368,9 +379,17 @@ def absorbed_options(config: MlaTritonConfig, *, write_lse: bool, tree: bool = F
     )
 
 
-def gluon_options(config: MlaTritonConfig, *, write_lse: bool) -> dict:
-    """Constexprs of the sm90 Gluon absorbed kernel (64 heads x 64 rows on 8 warps)."""
-    return dict(
+def cache_words(config: MlaTritonConfig) -> bool:
+    """Whether the absorbed kernel reads the cache as int32 words of four values (the
+    head-major Gluon kernel's fp8 path: an int32 view of the same bytes)."""
+    return bool(config.decode_gluon and not config.decode_keys_major and quantized(config))
+
+
+def gluon_kernel(config: MlaTritonConfig, *, write_lse: bool) -> tuple:
+    """The sm90 Gluon absorbed kernel of ``config`` and its constexprs: head-major (64
+    heads x 64 rows, 16-bit or fp8 latents) or, with ``decode_keys_major``, keys-major (16
+    or 32 heads, 16-bit latents, STAGES deep gathers)."""
+    options = dict(
         NUM_HEADS=config.num_heads,
         LORA=config.kv_lora_rank,
         ROPE=config.qk_rope_head_dim,
@@ -381,6 +400,9 @@ def gluon_options(config: MlaTritonConfig, *, write_lse: bool) -> dict:
         WRITE_LSE=write_lse,
         num_warps=config.decode_num_warps,
     )
+    if config.decode_keys_major:
+        return absorbed_keys_wg_kernel, {**options, "STAGES": config.decode_num_stages}
+    return absorbed_wg_kernel, {**options, "KV_SCALED": quantized(config)}
 
 
 def combine_options(config: MlaTritonConfig, *, write_lse: bool) -> dict:

@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "8366127aefe0568296a02d6d5c451a4099e6f245a7d55d00ec8fa47c79ab6904"
+LIBRARY_SHA256 = "26366e446c8ae2acc5ae96efb5cd5784fb1c0d1ffc8dab6e392f32c7c99d70fc"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "
