@@ -21,9 +21,11 @@ from __future__ import annotations
 import argparse
 import ctypes
 import dataclasses
+import datetime
 import glob
 import importlib
 import json
+import os
 import site
 import sys
 from pathlib import Path
@@ -265,9 +267,23 @@ def main():
             step()
         except Exception as e:  # noqa: BLE001
             print("step failed:", type(e).__name__, str(e)[:300], flush=True)
+    import torch
+    import triton
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "dsa_bench.json").write_text(json.dumps(rows, indent=1))
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
+    result = dict(
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        commit=os.environ.get("ATTNGEN_COMMIT", ""),
+        peers=dict(flashmla="sglang-kernel 0.4.5" if fm else why),
+        shapes="sparse decode B64/B128 x 8192 tokens, top-2048, h_q 128/64/16; sparse "
+        "prefill 4096 q x 32768 kv, h_q 128; indexer B64 x 8k, B128 x 32k",
+        rows=rows,
+    )
+    (out / f"dsa-h200-{stamp}.json").write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

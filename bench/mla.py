@@ -123,7 +123,7 @@ def load_sglang_decode(path: str | None):
         mod.__file__ = str(path)
         sys.modules[mod.__name__] = mod
         exec(compile(src, str(path), "exec"), mod.__dict__)
-        return mod, "sglang 0.5.11 decode_attention.py"
+        return mod, "sglang 0.5.10.post1 decode_attention.py"
     except Exception as e:  # noqa: BLE001
         return None, f"{type(e).__name__}: {e}"
 

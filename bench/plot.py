@@ -1,4 +1,5 @@
-"""Plot a bench result: attngen against each peer per case, from the JSON `bench/run.py` wrote.
+"""Plot a bench result: attngen against each peer per case, from the JSON `bench/run.py` (or
+`bench/mla.py`) wrote.
 
     python bench/plot.py bench/results/<run>.json      # writes bench/results/<run>.png
     make bench-plot                                    # the newest result
@@ -21,6 +22,11 @@ PARTS = (  # (JSON key, title, figure per result)
     ("quantized_decode", "quantized decode (TB/s ratio)", "tbps"),
     ("verify", "speculative verify (TB/s ratio)", "tbps"),
     ("prefill", "prefill (TFLOP/s ratio)", "tflops"),
+)
+MLA_PARTS = (  # bench/mla.py's parts (see from_rows)
+    ("decode", "MLA absorbed decode, 16-bit latent (TFLOP/s ratio)", "tflops"),
+    ("quantized_decode", "MLA absorbed decode, fp8 / NVFP4 latent (TFLOP/s ratio)", "tflops"),
+    ("prefill", "MLA prefill 192/128 with LSE (TFLOP/s ratio)", "tflops"),
 )
 
 
@@ -48,13 +54,47 @@ def ratios(cases: list[dict], figure: str) -> tuple[list[str], dict[str, list[fl
     return labels, per_peer
 
 
+def from_rows(result: dict) -> dict:
+    """A ``bench/mla.py`` result (``rows`` with parts) in ``bench/run.py``'s shape: its
+    decode table as the decode and quantized-decode parts (TFLOP/s, so the 16-head
+    bandwidth rows and the 128-head compute rows share one figure), its prefill rows as
+    prefill; each peer's figure as in the row."""
+    peers = {"flashmla": "FlashMLA", "sglang": "SGLang Triton", "fa4": "FA4"}
+    parts: dict[str, list] = {}
+    for row in result["rows"]:
+        if row.get("part") not in ("decode", "prefill") or "attngen_ms" not in row:
+            continue
+        figures = {"attngen": {"tflops": row["attngen_tflops"]}}
+        for key, name in peers.items():
+            if row.get(f"{key}_tflops"):
+                figures[name] = {"tflops": row[f"{key}_tflops"]}
+        if row["part"] == "prefill":
+            part, label = "prefill", f"h{row['heads']} {row['batch']}x{row['ctx']}"
+        else:
+            part = "decode" if row["kv"] == "bf16" else "quantized_decode"
+            label = f"h{row['heads']} {row['kv']} B{row['batch']}x{row['ctx']}"
+        parts.setdefault(part, []).append({"case": label, "results": figures})
+    info = result.get("peers", {})
+    return dict(
+        parts,
+        commit=result.get("commit", ""),
+        gpu=result.get("device", ""),
+        torch=result.get("torch", ""),
+        triton=result.get("triton", ""),
+        peers=[f"{k}: {v}" for k, v in info.items() if "Error" not in str(v)],
+    )
+
+
 def plot(result: dict, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    parts = [p for p in PARTS if result.get(p[0])]
+    parts = PARTS
+    if "rows" in result:  # bench/mla.py
+        result, parts = from_rows(result), MLA_PARTS
+    parts = [p for p in parts if result.get(p[0])]
     fig, axes = plt.subplots(len(parts), 1, figsize=(12, 3.2 * len(parts)), squeeze=False)
     for ax, (key, title, figure) in zip(axes[:, 0], parts):
         labels, per_peer = ratios(result[key], figure)
