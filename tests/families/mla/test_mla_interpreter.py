@@ -223,6 +223,35 @@ def test_bad_tensors_fail_before_launch():
         run_absorbed(cfg, batch, q, None, lens, lens)
 
 
+@pytest.mark.parametrize(
+    "kv_dtype,tiles,why",
+    [
+        # keys-major Gluon: 16-bit latents, 16 or 32 heads x 64 rows only
+        ("float8_e4m3fn", dict(decode_block_h=16, decode_block_n=64, decode_num_warps=8,
+                               decode_keys_major=1), "16-bit and the tile 16 or 32 heads"),
+        ("float16", dict(decode_block_h=16, decode_block_n=32, decode_num_warps=8,
+                         decode_keys_major=1), "16-bit and the tile 16 or 32 heads"),
+        # head-major Gluon: 64 heads x 64 rows, 16-bit or fp8
+        ("float16", dict(decode_block_h=32, decode_block_n=64, decode_num_warps=8),
+         "tile 64 heads x 64 rows"),
+        # either Gluon kernel: under the interpreter, refused by name
+        ("float16", dict(decode_block_h=16, decode_block_n=64, decode_num_warps=8,
+                         decode_keys_major=1), "TRITON_INTERPRET"),
+    ],
+)  # fmt: skip
+def test_gluon_tiles_are_checked_before_launch(kv_dtype, tiles, why):
+    """A config that picks a Gluon absorbed kernel (decode_gluon) with a shape it does not
+    have, or under the interpreter, is refused with the config field named."""
+    cfg = config(num_heads=16, kv_dtype=kv_dtype, decode_gluon=1, **tiles)
+    dtype = F16 if kv_dtype == "float16" else torch.float8_e4m3fn
+    batch = latent_batch([4], page_size=16, dtype=dtype, device="cpu")
+    lens = torch.tensor([4], dtype=torch.int32)
+    q = torch.randn(1, 16, 576).to(F16)
+    scale = torch.ones(1) if kv_dtype != "float16" else None
+    with pytest.raises(AttngenInputError, match=f"config.decode_gluon.*{why}"):
+        run_absorbed(cfg, batch, q, None, lens, lens, kv_scale=scale)
+
+
 def test_absorbed_verify_tree():
     """Draft trees: each draft sees the prefix and the drafts its mask row names (here a
     mask that hides whole 16-key blocks of drafts from some rows, and a row seeing no draft)."""
