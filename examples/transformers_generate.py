@@ -145,15 +145,18 @@ def main() -> int:
     )
     args = parser.parse_args()
 
+    print(f"loading {args.model or 'a random-weight ' + args.config + ' model'} ...", flush=True)
     model = load(args)
     vocab = model.config.get_text_config().vocab_size
     ids = torch.randint(1, vocab, (args.batch_size, args.prompt_tokens), device="cuda")
 
     model.set_attn_implementation("sdpa")
+    print("generating with transformers' sdpa ...", flush=True)
     ref, sdpa_rate = timed_generate(model, ids, args.new_tokens)
     runtime = attngen_tf.enable(
         model, page_size=args.page_size, kv_cache_dtype=KV_DTYPES[args.kv_cache_dtype]
     )
+    print("generating with attngen (first calls compile its kernels) ...", flush=True)
     got, attngen_rate = timed_generate(model, ids, args.new_tokens)
     served = sorted({c.describe() for c in runtime.generate.choices.values()})
     families = (runtime.mla, runtime.gdn, runtime.dsa)
