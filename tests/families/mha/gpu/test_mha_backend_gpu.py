@@ -545,6 +545,20 @@ def quantized_rig(case: Case) -> tuple[Rig, list[int]]:
     return rig, lens
 
 
+def check_quantized(case: Case, rig: Rig, pb: PagedBatch, q, out, want, kv_dtype, evidence):
+    """``out`` (the backend over the quantized cache) within the kv dtype's relative RMS
+    bound of ``want`` (the oracle on the unquantized K/V), and within the kernel tolerance
+    of the oracle on the dequantized cache; recorded as quantized_vs_bf16."""
+    rel_rms = ((out - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
+    bound = QUANT_RMS_BOUND[kv_dtype]
+    assert rel_rms <= bound, f"seed {rig.builder.seed}: relative RMS error {rel_rms:.4f} > {bound}"
+    phase = pb.batch.forward_mode.name.lower()
+    rig.check(out, rig.oracle(pb, q), f"quantized {phase} vs oracle on dequantized values")
+    evidence.record(
+        case.backend.kernels, case.config.uri, "quantized_vs_bf16", rel_rms=round(rel_rms, 4)
+    )
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_quantized_vs_bf16(case: Case | None, evidence) -> None:
@@ -561,15 +575,7 @@ def test_quantized_vs_bf16(case: Case | None, evidence) -> None:
     rig.backend.init_forward_metadata(pb.batch)
     out = rig.backend.forward_extend(q, k, v, rig.layer, pb.batch, sinks=rig.sinks).float()
     want = prefill_ref(q, k, v, pb.qo_indptr, rig.layer.scaling, mask=rig.mask, sinks=rig.sinks)
-    want = want.flatten(1)
-    rel_rms = ((out - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
-    bound = QUANT_RMS_BOUND[kv_dtype]
-    assert rel_rms <= bound, f"seed {rig.builder.seed}: relative RMS error {rel_rms:.4f} > {bound}"
-    # and the kernels agree with the oracle on the dequantized cache
-    rig.check(out, rig.oracle(pb, q), "quantized extend vs oracle on dequantized values")
-    evidence.record(
-        case.backend.kernels, case.config.uri, "quantized_vs_bf16", rel_rms=round(rel_rms, 4)
-    )
+    check_quantized(case, rig, pb, q, out, want.flatten(1), kv_dtype, evidence)
 
 
 @pytest.mark.gpu
@@ -606,14 +612,7 @@ def test_quantized_decode_vs_bf16(case: Case | None, evidence) -> None:
         flat[pb.batch.out_cache_loc.to(torch.int64)] = new
     q3 = q.view(q.shape[0], layer.num_q_heads, layer.head_dim)
     want = oracle_output(pb, q3, k16, v16, layer.scaling, mask=rig.mask, sinks=rig.sinks)
-    want = want.flatten(1)
-    rel_rms = ((out - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
-    bound = QUANT_RMS_BOUND[kv_dtype]
-    assert rel_rms <= bound, f"seed {rig.builder.seed}: relative RMS error {rel_rms:.4f} > {bound}"
-    rig.check(out, rig.oracle(pb, q), "quantized decode vs oracle on dequantized values")
-    evidence.record(
-        case.backend.kernels, case.config.uri, "quantized_vs_bf16", rel_rms=round(rel_rms, 4)
-    )
+    check_quantized(case, rig, pb, q, out, want.flatten(1), kv_dtype, evidence)
 
 
 # -- MQA: one kv head for all query heads ----
