@@ -71,6 +71,9 @@ SWEEP_TILES = {
         (16, 64, 4, 2, 2, 0, 1),
         (16, 32, 4, 2, 1, 1, 1),
         (16, 64, 4, 2, 1, 1, 1),
+        (16, 64, 4, 1, 1, 1, 0, 1),
+        (16, 64, 8, 1, 1, 1, 0, 1),
+        (16, 64, 8, 1, 1, 1, 0, 1, 128),
     ),
     (16, "bf16"): (
         (16, 32, 4, 3, 1),
@@ -163,6 +166,7 @@ def tiled(cfg, tile):
         decode_keys_major=tile[5] if len(tile) > 5 else 0,
         decode_value_reload=tile[6] if len(tile) > 6 else 0,
         decode_gluon=tile[7] if len(tile) > 7 else 0,
+        decode_max_registers=tile[8] if len(tile) > 8 else 0,
     )
 
 
@@ -471,6 +475,7 @@ def tile_of(cfg):
         cfg.decode_keys_major,
         cfg.decode_value_reload,
         cfg.decode_gluon,
+        cfg.decode_max_registers,
     ]
 
 

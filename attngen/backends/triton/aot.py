@@ -37,7 +37,16 @@ def dedupe_key(spec: Any) -> str:
     """Same key -> same cubin (the jit cache_key covers source, callees and used globals)."""
     constexprs = sorted((k, repr(v)) for k, v in spec.constexprs.items())
     parts = (spec.fn.cache_key, sorted(spec.signature.items()), constexprs)
-    return repr((*parts, spec.num_warps, spec.num_stages))
+    return repr((*parts, spec.num_warps, spec.num_stages, launch_options(spec)))
+
+
+def launch_options(spec: Any) -> dict[str, int]:
+    """The compile options of a CompileSpec: warps, stages and, when it caps them, the
+    registers a thread may use (``max_registers``, ptxas's maxnreg)."""
+    options = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+    if getattr(spec, "max_registers", 0):
+        options["maxnreg"] = spec.max_registers
+    return options
 
 
 def parse_ptxas_log(log: str) -> tuple[int, int]:
@@ -82,7 +91,7 @@ def compile_spec(spec: Any, capability: int) -> Resources:
         compiled = triton.compile(
             source(spec.fn, signature, spec.constexprs, attrs),
             target=GPUTarget("cuda", capability, 32),
-            options={"num_warps": spec.num_warps, "num_stages": spec.num_stages},
+            options=launch_options(spec),
         )
     registers, spills = parse_ptxas_log(log.getvalue())
     return Resources(registers, spills, int(compiled.metadata.shared))

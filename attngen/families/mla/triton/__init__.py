@@ -17,7 +17,7 @@ from attngen.spec.fields import Int
 
 # What each tile key a spec may tune takes (config.TUNING_KEYS): Triton's warp counts, the
 # pipeline depths it schedules, power-of-two split counts and tiles that tl.dot takes, and
-# the absorbed kernel's variant switches and split waves.
+# the absorbed kernel's variant switches, split waves and register cap.
 SPLITS = Int(1, 64, power_of_two=True)
 TILE_ROWS = Int(16, 256, power_of_two=True)
 FLAG = Int(0, 1, choices=(0, 1))
@@ -26,6 +26,9 @@ CHOICES = {
     "decode_keys_major": FLAG,
     "decode_value_reload": FLAG,
     "decode_waves": Int(1, 64),
+    "decode_gluon": FLAG,
+    # ptxas's register cap: 0 (none) or 24 .. 255 in steps of 8
+    "decode_max_registers": Int(0, 255, choices=(0, *range(24, 256, 8))),
     "max_splits": SPLITS,
 }
 TUNING_VALUES: dict[str, Int] = tuning_values(

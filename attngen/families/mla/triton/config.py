@@ -51,6 +51,9 @@ class MlaTritonConfig:
     # 1: absorbed attention of a 16-bit cache without a draft tree runs the sm90 Gluon
     # kernel (``kernels/absorbed_wg.py``: 64 heads x 64 rows, 8 warps, its own layouts)
     decode_gluon: int = 0
+    # registers a thread of the Gluon absorbed kernel may use (ptxas's maxnreg; 0: its own
+    # choice): a cap of 128 lets two 8-warp programs share an SM
+    decode_max_registers: int = 0
 
     @property
     def key(self) -> MlaKey:
@@ -76,6 +79,7 @@ class CompileSpec:
     constexprs: dict[str, Any] = field(default_factory=dict)
     num_warps: int = 4
     num_stages: int = 2
+    max_registers: int = 0  # ptxas's maxnreg (0: its own choice)
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,10 @@ class AbsorbedTile:
     value_reload: int = 0
     waves: int = 4
     # 1: an sm90 Gluon kernel: head-major (kernels/absorbed_wg.py, 16-bit or fp8 caches)
-    # or, with keys_major, kernels/absorbed_keys_wg.py (16 or 32 heads, 16-bit caches)
+    # or, with keys_major, kernels/absorbed_keys_wg.py (16 or 32 heads, 16-bit caches) or
+    # kernels/absorbed_keys_fp8.py (16 or 32 heads, fp8 caches)
     gluon: int = 0
+    max_regs: int = 0  # the Gluon kernel's register cap (0: ptxas's choice)
 
 
 # Absorbed tiles by the padded head count. The accumulator is BLOCK_H x 512 fp32 (128
@@ -72,6 +74,13 @@ SM90_KEYS_TILES = {
     16: AbsorbedTile(16, 64, 8, 2, keys_major=1, waves=2, gluon=1),
     32: AbsorbedTile(32, 64, 8, 2, keys_major=1, waves=2, gluon=1),
 }
+# fp8 latents, 16 heads, sm90: kernels/absorbed_keys_fp8.py (keys-major, the tile widened
+# from registers into one fp16 operand tile; 4 warps, 232 registers and 94 KB of shared
+# memory, so two programs share an SM: 2 waves of splits). On the H200 (bench/mla.py --sweep,
+# CUDA-graph timing): 0.086-0.087 / 0.299-0.304 ms at B64 ctx4096 (4 splits) / B128 ctx8192
+# (2 splits) against 0.097 / 0.352 for the best Triton tile (16 x 64, 4 warps, value
+# reload), and 0.099 / 0.359 for the same kernel on 8 warps capped at 128 registers.
+SM90_FP8_KEYS_TILE = AbsorbedTile(16, 64, 4, 1, keys_major=1, waves=2, gluon=1)
 # sm_80 (mma.sync keeps q in registers): 64 x 32 spilled 48 B there; unmeasured on a GPU.
 SM80_64_ROW_TILE = AbsorbedTile(32, 32, 8, 2)
 FP8_ABSORBED_TILES = {
@@ -110,6 +119,8 @@ def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch, tree: bool) -> d
         tile = SM90_WIDE_TILE
     elif sm90_gluon and rows in SM90_KEYS_TILES and kv_dtype not in (DType.FP8_E4M3, DType.NVFP4):
         tile = SM90_KEYS_TILES[rows]
+    elif sm90_gluon and rows == 16 and kv_dtype is DType.FP8_E4M3:
+        tile = SM90_FP8_KEYS_TILE
     elif kv_dtype is DType.NVFP4:
         tile = FP4_ABSORBED_TILES[rows]
     elif kv_dtype is DType.FP8_E4M3:
@@ -128,6 +139,7 @@ def absorbed_tiles(num_heads: int, kv_dtype: DType, arch: Arch, tree: bool) -> d
         "decode_value_reload": tile.value_reload,
         "decode_waves": tile.waves,
         "decode_gluon": tile.gluon,
+        "decode_max_registers": tile.max_regs,
         "max_splits": MAX_SPLITS,
         "combine_num_warps": 4,
     }

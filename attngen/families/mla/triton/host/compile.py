@@ -55,7 +55,8 @@ ACTIVATIONS = ("Q", "Q_NOPE", "Q_ROPE", "K_NOPE", "K_ROPE", "V", "OUT", "O_A", "
 def _compile_spec(
     name: str, kernel, options: dict, config: MlaTritonConfig, nones: tuple[str, ...] = ()
 ) -> CompileSpec:
-    constexprs = {k: v for k, v in options.items() if k not in ("num_warps", "num_stages")}
+    launch = ("num_warps", "num_stages", "maxnreg")
+    constexprs = {k: v for k, v in options.items() if k not in launch}
     constexprs.update({arg: None for arg in nones})
     io = POINTER_TYPES[io_dtype(config)]
     signature = {}
@@ -79,6 +80,7 @@ def _compile_spec(
         constexprs=constexprs,
         num_warps=options.get("num_warps", 4),
         num_stages=options.get("num_stages", 2),
+        max_registers=options.get("maxnreg", 0),
     )
 
 

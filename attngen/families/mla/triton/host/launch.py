@@ -15,6 +15,7 @@ from attngen.families.mla.triton.kernels.absorbed import (
     absorbed_combine_kernel,
     absorbed_split_kernel,
 )
+from attngen.families.mla.triton.kernels.absorbed_keys_fp8 import absorbed_keys_fp8_kernel
 from attngen.families.mla.triton.kernels.absorbed_keys_wg import absorbed_keys_wg_kernel
 from attngen.families.mla.triton.kernels.absorbed_wg import absorbed_wg_kernel
 from attngen.families.mla.triton.kernels.ragged import merge_state_kernel, ragged_attend_kernel
@@ -194,7 +195,7 @@ def absorbed(
     grid = (rows, programs, config.max_splits if split else 1)
     if config.decode_gluon and not tree:
         kernel, options = gluon_kernel(config, write_lse=lse is not None)
-        scale = () if config.decode_keys_major else (kv_scale,)
+        scale = (kv_scale,) if "KV_SCALE" in kernel.arg_names else ()
         cache = kv_cache.view(torch.int32) if cache_words(config) else kv_cache
         kernel[grid](
             q_nope,
@@ -274,21 +275,27 @@ def absorbed(
 
 def _check_gluon(config: MlaTritonConfig) -> None:
     """The Gluon absorbed kernels' fixed shapes, on a GPU (the Triton interpreter cannot run
-    Gluon): head-major, a 16-bit or fp8 cache and 64 heads x 64 rows; keys-major, a 16-bit
-    cache and 16 or 32 heads x 64 rows; 8 warps and one column part both."""
+    Gluon), all with one column part: head-major, a 16-bit or fp8 cache and 64 heads x 64
+    rows on 8 warps; keys-major, 16 or 32 heads x 64 rows, a 16-bit cache on 8 warps with
+    at least 2 stages, or an fp8 cache on 4 or 8 warps with 1 stage (one operand tile)."""
     tile = (config.decode_block_h, config.decode_block_n, config.decode_num_warps)
-    if config.decode_keys_major:
-        ok = not quantized(config) and tile in ((16, 64, 8), (32, 64, 8))
-        want = "0 unless the cache is 16-bit and the tile 16 or 32 heads x 64 rows"
+    heads_rows = tile[:2] in ((16, 64), (32, 64))
+    stages = config.decode_num_stages
+    if config.decode_keys_major and quantized(config):
+        ok = heads_rows and tile[2] in (4, 8) and stages == 1
+        want = "0 unless the tile is 16 or 32 heads x 64 rows on 4 or 8 warps, 1 stage"
+    elif config.decode_keys_major:
+        ok = not fp4(config) and heads_rows and tile[2] == 8 and stages >= 2
+        want = "0 unless the tile is 16 or 32 heads x 64 rows on 8 warps, 2+ stages"
     else:
         ok = not fp4(config) and tile == (64, 64, 8)
-        want = "0 unless the cache is 16-bit or fp8 and the tile 64 heads x 64 rows"
+        want = "0 unless the cache is 16-bit or fp8 and the tile 64 heads x 64 rows on 8 warps"
     if not ok or config.decode_lora_parts != 1:
         fail(
             "config.decode_gluon",
-            f"{want} on 8 warps, 1 part",
-            f"1 with kv {config.kv_dtype}, tile {tile}, {config.decode_lora_parts} parts, "
-            f"keys-major {config.decode_keys_major}",
+            f"{want}, 1 part",
+            f"1 with kv {config.kv_dtype}, tile {tile}, {stages} stages, "
+            f"{config.decode_lora_parts} parts, keys-major {config.decode_keys_major}",
         )
     refuse_interpreter("config.decode_gluon")
 
@@ -380,15 +387,15 @@ def absorbed_options(config: MlaTritonConfig, *, write_lse: bool, tree: bool = F
 
 
 def cache_words(config: MlaTritonConfig) -> bool:
-    """Whether the absorbed kernel reads the cache as int32 words of four values (the
-    head-major Gluon kernel's fp8 path: an int32 view of the same bytes)."""
-    return bool(config.decode_gluon and not config.decode_keys_major and quantized(config))
+    """Whether the absorbed kernel reads the cache as int32 words of four values (the Gluon
+    kernels' fp8 paths: an int32 view of the same bytes)."""
+    return bool(config.decode_gluon and quantized(config))
 
 
 def gluon_kernel(config: MlaTritonConfig, *, write_lse: bool) -> tuple:
     """The sm90 Gluon absorbed kernel of ``config`` and its constexprs: head-major (64
     heads x 64 rows, 16-bit or fp8 latents) or, with ``decode_keys_major``, keys-major (16
-    or 32 heads, 16-bit latents, STAGES deep gathers)."""
+    or 32 heads: 16-bit latents STAGES deep, or fp8 latents widened from registers)."""
     options = dict(
         NUM_HEADS=config.num_heads,
         LORA=config.kv_lora_rank,
@@ -400,6 +407,10 @@ def gluon_kernel(config: MlaTritonConfig, *, write_lse: bool) -> tuple:
         WRITE_LSE=write_lse,
         num_warps=config.decode_num_warps,
     )
+    if config.decode_max_registers:
+        options["maxnreg"] = config.decode_max_registers
+    if config.decode_keys_major and quantized(config):
+        return absorbed_keys_fp8_kernel, options
     if config.decode_keys_major:
         return absorbed_keys_wg_kernel, {**options, "STAGES": config.decode_num_stages}
     return absorbed_wg_kernel, {**options, "KV_SCALED": quantized(config)}

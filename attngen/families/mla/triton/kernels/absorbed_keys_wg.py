@@ -38,30 +38,33 @@ from attngen.families.mla.triton.kernels.absorbed_wg import (
     stage_q,
 )
 
-# the output's store: 4 consecutive latent columns a thread, a warp along the columns
-COLS_OUT = gl.constexpr(gl.BlockedLayout([4, 1], [32, 1], [1, 8], [0, 1]))
+@constexpr_function
+def cols_out(num_warps):
+    """The output's store: 4 consecutive latent columns a thread, the warps along the heads."""
+    return gl.BlockedLayout([4, 1], [32, 1], [1, num_warps], [0, 1])
 
 
 @constexpr_function
-def keys_score_layout(block_h):
-    """S^T [64 rows, BLOCK_H]: each warpgroup's 4 warps along the rows, the two warpgroups
-    along the heads (each scores half of them)."""
+def keys_score_layout(block_h, num_warps):
+    """S^T [64 rows, BLOCK_H]: a warpgroup's 4 warps along the rows; with two warpgroups
+    each scores half of the heads."""
+    groups = num_warps // 4
     return gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, block_h // 2, 16]
+        version=[3, 0], warps_per_cta=[4, groups], instr_shape=[16, block_h // groups, 16]
     )
 
 
 @constexpr_function
-def keys_output_layout(block_h):
-    """O^T [512 columns, BLOCK_H]: 8 warps along the columns (each warpgroup 64-row slabs
+def keys_output_layout(block_h, num_warps):
+    """O^T [512 columns, BLOCK_H]: the warps along the columns (each warpgroup 64-row slabs
     of them, every head)."""
     return gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, block_h, 16]
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, block_h, 16]
     )
 
 
 @gluon.jit
-def _attend(lat, rope, qn_smem, qr_smem, p_smem, acc, m_i, l_i, visible, qk_scale,
+def attend_keys(lat, rope, qn_smem, qr_smem, p_smem, acc, m_i, l_i, visible, qk_scale,
             S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):  # fmt: skip
     """One tile of latent rows (in lat / rope, fenced) into the online softmax: S^T =
     latent . q^T over all 576 columns, P^T through p_smem, O^T += latent^T . P^T.
@@ -130,8 +133,8 @@ def absorbed_keys_wg_kernel(
     gl.static_assert(BLOCK_H == 16 or BLOCK_H == 32, "16 or 32 heads (the MMA's N)")
     gl.static_assert(gl.num_warps() == 8, "two warpgroups")
     dtype: gl.constexpr = Q_NOPE.dtype.element_ty
-    S_LAYOUT: gl.constexpr = keys_score_layout(BLOCK_H)
-    O_LAYOUT: gl.constexpr = keys_output_layout(BLOCK_H)
+    S_LAYOUT: gl.constexpr = keys_score_layout(BLOCK_H, 8)
+    O_LAYOUT: gl.constexpr = keys_output_layout(BLOCK_H, 8)
     LAT_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, LORA], dtype)
     ROPE_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROPE], dtype)
     QN_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, LORA], dtype)
@@ -191,19 +194,57 @@ def absorbed_keys_wg_kernel(
         async_copy.wait_group(STAGES - 1)  # tile `it` has landed
         gl.thread_barrier()
         fence_async_shared()
-        acc, m_i, l_i = _attend(
+        acc, m_i, l_i = attend_keys(
             lat_in.index(stage), rope_in.index(stage), qn_smem, qr_smem, p_smem, acc, m_i,
             l_i, (start_n + offs_ns) < kv_end, qk_scale, S_LAYOUT, O_LAYOUT,
         )  # fmt: skip
 
-    # -- normalise; a row without keys gives zeros and an LSE of -inf ----
+    finish_keys(
+        acc, m_i, l_i, off_t, off_hb, split, num_splits, OUT, LSE, PARTIAL_O, PARTIAL_LSE,
+        stride_ot, stride_oh, stride_lt, stride_pot, stride_poh, stride_pos, stride_plt,
+        stride_plh, NUM_HEADS, LORA, BLOCK_H, WRITE_LSE, S_LAYOUT, O_LAYOUT,
+    )  # fmt: skip
+
+
+@gluon.jit
+def finish_keys(
+    acc,
+    m_i,
+    l_i,
+    off_t,
+    off_hb,
+    split,
+    num_splits,
+    OUT,
+    LSE,
+    PARTIAL_O,
+    PARTIAL_LSE,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_pot,
+    stride_poh,
+    stride_pos,
+    stride_plt,
+    stride_plh,
+    NUM_HEADS: gl.constexpr,
+    LORA: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+    S_LAYOUT: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+):
+    """Normalise the keys-major accumulator O^T and store it (the final output when the row
+    has one split, else this split's partial) with its LSE; a row without keys gives zeros
+    and an LSE of -inf."""
+    OUT_COLS: gl.constexpr = cols_out(gl.num_warps())
     has_keys = l_i > 0.0
     l_safe = gl.where(has_keys, l_i, 1.0)
     lse = gl.where(has_keys, (m_i + gl.log2(l_safe)) * LN2, float("-inf"))
     o = acc / gl.convert_layout(l_safe, gl.SliceLayout(0, O_LAYOUT))[None, :]
-    o = gl.convert_layout(o, COLS_OUT)
-    heads_o = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, COLS_OUT))
-    cols = gl.arange(0, LORA, layout=gl.SliceLayout(1, COLS_OUT))
+    o = gl.convert_layout(o, OUT_COLS)
+    heads_o = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, OUT_COLS))
+    cols = gl.arange(0, LORA, layout=gl.SliceLayout(1, OUT_COLS))
     heads_l = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, S_LAYOUT))
     if num_splits == 1:
         if split == 0:

@@ -113,6 +113,13 @@ def output_layout(lora):
 
 # 16-byte row segments of 16-bit elements over 8 warps: the layout of every gather and q load
 ROWS_16BIT = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
+
+
+@constexpr_function
+def rows_layout(num_warps):
+    """16-byte row segments of 16-bit elements, 8 threads a row, over num_warps warps (8:
+    ROWS_16BIT)."""
+    return gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
 # 16-byte row segments of 32-bit words (four fp8 values each) over 8 warps: fp8 gathers
 # and the widening's loads, 32 words (128 values) of 64 rows at a time
 WORDS = gl.constexpr(gl.BlockedLayout([1, 4], [8, 4], [8, 1], [1, 0]))
@@ -137,12 +144,13 @@ def stage_q(
     ROPE: gl.constexpr,
     BLOCK_H: gl.constexpr,
 ):
-    """Heads off_hb*64 .. of query row off_t (latent and rope parts) into shared memory, in
-    its dtype."""
-    heads = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROWS_16BIT))
+    """Heads off_hb*BLOCK_H .. of query row off_t (latent and rope parts) into shared
+    memory, in its dtype."""
+    ROWS: gl.constexpr = rows_layout(gl.num_warps())
+    heads = off_hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROWS))
     mask = heads < NUM_HEADS
-    offs_c = gl.arange(0, LORA, layout=gl.SliceLayout(0, ROWS_16BIT))
-    offs_r = gl.arange(0, ROPE, layout=gl.SliceLayout(0, ROWS_16BIT))
+    offs_c = gl.arange(0, LORA, layout=gl.SliceLayout(0, ROWS))
+    offs_r = gl.arange(0, ROPE, layout=gl.SliceLayout(0, ROWS))
     q_rows = Q_NOPE + off_t.to(gl.int64) * stride_qt + heads * stride_qh
     r_rows = Q_ROPE + off_t.to(gl.int64) * stride_rt + heads * stride_rh
     q_nope = gl.load(q_rows[:, None] + offs_c[None, :], mask=mask[:, None], other=0.0)

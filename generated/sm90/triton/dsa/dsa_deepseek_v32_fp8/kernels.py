@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "26366e446c8ae2acc5ae96efb5cd5784fb1c0d1ffc8dab6e392f32c7c99d70fc"
+LIBRARY_SHA256 = "fc0ffdd903b8ffdcb26712edac1ef9134f6d91da878f85dca2d5e33c71bca5a2"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "

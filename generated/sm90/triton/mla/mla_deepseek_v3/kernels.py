@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "28e897aff2dca4d321032272949daf2a9565317f295ada2034ac756d118949d5"
+LIBRARY_SHA256 = "860ef03004a4314447c959776f2bc615f0ed6e0b2efd16b61a557ef302cd80f8"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "

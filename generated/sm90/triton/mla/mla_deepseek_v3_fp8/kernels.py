@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "28e897aff2dca4d321032272949daf2a9565317f295ada2034ac756d118949d5"
+LIBRARY_SHA256 = "860ef03004a4314447c959776f2bc615f0ed6e0b2efd16b61a557ef302cd80f8"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -51,17 +51,18 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_block_h=16,
         decode_block_n=64,
         decode_num_warps=4,
-        decode_num_stages=2,
+        decode_num_stages=1,
         decode_lora_parts=1,
-        decode_keys_major=0,
-        decode_value_reload=1,
-        decode_waves=8,
+        decode_keys_major=1,
+        decode_value_reload=0,
+        decode_waves=2,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
         ragged_block_n=64,
         ragged_num_warps=8,
         ragged_num_stages=3,
+        decode_gluon=1,
     ),
     "r512_rope64_h16_ps64_bf16_kvfp8_e4m3_causal": MlaTritonConfig(
         uri="r512_rope64_h16_ps64_bf16_kvfp8_e4m3_causal",
@@ -78,17 +79,18 @@ CONFIGS: dict[str, MlaTritonConfig] = {
         decode_block_h=16,
         decode_block_n=64,
         decode_num_warps=4,
-        decode_num_stages=2,
+        decode_num_stages=1,
         decode_lora_parts=1,
-        decode_keys_major=0,
-        decode_value_reload=1,
-        decode_waves=8,
+        decode_keys_major=1,
+        decode_value_reload=0,
+        decode_waves=2,
         max_splits=8,
         combine_num_warps=4,
         ragged_block_m=128,
         ragged_block_n=64,
         ragged_num_warps=8,
         ragged_num_stages=3,
+        decode_gluon=1,
     ),
     "r512_rope64_h128_ps1_bf16_kvfp8_e4m3_causal": MlaTritonConfig(
         uri="r512_rope64_h128_ps1_bf16_kvfp8_e4m3_causal",
