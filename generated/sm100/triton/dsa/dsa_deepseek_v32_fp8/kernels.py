@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "fc0ffdd903b8ffdcb26712edac1ef9134f6d91da878f85dca2d5e33c71bca5a2"
+LIBRARY_SHA256 = "db3b6e4c46c082961c2b38f5fd063ad680ce85a05175d39d272e23b56dd0b788"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "
