@@ -205,3 +205,33 @@ def test_sparse_rejects_bad_indices():
             config=cfg,
             sm_scale=1.0,
         )
+
+
+@pytest.mark.parametrize(
+    "kv, tiles, why",
+    [
+        # the fp8 rows' Gluon kernel multiplies the cache's bf16 rope by q's: bf16 only
+        ("float8_e4m3fn", dict(sparse_block_h=64, sparse_block_n=64, sparse_num_warps=8),
+         "activations bf16"),
+        ("float16", dict(sparse_block_h=64, sparse_block_n=32, sparse_num_warps=8),
+         "64 heads x 64 slots on 8 warps"),
+        # the right shape, under the interpreter: refused by name
+        ("float16", dict(sparse_block_h=64, sparse_block_n=64, sparse_num_warps=8),
+         "TRITON_INTERPRET"),
+    ],
+)  # fmt: skip
+def test_gluon_sparse_checked_before_launch(kv, tiles, why):
+    """A config that picks a Gluon sparse kernel (sparse_gluon) with a shape or activation
+    dtype it lacks, or under the interpreter, is refused with the config field named."""
+    cfg = config(num_heads=64, kv_dtype=kv, sparse_gluon=1, **tiles)
+    dtype = F16 if kv == "float16" else FP8
+    with pytest.raises(AttngenInputError, match=f"config.sparse_gluon.*{why}"):
+        launch.sparse_mla(
+            torch.zeros(1, 64, 576, dtype=F16),
+            None,
+            torch.zeros(1, PAGE, 1, cfg.kv_width, dtype=dtype),
+            torch.zeros(1, 64, dtype=torch.int32),
+            torch.zeros(1, 64, 512, dtype=F16),
+            config=cfg,
+            sm_scale=1.0,
+        )

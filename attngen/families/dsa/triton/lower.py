@@ -29,13 +29,14 @@ MAX_SPLITS = 8  # top-k splits per row when rows x head blocks leave SMs idle
 # 64 x 32 (544 bytes) and run 64 x 16; 16 x 32 (194).
 SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 32, 8, 2), 64: (64, 32, 8, 2)}
 FP8_SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 16, 8, 2), 64: (64, 16, 8, 2)}
-# sm90, 64 heads and more, 16-bit rows: the Gluon kernel (kernels/sparse_wg.py), 64 heads x 64
-# slots on two warpgroups that split the score by slots and the output by columns (MLA's
-# absorbed_wg.py split); 198 registers on sm_90a, no spill. On the H200 (bench/dsa.py,
-# a87ce0b): sparse prefill 0.62x FlashMLA (Triton 0.32x), bf16 decode 266-314 TFLOP/s at
-# h_q 128 (Triton 136). fp8 rows stay on the Triton kernel: decoding them to fp16 with the
-# chunk scale applied (0.43-0.50x FlashMLA) rounds every key, and the LSE then misses its
-# bound (1.2e-3 > 1e-3 at h_q 128); exact scores need the scale per chunk after the product.
+# sm90, 64 heads and more: the Gluon kernels, 64 heads x 64 slots on two warpgroups that
+# split the score by slots and the output by columns (MLA's absorbed_wg.py split). 16-bit
+# rows: kernels/sparse_wg.py, 198 registers on sm_90a, no spill; on the H200 (bench/dsa.py,
+# a87ce0b) sparse prefill 0.62x FlashMLA (Triton 0.32x), bf16 decode 266-314 TFLOP/s at
+# h_q 128 (Triton 136). The 656-byte fp8 rows (bf16 activations): kernels/sparse_fp8_wg.py,
+# e4m3 widened exactly to fp16, each chunk's scale applied per slot after its score product
+# and on P for its value product (a first version that rounded e4m3 * scale to fp16 moved
+# the LSE past its 1e-3 bound).
 SM90_GLUON_TILE = (64, 64, 8, 1)
 # Indexer: one 64-key page per tensor-core tile (64 heads x 128 fp8), 1024 keys a program.
 INDEXER = dict(indexer_block_n=64, indexer_block_s=1024, indexer_num_warps=4)
@@ -47,11 +48,13 @@ def next_power_of_two(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def sparse_tiles(num_heads: int, kv_dtype: DType, arch: Arch) -> dict[str, int]:
+def sparse_tiles(num_heads: int, kv_dtype: DType, arch: Arch, bf16: bool) -> dict[str, int]:
+    """The sparse kernel's tiles; bf16: the activations are bf16 (the fp8 rows' Gluon
+    kernel multiplies the bf16 rope with q's rope as it is)."""
     rows = min(64, max(16, next_power_of_two(num_heads)))
     table = FP8_SPARSE_TILES if kv_dtype is DType.FP8_E4M3 else SPARSE_TILES
     block_h, block_n, warps, stages = table[rows]
-    gluon = int(rows == 64 and arch is Arch.SM90 and kv_dtype is not DType.FP8_E4M3)
+    gluon = int(rows == 64 and arch is Arch.SM90 and (kv_dtype is not DType.FP8_E4M3 or bf16))
     if gluon:
         block_h, block_n, warps, stages = SM90_GLUON_TILE
     return {
@@ -87,7 +90,7 @@ def kernel_config(
         uri=variant.uri,
         **dataclasses.asdict(key),
         num_draft_tokens=variant.num_draft_tokens,
-        **sparse_tiles(shape.mla.num_heads, variant.kv_dtype, arch),
+        **sparse_tiles(shape.mla.num_heads, variant.kv_dtype, arch, variant.dtype is DType.BF16),
         **INDEXER,
         **TOPK,
     )

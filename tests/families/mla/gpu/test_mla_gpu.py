@@ -172,6 +172,32 @@ def test_extend(heads, page_size, evidence):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kv", ["fp8", "nvfp4"])
+@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_extend_quantized(kv, heads, page_size, evidence):
+    """Absorbed extend over a quantized latent cache (the new tokens quantized by the
+    backend's write) against the oracle on the dequantized cache, then the ragged path
+    (caller-provided K/V: the cache's dtype does not enter) with a prefix chunk boundary
+    inside a page. The error against bf16 rows is test_decode_quantized's."""
+    spec, dtype, scale, _ = QUANTIZED[kv]
+    torch.manual_seed(17)
+    r = rig(spec, heads, page_size, dtype, kv_scale=scale)
+    prefix, ext = [0, 100, 3000, 9000], [7, 1, 33, 5]
+    rb = rig_batch(r, prefix, ext, ForwardMode.EXTEND)
+    t = sum(ext)
+    q = torch.randn(t, heads, 576, device="cuda").to(BF16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_extend(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
+    )
+    want = oracle(r, rb, q, False)[0]  # the dequantized cache, new tokens included
+    check_close(out.view(t, heads, 512), want, BF16, f"{kv} absorbed extend h{heads}")
+    _ragged_chunks(r, heads, prefix=[0, 130, 2000], ext=[50, 9, 300], chunk=100)
+    evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("page_size", [1, 64])
 def test_kimi_k2(page_size, evidence):
     """Kimi-K2's spec (64 heads): ragged decode up to 16k with LSE, absorbed extend, and the

@@ -10,13 +10,13 @@ from attngen.families.dsa.triton.host.launch import (
     indexer_options,
     io_dtype,
     kv_dtype,
+    gluon_sparse_kernel,
     sparse_options,
     sparse_wg_options,
     topk_options,
 )
 from attngen.families.dsa.triton.kernels.indexer import indexer_logits_kernel
 from attngen.families.dsa.triton.kernels.sparse import sparse_mla_kernel
-from attngen.families.dsa.triton.kernels.sparse_wg import sparse_wg_kernel
 from attngen.families.dsa.triton.kernels.topk import topk_kernel
 from attngen.families.mla.triton.kernels.absorbed import absorbed_combine_kernel
 
@@ -33,6 +33,8 @@ ARG_TYPES = {
     "KF": "*fp32",
     "KVF": "*fp32",
     "KV16": "*i16",
+    "KVW": "*i32",
+    "KVB": "*bf16",
     "PAGE_TABLE": "*i32",
     "ROW_REQ": "*i32",
     "ROW_START": "*i32",
@@ -100,8 +102,8 @@ def compile_specs(config: DsaTritonConfig, traits: DsaTraits) -> list[CompileSpe
     specs.append(
         _compile_spec("topk_decode", topk_kernel, topk_options(config), config, ("ROW_REQ",))
     )
-    if config.sparse_gluon:  # 16-bit rows only: no fp8 views to leave None
-        sparse, options, fp8 = sparse_wg_kernel, sparse_wg_options, ()
+    if config.sparse_gluon:  # one kernel per row layout: no views to leave None
+        sparse, options, fp8 = gluon_sparse_kernel(config), sparse_wg_options, ()
     else:
         sparse, options = sparse_mla_kernel, sparse_options
         fp8 = () if config.fp8_cache else ("KVF", "KV16")

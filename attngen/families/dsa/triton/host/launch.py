@@ -15,6 +15,7 @@ from attngen.backends.triton.gluon import refuse_interpreter
 from attngen.families.dsa.triton.config import DsaTritonConfig
 from attngen.families.dsa.triton.kernels.indexer import indexer_logits_kernel
 from attngen.families.dsa.triton.kernels.sparse import sparse_mla_kernel
+from attngen.families.dsa.triton.kernels.sparse_fp8_wg import sparse_fp8_wg_kernel
 from attngen.families.dsa.triton.kernels.sparse_wg import sparse_wg_kernel
 from attngen.families.dsa.triton.kernels.topk import topk_kernel
 from attngen.families.mla.triton.kernels.absorbed import absorbed_combine_kernel
@@ -309,10 +310,16 @@ def sparse_options(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> 
 
 
 def sparse_wg_options(config: DsaTritonConfig, *, splits: int, write_lse: bool) -> dict:
-    """Launch options of the Gluon sparse kernel (``sparse_wg_kernel``, config.sparse_gluon):
-    the common ones only, as it reads 16-bit rows (no FP8 switch) and pipelines itself (no
+    """Launch options of the Gluon sparse kernels (config.sparse_gluon: ``sparse_wg_kernel``
+    for 16-bit rows, ``sparse_fp8_wg_kernel`` for the 656-byte fp8 rows): the common ones
+    only, as each reads one row layout (no FP8 switch) and pipelines itself (no
     num_stages)."""
     return _sparse_common(config, splits=splits, write_lse=write_lse)
+
+
+def gluon_sparse_kernel(config: DsaTritonConfig):
+    """The Gluon sparse kernel config.sparse_gluon runs for the config's row layout."""
+    return sparse_fp8_wg_kernel if config.fp8_cache else sparse_wg_kernel
 
 
 def combine_options(config: DsaTritonConfig, *, write_lse: bool) -> dict:
@@ -325,14 +332,16 @@ def combine_options(config: DsaTritonConfig, *, write_lse: bool) -> dict:
 
 
 def _check_gluon(config: DsaTritonConfig) -> None:
-    """The Gluon sparse kernel's fixed shape: 16-bit rows, 64 heads x 64 slots on 8 warps, on
-    a GPU (the Triton interpreter cannot run Gluon)."""
+    """The Gluon sparse kernels' fixed shape: 64 heads x 64 slots on 8 warps, bf16
+    activations over fp8 rows (the rope product is bf16), on a GPU (the Triton interpreter
+    cannot run Gluon)."""
     tile = (config.sparse_block_h, config.sparse_block_n, config.sparse_num_warps)
-    if tile != (64, 64, 8) or config.fp8_cache:
+    if tile != (64, 64, 8) or (config.fp8_cache and config.dtype != "bfloat16"):
         fail(
             "config.sparse_gluon",
-            "0 unless the rows are 16-bit and the tile 64 heads x 64 slots on 8 warps",
-            f"1 with kv {config.kv_dtype}, tile {tile}",
+            "0 unless the tile is 64 heads x 64 slots on 8 warps (and, over fp8 rows, the "
+            "activations bf16)",
+            f"1 with {config.dtype} activations, kv {config.kv_dtype}, tile {tile}",
         )
     refuse_interpreter("config.sparse_gluon")
 
@@ -442,9 +451,16 @@ def sparse_mla(
     tail = (indices.stride(0), out.stride(0), out.stride(1), lse_stride, *po_strides, *pl_strides)
     if config.sparse_gluon:
         options = sparse_wg_options(config, splits=splits, write_lse=lse is not None)
-        sparse_wg_kernel[grid](
-            q_nope, q_rope, kv, indices, ns, out, lse_arg, po, pl, sm_scale, *strides, s_kv,
-            *tail, **options,
+        if config.fp8_cache:  # the rows as 32-bit words and as bf16 (the rope)
+            raw = kv.view(torch.uint8)
+            words, b16 = raw.view(I32), raw.view(torch.bfloat16)
+            rows_args = (words, b16)
+            row_strides = (words.stride(0), b16.stride(0))
+        else:
+            rows_args, row_strides = (kv,), (s_kv,)
+        gluon_sparse_kernel(config)[grid](
+            q_nope, q_rope, *rows_args, indices, ns, out, lse_arg, po, pl, sm_scale, *strides,
+            *row_strides, *tail, **options,
         )  # fmt: skip
     else:
         options = sparse_options(config, splits=splits, write_lse=lse is not None)

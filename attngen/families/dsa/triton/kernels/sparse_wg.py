@@ -4,7 +4,7 @@ products (the split of MLA's ``absorbed_wg.py``: the score's warps split the slo
 output's warps split the 512 latent columns, the probabilities go through shared memory).
 
 Same semantics as ``sparse_mla_kernel`` (``sparse.py``) for rows ``[slots, 576]`` in the
-activations' dtype (the 656-byte fp8 rows stay on that kernel: see the lowering). The
+activations' dtype (the 656-byte fp8 rows: ``sparse_fp8_wg.py``). The
 selected rows arrive by cp.async gathers through the slot indices (-1: no key, zero-filled
 and masked) into two shared-memory stages the tensor cores read. Shared memory: q 72 KiB,
 two 72 KiB stages, the probabilities 8 KiB. Runs on sm_90a only.
@@ -28,7 +28,7 @@ from attngen.families.mla.triton.kernels.absorbed_wg import (
 
 
 @gluon.jit
-def _slots(i_row, start_n, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+def selected_rows(i_row, start_n, BLOCK_N: gl.constexpr, layout: gl.constexpr):
     """Cache rows of selected slots start_n .. start_n+BLOCK_N-1 (0 where -1) and the mask."""
     slots = gl.load(i_row + start_n + gl.arange(0, BLOCK_N, layout=layout))
     mask = slots >= 0
@@ -49,7 +49,7 @@ def _gather(
 ):
     """cp.async the selected rows' latent into lat_smem and their rope into rope_smem
     (rows of -1 zero-filled); one commit group."""
-    rows, mask = _slots(i_row, start_n, BLOCK_N, gl.SliceLayout(1, ROWS_16BIT))
+    rows, mask = selected_rows(i_row, start_n, BLOCK_N, gl.SliceLayout(1, ROWS_16BIT))
     base = KV + gl.multiple_of(rows * stride_kv, 16)
     offs_c = gl.arange(0, LORA, layout=gl.SliceLayout(0, ROWS_16BIT))
     async_copy.async_copy_global_to_shared(
@@ -145,7 +145,9 @@ def sparse_wg_kernel(
             async_copy.wait_group(0)
         gl.thread_barrier()
         fence_async_shared()
-        _, valid = _slots(i_row, start_n, BLOCK_N, gl.SliceLayout(0, score_layout(BLOCK_N)))
+        _, valid = selected_rows(
+            i_row, start_n, BLOCK_N, gl.SliceLayout(0, score_layout(BLOCK_N))
+        )
         acc, m_i, l_i = attend_tile(
             qn_smem, qr_smem, lat_smem.index(stage), rope_smem.index(stage), p_smem, acc, m_i,
             l_i, valid, qk_scale, BLOCK_H, BLOCK_N, LORA, True,

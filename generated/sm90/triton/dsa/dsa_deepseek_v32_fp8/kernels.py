@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "db3b6e4c46c082961c2b38f5fd063ad680ce85a05175d39d272e23b56dd0b788"
+LIBRARY_SHA256 = "a85054ded76582cea1d3ae6093533d3443f98e9425681efc56d592fec3f204d0"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -76,9 +76,9 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         spec_topk=1,
         num_draft_tokens=2,
         sparse_block_h=64,
-        sparse_block_n=16,
+        sparse_block_n=64,
         sparse_num_warps=8,
-        sparse_num_stages=2,
+        sparse_num_stages=1,
         max_splits=8,
         combine_num_warps=4,
         indexer_block_n=64,
@@ -86,6 +86,7 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         indexer_num_warps=4,
         topk_block=2048,
         topk_num_warps=8,
+        sparse_gluon=1,
     ),
     "r512_rope64_h128_ix64x128_top2048_ps64_bf16_kvfp8_e4m3_causal_topk1": DsaTritonConfig(
         uri="r512_rope64_h128_ix64x128_top2048_ps64_bf16_kvfp8_e4m3_causal_topk1",
@@ -101,9 +102,9 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         spec_topk=1,
         num_draft_tokens=2,
         sparse_block_h=64,
-        sparse_block_n=16,
+        sparse_block_n=64,
         sparse_num_warps=8,
-        sparse_num_stages=2,
+        sparse_num_stages=1,
         max_splits=8,
         combine_num_warps=4,
         indexer_block_n=64,
@@ -111,6 +112,7 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         indexer_num_warps=4,
         topk_block=2048,
         topk_num_warps=8,
+        sparse_gluon=1,
     ),
 }
 
