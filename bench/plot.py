@@ -1,5 +1,5 @@
 """Plot a bench result: attngen against each peer per case, from the JSON `bench/run.py` (or
-`bench/mla.py`) wrote.
+`bench/mla.py`, `bench/dsa.py`) wrote.
 
     python bench/plot.py bench/results/<run>.json      # writes bench/results/<run>.png
     make bench-plot                                    # the newest result
@@ -27,6 +27,11 @@ MLA_PARTS = (  # bench/mla.py's parts (see from_rows)
     ("decode", "MLA absorbed decode, 16-bit latent (TFLOP/s ratio)", "tflops"),
     ("quantized_decode", "MLA absorbed decode, fp8 / NVFP4 latent (TFLOP/s ratio)", "tflops"),
     ("prefill", "MLA prefill 192/128 with LSE (TFLOP/s ratio)", "tflops"),
+)
+
+DSA_PARTS = (  # bench/dsa.py's parts (see from_dsa_rows)
+    ("decode", "DSA sparse decode, top-2048 (TFLOP/s ratio)", "tflops"),
+    ("prefill", "DSA sparse prefill (TFLOP/s ratio)", "tflops"),
 )
 
 
@@ -85,6 +90,33 @@ def from_rows(result: dict) -> dict:
     )
 
 
+def from_dsa_rows(result: dict) -> dict:
+    """A ``bench/dsa.py`` result (``rows`` with kinds) in ``bench/run.py``'s shape: the
+    generated tiles' sparse decode and prefill rows that FlashMLA ran too (TFLOP/s)."""
+    parts: dict[str, list] = {}
+    for row in result["rows"]:
+        kind = row.get("kind")
+        if not row.get("peer_tflops"):
+            continue
+        if kind == "sparse_decode" and row.get("tiles") == "generated":
+            part, label = "decode", f"h{row['heads']} {row['kv']} B{row['b']}x{row['ctx']}"
+        elif kind == "sparse_prefill":
+            part, label = "prefill", f"h{row['heads']} {row['s_q']}x{row['s_kv']}"
+        else:
+            continue
+        figures = {"attngen": {"tflops": row["tflops"]}, "FlashMLA": {"tflops": row["peer_tflops"]}}
+        parts.setdefault(part, []).append({"case": label, "results": figures})
+    info = result.get("peers", {})
+    return dict(
+        parts,
+        commit=result.get("commit", ""),
+        gpu=result.get("device", ""),
+        torch=result.get("torch", ""),
+        triton=result.get("triton", ""),
+        peers=[f"{k}: {v}" for k, v in info.items()],
+    )
+
+
 def plot(result: dict, out: Path) -> None:
     import matplotlib
 
@@ -92,7 +124,9 @@ def plot(result: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     parts = PARTS
-    if "rows" in result:  # bench/mla.py
+    if "rows" in result and any("kind" in r for r in result["rows"]):  # bench/dsa.py
+        result, parts = from_dsa_rows(result), DSA_PARTS
+    elif "rows" in result:  # bench/mla.py
         result, parts = from_rows(result), MLA_PARTS
     parts = [p for p in parts if result.get(p[0])]
     fig, axes = plt.subplots(len(parts), 1, figsize=(12, 3.2 * len(parts)), squeeze=False)

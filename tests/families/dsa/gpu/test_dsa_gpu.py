@@ -273,7 +273,7 @@ def test_verify_and_graphs(kv, heads, evidence):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("heads", [16, 64, 128])
 def test_fp8_vs_bf16(heads, evidence):
     """The same tokens in a bf16 pool and an fp8 pool, attended over the same selected
     slots: the fp8 output within FP8_VS_BF16_RMS of the bf16 one (RMS relative to it)."""
