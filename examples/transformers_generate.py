@@ -161,11 +161,25 @@ def main() -> int:
     served = sorted({c.describe() for c in runtime.generate.choices.values()})
     families = (runtime.mla, runtime.gdn, runtime.dsa)
     served += [f.choice.describe() for f in families if f.choice is not None]
-    agree = (got == ref).float().mean().item()
+    same = (got == ref).int()
+    agree = same.float().mean().item()
+    first_diff = same.cumprod(1).sum(1).float()  # equal new tokens before each row's first split
     print(f"generate, batch {args.batch_size} x {args.prompt_tokens} prompt + {args.new_tokens}:")
     print(f"  sdpa     {sdpa_rate:9.1f} tokens/s")
     print(f"  attngen  {attngen_rate:9.1f} tokens/s  ({attngen_rate / sdpa_rate:.2f}x)  {served}")
-    print(f"  greedy tokens equal to sdpa's: {agree:.1%}", flush=True)
+    print(
+        f"  greedy tokens equal to sdpa's: {agree:.1%}; rows agree for their first "
+        f"{first_diff.min():.0f}-{first_diff.max():.0f} new tokens",
+        flush=True,
+    )
+    if args.model is None and agree < 1.0:
+        print(
+            "  (random weights leave near-ties between logits, and bf16 rounding in either "
+            "attention breaks them either way; after a row's first different token the two "
+            "continue from different text. tests/integrations/transformers checks attngen "
+            "against eager fp32 with margins and a derived logit bound.)",
+            flush=True,
+        )
     if args.batch:
         prompts = ids.tolist()
         for impl in ("paged|sdpa", attngen_tf.PAGED_NAME):
