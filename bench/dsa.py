@@ -10,8 +10,12 @@ process.
   ``flash_mla_sparse_fwd``, same FLOP count with B = 4096 rows.
 - Indexer (fp8 paged scores over the index pool) and top-k: TB/s of index cache read
   (132 bytes per key) against the 4.3 TB/s copy ceiling, B64 / B128 at 8k, 32k contexts.
-- Tiles: alternative sparse tiles timed beside the generated ones (for the lowering).
-Outputs of attngen and FlashMLA are compared (max abs difference relative to RMS).
+- Tiles: alternative sparse tiles timed beside the generated ones (for the lowering), and
+  the generated tiles at half and twice the launcher's split count (``choose_splits``).
+Decode rows are timed by CUDA-graph replay (both sides; as an engine runs decode, so the
+host's launch path is out), falling back to eager calls between CUDA events when a capture
+fails (the row's ``timer`` says which); prefill and the indexer are timed eagerly. Outputs
+of attngen and FlashMLA are compared (max abs difference relative to RMS).
 
 Run on the H200 from the repo root: ``python3 bench/dsa.py --flashmla DIR --out DIR``.
 """
@@ -64,7 +68,20 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100)
 
 
-def sparse_case(fm, kv, heads, b, ctx, rows_log, tiles=None):
+def bench_graph(fn) -> tuple[float, str]:
+    """Milliseconds per call of ``fn`` replayed from a CUDA graph, or timed eagerly (and
+    said so) when it cannot be captured."""
+    import triton.testing
+
+    fn()
+    try:
+        return triton.testing.do_bench_cudagraph(fn, rep=100), "graph"
+    except Exception as e:  # noqa: BLE001
+        print(f"  (no CUDA graph: {type(e).__name__}: {str(e)[:120]}; timed eagerly)")
+        return bench(fn), "events"
+
+
+def sparse_case(fm, kv, heads, b, ctx, rows_log, tiles=None, split_factor=1.0):
     import torch
 
     from attngen.families.dsa.pool import latent_pool
@@ -92,7 +109,7 @@ def sparse_case(fm, kv, heads, b, ctx, rows_log, tiles=None):
     idx = (base + pick).int().contiguous()
     q = torch.randn(b, heads, 576, device="cuda").bfloat16()
     out = torch.empty(b, heads, 512, device="cuda", dtype=torch.bfloat16)
-    splits = mod.choose_splits(cfg, b, 132)
+    splits = max(1, min(cfg.max_splits, int(mod.choose_splits(cfg, b, 132) * split_factor)))
     ws = mod.sparse_workspace(cfg, rows=b, device="cuda")
 
     def ours():
@@ -100,7 +117,7 @@ def sparse_case(fm, kv, heads, b, ctx, rows_log, tiles=None):
             q, None, cache, idx, out, config=cfg, sm_scale=SCALE, workspace=ws, splits=splits
         )
 
-    t = bench(ours)
+    t, timer = bench_graph(ours)
     flops = 2 * b * heads * TOPK * (576 + 512)
     row = dict(
         kind="sparse_decode",
@@ -110,10 +127,13 @@ def sparse_case(fm, kv, heads, b, ctx, rows_log, tiles=None):
         ctx=ctx,
         splits=splits,
         tiles=tiles or "generated",
+        split_factor=split_factor,
+        timer=timer,
         ms=t,
         tflops=flops / t / 1e9,
     )
-    if fm is not None and kv == "fp8" and heads in (64, 128) and not tiles:
+    peer_row = not tiles and split_factor == 1.0
+    if fm is not None and kv == "fp8" and heads in (64, 128) and peer_row:
         try:
             seqlens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
             meta, nsplit = fm.get_mla_metadata(seqlens, heads, 1, heads, True, TOPK)
@@ -140,9 +160,13 @@ def sparse_case(fm, kv, heads, b, ctx, rows_log, tiles=None):
             delta = o_peer.view(b, heads, 512).float() - out.float()
             diff, rms = delta.abs().max().item(), out.float().pow(2).mean().sqrt().item()
             row["rms_diff_over_rms"] = delta.pow(2).mean().sqrt().item() / rms
-            tp = bench(peer)
+            tp, peer_timer = bench_graph(peer)
             row.update(
-                peer_ms=tp, peer_tflops=flops / tp / 1e9, ratio=tp / t, max_diff_over_rms=diff / rms
+                peer_ms=tp,
+                peer_tflops=flops / tp / 1e9,
+                peer_timer=peer_timer,
+                ratio=tp / t,
+                max_diff_over_rms=diff / rms,
             )
         except Exception as e:  # noqa: BLE001
             row["peer_error"] = f"{type(e).__name__}: {e}"[:300]
@@ -259,6 +283,15 @@ def main():
             steps.append(
                 lambda kv=kv, tiles=tiles: sparse_case(None, kv, 128, 128, 8192, rows, tiles)
             )
+    for kv in ("fp8", "bf16"):  # the generated tiles at other split counts
+        for heads in (128, 64):
+            for b in (64, 128):
+                for factor in (0.5, 2.0):
+                    steps.append(
+                        lambda kv=kv, heads=heads, b=b, f=factor: sparse_case(
+                            None, kv, heads, b, 8192, rows, split_factor=f
+                        )
+                    )
     steps.append(lambda: prefill_case(fm, rows))
     for b, ctx in ((64, 8192), (128, 32768)):
         steps.append(lambda b=b, ctx=ctx: indexer_case(b, ctx, rows))
@@ -281,6 +314,7 @@ def main():
         peers=dict(flashmla="sglang-kernel 0.4.5" if fm else why),
         shapes="sparse decode B64/B128 x 8192 tokens, top-2048, h_q 128/64/16; sparse "
         "prefill 4096 q x 32768 kv, h_q 128; indexer B64 x 8k, B128 x 32k",
+        timing="decode: CUDA-graph replay (row 'timer'); prefill, indexer: eager, CUDA events",
         rows=rows,
     )
     (out / f"dsa-h200-{stamp}.json").write_text(json.dumps(result, indent=1))
