@@ -377,3 +377,54 @@ def test_ragged_indexer_and_sparse_kernel():
             check_close(out, want, BF16, f"sparse {kv} {tile or 'generated'} splits {splits}")
             check_lse(lse, want_lse, "sparse lse")
             assert (out[2] == 0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+@pytest.mark.parametrize("heads", [64, 128])
+@pytest.mark.parametrize("rows", [64, 128])
+def test_sparse_splits(kv, heads, rows):
+    """The sparse kernel at every split count the launcher accepts (1 to max_splits), with
+    as many query rows as a decode batch (bench/dsa.py's shape: 2048 distinct slots of 8k
+    per row, over a pool of rows x 8k tokens), against the float64 oracle on every split
+    count's output; no element may stay unwritten (NaN-poisoned)."""
+    spec, kv_dtype = SPECS[kv]
+    mod = importlib.import_module(f"generated.sm90.triton.dsa.{spec}.kernels")
+    cfg = next(c for c in mod.CONFIGS.values() if c.num_heads == heads)
+    from attngen.families.dsa.pool import latent_pool, unpack_latent_656
+    from attngen.runtime.batch import AttentionLayer
+
+    torch.manual_seed(rows + heads)
+    ctx = 8192
+    pool = latent_pool(
+        num_layers=1, num_pages=rows * ctx // 64, page_size=64,
+        dtype=kv_dtype or BF16, device="cuda",
+    )  # fmt: skip
+    slots = torch.arange(pool.num_slots, device="cuda")
+    layer = AttentionLayer(0, heads, 1, 576, 512, SCALE)
+    latent = torch.randn(len(slots), 512, device="cuda").to(BF16)
+    rope = torch.randn(len(slots), 64, device="cuda").to(BF16)
+    pool.set_mla_kv_buffer(layer, slots, latent, rope)
+    cache = pool.kv_buffer[0]
+    flat = cache.view(len(slots), -1)
+    values = unpack_latent_656(flat) if kv == "fp8" else flat.float()
+    base = torch.arange(rows, device="cuda")[:, None] * ctx
+    idx = (base + torch.rand(rows, ctx, device="cuda").argsort(dim=1)[:, :TOPK]).int()
+    q = torch.randn(rows, heads, 576, device="cuda").to(BF16)
+    check = list(range(0, rows, 16)) + [rows - 1]  # the oracle on every 16th row and the last
+    want, want_lse = ref.sparse_mla(q[check], values, idx[check].long(), SCALE)
+    ws = mod.sparse_workspace(cfg, rows=rows, device="cuda")
+    splits = 1
+    while splits <= cfg.max_splits:
+        out = torch.full((rows, heads, 512), float("nan"), dtype=BF16, device="cuda")
+        lse = torch.full((rows, heads), float("nan"), device="cuda")
+        mod.sparse_mla(
+            q, None, cache, idx, out, config=cfg, sm_scale=SCALE, lse=lse, workspace=ws,
+            splits=splits,
+        )  # fmt: skip
+        torch.cuda.synchronize()
+        what = f"sparse {kv} h{heads} rows {rows} splits {splits}"
+        assert not out.isnan().any() and not lse.isnan().any(), f"{what}: unwritten elements"
+        check_close(out[check], want, BF16, what)
+        check_lse(lse[check], want_lse, f"{what} lse")
+        splits *= 2
