@@ -14,7 +14,7 @@ from attngen.ir import PlanError
 from attngen.review import add_parser as add_review_parser
 from attngen.spec.errors import SpecError
 from attngen.spec.loader import load_spec
-from attngen.validate import validate
+from attngen.validate import not_lowered, validate
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,6 +51,8 @@ def _validate_file(path: Path, seen: dict[str, str]) -> int:
     if warning:
         log(warning)
     print(f"{path}: ok ({len(variants)} variants)")
+    for line in not_lowered(spec, variants):
+        print(f"{path}: note: {line}")
     return 0
 
 

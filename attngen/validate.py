@@ -70,3 +70,25 @@ def _check_lowered_somewhere(spec: Spec, variant: Variant) -> None:
         f"no target lowers variant {variant.uri}: {verdict.reason} ({target.backend.value} "
         f"{arch.value}; lowered on: {', '.join(where) or 'none yet'})",
     )
+
+
+def not_lowered(spec: Spec, variants: tuple[Variant, ...]) -> list[str]:
+    """One line per target x arch of the spec that skips some of its variants (another
+    target lowers them, or validate() would have refused the spec): how many, the first,
+    and supports()'s reason. Nothing is refused here; the lines tell the author where a
+    listed target generates less than the spec names."""
+    lines = []
+    for target in spec.targets:
+        for arch in target.archs:
+            skipped = [
+                (v, verdict)
+                for v in variants
+                if not (verdict := supports(v, target.backend, arch)).ok
+            ]
+            if skipped:
+                first, verdict = skipped[0]
+                lines.append(
+                    f"{target.backend.value} {arch.value} skips {len(skipped)} of "
+                    f"{len(variants)} variants (e.g. {first.uri}: {verdict.reason})"
+                )
+    return lines

@@ -41,8 +41,19 @@ def load_spec(path: Path, root: Path | None = None) -> Spec:
     raw = path.read_bytes()
     rel = _relative(path, root)
     try:
-        node = yaml.compose(raw.decode("utf-8"), Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as err:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise SpecError(
+            Location(rel, line), "", f"not UTF-8 text (byte {err.start}: {raw[err.start]:#04x})"
+        ) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise SpecError(Location(rel, 1), "", "not a spec: YAML nested too deeply") from None
+    except yaml.YAMLError as err:
+        if not isinstance(err, yaml.MarkedYAMLError):
+            raise SpecError(Location(rel, 1), "", f"not valid YAML: {err}") from None
         line = err.problem_mark.line + 1 if err.problem_mark else 1
         raise SpecError(Location(rel, line), "", f"not valid YAML: {err.problem}") from None
     if node is None:

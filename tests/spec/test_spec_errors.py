@@ -22,6 +22,10 @@ EXPECTED = {
     "bad_yaml": (
         "tests/spec/bad_specs/bad_yaml.yaml:4: not valid YAML: expected ',' or ']', but got '<stream end>'"
     ),
+    "not_utf8": "tests/spec/bad_specs/not_utf8.yaml:2: not UTF-8 text (byte 15: 0xff)",
+    "nested_too_deep": (
+        "tests/spec/bad_specs/nested_too_deep.yaml:1: not a spec: YAML nested too deeply"
+    ),
     "dsa_missing_mla": (
         "tests/spec/bad_specs/dsa_missing_mla.yaml:1: mla: required for family dsa"
     ),
@@ -172,3 +176,25 @@ def test_the_spec_layer_names_no_family() -> None:
         words = set(re.findall(r"[A-Za-z_]+", code))
         hits = sorted(n for n in names if n in words or any(w.startswith(n) for w in words))
         assert not hits, f"{path.name} names {hits}"
+
+
+def test_validate_notes_targets_that_skip_variants(tmp_path, capsys):
+    """A spec whose listed target cannot lower some variants (another target does) passes,
+    and `attngen validate` says which target skips how many and why."""
+    from attngen.cli import main
+
+    spec = tmp_path / "fp4_mixed.yaml"
+    spec.write_text(
+        "name: fp4_mixed\ndescription: nvfp4 cache on Triton sm90 and CuTe DSL sm90\n"
+        "family: mha\nphases: [decode]\ndtype: bf16\nheads: {head_dim: 128, gqa_group: 4}\n"
+        "kv_cache: {page_size: 16, dtype: nvfp4, scale: per_block}\n"
+        "targets: {triton: [sm90], cute_dsl: [sm90]}\n"
+    )
+    assert main(["validate", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert f"{spec}: ok (1 variants)" in out
+    assert (
+        f"{spec}: note: cute_dsl sm90 skips 1 of 1 variants (e.g. "
+        "d128_g4_ps16_bf16_kvnvfp4_causal: nvfp4 KV cache is not lowered in CuTe DSL yet" in out
+    )
+    assert "triton sm90 skips" not in out
