@@ -79,6 +79,12 @@ def from_rows(result: dict) -> dict:
             part = "decode" if row["kv"] == "bf16" else "quantized_decode"
             label = f"h{row['heads']} {row['kv']} B{row['batch']}x{row['ctx']}"
         parts.setdefault(part, []).append({"case": label, "results": figures})
+    return _with_header(parts, result)
+
+
+def _with_header(parts: dict, result: dict) -> dict:
+    """``parts`` with the title fields of a rows-style result (commit, GPU, versions, the
+    peers that loaded)."""
     info = result.get("peers", {})
     return dict(
         parts,
@@ -106,15 +112,7 @@ def from_dsa_rows(result: dict) -> dict:
             continue
         figures = {"attngen": {"tflops": row["tflops"]}, "FlashMLA": {"tflops": row["peer_tflops"]}}
         parts.setdefault(part, []).append({"case": label, "results": figures})
-    info = result.get("peers", {})
-    return dict(
-        parts,
-        commit=result.get("commit", ""),
-        gpu=result.get("device", ""),
-        torch=result.get("torch", ""),
-        triton=result.get("triton", ""),
-        peers=[f"{k}: {v}" for k, v in info.items()],
-    )
+    return _with_header(parts, result)
 
 
 def plot(result: dict, out: Path) -> None:

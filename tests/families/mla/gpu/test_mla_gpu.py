@@ -149,6 +149,19 @@ def test_decode_quantized(kv, heads, page_size, evidence):
     )
 
 
+def _absorbed_extend(r, heads, prefix, ext, what, **batch_kw):
+    """Absorbed extend of ext new tokens over prefix cached ones per request, against the
+    oracle on the cache as the pool holds it (dequantized; new tokens included)."""
+    rb = rig_batch(r, prefix, ext, ForwardMode.EXTEND, **batch_kw)
+    t = sum(ext)
+    q = torch.randn(t, heads, 576, device="cuda").to(BF16)
+    r.backend.init_forward_metadata(rb.batch)
+    out = r.backend.forward_extend(
+        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
+    )
+    check_close(out.view(t, heads, 512), oracle(r, rb, q, False)[0], BF16, what)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads", [16, 128])
 @pytest.mark.parametrize("page_size", [1, 64, 128])
@@ -157,15 +170,7 @@ def test_extend(heads, page_size, evidence):
     tokens plus the prefix in chunks of several sizes, merged."""
     torch.manual_seed(11)
     r = rig("mla_deepseek_v3", heads, page_size)
-    prefix, ext = [0, 100, 3000, 9000], [7, 1, 33, 5]
-    rb = rig_batch(r, prefix, ext, ForwardMode.EXTEND)
-    t = sum(ext)
-    q = torch.randn(t, heads, 576, device="cuda").to(BF16)
-    r.backend.init_forward_metadata(rb.batch)
-    out = r.backend.forward_extend(
-        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
-    )
-    check_close(out.view(t, heads, 512), oracle(r, rb, q, False)[0], BF16, "absorbed extend")
+    _absorbed_extend(r, heads, [0, 100, 3000, 9000], [7, 1, 33, 5], "absorbed extend")
     for chunk in (100, 1000, 4096):
         _ragged_chunks(r, heads, prefix=[0, 130, 2000, 5000], ext=[50, 9, 300, 17], chunk=chunk)
     evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
@@ -183,16 +188,8 @@ def test_extend_quantized(kv, heads, page_size, evidence):
     spec, dtype, scale, _ = QUANTIZED[kv]
     torch.manual_seed(17)
     r = rig(spec, heads, page_size, dtype, kv_scale=scale)
-    prefix, ext = [0, 100, 3000, 9000], [7, 1, 33, 5]
-    rb = rig_batch(r, prefix, ext, ForwardMode.EXTEND)
-    t = sum(ext)
-    q = torch.randn(t, heads, 576, device="cuda").to(BF16)
-    r.backend.init_forward_metadata(rb.batch)
-    out = r.backend.forward_extend(
-        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
-    )
-    want = oracle(r, rb, q, False)[0]  # the dequantized cache, new tokens included
-    check_close(out.view(t, heads, 512), want, BF16, f"{kv} absorbed extend h{heads}")
+    what = f"{kv} absorbed extend h{heads}"
+    _absorbed_extend(r, heads, [0, 100, 3000, 9000], [7, 1, 33, 5], what)
     _ragged_chunks(r, heads, prefix=[0, 130, 2000], ext=[50, 9, 300], chunk=100)
     evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
 
@@ -211,15 +208,7 @@ def test_kimi_k2(page_size, evidence):
     check_close(out, want, BF16, f"kimi decode ps{page_size}")
     check_lse(lse, want_lse, "kimi decode lse")
     evidence.record(r.backend.kernels, r.backend.config.uri, "decode")
-    prefix, ext = [0, 100, 3000], [7, 1, 33]
-    rb = rig_batch(r, prefix, ext, ForwardMode.EXTEND, seed=2)
-    t = sum(ext)
-    q = torch.randn(t, 64, 576, device="cuda").to(BF16)
-    r.backend.init_forward_metadata(rb.batch)
-    out = r.backend.forward_extend(
-        q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
-    )
-    check_close(out.view(t, 64, 512), oracle(r, rb, q, False)[0], BF16, "kimi absorbed extend")
+    _absorbed_extend(r, 64, [0, 100, 3000], [7, 1, 33], "kimi absorbed extend", seed=2)
     _ragged_chunks(r, 64, prefix=[0, 130, 2000], ext=[50, 9, 300], chunk=1000)
     evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
 
