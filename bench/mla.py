@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,8 +204,6 @@ class Case:
 
     def latent_rows(self, i):
         """Dequantized fp32 latent rows of request i, in key order."""
-        import torch
-
         idx = self.table[i].long()
         if self.kv == "bf16":
             rows = self.cache16[idx].float()
@@ -308,23 +307,29 @@ def split_tensor(torch, cfg, case, choice):
     return torch.full((case.b,), choice, dtype=torch.int32, device="cuda"), choice
 
 
-TIMER = {"mode": "graph"}  # --timer: how every decode call is timed (peers alike)
+@dataclasses.dataclass(frozen=True)
+class Timer:
+    """How calls are timed (--timer): "graph" replays a decode call captured in a CUDA graph
+    (as a serving engine runs decode; the host's launch cost is out), "events" times eager
+    calls between CUDA events (a call shorter than its Python launch path measures the
+    host). ``do_bench`` is triton.testing's eager timer."""
+
+    mode: str
+    do_bench: Callable
 
 
-def time_it(fn, do_bench, quick=False, graph=True):
-    """Milliseconds per call of ``fn``: "graph" replays it captured in a CUDA graph (as a
-    serving engine runs decode; the host's launch cost is out), "events" times eager calls
-    between CUDA events (a call shorter than its Python launch path measures the host).
-    Prefill (graph=False) is always timed eagerly."""
+def time_it(fn, timer: Timer, quick=False, graph=True):
+    """Milliseconds per call of ``fn`` under ``timer`` (peers alike). Prefill (graph=False)
+    is always timed eagerly."""
     fn()
-    if graph and TIMER["mode"] == "graph":
+    if graph and timer.mode == "graph":
         from triton.testing import do_bench_cudagraph
 
         return do_bench_cudagraph(fn, rep=50 if quick else 100)
-    return do_bench(fn, warmup=25 if quick else 50, rep=100 if quick else 200)
+    return timer.do_bench(fn, warmup=25 if quick else 50, rep=100 if quick else 200)
 
 
-def flashmla_row(fm, case, ours_out, do_bench):
+def flashmla_row(fm, case, ours_out, timer):
     import torch
 
     b, heads = case.b, case.heads
@@ -368,7 +373,7 @@ def flashmla_row(fm, case, ours_out, do_bench):
 
     o, _ = peer()
     diff = (o.view(b, heads, 512).float() - ours_out.float()).abs().max().item()
-    t = time_it(peer, do_bench)
+    t = time_it(peer, timer)
     return dict(
         flashmla_ms=t,
         flashmla_tflops=case.flops / t / 1e9,
@@ -377,7 +382,7 @@ def flashmla_row(fm, case, ours_out, do_bench):
     )
 
 
-def sglang_row(sg, case, ours_out, do_bench, max_splits=8):
+def sglang_row(sg, case, ours_out, timer, max_splits=8):
     """SGLang's Triton MLA decode (page 1 view of the same cache: per-token indices)."""
     import torch
 
@@ -410,11 +415,11 @@ def sglang_row(sg, case, ours_out, do_bench, max_splits=8):
 
     peer()
     diff = (o.float() - ours_out.float()).abs().max().item()
-    t = time_it(peer, do_bench)
+    t = time_it(peer, timer)
     return dict(sglang_ms=t, sglang_tflops=case.flops / t / 1e9, max_diff_vs_sglang=diff)
 
 
-def decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save):
+def decode_rows(torch, timer, mods, fm, fm_info, sg, sg_info, rows, save):
     for heads in HEADS:
         for b, ctx in CASES:
             for kv in ("bf16", "fp8", "nvfp4"):
@@ -426,7 +431,7 @@ def decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save):
                 row["splits"] = count
                 try:
                     fn, out = attngen_call(mod, cfg, case, splits)
-                    t = time_it(fn, do_bench)
+                    t = time_it(fn, timer)
                     err, ok = case.check(out)
                 except Exception as e:  # noqa: BLE001  (reported in the row, not fatal)
                     row["attngen_error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -445,7 +450,7 @@ def decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save):
                     row["flashmla_error"] = "no NVFP4 path"
                 elif fm is not None:
                     try:
-                        row.update(flashmla_row(fm, case, out, do_bench))
+                        row.update(flashmla_row(fm, case, out, timer))
                     except Exception as e:  # noqa: BLE001
                         row["flashmla_error"] = f"{type(e).__name__}: {str(e)[:300]}"
                 else:
@@ -453,7 +458,7 @@ def decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save):
                 if kv == "bf16":
                     if sg is not None:
                         try:
-                            row.update(sglang_row(sg, case, out, do_bench))
+                            row.update(sglang_row(sg, case, out, timer))
                         except Exception as e:  # noqa: BLE001
                             row["sglang_error"] = f"{type(e).__name__}: {str(e)[:300]}"
                     else:
@@ -479,7 +484,7 @@ def tile_of(cfg):
     ]
 
 
-def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None, groups=None, tiles_only=None):
+def sweep_rows(torch, timer, mods, fm, rows, save, only=None, groups=None, tiles_only=None):
     """Every SWEEP_TILES tile with every SPLITS choice on both cases (``only``: a set of
     (heads, kv, tile, splits) to restrict to; ``groups``: a set of (heads, kv)); FlashMLA
     timed once per case for the ratio (see ``for_splits`` for split counts past max_splits)."""
@@ -513,7 +518,7 @@ def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None, groups=None, ti
                     )
                     try:
                         fn, out = attngen_call(mods[kv], cfg, case, splits)
-                        t = time_it(fn, do_bench, quick=True)
+                        t = time_it(fn, timer, quick=True)
                         err, ok = case.check(out)
                         row.update(
                             attngen_ms=t,
@@ -523,7 +528,7 @@ def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None, groups=None, ti
                             ref_ok=ok,
                         )
                         if fm is not None and fm_ms is None:
-                            fm_ms = flashmla_row(fm, case, out, do_bench)["flashmla_ms"]
+                            fm_ms = flashmla_row(fm, case, out, timer)["flashmla_ms"]
                         if fm_ms is not None:
                             row["flashmla_ms"] = fm_ms
                             row["ratio_vs_flashmla"] = fm_ms / t
@@ -536,7 +541,7 @@ def sweep_rows(torch, do_bench, mods, fm, rows, save, only=None, groups=None, ti
             torch.cuda.empty_cache()
 
 
-def prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save, tiles=(None,)):
+def prefill_rows(torch, timer, mods, fa4, fa4_info, rows, save, tiles=(None,)):
     """The causal 192/128 prefill with LSE, once per ragged tile (None: the generated one;
     else (BLOCK_M, BLOCK_N, warps, stages)); FA4 timed once, next to the first."""
     base = mods["bf16"].CONFIGS["r512_rope64_h128_ps64_bf16_causal"]
@@ -549,10 +554,10 @@ def prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save, tiles=(None,)
                 base, ragged_block_m=bm, ragged_block_n=bn, ragged_num_warps=w,
                 ragged_num_stages=st,
             )  # fmt: skip
-        t4 = prefill_row(torch, do_bench, mods["bf16"], cfg, fa4, fa4_info, rows, save, t4)
+        t4 = prefill_row(torch, timer, mods["bf16"], cfg, fa4, fa4_info, rows, save, t4)
 
 
-def prefill_row(torch, do_bench, k16, cfg, fa4, fa4_info, rows, save, t4):
+def prefill_row(torch, timer, k16, cfg, fa4, fa4_info, rows, save, t4):
     s, b, h = 4096, 4, 128
     t = s * b
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -580,7 +585,7 @@ def prefill_row(torch, do_bench, k16, cfg, fa4, fa4_info, rows, save, t4):
             trusted_metadata=True,
         )
 
-    ms = time_it(ours, do_bench, graph=False)
+    ms = time_it(ours, timer, graph=False)
     flops = 2 * b * h * s * s * (192 + 128) / 2
     row = dict(
         part="prefill",
@@ -623,7 +628,7 @@ def prefill_row(torch, do_bench, k16, cfg, fa4, fa4_info, rows, save, t4):
             row["max_diff_vs_fa4"] = (o4.float() - out.float()).abs().max().item()
             l4 = l4 if l4.shape == lse.shape else l4.transpose(0, 1)
             row["max_lse_diff_vs_fa4"] = (l4.float() - lse).abs().max().item()
-            t4 = t4 if t4 is not None else time_it(peer, do_bench, graph=False)
+            t4 = t4 if t4 is not None else time_it(peer, timer, graph=False)
             row.update(fa4_ms=t4, fa4_tflops=flops / t4 / 1e9, ratio_vs_fa4=t4 / ms)
         except Exception as e:  # noqa: BLE001
             row["fa4_error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -709,7 +714,7 @@ def main() -> None:
     import triton
     from triton.testing import do_bench
 
-    TIMER["mode"] = args.timer
+    timer = Timer(args.timer, do_bench)
     mods = modules()
     fm, fm_info = load_flashmla(args.flashmla)
     sg, sg_info = load_sglang_decode(args.sglang_decode)
@@ -742,15 +747,15 @@ def main() -> None:
         if args.tiles:
             tiles_only = {tuple(map(int, t.split("x"))) for t in args.tiles.split(",")}
         sweep_rows(
-            torch, do_bench, mods, fm, rows, save, only, parse_groups(args.groups), tiles_only
+            torch, timer, mods, fm, rows, save, only, parse_groups(args.groups), tiles_only
         )
     if "decode" not in skip:
-        decode_rows(torch, do_bench, mods, fm, fm_info, sg, sg_info, rows, save)
+        decode_rows(torch, timer, mods, fm, fm_info, sg, sg_info, rows, save)
     if "prefill" not in skip:
         tiles = (None,)
         if args.prefill_tiles:
             tiles = [tuple(map(int, t.split("x"))) for t in args.prefill_tiles.split(",")]
-        prefill_rows(torch, do_bench, mods, fa4, fa4_info, rows, save, tiles)
+        prefill_rows(torch, timer, mods, fa4, fa4_info, rows, save, tiles)
     save()
     print_table(result["rows"])
     print(f"wrote {path}")
