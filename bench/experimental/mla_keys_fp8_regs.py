@@ -320,3 +320,34 @@ def mla_keys_fp8_regs_kernel(
         PARTIAL_LSE, stride_ot, stride_oh, stride_lt, stride_pot, stride_poh, stride_pos,
         stride_plt, stride_plh, NUM_HEADS, LORA, BLOCK_H, WRITE_LSE, S_LAYOUT, O_LAYOUT,
     )  # fmt: skip
+
+
+def compile_check() -> int:
+    """Compile the kernel for sm_90a on CPU as the launcher would launch it for the
+    generated h_q 16 fp8 spec (page 64), print registers, spills and shared memory; exit
+    status 1 on any spill. ``python bench/experimental/mla_keys_fp8_regs.py``, outside
+    TRITON_INTERPRET."""
+    import importlib
+
+    import attngen.families.mla.triton.host.launch as launch
+    from attngen.backends.triton.aot import compile_spec
+
+    launch.absorbed_keys_fp8_kernel = mla_keys_fp8_regs_kernel  # what --experimental does
+    mod = importlib.import_module("generated.sm90.triton.mla.mla_deepseek_v3_fp8.kernels")
+    cfg = next(c for c in mod.CONFIGS.values() if c.num_heads == 16 and c.page_size == 64)
+    status = 0
+    for spec in mod.compile_specs(cfg):
+        if spec.fn is mla_keys_fp8_regs_kernel:
+            r = compile_spec(spec, 90)
+            print(f"{spec.name}: {r.registers} registers, {r.spill_bytes} B spill, "
+                  f"{r.shared_bytes} B shared memory", flush=True)  # fmt: skip
+            status = max(status, int(r.spill_bytes > 0))
+    return status
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.exit(compile_check())
