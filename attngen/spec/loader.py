@@ -51,11 +51,11 @@ def load_spec(path: Path, root: Path | None = None) -> Spec:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except RecursionError:
         raise SpecError(Location(rel, 1), "", "not a spec: YAML nested too deeply") from None
-    except yaml.YAMLError as err:
-        if not isinstance(err, yaml.MarkedYAMLError):
-            raise SpecError(Location(rel, 1), "", f"not valid YAML: {err}") from None
+    except yaml.MarkedYAMLError as err:
         line = err.problem_mark.line + 1 if err.problem_mark else 1
         raise SpecError(Location(rel, line), "", f"not valid YAML: {err.problem}") from None
+    except yaml.YAMLError as err:  # no position to report
+        raise SpecError(Location(rel, 1), "", f"not valid YAML: {err}") from None
     if node is None:
         raise SpecError(Location(rel, 1), "", "empty spec file")
     return _read_spec(node, rel, hashlib.sha256(raw).hexdigest())
