@@ -846,9 +846,10 @@ def print_table(rows):
         fm = r.get("flashmla_ms", float("nan"))
         sg = r.get("sglang_ms", float("nan"))
         print(
-            f"{r['part']:8}{r['heads']:5}{r['batch']:5}{r['ctx']:6}{r['kv']:>6} "
+            f"{r['part'] + ('/' + r['kernel'] if 'kernel' in r else ''):8}{r['heads']:5}{r['batch']:5}{r['ctx']:6}{r['kv']:>6} "
             f"{str(r['tile']):18}{str(r['splits']):>5}{r['attngen_ms']:9.3f}"
-            f"{r['attngen_tflops']:6.0f}{r['attngen_tbs']:6.2f}{fm:9.3f}{fm / r['attngen_ms']:7.2f}"
+            f"{r.get('attngen_tflops', float('nan')):6.0f}{r['attngen_tbs']:6.2f}"
+            f"{fm:9.3f}{fm / r['attngen_ms']:7.2f}"
             f"{sg:8.3f}{sg / r['attngen_ms']:7.2f}{'y' if r['ref_ok'] else 'N':>4}"
         )
         if r["part"] == "sweep" and r["ref_ok"]:
