@@ -32,10 +32,13 @@ import json
 import os
 import site
 import sys
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.graph_timing import graph_ms  # noqa: E402
 PAGE, TOPK, SCALE = 64, 2048, 192**-0.5
 
 
@@ -71,11 +74,8 @@ def bench(fn):
 def bench_graph(fn) -> tuple[float, str]:
     """Milliseconds per call of ``fn`` replayed from a CUDA graph, or timed eagerly (and
     said so) when it cannot be captured."""
-    import triton.testing
-
-    fn()
     try:
-        return triton.testing.do_bench_cudagraph(fn, rep=100), "graph"
+        return graph_ms(fn), "graph"
     except Exception as e:  # noqa: BLE001
         print(f"  (no CUDA graph: {type(e).__name__}: {str(e)[:120]}; timed eagerly)")
         return bench(fn), "events"
@@ -267,18 +267,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--flashmla")
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument(
+        "--parts",
+        default="decode,tiles,sweep,prefill,indexer",
+        help="comma list of parts to run: decode (generated tiles, FlashMLA), tiles (the "
+        "Triton kernel's tiles), sweep (other split counts), prefill, indexer",
+    )
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     fm, why = load_flashmla(args.flashmla)
     print("flashmla:", "loaded" if fm else why, flush=True)
     rows = []
     steps = []
-    for kv in ("fp8", "bf16"):
+    for kv in ("fp8", "bf16") if "decode" in parts else ():
         for heads in (128, 64, 16):
             for b in (64, 128):
                 steps.append(
                     lambda kv=kv, heads=heads, b=b: sparse_case(fm, kv, heads, b, 8192, rows)
                 )
-    for kv in ("fp8", "bf16"):
+    for kv in ("fp8", "bf16") if "tiles" in parts else ():
         for tiles in (  # the Triton kernel's tiles, next to the generated (Gluon) rows above
             {"sparse_gluon": 0, "sparse_block_h": 64, "sparse_block_n": 16},
             {"sparse_gluon": 0, "sparse_block_h": 64, "sparse_block_n": 32},
@@ -286,7 +293,7 @@ def main():
             steps.append(
                 lambda kv=kv, tiles=tiles: sparse_case(None, kv, 128, 128, 8192, rows, tiles)
             )
-    for kv in ("fp8", "bf16"):  # the generated tiles at other split counts
+    for kv in ("fp8", "bf16") if "sweep" in parts else ():  # other split counts
         for heads in (128, 64):
             for b in (64, 128):
                 for factor in (0.5, 2.0):
@@ -295,14 +302,19 @@ def main():
                             None, kv, heads, b, 8192, rows, split_factor=f
                         )
                     )
-    steps.append(lambda: prefill_case(fm, rows))
-    for b, ctx in ((64, 8192), (128, 32768)):
+    if "prefill" in parts:
+        steps.append(lambda: prefill_case(fm, rows))
+    for b, ctx in ((64, 8192), (128, 32768)) if "indexer" in parts else ():
         steps.append(lambda b=b, ctx=ctx: indexer_case(b, ctx, rows))
+    failed = False
     for step in steps:
         try:
             step()
         except Exception as e:  # noqa: BLE001
             print("step failed:", type(e).__name__, str(e)[:300], flush=True)
+            if not failed:  # later failures may only repeat a sticky CUDA error
+                traceback.print_exc()
+            failed = True
     import torch
     import triton
 

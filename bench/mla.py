@@ -321,11 +321,11 @@ class Timer:
 def time_it(fn, timer: Timer, quick=False, graph=True):
     """Milliseconds per call of ``fn`` under ``timer`` (peers alike). Prefill (graph=False)
     is always timed eagerly."""
-    fn()
     if graph and timer.mode == "graph":
-        from triton.testing import do_bench_cudagraph
+        from bench.graph_timing import graph_ms
 
-        return do_bench_cudagraph(fn, rep=50 if quick else 100)
+        return graph_ms(fn, rep=50 if quick else 100)
+    fn()
     return timer.do_bench(fn, warmup=25 if quick else 50, rep=100 if quick else 200)
 
 
