@@ -270,14 +270,19 @@ def sparse_workspace(
 
 
 def choose_splits(config: DsaTritonConfig, rows: int, num_sms: int) -> int:
-    """Top-k splits per row: rows x head blocks below about two waves of SMs split (each
-    split keeps at least two slot tiles), a power of two up to max_splits."""
+    """Top-k splits per row, a power of two up to max_splits (each split keeps at least two
+    slot tiles): rows x head blocks split while the programs fit in one wave of SMs for the
+    Gluon kernels (one program an SM: 218 KiB of shared memory), two waves for the Triton
+    kernel (several programs an SM). On the H200 (bench/results/dsa-h200-20261202T1323Z-
+    7b3be68.json) the Gluon kernels ran 10-21% faster at the one-wave count than at the
+    two-wave one, at 64 and 128 heads, fp8 and bf16, B64 and B128."""
     programs = rows * triton.cdiv(config.num_heads, config.sparse_block_h)
+    waves = 1 if config.sparse_gluon else 2
     splits = 1
     tiles = config.index_topk // config.sparse_block_n
     while (
         splits * 2 <= config.max_splits
-        and programs * splits * 2 <= 2 * num_sms
+        and programs * splits * 2 <= waves * num_sms
         and tiles // (splits * 2) >= 2
     ):
         splits *= 2
