@@ -605,7 +605,8 @@ class GdnLayerJudge(LayerJudge):
     (``causal_conv1d_fn``, ``torch_chunk_gated_delta_rule``, fp32) over the whole sequence so
     far (the observer keeps the inputs of earlier steps; pads zeroed, as the module's own
     padding mask does), bounded by LAYER_FACTOR x the deviation of the same reference on
-    inputs rounded to the kernels' dtype, output rounded too."""
+    inputs rounded to the kernels' dtype, the conv's output and the layer's output rounded
+    too (attngen's conv writes the delta rule's q | k | v in that dtype)."""
 
     def __init__(self, kv_dtype: torch.dtype, act: torch.dtype, scale: float = 1.0) -> None:
         super().__init__(kv_dtype, act, scale)
@@ -628,7 +629,8 @@ class GdnLayerJudge(LayerJudge):
         keep = fwd.padding_mask[:, :, None].float()
         ref = self._reference(module, *(t * keep for t in hist))[:, -q_len:]
         rnd = lambda t: t.to(self.act).float()  # noqa: E731
-        emu = rnd(self._reference(module, *(rnd(t) * keep for t in hist))[:, -q_len:])
+        hist_act = (rnd(t) * keep for t in hist)
+        emu = rnd(self._reference(module, *hist_act, rounded=self.act)[:, -q_len:])
         rows = runtime.gdn.rows  # this forward's real rows (it may run before any MHA layer)
         flat = lambda t: t.reshape(-1, t.shape[-2], t.shape[-1]).index_select(0, rows)  # noqa
         ref, emu, got = flat(ref), flat(emu), flat(out.float())
@@ -645,13 +647,18 @@ class GdnLayerJudge(LayerJudge):
         self.records.append(LayerRecord(self.step, layer, features, error, bound))
 
     @staticmethod
-    def _reference(module, mixed, a, b) -> torch.Tensor:
+    def _reference(module, mixed, a, b, rounded: torch.dtype | None = None) -> torch.Tensor:
+        """The module's conv and delta rule in fp32; with ``rounded``, the conv's output (the
+        delta rule's q | k | v) rounded to that dtype first, as attngen's conv writes it (in
+        the activations' dtype, as SGLang's does)."""
         modeling = sys.modules[type(module).__module__]
         weight = module.conv1d.weight.float()[:, 0]
         bias = None if module.conv1d.bias is None else module.conv1d.bias.float()
         x = modeling.causal_conv1d_fn(
             mixed.transpose(1, 2).contiguous(), weight, bias, activation=module.activation
         ).transpose(1, 2)
+        if rounded is not None:
+            x = x.to(rounded).float()
         bs, length = x.shape[:2]
         kd, vd = module.key_dim, module.value_dim
         q = x[..., :kd].reshape(bs, length, -1, module.head_k_dim)
@@ -678,10 +685,11 @@ CASES["qwen3_next"] = Case(
 
 
 def emulate_gdn(model: Any, act: torch.dtype) -> Callable[[], None]:
-    """For the emulated run of the logit bound: every GDN layer's inputs to the conv and the
-    delta rule (``q | k | v`` channels, ``a``, ``b``) and its output rounded to ``act``, the
-    rest fp32 (the module's own torch functions), as attngen's path rounds them. Teacher-
-    forced forwards only (no cache). Returns a function restoring the modules."""
+    """For the emulated run of the logit bound: every GDN layer's inputs to the conv
+    (``q | k | v`` channels, ``a``, ``b``), the conv's output and the layer's output rounded
+    to ``act``, the rest fp32 (the module's own torch functions), as attngen's path rounds
+    them. Teacher-forced forwards only (no cache). Returns a function restoring the
+    modules."""
     saved = []
     for module in model.modules():
         if not (hasattr(module, "A_log") and hasattr(module, "in_proj_qkvz")):
@@ -698,7 +706,8 @@ def emulate_gdn(model: Any, act: torch.dtype) -> Callable[[], None]:
             keep = torch.ones(bs, length, 1) if attention_mask is None else attention_mask
             keep = keep.reshape(bs, length, 1).to(hidden.device, torch.float32)
             rnd = lambda t: t.float().to(act).float()  # noqa: E731
-            out = rnd(GdnLayerJudge._reference(_m, *(rnd(t) * keep for t in (mixed, a, b))))
+            inputs = (rnd(t) * keep for t in (mixed, a, b))
+            out = rnd(GdnLayerJudge._reference(_m, *inputs, rounded=act))
             normed = _m.norm(out.reshape(-1, out.shape[-1]), z.reshape(-1, z.shape[-1]))
             return _m.out_proj(normed.reshape(bs, length, -1))
 
