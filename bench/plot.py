@@ -115,18 +115,24 @@ def from_dsa_rows(result: dict) -> dict:
     return _with_header(parts, result)
 
 
+class NothingToPlot(ValueError):
+    """A result without any row that has a peer to compare against."""
+
+
 def plot(result: dict, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     parts = PARTS
     if "rows" in result and any("kind" in r for r in result["rows"]):  # bench/dsa.py
         result, parts = from_dsa_rows(result), DSA_PARTS
     elif "rows" in result:  # bench/mla.py
         result, parts = from_rows(result), MLA_PARTS
     parts = [p for p in parts if result.get(p[0])]
+    if not parts:
+        raise NothingToPlot("no row of this result has a peer to compare against")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(len(parts), 1, figsize=(12, 3.2 * len(parts)), squeeze=False)
     for ax, (key, title, figure) in zip(axes[:, 0], parts):
         labels, per_peer = ratios(result[key], figure)
@@ -157,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     path = args.result or max(Path("bench/results").glob("*.json"), key=lambda p: p.name[5:])
     result = json.loads(path.read_text())
     out = path.with_suffix(".png")
-    plot(result, out)
+    try:
+        plot(result, out)
+    except NothingToPlot as e:
+        print(f"{path}: not plotted: {e}")
+        return 0
     print(f"wrote {out}")
     return 0
 

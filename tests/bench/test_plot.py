@@ -1,0 +1,44 @@
+"""bench/plot.py on the JSON layouts the benches write: a DSA result becomes a figure, a
+result without any peer row is refused with a message instead of a traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench import plot  # noqa: E402
+
+HEADER = dict(device="NVIDIA H200", torch="2.11", triton="3.6.0", commit="abc1234", peers={})
+
+
+def _dsa_row(ms: float, peer_ms: float) -> dict:
+    return dict(
+        kind="sparse_decode", kv="fp8", heads=128, b=64, ctx=8192, splits=1, tiles="generated",
+        split_factor=1.0, timer="graph", ms=ms, tflops=100.0 / ms, peer_ms=peer_ms,
+        peer_tflops=100.0 / peer_ms, ratio=peer_ms / ms,
+    )  # fmt: skip
+
+
+def test_dsa_result_plots(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "dsa-h200-test.json"
+    path.write_text(json.dumps(dict(HEADER, rows=[_dsa_row(0.2, 0.1), _dsa_row(0.3, 0.2)])))
+    assert plot.main([str(path)]) == 0
+    assert path.with_suffix(".png").stat().st_size > 0
+
+
+def test_result_without_peers_is_refused(tmp_path: Path, capsys) -> None:
+    row = dict(part="experimental", kernel="library", heads=16, batch=64, ctx=4096, kv="fp8")
+    path = tmp_path / "mla-h200-test.json"
+    path.write_text(json.dumps(dict(HEADER, rows=[dict(row, attngen_ms=0.1)])))
+    with pytest.raises(plot.NothingToPlot):
+        plot.plot(json.loads(path.read_text()), path.with_suffix(".png"))
+    assert plot.main([str(path)]) == 0
+    assert "not plotted" in capsys.readouterr().out
+    assert not path.with_suffix(".png").exists()
