@@ -122,10 +122,9 @@ def test_bad_tiles_fail_before_emission() -> None:
     problems = verify.config_problems(
         dataclasses.replace(c, fwd_tile_m=64, fwd_tile_n=64, fwd_num_stages=9), ("extend",)
     )
-    assert len(problems) == 3, problems
-    assert (
-        "warpgroups" in problems[0] and "page_size=128" in problems[1] and "1 .. 4" in problems[2]
-    )
+    assert len(problems) == 4, problems
+    assert "warpgroups" in problems[0] and "page_size=128" in problems[1]
+    assert "shared memory" in problems[2] and "1 .. 4" in problems[3]
     assert verify.config_problems(dataclasses.replace(c, fwd_tile_n=32), ()) == [
         f"{c.uri}: fwd_tile_n=32 is not one of (64, 128)"
     ]
@@ -205,7 +204,56 @@ def test_capability_constants_agree_with_the_kernel() -> None:
     assert capability.TMA_PAGE_SIZES == set(verify.PAGE_SIZES)
     assert capability.GATHER_PAGE_SIZES == set(verify.GATHER_PAGE_SIZES)
     assert all(t % p == 0 or p % t == 0 for t in verify.TILE_N for p in verify.PAGE_SIZES)
-    assert capability.HEAD_DIMS == {64, 128}
+    assert capability.HEAD_DIMS[Arch.SM90] == {(64, 64), (128, 128), (256, 256), (192, 128)}
+    assert capability.HEAD_DIMS[Arch.SM100] == {(64, 64), (128, 128), (192, 128)}
+
+
+def wide(head_dim: int, v_head_dim: int, page: int = 64, phases=(Phase.PREFILL, Phase.EXTEND)):
+    v = dataclasses.replace(prefill_extend(page=page), phases=phases)
+    return dataclasses.replace(v, shape=MhaShape(head_dim, v_head_dim, 2))
+
+
+def test_wide_head_dims_fit_their_tiles() -> None:
+    """d 256 on sm90 with 64-key tiles (pages up to 64), not on sm100 (tensor memory);
+    192 / 128 (MLA prefill) with 128-key tiles on sm90 and 64 on sm100; decode stays at
+    64 and 128; a tuned tile that overflows shared memory fails before emission."""
+    from attngen.families.mha.cute_dsl import tiles
+
+    for page in (1, 16, 32, 64):
+        c = lower.kernel_config(wide(256, 256, page), Arch.SM90)
+        assert c.fwd_tile_n == 64 and verify.config_problems(c, ("prefill", "extend")) == []
+    prefill = lower.kernel_config(wide(256, 256, phases=(Phase.PREFILL,)), Arch.SM90)
+    assert prefill.fwd_tile_n == 64
+    assert "page size 128 with head dims 256/256" in reason(wide(256, 256, 128))
+    assert "head dims 256/256 are not lowered in CuTe DSL on sm100" in reason(
+        wide(256, 256), Arch.SM100
+    )
+    decode = wide(256, 256, phases=(Phase.DECODE,))
+    assert "decode with head dims 256/256" in reason(decode)
+    for page, tile in ((16, 128), (64, 64), (128, 128)):
+        c = lower.kernel_config(wide(192, 128, page), Arch.SM90)
+        assert c.fwd_tile_n == tile and verify.config_problems(c, ("extend",)) == []
+    assert lower.kernel_config(wide(192, 128), Arch.SM100).fwd_tile_n == 64
+    assert "head dims 96/96" in reason(wide(96, 96))
+    assert tiles.sm90_fwd_shared_bytes(192, 128, 128, 2) <= tiles.SM90_SHARED_BYTES
+    over = dataclasses.replace(lower.kernel_config(wide(256, 256), Arch.SM90), fwd_tile_n=128)
+    problems = verify.config_problems(over, ("prefill",))
+    assert len(problems) == 1 and "over sm90's 232448" in problems[0], problems
+
+
+def test_shared_memory_budget_matches_the_kernel() -> None:
+    """tiles.sm90_fwd_shared_bytes (what the planner reads, importable without the DSL)
+    equals the kernel's own count (checked at compile time) on every head-dim pair."""
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl import tiles
+    from attngen.families.mha.cute_dsl.host.compile import fwd_shape
+    from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import shared_bytes
+
+    traits = MhaCuteTraits(MaskHooks(causal=True), ("prefill", "extend"))
+    for d, dv in sorted(capability.HEAD_DIMS[Arch.SM90]):
+        c = lower.kernel_config(wide(d, dv), Arch.SM90)
+        want = tiles.sm90_fwd_shared_bytes(d, dv, c.fwd_tile_n, c.fwd_num_stages)
+        assert shared_bytes(fwd_shape(c, traits, paged=True)) == want, (d, dv)
 
 
 # -- speculative draft chains: verify and draft extend run the extend kernel ----

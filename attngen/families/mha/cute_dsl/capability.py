@@ -4,15 +4,17 @@ Hopper kernel's pipeline on tiles of a GQA group's heads, then a combine), on sm
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
 and a cache of the same dtype, or (decode on sm90, pages of 16 .. 128 tokens) an fp8 e4m3
-cache with per-tensor scales; head dims 64 and 128; causal, bidirectional and sliding-window
-masks, logit softcap and attention sinks; any GQA group (decode: up to 64, one tile); extend
-and decode over pages of 16, 32, 64 or 128 tokens (read by TMA, one copy per page) and of 1,
-2, 4 or 8 tokens (K/V rows gathered with cp.async). Everything else is "not lowered" with
-the reason."""
+cache with per-tensor scales; head dims 64 and 128, 192 / 128 and (sm90, pages up to 64
+tokens) 256, decode 64 and 128 only; causal, bidirectional and sliding-window masks, logit
+softcap and attention sinks; any GQA group (decode: up to 64, one tile); extend and decode
+over pages of 16, 32, 64 or 128 tokens (read by TMA, one copy per page) and of 1, 2, 4 or 8
+tokens (K/V rows gathered with cp.async). Everything else is "not lowered" with the
+reason."""
 
 from __future__ import annotations
 
 from attngen.spec.enums import Arch, DType, MaskKind, Phase, ScaleGranularity
+from attngen.families.mha.cute_dsl.tiles import sm90_tile_n
 from attngen.families.mha.spec import MhaShape
 from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
@@ -29,7 +31,15 @@ MAX_DECODE_GROUP = 64  # decode packs the group's query heads into one 64-row wg
 # tokens) and converts each tile in shared memory; extend does not read fp8 yet
 FP8_KV = DType.FP8_E4M3
 FP8_PHASES = frozenset({Phase.DECODE})
-HEAD_DIMS = frozenset({64, 128})
+# (qk, v) head dims of prefill / extend / verify / draft extend per arch: 256 on sm90 with
+# 64-key tiles (Q 64 KiB + two K/V stages of 64 KiB fit; 128-key tiles do not), not on
+# sm100 (S's 64 + O's 256 fp32 columns exceed the kernel's 256 of tensor memory); 192 / 128
+# (MLA prefill on decompressed K/V) on both. Decode: 64 and 128 only.
+HEAD_DIMS = {
+    Arch.SM90: frozenset({(64, 64), (128, 128), (256, 256), (192, 128)}),
+    Arch.SM100: frozenset({(64, 64), (128, 128), (192, 128)}),
+}
+DECODE_HEAD_DIMS = frozenset({(64, 64), (128, 128)})
 DTYPES = frozenset({DType.BF16, DType.FP16})
 MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
 # extend: TMA reads K/V one box per page: a page of 64 / 128 tokens is a whole key tile
@@ -39,6 +49,13 @@ MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
 TMA_PAGE_SIZES = frozenset({16, 32, 64, 128})
 GATHER_PAGE_SIZES = frozenset({1, 2, 4, 8})
 EXTEND_PAGE_SIZES = {arch: TMA_PAGE_SIZES | GATHER_PAGE_SIZES for arch in ARCHS}
+# sm90 reads a page of 64 / 128 tokens as one key tile: where a 128-key tile of the head dims
+# does not fit shared memory (lower.sm90_tile_n: 64 keys), 128-token pages are not lowered
+WIDE_TILE_PAGE_SIZES = (TMA_PAGE_SIZES - {128}) | GATHER_PAGE_SIZES
+
+
+def _dims(pairs) -> str:
+    return ", ".join(f"{d}/{dv}" for d, dv in sorted(pairs))
 
 
 def supports(variant: Variant, arch: Arch) -> Verdict:
@@ -47,6 +64,7 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
     extra_phases = set(variant.phases) - PHASES
     kv_name = variant.kv_dtype.value if variant.kv_dtype is not None else "no"
     kind = variant.mask.kind
+    dims = (shape.head_dim, shape.v_head_dim)
     return first_failure(
         [
             (arch in ARCHS, f"no CuTe DSL MHA kernels for {arch.value}"),
@@ -92,9 +110,24 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 "(draft chains, topk 1, are)",
             ),
             (
-                shape.head_dim in HEAD_DIMS and shape.v_head_dim == shape.head_dim,
-                f"head dims {shape.head_dim}/{shape.v_head_dim} are not lowered in CuTe DSL yet "
-                f"(equal qk and v dims in {sorted(HEAD_DIMS)})",
+                dims in HEAD_DIMS.get(arch, ()),
+                f"head dims {shape.head_dim}/{shape.v_head_dim} are not lowered in CuTe DSL on "
+                f"{arch.value} (qk/v: {_dims(HEAD_DIMS.get(arch, ()))})",
+            ),
+            (
+                Phase.DECODE not in variant.phases or dims in DECODE_HEAD_DIMS,
+                f"decode with head dims {shape.head_dim}/{shape.v_head_dim} is not lowered in "
+                f"CuTe DSL (decode: {_dims(DECODE_HEAD_DIMS)})",
+            ),
+            (
+                not (PAGED_PHASES & set(variant.phases))
+                or arch is not Arch.SM90
+                or sm90_tile_n(shape.head_dim, shape.v_head_dim) == 128
+                or variant.page_size in WIDE_TILE_PAGE_SIZES,
+                f"page size {variant.page_size} with head dims {shape.head_dim}/"
+                f"{shape.v_head_dim} is not lowered in CuTe DSL on sm90: a 128-token page is one "
+                "key tile there, and 128 keys of these head dims do not fit shared memory "
+                f"(pages of {sorted(WIDE_TILE_PAGE_SIZES)} tokens are)",
             ),
             (
                 not PAGED_PHASES & set(variant.phases)

@@ -16,6 +16,7 @@ import dataclasses
 
 from attngen.families.mha.cute_dsl.capability import PAGED_PHASES
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
+from attngen.families.mha.cute_dsl.tiles import sm90_tile_n
 from attngen.families.mha.key import MhaKey
 from attngen.library_lowering import plan_module
 from attngen.ir import GraphBuffer, ModulePlan
@@ -36,8 +37,12 @@ MAX_SPLITS = 16
 def fwd_tile_n(variant: Variant, arch: Arch) -> int:
     """Keys per stage: on sm90 a page of 64 or 128 tokens is the key tile when extend reads
     the paged cache (one TMA box per tile); smaller pages fill the default tile, one TMA copy
-    per page."""
+    per page. The sm90 default is 128 keys, 64 where two 128-key stages of the head dims do
+    not fit shared memory (``tiles.sm90_tile_n``: d 256)."""
     tile = FWD_TILE_N[arch]
+    if arch is Arch.SM90:
+        shape = variant.shape
+        tile = min(tile, sm90_tile_n(shape.head_dim, shape.v_head_dim, FWD_NUM_STAGES))
     if arch is Arch.SM90 and PAGED_PHASES & set(variant.phases):
         assert variant.page_size is not None
         return variant.page_size if variant.page_size >= 64 else tile

@@ -4,6 +4,7 @@ kernel compile."""
 from __future__ import annotations
 
 from attngen.families.mha.cute_dsl.config import DECODE_TILE_ROWS, PAGED_PHASES, MhaCuteConfig
+from attngen.families.mha.cute_dsl.tiles import SM90_SHARED_BYTES, sm90_fwd_shared_bytes
 from attngen.ir import ModulePlan, PlanError, check_unique_uris
 
 WGMMA_ROWS = 64  # rows per consumer warpgroup
@@ -34,6 +35,16 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
         problems.append(
             f"page_size={c.page_size} and fwd_tile_n={c.fwd_tile_n}: neither divides the other"
         )
+    if c.arch == "sm90":
+        smem = sm90_fwd_shared_bytes(
+            c.head_dim, c.v_head_dim, c.fwd_tile_n, c.fwd_num_stages, c.fwd_tile_m
+        )
+        if smem > SM90_SHARED_BYTES:
+            problems.append(
+                f"fwd_tile_n={c.fwd_tile_n} x fwd_num_stages={c.fwd_num_stages} at head dims "
+                f"{c.head_dim}/{c.v_head_dim}: {smem} B of shared memory, over sm90's "
+                f"{SM90_SHARED_BYTES}"
+            )
     if c.arch == "sm100" and c.fwd_tile_n != 64:
         problems.append(f"fwd_tile_n={c.fwd_tile_n}: sm100 rows of S hold 64 keys (128 spill)")
     if c.fwd_intra_wg_overlap and c.arch != "sm90":

@@ -1,0 +1,30 @@
+"""Key-tile sizes of the CuTe DSL forward kernels, from their shared-memory budget.
+
+The sm90 kernel keeps the Q tile (128 rows) and ``stages`` K and V tiles in shared memory
+(``kernels/fwd_sm90.shared_bytes``): 128 x d x 2 B + stages x tile_n x (d + dv) x 2 B plus
+1 KiB of barriers. Two stages of 128 keys fit at d 64, 128 and 192 / 128 (208 KiB at the
+last); at d 256 they would take 320 KiB, and 64-key tiles (192 KiB) are the largest that
+fit. Importable without the DSL: the generator plans with it.
+"""
+
+from __future__ import annotations
+
+SM90_SHARED_BYTES = 227 * 1024  # dynamic shared memory a Hopper CTA may use
+BARRIER_BYTES = 1024  # the kernels' mbarriers, padded to a 1 KiB tile alignment
+ELEMENT_BYTES = 2  # bf16 / fp16 tiles
+TILE_M = 128  # query rows per CTA (two consumer warpgroups of 64)
+
+
+def sm90_fwd_shared_bytes(
+    head_dim: int, v_head_dim: int, tile_n: int, stages: int, tile_m: int = TILE_M
+) -> int:
+    """Shared memory of one sm90 forward CTA (16-bit K/V)."""
+    q = tile_m * head_dim * ELEMENT_BYTES
+    kv = stages * tile_n * (head_dim + v_head_dim) * ELEMENT_BYTES
+    return BARRIER_BYTES + q + kv
+
+
+def sm90_tile_n(head_dim: int, v_head_dim: int, stages: int = 2) -> int:
+    """The sm90 forward's keys per tile: 128 where ``stages`` such tiles fit, else 64."""
+    fits = sm90_fwd_shared_bytes(head_dim, v_head_dim, 128, stages) <= SM90_SHARED_BYTES
+    return 128 if fits else 64
