@@ -8,12 +8,21 @@ import sys
 from pathlib import Path
 
 from attngen.emit.header import regenerate_command
-from attngen.generate import ALL_ARCHS, GenerateError, find_specs, generate, log, misplaced
+from attngen.generate import (
+    ALL_ARCHS,
+    GenerateError,
+    find_specs,
+    generate,
+    log,
+    misplaced,
+    warn_many_variants,
+)
 from attngen.emit.writer import DuplicateWrite
 from attngen.ir import PlanError
 from attngen.review import add_parser as add_review_parser
 from attngen.spec.errors import SpecError
 from attngen.spec.loader import load_spec
+from attngen.spec.model import Spec
 from attngen.validate import not_lowered, validate
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -21,35 +30,75 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Every spec file of the paths, as generate would load them (one discovery rule, spec
-    names unique across them), each reported; exit 1 if any fails."""
-    failed, seen = 0, {}
+    names unique across them), each reported once; exit 1 if any fails. A spec file named
+    on its own (not found in a folder) must also not reuse a name of the repository's
+    specs/, which generate would load next to it."""
+    failed, names, done = 0, Names(), set[Path]()
     for raw in args.paths:
         try:
-            paths = find_specs(Path(raw))
+            paths = find_specs(raw)
         except GenerateError as err:
             print(f"error: {err}", file=sys.stderr)
             failed += 1
             continue
+        named = Path(raw).is_file()  # a file named on its own, not found in a folder
         for path in paths:
-            failed += _validate_file(path, seen)
+            if path.resolve() not in done:
+                done.add(path.resolve())
+                failed += _validate_file(path, names, against_repo=named)
     return 1 if failed else 0
 
 
-def _validate_file(path: Path, seen: dict[str, str]) -> int:
+class Names:
+    """Spec names already taken: by the files validated so far and (loaded when first
+    asked) by the repository's specs/."""
+
+    def __init__(self) -> None:
+        self.validated: dict[str, str] = {}
+        self._repo: dict[str, tuple[Path, str]] | None = None
+
+    def clash(self, spec: Spec, path: Path, against_repo: bool) -> str | None:
+        """The spec file that already uses ``spec``'s name, if any."""
+        if spec.name in self.validated:
+            return self.validated[spec.name]
+        if against_repo:
+            owner = self.repo().get(spec.name)
+            if owner is not None and owner[0] != path.resolve():
+                return owner[1]
+        return None
+
+    def repo(self) -> dict[str, tuple[Path, str]]:
+        """name -> (resolved path, shown path) of every spec under specs/ that loads."""
+        if self._repo is None:
+            self._repo = {}
+            folder = REPO_ROOT / "specs"
+            for path in find_specs(folder) if folder.is_dir() else []:
+                try:
+                    spec = load_spec(path, Path.cwd())
+                except (SpecError, OSError):
+                    continue  # its own validation reports it; here only names count
+                self._repo.setdefault(spec.name, (path.resolve(), spec.path))
+        return self._repo
+
+
+def _validate_file(path: Path, names: Names, against_repo: bool) -> int:
     try:
         spec = load_spec(path, Path.cwd())
-        if spec.name in seen:
-            raise SpecError(
-                spec.location, "name", f"{spec.name!r} is already used by {seen[spec.name]}"
-            )
-        seen[spec.name] = spec.path
+        owner = names.clash(spec, path, against_repo)
+        if owner is not None:
+            raise SpecError(spec.location, "name", f"{spec.name!r} is already used by {owner}")
+        names.validated[spec.name] = spec.path
         variants = validate(spec)
     except SpecError as err:
         print(err, file=sys.stderr)
         return 1
+    except OSError as err:
+        print(f"error: {path}: cannot read: {err.strerror or err}", file=sys.stderr)
+        return 1
     warning = misplaced(spec)
     if warning:
         log(warning)
+    warn_many_variants(spec, len(variants))
     print(f"{path}: ok ({len(variants)} variants)")
     for line in not_lowered(spec, variants):
         print(f"{path}: note: {line}")
@@ -59,6 +108,7 @@ def _validate_file(path: Path, seen: dict[str, str]) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     archs = ALL_ARCHS if args.arch == "all" else (args.arch,)
     try:
+        find_specs(args.specs)  # an empty or non-regular path fails here, named
         drift = generate(REPO_ROOT, Path(args.specs), Path(args.out), archs, check=args.check)
     except (SpecError, PlanError, DuplicateWrite, GenerateError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -45,12 +45,19 @@ class GenerateError(Exception):
 SPEC_SUFFIXES = (".yaml", ".yml")
 
 
-def find_specs(path: Path) -> list[Path]:
+def find_specs(path: str | Path) -> list[Path]:
     """The spec files of ``path`` (a file, or a folder searched recursively): the one
     discovery rule of validate and generate. Hidden files and broken links (editor lock
-    files) are passed over; a missing path, or a folder with no spec, is an error."""
+    files) are passed over; a missing path, an empty one (it would mean the current folder),
+    one that is neither a file nor a folder (a FIFO, a device) and a folder with no spec
+    are errors."""
+    if isinstance(path, str) and not path:
+        raise GenerateError("an empty path names no spec file or folder")
+    path = Path(path)
     if path.is_file():
         return [path]
+    if path.exists() and not path.is_dir():
+        raise GenerateError(f"{path}: not a regular file or a folder of spec files")
     if not path.is_dir():
         raise GenerateError(f"{path}: no such spec file or folder")
     found = sorted(
@@ -114,16 +121,21 @@ def check_families_kept(specs: list[Spec], out: Path, archs: tuple[str, ...]) ->
 MANY_VARIANTS = 256
 
 
+def warn_many_variants(spec: Spec, count: int) -> None:
+    """The warning of validate and generate for a spec of more than MANY_VARIANTS variants."""
+    if count > MANY_VARIANTS:
+        log(
+            f"warning: {spec.path}: {count} variants (over {MANY_VARIANTS}): each is a kernel "
+            "config to generate, compile and verify; list fewer values per axis or split the "
+            "spec"
+        )
+
+
 def lower_all(specs: list[Spec], verbose: bool) -> list[ModulePlan]:
     plans = []
     for i, spec in enumerate(specs, 1):
         variants = validate(spec)
-        if len(variants) > MANY_VARIANTS:
-            log(
-                f"warning: {spec.path}: {len(variants)} variants (over {MANY_VARIANTS}): each is "
-                "a kernel config to generate, compile and verify; list fewer values per axis "
-                "or split the spec"
-            )
+        warn_many_variants(spec, len(variants))
         made = []
         for target in spec.targets:
             for arch in target.archs:
@@ -132,8 +144,8 @@ def lower_all(specs: list[Spec], verbose: bool) -> list[ModulePlan]:
                     plans.append(plan)
                     made.append(f"{target.backend.value}/{arch.value}")
         if verbose:
-            what = ", ".join(made) if made else "nothing lowered yet (documented as such)"
-            log(f"[{i}/{len(specs)}] {spec.path}: {len(variants)} variants -> {what}")
+            # validate refused a spec that no target lowers: made is never empty
+            log(f"[{i}/{len(specs)}] {spec.path}: {len(variants)} variants -> {', '.join(made)}")
     return plans
 
 

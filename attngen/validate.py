@@ -12,14 +12,16 @@ from attngen.spec.variant import Variant
 
 def validate(spec: Spec) -> tuple[Variant, ...]:
     """Expand ``spec``; reject targets that cannot run one of its variants (UNSUPPORTED),
-    and variants that no lowered target of the spec lowers (a lowering exists for the
-    family and backend, and it says why not); a family with no lowering for a backend yet
-    is documented as such, not refused."""
+    variants that no lowered target of the spec lowers (a lowering exists for the family
+    and backend, and it says why not), and a spec of which no target lowers anything (it
+    would generate nothing). A target with no lowering of the family yet, next to one that
+    lowers it, is documented as such, not refused."""
     variants = expand(spec)
     _check_unique(spec, variants)
     _check_hardware(spec, variants)
     for variant in variants:
         _check_lowered_somewhere(spec, variant)
+    _check_lowers_something(spec, variants)
     return variants
 
 
@@ -69,6 +71,17 @@ def _check_lowered_somewhere(spec: Spec, variant: Variant) -> None:
         f"targets.{target.backend.value}",
         f"no target lowers variant {variant.uri}: {verdict.reason} ({target.backend.value} "
         f"{arch.value}; lowered on: {', '.join(where) or 'none yet'})",
+    )
+
+
+def _check_lowers_something(spec: Spec, variants: tuple[Variant, ...]) -> None:
+    pairs = [(t.backend, a) for t in spec.targets for a in t.archs]
+    if any(supports(v, b, a).ok for v in variants for b, a in pairs):
+        return
+    raise SpecError(
+        spec.targets[0].location,
+        "targets",
+        f"no target lowers any variant of this spec: {'; '.join(not_lowered(spec, variants))}",
     )
 
 

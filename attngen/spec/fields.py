@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import keyword
 import math
-
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -88,34 +87,76 @@ def node_location(path: str, node: yaml.Node) -> Location:
 
 
 def convert_scalar(kind: Kind, node: yaml.Node, path: str, name: str) -> Any:
-    """Check one scalar node against ``kind`` and return the Python value."""
+    """Check one scalar node against ``kind`` and return the Python value.
+
+    Plain (unquoted) scalars are read by the spec language's own rules, never YAML's:
+    ``true``/``false``, decimal integers, decimal numbers (``1e3`` too) and text. A quoted
+    value is always text, so ``'128'`` is not a number."""
     loc = node_location(path, node)
     if not isinstance(node, yaml.ScalarNode):
-        raise SpecError(loc, name, f"expected {kind.describe()}, got a {_node_kind(node)}")
-    value = yaml.safe_load(node.value) if node.style is None else node.value
+        raise SpecError(loc, name, f"expected {kind.describe()}, got a {node_kind(node)}")
+    raw, plain = node.value, node.style is None
     if isinstance(kind, Bool):
-        if not isinstance(value, bool):
-            raise SpecError(loc, name, f"expected true or false, got {node.value!r}")
-        return value
+        if not plain or raw not in BOOLS:
+            raise SpecError(loc, name, f"expected true or false, got {_shown(raw)}")
+        return BOOLS[raw]
     if isinstance(kind, Int):
-        return _check_int(kind, value, loc, name, node.value)
+        if not plain or not PLAIN_INT.match(raw):
+            raise SpecError(loc, name, f"expected {kind.describe()}, got {_shown(raw)}")
+        return _check_int(kind, raw, loc, name)
     if isinstance(kind, Float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(loc, name, f"expected {kind.describe()}, got {node.value!r}")
-        if not math.isfinite(value):
-            raise SpecError(loc, name, f"{node.value} is not a finite number")
-        if value <= kind.minimum_exclusive:
-            raise SpecError(loc, name, f"{value:g} is out of range: expected {kind.describe()}")
-        return float(value)
+        return _check_float(kind, raw if plain else None, loc, name, raw)
     if isinstance(kind, Text):
-        if not isinstance(value, str):
-            raise SpecError(loc, name, f"expected {kind.describe()}, got {node.value!r}")
-        if kind.identifier:
-            _check_identifier(value, loc, name, kind)
-        elif not value.isprintable():
-            raise SpecError(loc, name, f"{value!r}: one line of printable text expected")
-        return value
-    return _check_enum(kind, str(node.value), loc, name)
+        return _check_text(kind, node, loc, name)
+    return _check_enum(kind, str(raw), loc, name)
+
+
+BOOLS = {"true": True, "false": False}
+# No sign but minus, no leading zeros: YAML 1.1 would read 0400 as octal, 2:08 as base 60.
+PLAIN_INT = re.compile(r"(0|-?[1-9][0-9]*)\Z")
+PLAIN_FLOAT = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?\Z")
+NOT_FINITE = re.compile(r"([-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))\Z")
+MAX_DIGITS = 30  # longer integers are out of every range (and slow to convert)
+MAX_SHOWN = 40  # characters of a value an error message repeats
+YAML_STR = "tag:yaml.org,2002:str"
+
+
+def _cut(raw: str) -> str:
+    """``raw`` as an error message repeats it: cut short when long."""
+    return raw if len(raw) <= MAX_SHOWN else raw[: MAX_SHOWN - 3] + "..."
+
+
+def _shown(raw: str) -> str:
+    return repr(_cut(raw))
+
+
+def _check_float(kind: Float, plain: str | None, loc: Location, name: str, raw: str) -> float:
+    """``plain`` is the scalar's text, or None when it was quoted."""
+    if plain is not None and NOT_FINITE.match(plain):
+        raise SpecError(loc, name, f"{plain} is not a finite number")
+    if plain is None or not PLAIN_FLOAT.match(plain):
+        raise SpecError(loc, name, f"expected {kind.describe()}, got {_shown(raw)}")
+    value = float(plain)  # a string too large for a float reads as inf, never raises
+    if not math.isfinite(value):
+        raise SpecError(loc, name, f"{_cut(plain)} is not a finite number")
+    if value <= kind.minimum_exclusive:
+        raise SpecError(loc, name, f"{value:g} is out of range: expected {kind.describe()}")
+    return value
+
+
+def _check_text(kind: Text, node: yaml.ScalarNode, loc: Location, name: str) -> str:
+    value = node.value
+    if node.style is None and node.tag != YAML_STR:
+        # YAML reads this plain scalar as a number, date, bool...: quoting makes it text
+        hint = "" if kind.identifier else " (quote it to make it text)"
+        raise SpecError(loc, name, f"expected {kind.describe()}, got {_shown(value)}{hint}")
+    if kind.identifier:
+        _check_identifier(value, loc, name, kind)
+    elif not value.strip():
+        raise SpecError(loc, name, f"expected one line of text, got {value!r}")
+    elif not value.isprintable():
+        raise SpecError(loc, name, f"{value!r}: one line of printable text expected")
+    return value
 
 
 # A spec name becomes a Python package and a folder: a keyword cannot be imported, and a
@@ -132,9 +173,11 @@ def _check_identifier(value: str, loc: Location, name: str, kind: Text) -> None:
         raise SpecError(loc, name, f"{len(value)} characters: at most {MAX_IDENTIFIER}")
 
 
-def _check_int(kind: Int, value: Any, loc: Location, name: str, raw: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(loc, name, f"expected {kind.describe()}, got {raw!r}")
+def _check_int(kind: Int, raw: str, loc: Location, name: str) -> int:
+    """``raw`` is a plain decimal integer (PLAIN_INT)."""
+    if len(raw) > MAX_DIGITS:
+        raise SpecError(loc, name, f"{_cut(raw)} is not allowed: expected {kind.describe()}")
+    value = int(raw)
     in_range = kind.minimum <= value <= kind.maximum
     pow2_ok = not kind.power_of_two or value & (value - 1) == 0
     choice_ok = not kind.choices or value in kind.choices
@@ -147,10 +190,10 @@ def _check_enum(kind: OneOf, raw: str, loc: Location, name: str) -> Enum:
     for member in kind.allowed:
         if member.value == raw:
             return member
-    raise SpecError(loc, name, f"unknown value {raw!r}: expected {kind.describe()}")
+    raise SpecError(loc, name, f"unknown value {_shown(raw)}: expected {kind.describe()}")
 
 
-def _node_kind(node: yaml.Node) -> str:
+def node_kind(node: yaml.Node) -> str:
     if isinstance(node, yaml.MappingNode):
         return "mapping"
     if isinstance(node, yaml.SequenceNode):

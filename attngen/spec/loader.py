@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
+from attngen.spec.document import compose_spec
 from attngen.spec.errors import Location, SpecError
 from attngen.spec.fields import OneOf, convert_scalar, node_location
 from attngen.spec.family import FamilySpec
@@ -21,7 +22,7 @@ from attngen.spec.model import (
     Target,
     Tuning,
 )
-from attngen.spec.reader import MapReader, default_section, read_section
+from attngen.spec.reader import MapReader, default_section, is_null, read_section
 
 QUANTIZED_KV = {
     # per_block: one scale per block of values (e.g. each 128 values of an fp8 latent row)
@@ -40,24 +41,7 @@ def load_spec(path: Path, root: Path | None = None) -> Spec:
     """Parse one spec file; ``root`` makes the recorded path repo-relative."""
     raw = path.read_bytes()
     rel = _relative(path, root)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise SpecError(
-            Location(rel, line), "", f"not UTF-8 text (byte {err.start}: {raw[err.start]:#04x})"
-        ) from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except RecursionError:
-        raise SpecError(Location(rel, 1), "", "not a spec: YAML nested too deeply") from None
-    except yaml.MarkedYAMLError as err:
-        line = err.problem_mark.line + 1 if err.problem_mark else 1
-        raise SpecError(Location(rel, line), "", f"not valid YAML: {err.problem}") from None
-    except yaml.YAMLError as err:  # no position to report
-        raise SpecError(Location(rel, 1), "", f"not valid YAML: {err}") from None
-    if node is None:
-        raise SpecError(Location(rel, 1), "", "empty spec file")
+    node = compose_spec(raw, rel)
     return _read_spec(node, rel, hashlib.sha256(raw).hexdigest())
 
 
@@ -190,8 +174,14 @@ def _read_targets(node: yaml.Node, path: str) -> tuple[Target, ...]:
         name = f"targets.{key_node.value}"
         backend = convert_scalar(backend_kind, key_node, path, "targets")
         items = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-        if not items:
-            raise SpecError(node_location(path, value_node), name, "an empty list selects nothing")
+        missing = is_null(value_node)
+        if missing or not items:
+            what = "missing" if missing else "empty"
+            raise SpecError(
+                node_location(path, value_node),
+                name,
+                f"the arch list is {what}: expected a list of {', '.join(a.value for a in Arch)}",
+            )
         archs = tuple(convert_scalar(arch_kind, item, path, name) for item in items)
         if len(set(archs)) != len(archs):
             raise SpecError(node_location(path, value_node), name, "an arch is listed twice")
@@ -236,14 +226,16 @@ def _read_backend_tuning(
         values = []
         for key in list(reader.entries):
             name = f"{prefix}.{arch.value}.{key}"
+            key_loc = node_location(path, reader.entries[key][0])
             if key not in lowering.tuning_keys:
                 raise SpecError(
-                    node_location(path, reader.entries[key][0]),
-                    name,
-                    f"unknown tile key (allowed: {', '.join(lowering.tuning_keys)})",
+                    key_loc, name, f"unknown tile key (allowed: {', '.join(lowering.tuning_keys)})"
                 )
             value_kind = lowering.tuning_keys[key]
-            values.append((key, convert_scalar(value_kind, reader.pop_node(key), path, name)))
+            value_node = reader.pop_node(key)
+            if value_node is None:
+                raise SpecError(key_loc, name, f"no value: expected {value_kind.describe()}")
+            values.append((key, convert_scalar(value_kind, value_node, path, name)))
         loc = node_location(path, key_node)
         out.append(Tuning(location=loc, backend=backend, arch=arch, values=tuple(sorted(values))))
     return out

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import yaml
 
 from attngen.spec.errors import Location, SpecError
-from attngen.spec.fields import Field, convert_scalar, node_location
+from attngen.spec.fields import Field, convert_scalar, node_kind, node_location
 
 T = TypeVar("T")
 MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *anchor`
@@ -26,6 +26,12 @@ class MapReader:
         self.prefix = prefix
         self.entries: dict[str, tuple[yaml.Node, yaml.Node]] = {}
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise SpecError(
+                    node_location(path, key_node),
+                    prefix or "spec",
+                    f"keys must be plain names, got a {node_kind(key_node)}",
+                )
             key = str(key_node.value)
             if key_node.tag == MERGE_TAG:
                 raise SpecError(
@@ -46,7 +52,7 @@ class MapReader:
 
     def pop_node(self, key: str) -> yaml.Node | None:
         entry = self.entries.pop(key, None)
-        if entry is None or _is_null(entry[1]):
+        if entry is None or is_null(entry[1]):
             return None
         return entry[1]
 
@@ -113,5 +119,6 @@ def default_section(cls: type[T], location: Location) -> T:
     return cls(location=location, **values)  # type: ignore[call-arg]
 
 
-def _is_null(node: yaml.Node) -> bool:
+def is_null(node: yaml.Node) -> bool:
+    """An empty value, ``~`` or ``null``: the key is read as left out."""
     return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"

@@ -319,6 +319,18 @@ def test_validate_and_generate_find_the_same_specs(tmp_path: Path) -> None:
     assert result.returncode == 1 and "'mha_gqa_paged' is already used by" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["validate", "generate"])
+def test_empty_and_special_paths_are_refused(tmp_path: Path, command: str) -> None:
+    """An empty path (it would mean the current folder) and a path that is neither a file
+    nor a folder are refused by name, by both commands, before anything is read or written."""
+    out = ("--out", str(tmp_path / "out"))
+    for path, message in (("", "an empty path"), ("/dev/null", "not a regular file")):
+        args = (command, path) if command == "validate" else (command, "--specs", path, *out)
+        result = run_cli(*args)
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_description_holding_code_stays_inert_text(tmp_path: Path) -> None:
     """Spec strings reach generated code only through one escaping function."""
     specs = tmp_path / "specs"

@@ -132,6 +132,76 @@ EXPECTED = {
     "dsa_page_16": (
         "tests/spec/bad_specs/dsa_page_16.yaml:9: kv_cache.page_size: dsa needs 64-token pages, not 16: the indexer's key cache packs 64 fp8 keys and their scales per page, and sparse MLA reads the latent cache in the same pages"
     ),
+    # scalars are read by the spec language's rules, never YAML 1.1's
+    "mha_value_equals": (
+        "tests/spec/bad_specs/mha_value_equals.yaml:6: heads.head_dim: expected an integer in 1..512, got '='"
+    ),
+    "mha_value_merge_marker": (
+        "tests/spec/bad_specs/mha_value_merge_marker.yaml:7: heads.gqa_group: expected an integer in 1..128, got '<<'"
+    ),
+    "mha_value_timestamp": (
+        "tests/spec/bad_specs/mha_value_timestamp.yaml:6: heads.head_dim: expected an integer in 1..512, got '2001-02-30'"
+    ),
+    "mha_value_document_marker": (
+        "tests/spec/bad_specs/mha_value_document_marker.yaml:6: heads.head_dim: expected an integer in 1..512, got '--- !!foo x'"
+    ),
+    "mha_name_document_marker": (
+        "tests/spec/bad_specs/mha_name_document_marker.yaml:1: name: '--- fz_other' is not an identifier ([a-z][a-z0-9_]*)"
+    ),
+    "mha_softcap_overflow": (
+        "tests/spec/bad_specs/mha_softcap_overflow.yaml:8: mask.logit_softcap: 1000000000000000000000000000000000000... is not a finite number"
+    ),
+    "mha_tuning_no_value": (
+        "tests/spec/bad_specs/mha_tuning_no_value.yaml:12: tuning.triton.sm90.decode_num_warps: no value: expected one of 1, 2, 4, 8, 16"
+    ),
+    "mha_tag_str": (
+        "tests/spec/bad_specs/mha_tag_str.yaml:6: heads.head_dim: YAML tags are not allowed, got !!str: a spec is plain data (drop the tag)"
+    ),
+    "mha_tag_python": (
+        "tests/spec/bad_specs/mha_tag_python.yaml:6: heads.head_dim: YAML tags are not allowed, got !!python/object:os.system: a spec is plain data (drop the tag)"
+    ),
+    "mha_tag_local": (
+        "tests/spec/bad_specs/mha_tag_local.yaml:5: heads: YAML tags are not allowed, got !shape: a spec is plain data (drop the tag)"
+    ),
+    "mha_octal_window": (
+        "tests/spec/bad_specs/mha_octal_window.yaml:9: mask.window_left: expected an integer in 1..1048576, got '0400'"
+    ),
+    "mha_octal_page": (
+        "tests/spec/bad_specs/mha_octal_page.yaml:8: kv_cache.page_size: expected an integer in 1..128 and a power of two, got '010'"
+    ),
+    "mha_base60_head_dim": (
+        "tests/spec/bad_specs/mha_base60_head_dim.yaml:6: heads.head_dim: expected an integer in 1..512, got '2:08'"
+    ),
+    "mha_base60_softcap": (
+        "tests/spec/bad_specs/mha_base60_softcap.yaml:8: mask.logit_softcap: expected a number > 0, got '1:30.5'"
+    ),
+    "mha_hex_head_dim": (
+        "tests/spec/bad_specs/mha_hex_head_dim.yaml:6: heads.head_dim: expected an integer in 1..512, got '0x80'"
+    ),
+    "mha_too_many_variants": (
+        "tests/spec/bad_specs/mha_too_many_variants.yaml:1: axes: 8192 variants (heads.head_dim 64 x heads.v_head_dim 64 x heads.gqa_group 2): at most 4096 per spec; list fewer values per axis or split the spec"
+    ),
+    "mha_description_empty": (
+        "tests/spec/bad_specs/mha_description_empty.yaml:3: description: expected one line of text, got ''"
+    ),
+    "mha_description_blank": (
+        "tests/spec/bad_specs/mha_description_blank.yaml:3: description: expected one line of text, got '   '"
+    ),
+    "mha_targets_no_archs": (
+        "tests/spec/bad_specs/mha_targets_no_archs.yaml:8: targets.triton: the arch list is missing: expected a list of sm80, sm90, sm100"
+    ),
+    "mha_complex_key": (
+        "tests/spec/bad_specs/mha_complex_key.yaml:7: heads: keys must be plain names, got a list"
+    ),
+    "mha_two_documents": (
+        "tests/spec/bad_specs/mha_two_documents.yaml:9: a spec file holds one YAML document: a second starts here"
+    ),
+    "mha_nul_byte": (
+        "tests/spec/bad_specs/mha_nul_byte.yaml:4: not valid YAML: character #x0000: special characters are not allowed"
+    ),
+    "mla_no_target_lowers": (
+        "tests/spec/bad_specs/mla_no_target_lowers.yaml:12: targets: no target lowers any variant of this spec: cute_dsl sm90 skips 1 of 1 variants (e.g. r512_rope64_h16_ps1_bf16_causal: no CuTe DSL lowering for mla yet)"
+    ),
 }
 
 

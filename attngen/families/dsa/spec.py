@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from attngen.families.mla.spec import MlaDims, MlaShape
+from attngen.families.mla.spec import MlaDims, MlaShape, check_mask
 from attngen.families.mla.spec import shapes as mla_shapes
 from attngen.spec.errors import Location, SpecError
 from attngen.spec.family import FamilySpec
@@ -70,6 +70,7 @@ def shapes(spec: Spec) -> Iterator[DsaShape]:
 
 
 def check(spec: Spec) -> None:
+    check_mask(spec, "dsa")
     kv = spec.kv_cache
     assert kv is not None  # DSA keeps a KV cache: the loader fills the section
     other = [p for p in kv.page_size if p != PAGE_SIZE]

@@ -6,7 +6,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from attngen.spec.errors import Location
+from attngen.spec.enums import MaskKind
+from attngen.spec.errors import Location, SpecError
 from attngen.spec.family import FamilySpec
 from attngen.spec.fields import Field, Int
 from attngen.spec.model import Section, Spec
@@ -53,4 +54,18 @@ def shapes(spec: Spec) -> Iterator[MhaShape]:
         yield MhaShape(d, d if dv is None else dv, g)
 
 
-SPEC = FamilySpec({"heads": MhaHeads}, shapes)
+def check(spec: Spec) -> None:
+    """Speculative decoding verifies drafts of an autoregressive model: each draft sees the
+    prefix and the drafts before it, never later ones. A bidirectional base mask (an
+    encoder) has no such order, so speculative settings with ``mask.kind: none`` are refused
+    here instead of building drafts that see each other."""
+    if spec.speculative is not None and spec.mask.kind is MaskKind.NONE:
+        raise SpecError(
+            spec.speculative.location,
+            "speculative",
+            "speculative decoding needs a causal (or sliding-window) base mask; mask.kind is "
+            "none (bidirectional: drafts would see later drafts)",
+        )
+
+
+SPEC = FamilySpec({"heads": MhaHeads}, shapes, check=check)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from attngen.spec.errors import Location
+from attngen.spec.errors import Location, SpecError
 from attngen.spec.family import FamilySpec
 from attngen.spec.fields import Field, Int
 from attngen.spec.model import Section, Spec
@@ -77,4 +77,20 @@ def shapes(spec: Spec) -> Iterator[MlaShape]:
         )
 
 
-SPEC = FamilySpec({"mla": MlaDims}, shapes)
+def check_mask(spec: Spec, family: str = "mla") -> None:
+    """MLA attends causally (draft trees: a custom mask) with neither logit softcap nor
+    attention sinks: DeepSeek's and Kimi's models have neither, and the kernels have no
+    such hook, so a spec asking for one is refused rather than silently ignored."""
+    mask = spec.mask
+    given = [name for name, on in (("logit_softcap", mask.logit_softcap), ("sinks", mask.sinks))
+             if on]  # fmt: skip
+    if given:
+        raise SpecError(
+            mask.location,
+            f"mask.{given[0]}",
+            f"{family} has no logit softcap or attention sinks (DeepSeek and Kimi attention "
+            "use neither); remove mask." + " and mask.".join(given),
+        )
+
+
+SPEC = FamilySpec({"mla": MlaDims}, shapes, check=check_mask)

@@ -23,7 +23,12 @@ TILE_ROWS = Int(16, 256, power_of_two=True)
 STRIP = Int(16, 8192, power_of_two=True)
 
 
+FLAG = Int(0, 1, choices=(0, 1))  # sparse_gluon: a switch (verify.py checks where it applies)
+
+
 def _tile_values(key: str) -> Int:
+    if key == "sparse_gluon":
+        return FLAG
     if key in ("topk_block", "indexer_block_s"):
         return STRIP
     return SPLITS if key == "max_splits" else TILE_ROWS

@@ -16,7 +16,26 @@ POW2_TILES = (
 WARP_COUNTS = (1, 2, 4, 8, 16)
 
 
-def config_problems(c: DsaTritonConfig) -> list[str]:
+def gluon_problems(c: DsaTritonConfig, arch: str) -> list[str]:
+    """Where ``sparse_gluon`` applies (as launch._check_gluon checks again at run time): the
+    Gluon kernels' fixed tile (64 heads x 64 slots on 8 warps), sm90's warpgroup MMA, and
+    bf16 activations over fp8 rows."""
+    if not c.sparse_gluon:
+        return []
+    problems = []
+    tile = (c.sparse_block_h, c.sparse_block_n, c.sparse_num_warps)
+    if arch != "sm90":
+        problems.append(f"sparse_gluon=1 runs sm90 warpgroup MMA kernels, not {arch}")
+    if tile != (64, 64, 8):
+        problems.append(
+            f"sparse_gluon=1 needs sparse_block_h 64, sparse_block_n 64 and 8 warps, got {tile}"
+        )
+    if c.kv_dtype == "float8_e4m3fn" and c.dtype != "bfloat16":
+        problems.append(f"sparse_gluon=1 over fp8 rows needs bf16 activations, got {c.dtype}")
+    return problems
+
+
+def config_problems(c: DsaTritonConfig, arch: str = "sm90") -> list[str]:
     problems = [
         f"{name}={getattr(c, name)} is not a power of two"
         for name in POW2_TILES
@@ -31,11 +50,12 @@ def config_problems(c: DsaTritonConfig) -> list[str]:
     for name in ("sparse_num_warps", "combine_num_warps", "indexer_num_warps", "topk_num_warps"):
         if getattr(c, name) not in WARP_COUNTS:
             problems.append(f"{name}={getattr(c, name)} is not a warp count Triton accepts")
+    problems += gluon_problems(c, arch)
     return [f"{c.uri}: {p}" for p in problems]
 
 
 def verify_plan(plan: ModulePlan) -> None:
-    problems = [p for k in plan.kernels for p in config_problems(k.config)]
+    problems = [p for k in plan.kernels for p in config_problems(k.config, plan.arch.value)]
     problems += check_unique_uris(plan)
     if problems:
         raise PlanError(f"{plan.spec.path} ({plan.arch.value}): " + "; ".join(problems))

@@ -132,7 +132,7 @@ def kernel_config(
         **extend_tiles(tile_dim(shape), arch, quantized),
     )
     verify = verify_tiles(variant.num_draft_tokens, shape.gqa_group, config.extend_block_n)
-    return dataclasses.replace(config, **verify, **(overrides or {}))
+    return dataclasses.replace(config, **{**verify, **(overrides or {})})
 
 
 def decode_graph_buffers(fill: int) -> tuple[GraphBuffer, ...]:

@@ -1,0 +1,155 @@
+"""How spec values are read (the spec language's rules, never YAML 1.1's) and what
+`attngen validate` refuses about its paths. The bad_specs fixtures pin one case each; these
+cover the spellings around them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from attngen.cli import main
+from attngen.generate import MANY_VARIANTS
+from attngen.spec.errors import SpecError
+from attngen.spec.loader import load_spec
+from attngen.validate import validate
+from attngen.testing.paths import REPO_ROOT as ROOT
+
+SPEC = """name: reading
+family: mha
+description: DESCRIPTION
+phases: [decode]
+heads:
+  head_dim: HEAD_DIM
+mask:
+  logit_softcap: SOFTCAP
+  sinks: SINKS
+targets:
+  triton: [sm90]
+"""
+PLAIN = {"DESCRIPTION": "plain", "HEAD_DIM": "128", "SOFTCAP": "30", "SINKS": "false"}
+
+
+def spec_text(name: str = "reading", **values: str) -> str:
+    text = SPEC.replace("name: reading", f"name: {name}")
+    for key, value in {**PLAIN, **values}.items():
+        text = text.replace(key, value)
+    return text
+
+
+def read(tmp_path: Path, **values: str):
+    path = tmp_path / "reading.yaml"
+    path.write_text(spec_text(**values), encoding="utf-8")
+    spec = load_spec(path, tmp_path)
+    validate(spec)
+    return spec
+
+
+@pytest.mark.parametrize(
+    "written, value",
+    [("30", 30.0), ("30.5", 30.5), ("1e3", 1000.0), ("1.5e-2", 0.015), ("2E1", 20.0)],
+)
+def test_softcap_takes_decimal_numbers_and_exponents(tmp_path, written, value) -> None:
+    assert read(tmp_path, SOFTCAP=written).mask.logit_softcap == value
+
+
+@pytest.mark.parametrize(
+    "written, value",
+    [("--- hello", "--- hello"), ("'2001-02-30'", "2001-02-30"), ("a: b", None)],
+)
+def test_a_description_is_the_text_written(tmp_path, written, value) -> None:
+    if value is None:  # `description: a: b` is not valid YAML
+        with pytest.raises(SpecError, match="not valid YAML"):
+            read(tmp_path, DESCRIPTION=written)
+        return
+    assert read(tmp_path, DESCRIPTION=written).description == value
+
+
+@pytest.mark.parametrize(
+    "field, written, message",
+    [
+        ("HEAD_DIM", "'128'", "heads.head_dim: expected an integer in 1..512, got '128'"),
+        ("HEAD_DIM", "+128", "heads.head_dim: expected an integer in 1..512, got '+128'"),
+        ("HEAD_DIM", "1_28", "heads.head_dim: expected an integer in 1..512, got '1_28'"),
+        ("HEAD_DIM", "0b10000000", "expected an integer in 1..512, got '0b10000000'"),
+        ("HEAD_DIM", "0200", "heads.head_dim: expected an integer in 1..512, got '0200'"),
+        ("HEAD_DIM", "2001-13-45", "expected an integer in 1..512, got '2001-13-45'"),
+        ("HEAD_DIM", "<<", "heads.head_dim: expected an integer in 1..512, got '<<'"),
+        ("HEAD_DIM", "!!float 128", "heads.head_dim: YAML tags are not allowed, got !!float"),
+        ("HEAD_DIM", "!!int 128", "heads.head_dim: YAML tags are not allowed, got !!int"),
+        ("HEAD_DIM", "! 128", "heads.head_dim: YAML tags are not allowed, got !:"),
+        ("HEAD_DIM", "1" + "0" * 5000, "head_dim: 1000000000000000000000000000000000000... is not"),
+        ("SOFTCAP", "'30'", "mask.logit_softcap: expected a number > 0, got '30'"),
+        ("SOFTCAP", ".5", "mask.logit_softcap: expected a number > 0, got '.5'"),
+        ("SOFTCAP", "1e400", "mask.logit_softcap: 1e400 is not a finite number"),
+        ("SOFTCAP", "-.inf", "mask.logit_softcap: -.inf is not a finite number"),
+        ("SOFTCAP", "-2", "mask.logit_softcap: -2 is out of range: expected a number > 0"),
+        ("SINKS", "yes", "mask.sinks: expected true or false, got 'yes'"),
+        ("SINKS", "'true'", "mask.sinks: expected true or false, got 'true'"),
+        ("DESCRIPTION", "=", "description: expected a string, got '=' (quote it to make it text)"),
+        ("DESCRIPTION", "2001-02-30", "description: expected a string, got '2001-02-30'"),
+        ("DESCRIPTION", "!!str x", "description: YAML tags are not allowed, got !!str"),
+    ],
+)
+def test_spellings_yaml_would_reread_are_refused(tmp_path, field, written, message) -> None:
+    with pytest.raises(SpecError) as info:
+        read(tmp_path, **{field: written})
+    assert message in str(info.value)
+
+
+def spec_file(folder: Path, name: str, text: str | None = None) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(text or spec_text(name), encoding="utf-8")
+    return path
+
+
+def test_a_file_named_twice_is_validated_once(tmp_path, capsys) -> None:
+    path = spec_file(tmp_path, "fz_twice")
+    assert main(["validate", str(path), str(path), str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"{path}: ok (1 variants)\n" and captured.err == ""
+
+
+def test_a_file_named_alone_must_not_reuse_a_name_of_specs(tmp_path, capsys) -> None:
+    """generate loads specs/ as a whole, so a new file's name must be free there too."""
+    text = (ROOT / "specs" / "mha" / "gqa_paged.yaml").read_text()
+    (tmp_path / "new.yaml").write_text(text)
+    assert main(["validate", str(tmp_path / "new.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "new.yaml:3: name: 'mha_gqa_paged' is already used by " in err
+    assert err.rstrip().endswith("specs/mha/gqa_paged.yaml")
+    # the spec itself, and a folder holding the copy (as `generate --specs` would take it)
+    assert main(["validate", str(ROOT / "specs" / "mha" / "gqa_paged.yaml")]) == 0
+    assert main(["validate", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("", "error: an empty path names no spec file or folder"),
+        (os.devnull, f"error: {os.devnull}: not a regular file or a folder of spec files"),
+        ("FIFO", "fifo.yaml: not a regular file or a folder of spec files"),
+    ],
+)
+def test_paths_that_are_not_spec_files_are_refused(tmp_path, capsys, path, message) -> None:
+    if path == "FIFO":
+        path = str(tmp_path / "fifo.yaml")
+        os.mkfifo(path)
+    assert main(["validate", path]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_validate_warns_where_generate_does(tmp_path, capsys) -> None:
+    """Above generate.MANY_VARIANTS variants both warn; the spec still validates."""
+    groups = "[1, 2, 4, 8, 16, 32, 64]"
+    text = (
+        "name: fz_many\nfamily: mha\ndescription: many variants\nphases: [decode]\n"
+        f"dtype: [bf16, fp16]\nheads: {{head_dim: [64, 128, 256], gqa_group: {groups}}}\n"
+        "kv_cache: {page_size: [1, 2, 4, 8, 16, 32, 64, 128]}\ntargets: {triton: [sm90]}\n"
+    )
+    path = spec_file(tmp_path, "fz_many", text)
+    assert main(["validate", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert f"{path}: ok (336 variants)" in captured.out
+    assert f"336 variants (over {MANY_VARIANTS})" in captured.err
