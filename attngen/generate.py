@@ -83,7 +83,7 @@ def misplaced(spec: Spec) -> str | None:
     return None
 
 
-def load_all(specs_dir: Path, root: Path) -> list[Spec]:
+def load_all(specs_dir: str | Path, root: Path) -> list[Spec]:
     specs = [load_spec(p, root) for p in find_specs(specs_dir)]
     seen: dict[str, Spec] = {}
     for spec in specs:
@@ -149,7 +149,7 @@ def lower_all(specs: list[Spec], verbose: bool) -> list[ModulePlan]:
     return plans
 
 
-def build(root: Path, specs_dir: Path, verbose: bool = True) -> Build:
+def build(root: Path, specs_dir: str | Path, verbose: bool = True) -> Build:
     specs = load_all(specs_dir, root)
     plans = lower_all(specs, verbose)
     digest = hashlib.sha256("".join(s.sha256 for s in specs).encode()).hexdigest()
@@ -220,7 +220,9 @@ def manifest(files: dict[str, str], digest: str) -> str:
     return json.dumps(body, indent=1, sort_keys=True) + "\n"
 
 
-def generate(root: Path, specs_dir: Path, out: Path, archs: tuple[str, ...], check: bool) -> Drift:
+def generate(
+    root: Path, specs_dir: str | Path, out: Path, archs: tuple[str, ...], check: bool
+) -> Drift:
     result = build(root, specs_dir)
     check_families_kept(list(result.specs), out, archs)
     if check:  # the drift check covers every arch: the build produced them all anyway
