@@ -275,6 +275,9 @@ def main():
     )
     args = ap.parse_args()
     parts = set(args.parts.split(","))
+    unknown = parts - {"decode", "tiles", "sweep", "prefill", "indexer"}
+    if unknown:
+        ap.error(f"--parts: unknown part(s) {', '.join(sorted(unknown))}")
     fm, why = load_flashmla(args.flashmla)
     print("flashmla:", "loaded" if fm else why, flush=True)
     rows = []
