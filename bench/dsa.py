@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.graph_timing import graph_ms  # noqa: E402
 PAGE, TOPK, SCALE = 64, 2048, 192**-0.5
+PARTS = ("decode", "tiles", "sweep", "prefill", "indexer")  # --parts, in run order
 
 
 def load_flashmla(path):
@@ -269,13 +270,13 @@ def main():
     ap.add_argument("--out", default="bench/results")
     ap.add_argument(
         "--parts",
-        default="decode,tiles,sweep,prefill,indexer",
+        default=",".join(PARTS),
         help="comma list of parts to run: decode (generated tiles, FlashMLA), tiles (the "
         "Triton kernel's tiles), sweep (other split counts), prefill, indexer",
     )
     args = ap.parse_args()
     parts = set(args.parts.split(","))
-    unknown = parts - {"decode", "tiles", "sweep", "prefill", "indexer"}
+    unknown = parts - set(PARTS)
     if unknown:
         ap.error(f"--parts: unknown part(s) {', '.join(sorted(unknown))}")
     fm, why = load_flashmla(args.flashmla)
