@@ -577,7 +577,8 @@ def sweep_rows(torch, timer, mods, fm, rows, save, only=None, groups=None, tiles
 
 def prefill_rows(torch, timer, mods, fa4, fa4_info, rows, save, tiles=(None,)):
     """The causal 192/128 prefill with LSE, once per ragged tile (None: the generated one;
-    else (BLOCK_M, BLOCK_N, warps, stages)); FA4 timed once, next to the first."""
+    else (BLOCK_M, BLOCK_N, warps, stages)); FA4 timed once, next to the first. Returns
+    FA4's time (None without FA4)."""
     base = mods["bf16"].CONFIGS["r512_rope64_h128_ps64_bf16_causal"]
     t4 = None
     for tile in tiles:
@@ -589,9 +590,12 @@ def prefill_rows(torch, timer, mods, fa4, fa4_info, rows, save, tiles=(None,)):
                 ragged_num_stages=st,
             )  # fmt: skip
         t4 = prefill_row(torch, timer, mods["bf16"], cfg, fa4, fa4_info, rows, save, t4)
+    return t4
 
 
-def prefill_row(torch, timer, k16, cfg, fa4, fa4_info, rows, save, t4):
+def prefill_inputs(torch):
+    """The prefill case's tensors (4 x 4096 tokens, 128 heads, qk 192, v 128): fresh random
+    q/k/v (k's last 64 columns are the rope part, per head), the indptrs, NaN outputs."""
     s, b, h = 4096, 4, 128
     t = s * b
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -601,6 +605,34 @@ def prefill_row(torch, timer, k16, cfg, fa4, fa4_info, rows, save, t4):
     indptr = torch.arange(b + 1, device="cuda", dtype=torch.int32) * s
     out = torch.full((t, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
     lse = torch.full((t, h), float("nan"), device="cuda", dtype=torch.float32)
+    flops = 2 * b * h * s * s * (192 + 128) / 2
+    return types.SimpleNamespace(s=s, b=b, h=h, t=t, q=q, k=k, v=v, indptr=indptr, out=out,
+                                 lse=lse, flops=flops)  # fmt: skip
+
+
+def prefill_errors(torch, inp, out, lse=None) -> dict:
+    """Max errors of out (and lse) against the float reference on the last 64 queries of the
+    last sequence (they see all s keys), and whether any NaN of the fill is left."""
+    s, t = inp.s, inp.t
+    lo = t - 64
+    qs, ks, vs = inp.q[lo:t].float(), inp.k[t - s : t].float(), inp.v[t - s : t].float()
+    sc = torch.einsum("qhd,khd->hqk", qs, ks) * SCALE
+    pos_q = torch.arange(s - 64, s, device="cuda")[:, None]
+    sc = sc.masked_fill(torch.arange(s, device="cuda")[None, :] > pos_q, float("-inf"))
+    want = torch.einsum("hqk,khd->qhd", torch.softmax(sc, -1), vs)
+    errs = dict(
+        max_err_vs_ref=(out[lo:t].float() - want).abs().max().item(),
+        nan_left=bool(out.isnan().any() or (lse is not None and lse.isnan().any())),
+    )
+    if lse is not None:
+        errs["max_lse_err_vs_ref"] = (lse[lo:t] - torch.logsumexp(sc, -1).T).abs().max().item()
+    return errs
+
+
+def prefill_row(torch, timer, k16, cfg, fa4, fa4_info, rows, save, t4):
+    inp = prefill_inputs(torch)
+    q, k, v, indptr, out, lse = inp.q, inp.k, inp.v, inp.indptr, inp.out, inp.lse
+    s, b, h, flops = inp.s, inp.b, inp.h, inp.flops
 
     def ours():
         k16.ragged(
@@ -620,7 +652,6 @@ def prefill_row(torch, timer, k16, cfg, fa4, fa4_info, rows, save, t4):
         )
 
     ms = time_it(ours, timer, graph=False)
-    flops = 2 * b * h * s * s * (192 + 128) / 2
     row = dict(
         part="prefill",
         heads=h,
@@ -629,18 +660,8 @@ def prefill_row(torch, timer, k16, cfg, fa4, fa4_info, rows, save, t4):
         tile=[cfg.ragged_block_m, cfg.ragged_block_n, cfg.ragged_num_warps, cfg.ragged_num_stages],
         attngen_ms=ms,
         attngen_tflops=flops / ms / 1e9,
-        nan_left=bool(out.isnan().any() or lse.isnan().any()),
     )
-    # reference on the last 64 queries of the last sequence (they see all s keys)
-    lo = t - 64
-    qs, ks, vs = q[lo:t].float(), k[t - s : t].float(), v[t - s : t].float()
-    sc = torch.einsum("qhd,khd->hqk", qs, ks) * SCALE
-    pos_q = torch.arange(s - 64, s, device="cuda")[:, None]
-    sc = sc.masked_fill(torch.arange(s, device="cuda")[None, :] > pos_q, float("-inf"))
-    want = torch.einsum("hqk,khd->qhd", torch.softmax(sc, -1), vs)
-    want_lse = torch.logsumexp(sc, -1).T
-    row["max_err_vs_ref"] = (out[lo:t].float() - want).abs().max().item()
-    row["max_lse_err_vs_ref"] = (lse[lo:t] - want_lse).abs().max().item()
+    row.update(prefill_errors(torch, inp, out, lse))
     if fa4 is not None:
         try:
 
@@ -672,6 +693,73 @@ def prefill_row(torch, timer, k16, cfg, fa4, fa4_info, rows, save, t4):
     save()
     print(json.dumps(row), flush=True)
     return t4
+
+
+def prefill_variant_rows(torch, timer, t4, rows, save):
+    """The prefill case on kernels outside the library, each output checked, beside the
+    library row's FA4 time t4: the TMA variants of bench/experimental/mla_prefill_tma.py,
+    and the CuTe DSL MHA forward at qk 192 / v 128 (spec mha_mla_prefill, its cache-free
+    prefill; no LSE output yet, and the per-head k it reads is timed as the concatenation
+    MLA's backend would have to do)."""
+    from bench.experimental import mla_prefill_tma as tma
+
+    inp = prefill_inputs(torch)
+    q, k, v, indptr, s = inp.q, inp.k, inp.v, inp.indptr, inp.s
+    base = dict(part="prefill_variant", heads=inp.h, batch=inp.b, ctx=s)
+
+    def record(row, ms, out, lse=None):
+        row.update(attngen_ms=ms, attngen_tflops=inp.flops / ms / 1e9)
+        row.update(prefill_errors(torch, inp, out, lse))
+        if t4:
+            row.update(fa4_ms=t4, ratio_vs_fa4=t4 / ms)
+        rows.append(row)
+        save()
+        print(json.dumps(row), flush=True)
+
+    for variant in tma.VARIANTS:
+        row = dict(base, kernel="tma", tile=list(variant))
+        out = torch.full_like(inp.out, float("nan"))
+        lse = torch.full_like(inp.lse, float("nan"))
+
+        def run(variant=variant, out=out, lse=lse):
+            tma.launch(q, k[..., :128], k[..., 128:], v, indptr, indptr, out, lse,
+                       max_q_len=s, sm_scale=SCALE, variant=variant)  # fmt: skip
+
+        try:
+            record(row, time_it(run, timer, graph=False), out, lse)
+        except Exception as e:  # noqa: BLE001
+            row["attngen_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            rows.append(row)
+    try:
+        import importlib
+
+        from attngen.families.mha.cute_dsl.config import MhaCuteTraits
+
+        cute = importlib.import_module("generated.sm90.cute_dsl.mha.mha_mla_prefill.kernels")
+    except Exception as e:  # noqa: BLE001
+        rows.append(dict(base, kernel="cute_dsl", attngen_error=f"{type(e).__name__}: {e}"))
+        return
+    traits = MhaCuteTraits(cute.HOOKS, ("prefill",))
+    k_nope, k_rope = k[..., :128], k[:, :1, 128:]  # MLA's shared rope head, broadcast
+    concat_ms = time_it(
+        lambda: torch.cat([k_nope, k_rope.expand(-1, inp.h, -1)], dim=-1), timer, graph=False
+    )
+    for uri, cfg in sorted(cute.CONFIGS.items()):
+        row = dict(base, kernel="cute_dsl", tile=[cfg.fwd_tile_m, cfg.fwd_tile_n,
+                                                  cfg.fwd_num_stages], config=uri)  # fmt: skip
+        out = torch.full_like(inp.out, float("nan"))
+
+        def run(cfg=cfg, out=out):
+            cute.library.prefill(q, k, v, indptr, out, max_seq_len=s, config=cfg,
+                                 traits=traits, sm_scale=SCALE)  # fmt: skip
+
+        try:
+            record(row, time_it(run, timer, graph=False), out)
+            row["k_concat_ms"] = concat_ms
+            save()
+        except Exception as e:  # noqa: BLE001
+            row["attngen_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            rows.append(row)
 
 
 def precompile(share: int, shares: int, groups=None, decode_table=True) -> None:
@@ -725,6 +813,11 @@ def main() -> None:
         "--experimental",
         action="store_true",
         help="h_q 16 fp8 with bench/experimental/mla_keys_fp8_regs.py beside the library",
+    )
+    ap.add_argument(
+        "--prefill-variants",
+        action="store_true",
+        help="prefill also on bench/experimental/mla_prefill_tma.py and the CuTe DSL forward",
     )
     ap.add_argument("--precompile", type=int, default=0, help="compile first in N processes")
     ap.add_argument(
@@ -796,7 +889,9 @@ def main() -> None:
         tiles = (None,)
         if args.prefill_tiles:
             tiles = [tuple(map(int, t.split("x"))) for t in args.prefill_tiles.split(",")]
-        prefill_rows(torch, timer, mods, fa4, fa4_info, rows, save, tiles)
+        t4 = prefill_rows(torch, timer, mods, fa4, fa4_info, rows, save, tiles)
+        if args.prefill_variants:
+            prefill_variant_rows(torch, timer, t4, rows, save)
     save()
     print_table(result["rows"])
     print(f"wrote {path}")
@@ -833,6 +928,14 @@ def print_table(rows):
             print(
                 f"{r['part']} h{r['heads']} B{r['batch']} {r.get('kv')} {r.get('tile')} "
                 f"{r.get('splits')}: {r['attngen_error'][:160]}"
+            )
+            continue
+        if r["part"] == "prefill_variant":
+            print(
+                f"prefill {r['kernel']} {r.get('tile')}: {r['attngen_ms']:.3f} ms "
+                f"{r['attngen_tflops']:.0f} TF/s; x FA4 {r.get('ratio_vs_fa4', float('nan')):.2f}; "
+                f"err {r['max_err_vs_ref']:.4f} lse {r.get('max_lse_err_vs_ref', float('nan')):.4f}"
+                f"{' NaN left' if r['nan_left'] else ''}"
             )
             continue
         if r["part"] == "prefill":

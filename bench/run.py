@@ -33,6 +33,10 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 HQ, HKV, D = 32, 8, 128  # q heads, kv heads, head dim (qk = v)
+# (q heads, kv heads, qk dim, v dim) of the head-dim prefill rows (--only head_dims), each
+# next to a spec that generates it: gqa_prefill (64), head_dim_256, mla_prefill (192/128)
+HEAD_DIM_SHAPES = ((32, 8, 64, 64), (16, 8, 256, 256), (128, 128, 192, 128))
+HEAD_DIM_SEQLENS = (1024, 4096)
 DTYPE = "bfloat16"  # of q, out and the KV cache
 SCALE = 1.0 / math.sqrt(D)
 DECODE_CASES = ((64, 4096), (128, 8192))  # (batch, context)
@@ -108,8 +112,10 @@ def find_variant(
     kv: str = DTYPE,
     spec_topk: int = 0,
     backend: str = "triton",
+    heads: tuple = (HQ, HKV, D, D),
 ):
-    """(spec, module, config, extra kwargs) of the variant for our shapes, or None."""
+    """(spec, module, config, extra kwargs) of the variant for ``heads`` (q heads, kv heads,
+    qk dim, v dim), or None."""
     for spec, mod, cfg in variants:
         if not spec.startswith(backend + "/"):
             continue
@@ -122,7 +128,7 @@ def find_variant(
             getattr(cfg, "kv_dtype", DTYPE),
             getattr(cfg, "spec_topk", 0),
         )
-        want = (D, D, HQ // HKV, page_size, DTYPE, kv, spec_topk)
+        want = (heads[2], heads[3], heads[0] // heads[1], page_size, DTYPE, kv, spec_topk)
         if key != want or phase not in getattr(mod, "PHASES", (phase,)):
             continue
         kwargs = extend_mask_kwargs(mod, cfg, causal) if phase == "extend" else {}
@@ -175,7 +181,7 @@ def sdpa_fn(backend: str, q4, k4, v4, causal: bool):
         return (lambda: call(kt, vt, True)), "enable_gqa=True"
     except RuntimeError as e:
         why = short(e)
-    ke, ve = (x.repeat_interleave(HQ // HKV, dim=1) for x in (kt, vt))
+    ke, ve = (x.repeat_interleave(qt.shape[1] // kt.shape[1], dim=1) for x in (kt, vt))
     call(ke, ve, False)  # raises when the backend cannot run this at all
     return (lambda: call(ke, ve, False)), f"kv heads expanded before the call ({why})"
 
@@ -513,15 +519,15 @@ def attngen_extend(found, q, k, v, batch, seqlen, page_size):
     spec, mod, cfg, kwargs = found
     pages_per_seq = math.ceil(seqlen / page_size)
     num_pages = batch * pages_per_seq
-    k_cache = torch.zeros(num_pages, page_size, HKV, D, dtype=q.dtype, device=DEV)
-    v_cache = torch.zeros_like(k_cache)
+    k_cache = torch.zeros(num_pages, page_size, *k.shape[1:], dtype=q.dtype, device=DEV)
+    v_cache = torch.zeros(num_pages, page_size, *v.shape[1:], dtype=q.dtype, device=DEV)
     page_table = shuffled_page_table(batch, pages_per_seq, num_pages, seed=seqlen + page_size)
     slots = token_slots(page_table, page_size, seqlen).reshape(-1)
-    k_cache.view(-1, HKV, D)[slots] = k
-    v_cache.view(-1, HKV, D)[slots] = v
+    k_cache.view(-1, *k.shape[1:])[slots] = k
+    v_cache.view(-1, *v.shape[1:])[slots] = v
     qo_indptr = (torch.arange(batch + 1, device=DEV) * seqlen).to(torch.int32)
     prefix_lens = torch.zeros(batch, dtype=torch.int32, device=DEV)
-    out = torch.full_like(q, float("nan"))
+    out = torch.full((q.shape[0], q.shape[1], v.shape[2]), float("nan"), dtype=q.dtype, device=DEV)
 
     def fn():
         mod.extend(
@@ -543,15 +549,16 @@ def attngen_extend(found, q, k, v, batch, seqlen, page_size):
 
 
 def prefill_peers(fa4, q, k, v, batch, seqlen, causal, flops):
-    """Time FA4, cuDNN and FA2 once for this shape: (results, outputs as [T, Hq, D])."""
-    q4, k4, v4 = (x.view(batch, seqlen, -1, D) for x in (q, k, v))
+    """Time FA4, cuDNN and FA2 once for this shape: (results, outputs as [T, Hq, Dv])."""
+    hq, dv = q.shape[1], v.shape[2]
+    q4, k4, v4 = (x.view(batch, seqlen, *x.shape[1:]) for x in (q, k, v))
     res, outs = {}, {}
     if fa4 is None:
         res["fa4"] = {"status": "unavailable"}
     else:
         fn = lambda: fa4[0](q4, k4, v4, softmax_scale=SCALE, causal=causal)[0]  # noqa: E731
         res["fa4"], o = measure(fn, flops, "tflops")
-        outs["fa4"] = None if o is None else o.reshape(-1, HQ, D)
+        outs["fa4"] = None if o is None else o.reshape(-1, hq, dv)
     for name, backend in (("cudnn", "CUDNN_ATTENTION"), ("fa2", "FLASH_ATTENTION")):
         try:
             fn, gqa = sdpa_fn(backend, q4, k4, v4, causal)
@@ -560,15 +567,18 @@ def prefill_peers(fa4, q, k, v, batch, seqlen, causal, flops):
             continue
         res[name], o = measure(fn, flops, "tflops")
         res[name]["gqa"] = gqa
-        outs[name] = None if o is None else o.transpose(1, 2).reshape(-1, HQ, D)
+        outs[name] = None if o is None else o.transpose(1, 2).reshape(-1, hq, dv)
     return res, {k: o for k, o in outs.items() if o is not None}
 
 
-def run_prefill(seqlen, causal, page_sizes, variants, fa4) -> list[dict]:
+def run_prefill(seqlen, causal, page_sizes, variants, fa4, heads=(HQ, HKV, D, D)) -> list[dict]:
+    """Prefill rows of one (seqlen, mask) case at heads (q heads, kv heads, qk dim, v dim),
+    one per page size."""
+    hq, hkv, d, dv = heads
     batch = PREFILL_TOKENS // seqlen
-    flops = 2 * batch * HQ * seqlen * seqlen * (D + D) * (0.5 if causal else 1.0)
+    flops = 2 * batch * hq * seqlen * seqlen * (d + dv) * (0.5 if causal else 1.0)
     tokens = batch * seqlen
-    q, k, v = rand(tokens, HQ, D), rand(tokens, HKV, D), rand(tokens, HKV, D)
+    q, k, v = rand(tokens, hq, d), rand(tokens, hkv, d), rand(tokens, hkv, dv)
     peer_res, peer_outs = prefill_peers(fa4, q, k, v, batch, seqlen, causal, flops)
     pos = torch.cat([torch.arange(32), torch.arange(seqlen - 32, seqlen)]).to(DEV)
     seqs = sorted({0, batch - 1})
@@ -593,16 +603,17 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4) -> list[dict]:
             "batch": batch,
             "causal": causal,
             "page_size": page_size,
-            "hq": HQ,
-            "hkv": HKV,
-            "head_dim": D,
+            "hq": hq,
+            "hkv": hkv,
+            "head_dim": d,
+            "v_head_dim": dv,
             "flops": flops,
         }
         res = {p: dict(r) for p, r in peer_res.items()}
         outs = dict(peer_outs)
         for backend, key in RESULT.items():
             found = page_size and find_variant(
-                variants, "extend", page_size, causal, backend=backend
+                variants, "extend", page_size, causal, backend=backend, heads=heads
             )
             if not found:
                 res[key] = {"status": "not generated"}
@@ -710,7 +721,7 @@ def table(report: dict) -> str:
         "prefill TFLOP/s       page  attngen     cute      FA4    cuDNN      FA2  ag/FA4"
         " cute/FA4 ag/cuDNN  check"
     )
-    for row in report["prefill"]:
+    for row in report["prefill"] + report.get("head_dims", []):
         r, a = row["results"], row["results"].get("attngen", {})
         c = r.get("attngen_cute", {})
         mismatch = a.get("mismatch") or c.get("mismatch")
@@ -809,6 +820,27 @@ def bench_prefill(args, report: dict, variants, fa4, save_report) -> None:
                 progress("prefill", row, "tflops")
 
 
+def bench_head_dims(args, report: dict, variants, fa4, save_report) -> None:
+    """Causal prefill at the other head dims (HEAD_DIM_SHAPES), on the page sizes the
+    generated specs have for each, against the same peers."""
+    for heads in HEAD_DIM_SHAPES:
+        pages = [
+            p
+            for p in PAGE_SIZES + (16,)
+            if any(find_variant(variants, "extend", p, True, backend=b, heads=heads)
+                   for b in BACKENDS)  # fmt: skip
+        ] or [None]
+        for seqlen in HEAD_DIM_SEQLENS[:1] if args.quick else HEAD_DIM_SEQLENS:
+            name = f"S{seqlen} causal h{heads[0]}/{heads[1]} d{heads[2]}/{heads[3]}"
+            case = dict(case=name, page_size=None)
+            for row in guarded(run_prefill, seqlen, True, pages, variants, fa4, heads, **case):
+                row["case"] = name
+                report["head_dims"].append(row)
+                save_report()
+                progress("head_dims", row, "tflops")
+            torch.cuda.empty_cache()
+
+
 def api_cost():
     """bench/api_cost.py, imported when first needed (it imports torch)."""
     here = str(Path(__file__).resolve().parent)
@@ -836,7 +868,9 @@ def main() -> int:
         "--quick", action="store_true", help="smoke run: B64 ctx4096, S=1024, api B8 only"
     )
     ap.add_argument(
-        "--only", choices=("decode", "quantized", "verify", "prefill", "api"), default=None
+        "--only",
+        choices=("decode", "quantized", "verify", "prefill", "head_dims", "api"),
+        default=None,
     )
     args = ap.parse_args()
     global torch
@@ -856,6 +890,7 @@ def main() -> int:
         prefill=[],
         quantized_decode=[],
         verify=[],
+        head_dims=[],
         api=[],
     )
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
@@ -871,12 +906,14 @@ def main() -> int:
         ("quantized", bench_quantized),
         ("verify", bench_verify),
         ("prefill", bench_prefill),
+        ("head_dims", bench_head_dims),
     ):
         if args.only in (None, name):
             fn(args, report, variants, fa4, save_report)
     if args.only in (None, "api"):
         bench_api(args, report, save_report)
     every = report["decode"] + report["quantized_decode"] + report["verify"] + report["prefill"]
+    every += report["head_dims"]
     every += report["api"]
     bad = [
         f"{r['case']} page {r['page_size']} {key}"

@@ -27,3 +27,21 @@ def test_mla_keys_fp8_regs_compiles_without_spills(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     lines = [line for line in proc.stdout.splitlines() if "registers" in line]
     assert len(lines) == 3 and all(", 0 B spill," in line for line in lines), proc.stdout
+
+
+@pytest.mark.slow
+def test_mla_prefill_tma_compiles_with_tma_copies_and_without_spills(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    proc = subprocess.run(
+        [sys.executable, "bench/experimental/mla_prefill_tma.py"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{'variant'")]
+    assert len(lines) == 4, proc.stdout
+    assert all("'spills': 0," in line and "'tma': True" in line for line in lines), proc.stdout
