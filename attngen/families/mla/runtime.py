@@ -18,6 +18,10 @@ only. Per layer call the backend tells the two paths apart by the layer's head d
   request key offsets are ``prefix_chunk_cu_seq_lens[prefix_chunk_idx]`` (no mask). It
   writes no cache (the caller writes the latent, as SGLang's DeepSeek model does) and
   returns ``(out, lse)`` when ``mha_return_lse``; ``merge_state`` combines two of them.
+  With ``prefill_kernels`` (a generated MHA kernels module whose cache-free ``prefill``
+  returns the LSE, e.g. spec ``mha_mla_prefill`` on CuTe DSL) the causal new-token calls
+  run on it (k_nope and a shared k_rope are first joined into per-head keys); prefix
+  chunks stay on the MLA module's ragged kernel.
 
 Nothing on the decode, verify and draft-extend paths reads device values on the host, so
 all three are CUDA-graph capturable (draft extend: room for num_draft_tokens rows per
@@ -26,7 +30,9 @@ request, the real rows back to back, the rest see no key).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, ClassVar
 
 import torch
@@ -187,6 +193,29 @@ class MlaDraftExtendGraphBuffers:
         )
 
 
+def per_head_keys(k_nope: torch.Tensor, k_rope: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Keys ``[T, H, nope + rope]`` for an MHA kernel: ``k_nope [T, H, nope]`` beside
+    ``k_rope [T, 1 or H, rope]`` (a shared rope head is repeated); the joined view of one
+    tensor when they already are its two halves."""
+    t, nope, rope = k_nope.shape[0], k_nope.shape[-1], k_rope.shape[-1]
+    check_tensor("k_rope", k_rope, shape=[t, None, rope], dtype=k_nope.dtype, device=k_nope.device)
+    if k_rope.shape[1] not in (1, num_heads):
+        fail("k_rope", f"[{t}, 1 or {num_heads}, {rope}]", tuple(k_rope.shape))
+    if (
+        k_rope.shape[1] == num_heads
+        and k_rope.stride() == k_nope.stride()
+        and k_nope.stride(-1) == 1
+        and k_rope.data_ptr() == k_nope.data_ptr() + nope * k_nope.element_size()
+        and k_nope.stride(1) >= nope + rope
+        and k_nope.stride(0) >= num_heads * k_nope.stride(1)
+    ):  # k_nope and k_rope are the halves of one [T, H, >= nope + rope] tensor: its view
+        return k_nope.as_strided((t, num_heads, nope + rope), k_nope.stride())
+    keys = torch.empty((t, num_heads, nope + rope), dtype=k_nope.dtype, device=k_nope.device)
+    keys[..., :nope].copy_(k_nope)
+    keys[..., nope:].copy_(k_rope.expand(t, num_heads, rope))
+    return keys
+
+
 def _dtype_name(dtype: torch.dtype | str) -> str:
     return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
 
@@ -212,6 +241,7 @@ class PagedMlaBackend(AttentionBackendBase):
         v_head_dim: int = 128,
         kv_cache_dtype: torch.dtype | None = None,
         spec_topk: int | None = None,
+        prefill_kernels: ModuleType | None = None,
     ) -> None:
         self._check_generated()
         self.num_heads = num_heads
@@ -246,10 +276,42 @@ class PagedMlaBackend(AttentionBackendBase):
             fail("req_to_token_pool.device", f"{self.device}", req_to_token_pool.device)
         self.req_to_token_pool = req_to_token_pool
         self.kv_pool = kv_pool
+        self.prefill_kernels = prefill_kernels
+        self.prefill_config = None if prefill_kernels is None else self._prefill_config()
         self.max_context_len = req_to_token_pool.max_context_len
         self.max_pages = -(-self.max_context_len // page_size)
         self.forward_metadata: DecodeMetadata | MlaExtendMetadata | None = None
         self._graph_buffers: dict[str, Any] = {}
+
+    def _prefill_config(self) -> Any:
+        """The config of ``prefill_kernels`` the new tokens' ragged attention runs on: qk
+        nope + rope and v dims, one kv head per q head, the backend's dtype, a plain causal
+        mask, a cache-free prefill that returns the LSE; among several, the widest key tile
+        (the page size does not matter without a cache)."""
+        module, c = self.prefill_kernels, self.config
+        want = (c.qk_nope_head_dim + c.qk_rope_head_dim, c.v_head_dim, 1, _dtype_name(self.dtype))
+        problems = []
+        prefill = getattr(module, "prefill", None)
+        if "prefill" not in getattr(module, "PHASES", ()) or prefill is None:
+            problems.append("it generates no cache-free prefill")
+        elif "lse" not in inspect.signature(prefill).parameters:
+            problems.append("its prefill returns no LSE")
+        hooks = getattr(module, "HOOKS", None)
+        plain = hooks is not None and hooks.causal and hooks.window_left is None
+        if not plain or hooks.logit_softcap or hooks.sinks or hooks.tree:
+            problems.append(f"its mask is not plain causal ({hooks})")
+        fits = [
+            cfg
+            for _, cfg in sorted(getattr(module, "CONFIGS", {}).items())
+            if (cfg.head_dim, cfg.v_head_dim, cfg.gqa_group, cfg.dtype) == want
+        ]
+        if not fits:
+            problems.append("no config with (head_dim, v_head_dim, gqa_group, dtype) = %s" % (want,))
+        if problems:
+            name = getattr(module, "__name__", type(module).__name__)
+            fail("prefill_kernels", "a kernels module for the ragged path's new tokens",
+                 f"{name}: {'; '.join(problems)}")  # fmt: skip
+        return max(fits, key=lambda cfg: getattr(cfg, "fwd_tile_n", 0))
 
     # -- per-forward metadata ----
 
@@ -567,6 +629,21 @@ class PagedMlaBackend(AttentionBackendBase):
             (rows, self.num_heads, c.v_head_dim), dtype=self.dtype, device=self.device
         )
         lse = self._new_lse(rows)
+        if not chunk and self.prefill_kernels is not None:
+            check_tensor("v", v, shape=[rows, self.num_heads, c.v_head_dim])
+            self.prefill_kernels.prefill(
+                q,
+                per_head_keys(k_nope, k_rope, self.num_heads),
+                v,
+                meta.qo_indptr,
+                out,
+                max_seq_len=max_q,
+                config=self.prefill_config,
+                sm_scale=layer.scaling,
+                lse=lse,
+            )
+            flat = out.view(rows, self.num_heads * c.v_head_dim)
+            return (flat, lse) if getattr(fb, "mha_return_lse", False) else flat
         self.kernels.ragged(
             q,
             k_nope,

@@ -153,6 +153,7 @@ def make_rig(
     num_pages: int | None = None,
     spec_topk: int | None = None,
     kv_scale: float = 0.5,
+    **backend_kwargs: object,
 ) -> MlaRig:
     from attngen.families.mla.pool import MlaLatentPool
     from attngen.runtime.batch import AttentionLayer, ReqToTokenPool
@@ -174,6 +175,7 @@ def make_rig(
         kv_pool=kv_pool,
         kv_cache_dtype=kv_cache_dtype,
         spec_topk=spec_topk,
+        **backend_kwargs,
     )
     quant = kv_dtype in (torch.float8_e4m3fn, "nvfp4")
     scale = torch.tensor([kv_scale], dtype=torch.float32, device=device) if quant else None

@@ -62,5 +62,6 @@ def fake_launch(
         v = torch.empty(pages, ps, kv_heads, dv, dtype=dtype, device=dev)
         small = (indptr, torch.empty(2, **i32), torch.empty(2, 4, **i32), sinks)
     shape = fwd_shape(config, traits, paged=phase != "prefill")
-    args = launch_args((q, k, v, out), small, 1.0, tokens, cuda.CUstream(0))
+    lse = torch.empty(tokens, heads, dtype=torch.float32, device=dev)
+    args = launch_args((q, k, v, out), small, lse, 1.0, tokens, True, cuda.CUstream(0))
     return config.arch, shape, args

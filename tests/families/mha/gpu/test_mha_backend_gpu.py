@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import os
 import random
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ from attngen.runtime.batch import (
     pack_tree_masks,
 )
 from attngen.runtime.pools import FP8_DTYPES, NvFp4KVPool
-from attngen.families.mha.reference import prefill_ref
+from attngen.families.mha.reference import prefill_ref, visible_keys
+from attngen.families.mla.testing import check_lse
 from attngen.families.mha.runtime import PagedMhaBackend
 from attngen.families.mha.testing import oracle_output
 from attngen.testing import (
@@ -397,7 +399,50 @@ def test_prefill(case: Case | None, evidence) -> None:
             q, k, v, pb.qo_indptr, rig.layer.scaling, mask=rig.mask, sinks=rig.sinks
         ).flatten(1)
         rig.check(out, want, f"prefill lens={lens}")
+        check_prefill_lse(rig, q, k, v, pb.qo_indptr, max(lens), f"prefill lens={lens}")
     evidence.record(case.backend.kernels, case.config.uri, "prefill")
+
+
+def lse_ref(q, k, cu_seqlens, sm_scale, mask, sinks) -> torch.Tensor:
+    """The float64 natural-log LSE [T, Hq] of the cache-free prefill: log of each row's
+    softmax denominator (its visible keys' exp(scaled, capped score), plus exp(sink))."""
+    lse = torch.full(q.shape[:2], float("-inf"), dtype=torch.float64, device=q.device)
+    group = q.shape[1] // k.shape[1]
+    for b in range(cu_seqlens.shape[0] - 1):
+        start, end = int(cu_seqlens[b]), int(cu_seqlens[b + 1])
+        if end == start:
+            continue
+        kk = k[start:end].double().repeat_interleave(group, dim=1)
+        s = torch.einsum("mhd,nhd->hmn", q[start:end].double(), kk) * sm_scale
+        if mask.logit_softcap:
+            s = mask.logit_softcap * torch.tanh(s / mask.logit_softcap)
+        visible = visible_keys(torch.arange(end - start, device=q.device), end - start, mask)
+        s = s.masked_fill(~visible, float("-inf"))
+        if sinks is not None:
+            s = torch.cat([s, sinks.double()[:, None, None].expand(-1, s.shape[1], 1)], -1)
+        lse[start:end] = torch.logsumexp(s, dim=-1).T
+    return lse
+
+
+def check_prefill_lse(rig: Rig, q, k, v, cu_seqlens, max_len: int, what: str) -> None:
+    """Where the module's cache-free prefill can return the LSE (``lse=``): the kernel's
+    output and LSE, NaN-poisoned first, against the float64 oracle."""
+    kernels = rig.backend.kernels
+    if "lse" not in inspect.signature(kernels.prefill).parameters:
+        return
+    layer = rig.layer
+    q3 = q.view(q.shape[0], layer.num_q_heads, layer.head_dim)
+    k3 = k.view(k.shape[0], -1, layer.head_dim)
+    v3 = v.view(v.shape[0], -1, layer.v_head_dim)
+    out = torch.full((q.shape[0], layer.num_q_heads, layer.v_head_dim), float("nan"),
+                     dtype=q.dtype, device=q.device)  # fmt: skip
+    lse = torch.full(q.shape[:1] + (layer.num_q_heads,), float("nan"), device=q.device)
+    kernels.prefill(q3, k3, v3, cu_seqlens, out, max_seq_len=max_len, config=rig.backend.config,
+                    sm_scale=layer.scaling, sinks=rig.sinks, lse=lse)  # fmt: skip
+    want = prefill_ref(q3, k3, v3, cu_seqlens, layer.scaling, mask=rig.mask, sinks=rig.sinks)
+    rig.check(out.flatten(1), want.flatten(1), f"{what}, with lse")
+    want_lse = lse_ref(q3, k3, cu_seqlens, layer.scaling, rig.mask, rig.sinks)
+    check_lse(lse, want_lse, f"seed {rig.builder.seed}, {what}: lse")
 
 
 @pytest.mark.gpu

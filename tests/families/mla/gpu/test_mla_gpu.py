@@ -213,6 +213,40 @@ def test_kimi_k2(page_size, evidence):
     evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [16, 128])
+def test_extend_new_tokens_on_prefill_kernels(heads, evidence):
+    """The ragged path with ``prefill_kernels`` (the generated MHA CuTe DSL prefill of spec
+    mha_mla_prefill, which returns the LSE): causal new tokens from one [T, H, 192] k (its
+    halves rejoined without a copy) and from k_nope + a shared k_rope (joined by a copy),
+    and the prefix chunks merged on (they stay on the MLA module's ragged kernel)."""
+    try:
+        prefill = importlib.import_module("generated.sm90.cute_dsl.mha.mha_mla_prefill.kernels")
+    except ModuleNotFoundError:
+        pytest.skip("no CuTe DSL package mha_mla_prefill for sm90")
+    torch.manual_seed(19)
+    r = rig("mla_deepseek_v3", heads, 64, prefill_kernels=prefill)
+    assert r.backend.prefill_kernels is prefill
+    for chunk in (100, 4096):
+        _ragged_chunks(r, heads, prefix=[0, 130, 2000, 5000], ext=[50, 9, 300, 17], chunk=chunk)
+    ext = [1, 700, 4099, 33]
+    rb = rig_batch(r, [0] * len(ext), ext, ForwardMode.EXTEND, mha_return_lse=True, seed=5)
+    t = sum(ext)
+    cuda = dict(device="cuda")
+    q = torch.randn(t, heads, 192, **cuda).to(BF16)
+    k_nope = torch.randn(t, heads, 128, **cuda).to(BF16)
+    k_rope = torch.randn(t, 1, 64, **cuda).to(BF16)
+    v = torch.randn(t, heads, 128, **cuda).to(BF16)
+    r.backend.init_forward_metadata(rb.batch)
+    out, lse = r.backend.forward_extend(
+        q, k_nope, v, r.ragged_layer, rb.batch, save_kv_cache=False, k_rope=k_rope
+    )
+    want, want_lse = ref.ragged_mha(q, k_nope, k_rope, v, ext, ext, SCALE, causal=True)
+    check_close(out.view(t, heads, 128), want, BF16, "new tokens, shared k_rope")
+    check_lse(lse, want_lse, "new tokens lse, shared k_rope")
+    evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
+
+
 def _ragged_chunks(r, h, prefix, ext, chunk):
     cuda = dict(device="cuda")
     nchunks = max(-(-p // chunk) for p in prefix)

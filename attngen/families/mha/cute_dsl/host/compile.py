@@ -189,8 +189,12 @@ def fake_args(shape: Shape) -> tuple[Any, ...]:
     if shape.sinks:
         sinks = make_fake_tensor(cutlass.Float32, (heads,), (1,), assumed_align=4)
     cu_seqlens = ints(cute.sym_int32())
-    scalars = (cutlass.Float32(1.0), cutlass.Int32(1))
-    return (q, k, v, out, cu_seqlens, prefix_lens, page_table, sinks, *scalars, make_fake_stream())
+    lse = floats(cute.sym_int32(), heads)  # [T, Hq] or the one-element stand-in
+    scalars = (cutlass.Float32(1.0), cutlass.Int32(1), cutlass.Int32(0))
+    return (
+        q, k, v, out, cu_seqlens, prefix_lens, page_table, sinks, lse, *scalars,
+        make_fake_stream(),
+    )  # fmt: skip
 
 
 def compile_fwd(arch: str, shape: Shape, args: tuple[Any, ...]) -> Any:
@@ -207,7 +211,7 @@ _COMPILED: dict[tuple[str, Shape], Any] = {}
 _LOCK = threading.Lock()
 # How the launchers type a kernel's arguments (host/launch.py: launch_args). Part of the
 # on-disk identity: a kernel compiled for other argument types cannot be called with these.
-LAUNCH_ARGS = "launch_args/1"
+LAUNCH_ARGS = "launch_args/2"
 
 
 def disk_identity(arch: str, shape: Shape) -> dict[str, str]:

@@ -79,28 +79,49 @@ def _cute_small(t: torch.Tensor | None) -> Any:
     return from_dlpack(t, assumed_align=4).mark_layout_dynamic(leading_dim=t.dim() - 1)
 
 
-def launch_args(tensors: tuple, small: tuple, sm_scale: float, max_rows: int,
-                stream: Any) -> tuple:  # fmt: skip
+def launch_args(tensors: tuple, small: tuple, lse: torch.Tensor, sm_scale: float,
+                max_rows: int, write_lse: bool, stream: Any) -> tuple:  # fmt: skip
     """The compiled kernel's arguments: row tensors (q, k, v, out), small ones (lengths,
-    page table, sinks; None where absent), scalars and the stream. Their types are part of
-    the compiled kernel's on-disk identity (host.compile.LAUNCH_ARGS)."""
+    page table, sinks; None where absent), the LSE rows (written when write_lse), scalars
+    and the stream. Their types are part of the compiled kernel's on-disk identity
+    (host.compile.LAUNCH_ARGS)."""
     import cutlass
 
     return (
         *(_cute_rows(t) for t in tensors),
         *(_cute_small(t) for t in small),
+        _cute_small(lse),
         cutlass.Float32(sm_scale),
         cutlass.Int32(max_rows),
+        cutlass.Int32(1 if write_lse else 0),
         stream,
     )
 
 
+_NO_LSE: dict[torch.device, torch.Tensor] = {}
+
+
+def _no_lse(device: torch.device) -> torch.Tensor:
+    """The one-element LSE argument of a call that wants no LSE (never written)."""
+    t = _NO_LSE.get(device)
+    if t is None:
+        t = _NO_LSE[device] = torch.empty((1, 1), dtype=torch.float32, device=device)
+    return t
+
+
+def _check_lse(lse: object, tokens: int, num_heads: int, device: torch.device) -> None:
+    check_tensor("lse", lse, dtype=torch.float32, shape=[tokens, num_heads], device=device,
+                 contiguous=True)  # fmt: skip
+
+
 def _launch(arch: str, shape: Any, tensors: tuple, small: tuple, sm_scale: float,
-            max_rows: int) -> None:  # fmt: skip
+            max_rows: int, lse: torch.Tensor | None = None) -> None:  # fmt: skip
     import cuda.bindings.driver as cuda
 
-    stream = cuda.CUstream(torch.cuda.current_stream(tensors[0].device).cuda_stream)
-    args = launch_args(tensors, small, sm_scale, max_rows, stream)
+    device = tensors[0].device
+    stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
+    lse_arg = _no_lse(device) if lse is None else lse
+    args = launch_args(tensors, small, lse_arg, sm_scale, max_rows, lse is not None, stream)
     compiled_fwd(arch, shape, args)(*args)
 
 
@@ -116,11 +137,15 @@ def prefill(
     traits: MhaCuteTraits,
     sm_scale: float,
     sinks: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
 ) -> None:
     """Ragged attention with no cache: q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, Dv].
 
     Request b owns rows cu_seqlens[b] .. cu_seqlens[b+1]-1 of q, k, v and out; max_seq_len
-    (host int) must be >= every request's length (it sizes the grid)."""
+    (host int) must be >= every request's length (it sizes the grid). lse: None, or
+    [T, Hq] fp32 (contiguous) that gets each row's natural-log sum of exp of its scaled
+    scores (the sinks included; -inf for a row that sees no key), as a merge of partial
+    attentions needs."""
     _check_int("max_seq_len", max_seq_len)
     num_kv_heads = _check_common(config, traits, sm_scale, q, sinks)
     tokens, num_heads = q.shape[0], q.shape[1]
@@ -128,11 +153,13 @@ def prefill(
     _check_rows("v", v, [tokens, num_kv_heads, config.v_head_dim], config, q.device)
     _check_rows("out", out, [tokens, num_heads, config.v_head_dim], config, q.device)
     _check_index("cu_seqlens", cu_seqlens, 1, q.device)
+    if lse is not None:
+        _check_lse(lse, tokens, num_heads, q.device)
     if cu_seqlens.shape[0] < 2 or max_seq_len == 0 or tokens == 0:
         return
     shape = fwd_shape(config, traits, paged=False)
     small = (cu_seqlens, None, None, sinks)
-    _launch(config.arch, shape, (q, k, v, out), small, sm_scale, max_seq_len)
+    _launch(config.arch, shape, (q, k, v, out), small, sm_scale, max_seq_len, lse)
 
 
 def extend(

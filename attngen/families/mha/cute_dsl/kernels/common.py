@@ -13,6 +13,7 @@ from cutlass.cute.nvgpu import warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 LOG2_E = math.log2(math.e)  # exp(x) = exp2(x * LOG2_E)
+LN2 = math.log(2.0)  # ln(x) = log2(x) * LN2
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Optional
 
 import cuda.bindings.driver as cuda
 import cutlass.cute as cute
-from cutlass import Float32
+from cutlass import Float32, Int32
 
 from attngen.families.mha.cute_dsl.kernels import fwd_sm90
 from attngen.families.mha.cute_dsl.kernels.common import FwdShape, mode_select, rows_aligned
@@ -93,8 +93,8 @@ class MhaDecodeSm90(MhaFwdSm90):
         )
         self.kernel(
             mQ, tma[1], tma[2], mK, mV, mPartialO, mSeqLens, None, mPageTable, None,
-            mNumSplits, mPartialLSE, mKScale, mVScale, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
-            *smem, *mmas, SharedStorage,
+            mNumSplits, mPartialLSE, mKScale, mVScale, *tma[3:], softmax_scale,
+            self.scale_log2(softmax_scale), Int32(0), *smem, *mmas, SharedStorage,
         ).launch(
             grid=grid,
             block=[self.num_threads, 1, 1],

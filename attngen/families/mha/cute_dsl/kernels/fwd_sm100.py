@@ -41,6 +41,7 @@ from cutlass.experimental.primitives.nvvm_wrapper import tcgen05_fence
 
 from attngen.families.mha.cute_dsl.kernels.common import (
     DTYPES,
+    LN2,
     LOG2_E,
     SMEM_ALIGN,
     FwdShape,
@@ -122,8 +123,10 @@ class MhaFwdSm100:
         mPrefixLens: Optional[cute.Tensor],
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
+        mLSE: cute.Tensor,
         softmax_scale: Float32,
         max_seqlen_q: Int32,
+        write_lse: Int32,
         stream: cuda.CUstream,
     ):
         shape = self.shape
@@ -194,7 +197,7 @@ class MhaFwdSm100:
         grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
         self.kernel(
             tma_Q, tma_K, tma_V, mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
-            tma_atom_Q, tma_atom_K, tma_atom_V, softmax_scale, scale_log2,
+            mLSE, tma_atom_Q, tma_atom_K, tma_atom_V, softmax_scale, scale_log2, write_lse,
             sQ_layout, sK_layout, sV_layout, sP_layout, tiled_mma_qk, tiled_mma_pv,
             SharedStorage,
         ).launch(
@@ -217,11 +220,13 @@ class MhaFwdSm100:
         mPrefixLens: Optional[cute.Tensor],
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
+        mLSE: cute.Tensor,  # [T, Hq] fp32, written when write_lse != 0
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
         softmax_scale: Float32,
         scale_log2: Float32,
+        write_lse: Int32,
         sQ_layout: cute.ComposedLayout,
         sK_layout: cute.ComposedLayout,
         sV_layout: cute.ComposedLayout,
@@ -347,7 +352,7 @@ class MhaFwdSm100:
                 self.softmax(
                     mO, mSinks, sP, tStS, tOtO, tiled_mma_qk, tiled_mma_pv, pipe_s, pipe_p,
                     tidx, softmax_scale, scale_log2, q_start, seqlen_q, seqlen_k, head, m_block,
-                    n_block_min, n_block_max,
+                    n_block_min, n_block_max, mLSE, write_lse,
                 )  # fmt: skip
                 tcgen05_fence("before_thread_sync")  # the last O loads are complete
                 tmem.wait_for_alloc()  # tell the MMA warp tensor memory may be freed
@@ -667,6 +672,8 @@ class MhaFwdSm100:
         m_block: Int32,
         n_block_min: Int32,
         n_block_max: Int32,
+        mLSE: cute.Tensor,
+        write_lse: Int32,
     ):
         shape = self.shape
         thr_qk, thr_pv = tiled_mma_qk.get_slice(0), tiled_mma_pv.get_slice(0)
@@ -757,9 +764,9 @@ class MhaFwdSm100:
         pipe_p.producer_acquire(p_state)
         tcgen05_fence("after_thread_sync")
         total = row_sum
+        m_scaled = row_max * scale_log2
         if const_expr(shape.sinks):
             sink = Float32(mSinks[head])
-            m_scaled = row_max * scale_log2
             if row_max == -Float32.inf:
                 m_scaled = sink * LOG2_E
             total += cute.math.exp2(sink * LOG2_E - m_scaled, fastmath=True)
@@ -767,6 +774,12 @@ class MhaFwdSm100:
         tOrO_out = cute.make_rmem_tensor_like(tOrO, self.dtype)
         mO_h = cute.domain_offset((q_start, 0), mO[None, head, None])
         q_row = m_block * self.tile_m + row
+        if write_lse != 0:  # this thread holds the whole row: its LSE (natural log)
+            if q_row < seqlen_q:
+                lse = -Float32.inf
+                if total > 0.0:
+                    lse = (m_scaled + cute.math.log2(total, fastmath=True)) * LN2
+                mLSE[q_start + q_row, head] = lse
         for c in cutlass.range_constexpr(num_chunks):
             cute.copy(load_o, load_o.partition_S(cute.local_tile(tOAcc, chunk, (0, c))), tOrO)
             cute.arch.fence_view_async_tmem_load()

@@ -16,6 +16,9 @@ Warp roles (3 warpgroups, 384 threads):
 Layouts (what ``__call__`` takes; the host passes torch tensors through DLPack):
 
 - q ``[T, Hq, D]``, out ``[T, Hq, Dv]``: ragged requests, ``cu_seqlens_q[b] .. [b+1]``;
+  lse ``[T, Hq]`` fp32: each row's natural-log sum of exp of its scaled scores (sinks
+  included; -inf for a row that sees nothing), written when ``write_lse`` is nonzero (the
+  launchers pass a one-element tensor and 0 otherwise, so one kernel serves both);
 - contiguous K/V (``page_table`` None, prefill): ``[T, Hkv, D]`` rows aligned with q's;
 - paged K/V (extend): ``[num_pages, page_size, Hkv, D]`` read through ``page_table[b, j]``,
   one TMA copy per page: ``page_size == tile_n`` (a page is a key tile) or
@@ -50,6 +53,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from attngen.families.mha.cute_dsl.kernels.common import (
     DTYPES,
     KV_DTYPES,
+    LN2,
     LOG2_E,
     SMEM_ALIGN,
     FwdShape,
@@ -149,8 +153,10 @@ class MhaFwdSm90:
         mPrefixLens: Optional[cute.Tensor],
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
+        mLSE: cute.Tensor,
         softmax_scale: Float32,
         max_seqlen_q: Int32,
+        write_lse: Int32,
         stream: cuda.CUstream,
     ):
         shape = self.shape
@@ -164,8 +170,8 @@ class MhaFwdSm90:
         grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
         self.kernel(
             tma[0], tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
-            None, None, None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale), *smem, *mmas,
-            SharedStorage,
+            None, mLSE, None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
+            write_lse, *smem, *mmas, SharedStorage,
         ).launch(
             grid=grid,
             block=[self.num_threads, 1, 1],
@@ -266,7 +272,8 @@ class MhaFwdSm90:
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
         mNumSplits: Optional[cute.Tensor],  # decode: [B] KV splits per request
-        mLSE: Optional[cute.Tensor],  # decode: [B, Hq, max_splits] fp32 (mO: partial outputs)
+        mLSE: Optional[cute.Tensor],  # decode: [B, Hq, max_splits] fp32 (mO: partial outputs);
+        # prefill / extend: [T, Hq] fp32, written when write_lse != 0
         mKScale: Optional[cute.Tensor],  # fp8 cache: [1] fp32 dequant scales of K and V
         mVScale: Optional[cute.Tensor],
         tma_atom_Q: cute.CopyAtom,
@@ -274,6 +281,7 @@ class MhaFwdSm90:
         tma_atom_V: cute.CopyAtom,
         softmax_scale: Float32,
         scale_log2: Float32,
+        write_lse: Int32,
         sQ_layout: cute.ComposedLayout,
         sK_layout: cute.ComposedLayout,
         sV_layout: cute.ComposedLayout,
@@ -378,7 +386,7 @@ class MhaFwdSm90:
 
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
         active = m_block * self.tile_m < seqlen_q
-        mO_rows, mLSE_rows, mQ_rows = mO, None, None
+        mO_rows, mLSE_rows, mQ_rows = mO, mLSE, None
         if const_expr(shape.decode):
             # split `split` of num_splits takes its share of the visible key tiles (none
             # when they run out, or when the request has no key: it writes an empty
@@ -420,7 +428,7 @@ class MhaFwdSm90:
                     mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
                     pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
                     seqlen_k, head, m_block, n_block_min, n_block_max, mQ_rows, mLSE_rows,
-                    sK16, sV16, v_scale,
+                    sK16, sV16, v_scale, write_lse,
                 )  # fmt: skip
 
     @cute.jit
@@ -678,10 +686,12 @@ class MhaFwdSm90:
         n_block_min: Int32,
         n_block_max: Int32,
         mQ_rows: Optional[cute.Tensor] = None,  # decode: [group heads, D] of the request
-        mLSE: Optional[cute.Tensor] = None,  # decode: [group heads] (mO: [group heads, Dv])
+        mLSE: Optional[cute.Tensor] = None,  # decode: [group heads] (mO: [group heads, Dv]);
+        # prefill / extend: [T, Hq], written when write_lse != 0
         sK16: Optional[cute.Tensor] = None,  # fp8 cache: the converted K and V tiles
         sV16: Optional[cute.Tensor] = None,
         v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
+        write_lse: Int32 = 0,
     ):
         shape = self.shape
         wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
@@ -784,7 +794,7 @@ class MhaFwdSm90:
             self.store_partial(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mLSE, v_scale)
         else:
             self.epilogue(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mSinks, q_start,
-                          seqlen_q, head, m_block)  # fmt: skip
+                          seqlen_q, head, m_block, mLSE, write_lse)  # fmt: skip
 
     @cute.jit
     def epilogue(
@@ -800,27 +810,37 @@ class MhaFwdSm90:
         seqlen_q: Int32,
         head: Int32,
         m_block: Int32,
+        mLSE: cute.Tensor,
+        write_lse: Int32,
     ):
-        """Normalise O (sinks join the denominator) and write the rows this request has."""
+        """Normalise O (sinks join the denominator) and write the rows this request has, and
+        their natural-log LSE into mLSE [T, Hq] when write_lse != 0."""
         shape = self.shape
         acc_O_rc = rows_cols(acc_O)
         num_rows = cute.size(acc_O_rc, mode=[0])
+        tOcO = rows_cols(
+            thr_mma_pv.partition_C(cute.make_identity_tensor((self.tile_m, shape.v_head_dim)))
+        )
         for r in cutlass.range_constexpr(num_rows):
             total = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
+            m_scaled = row_max[r] * scale_log2
             if const_expr(shape.sinks):
                 sink = Float32(mSinks[head])
-                m_scaled = row_max[r] * scale_log2
                 if row_max[r] == -Float32.inf:
                     m_scaled = sink * LOG2_E
                 total += cute.math.exp2(sink * LOG2_E - m_scaled, fastmath=True)
             inv = Float32(1.0) / total if total > 0.0 else Float32(0.0)
             acc_O_rc[r, None].store(acc_O_rc[r, None].load() * inv)
+            if write_lse != 0:
+                row = m_block * self.tile_m + tOcO[r, 0][0]
+                if row < seqlen_q and tOcO[r, 0][1] == 0:  # one thread of the row's quad
+                    lse = -Float32.inf
+                    if total > 0.0:
+                        lse = (m_scaled + cute.math.log2(total, fastmath=True)) * LN2
+                    mLSE[q_start + row, head] = lse
         tOrO = cute.make_rmem_tensor_like(acc_O, self.dtype)
         tOrO.store(acc_O.load().to(self.dtype))
         tOrO_rc = rows_cols(tOrO)
-        tOcO = rows_cols(
-            thr_mma_pv.partition_C(cute.make_identity_tensor((self.tile_m, shape.v_head_dim)))
-        )
         mO_h = cute.domain_offset((q_start, 0), mO[None, head, None])
         for r in cutlass.range_constexpr(num_rows):
             row = m_block * self.tile_m + tOcO[r, 0][0]
