@@ -699,8 +699,9 @@ def prefill_variant_rows(torch, timer, t4, rows, save):
     """The prefill case on kernels outside the library, each output checked, beside the
     library row's FA4 time t4: the TMA variants of bench/experimental/mla_prefill_tma.py,
     and the CuTe DSL MHA forward at qk 192 / v 128 (spec mha_mla_prefill, its cache-free
-    prefill; no LSE output yet, and the per-head k it reads is timed as the concatenation
-    MLA's backend would have to do)."""
+    prefill with the LSE: what PagedMlaBackend runs the new tokens on with prefill_kernels).
+    Its per-head keys are given; joining k_nope and a shared k_rope into them, as the
+    backend does then (per_head_keys), is timed apart."""
     from bench.experimental import mla_prefill_tma as tma
 
     inp = prefill_inputs(torch)
@@ -739,22 +740,23 @@ def prefill_variant_rows(torch, timer, t4, rows, save):
     except Exception as e:  # noqa: BLE001
         rows.append(dict(base, kernel="cute_dsl", attngen_error=f"{type(e).__name__}: {e}"))
         return
+    from attngen.families.mla.runtime import per_head_keys
+
     traits = MhaCuteTraits(cute.HOOKS, ("prefill",))
-    k_nope, k_rope = k[..., :128], k[:, :1, 128:]  # MLA's shared rope head, broadcast
-    concat_ms = time_it(
-        lambda: torch.cat([k_nope, k_rope.expand(-1, inp.h, -1)], dim=-1), timer, graph=False
-    )
+    k_nope, k_rope = k[..., :128].contiguous(), k[:, :1, 128:].contiguous()  # a shared rope
+    concat_ms = time_it(lambda: per_head_keys(k_nope, k_rope, inp.h), timer, graph=False)
     for uri, cfg in sorted(cute.CONFIGS.items()):
         row = dict(base, kernel="cute_dsl", tile=[cfg.fwd_tile_m, cfg.fwd_tile_n,
                                                   cfg.fwd_num_stages], config=uri)  # fmt: skip
         out = torch.full_like(inp.out, float("nan"))
+        lse = torch.full_like(inp.lse, float("nan"))
 
-        def run(cfg=cfg, out=out):
+        def run(cfg=cfg, out=out, lse=lse):
             cute.library.prefill(q, k, v, indptr, out, max_seq_len=s, config=cfg,
-                                 traits=traits, sm_scale=SCALE)  # fmt: skip
+                                 traits=traits, sm_scale=SCALE, lse=lse)  # fmt: skip
 
         try:
-            record(row, time_it(run, timer, graph=False), out)
+            record(row, time_it(run, timer, graph=False), out, lse)
             row["k_concat_ms"] = concat_ms
             save()
         except Exception as e:  # noqa: BLE001
