@@ -22,6 +22,7 @@ PARTS = (  # (JSON key, title, figure per result)
     ("quantized_decode", "quantized decode (TB/s ratio)", "tbps"),
     ("verify", "speculative verify (TB/s ratio)", "tbps"),
     ("prefill", "prefill (TFLOP/s ratio)", "tflops"),
+    ("head_dims", "causal prefill at head dims 64, 256, 192/128 (TFLOP/s ratio)", "tflops"),
 )
 MLA_PARTS = (  # bench/mla.py's parts (see from_rows)
     ("decode", "MLA absorbed decode, 16-bit latent (TFLOP/s ratio)", "tflops"),
@@ -67,12 +68,21 @@ def from_rows(result: dict) -> dict:
     peers = {"flashmla": "FlashMLA", "sglang": "SGLang Triton", "fa4": "FA4"}
     parts: dict[str, list] = {}
     for row in result["rows"]:
-        if row.get("part") not in ("decode", "prefill") or "attngen_ms" not in row:
+        if row.get("part") not in ("decode", "prefill", "prefill_variant"):
+            continue
+        if "attngen_ms" not in row:
             continue
         figures = {"attngen": {"tflops": row["attngen_tflops"]}}
         for key, name in peers.items():
             if row.get(f"{key}_tflops"):
                 figures[name] = {"tflops": row[f"{key}_tflops"]}
+        if row["part"] == "prefill_variant":  # FA4 timed once, on the library's row
+            if row.get("ratio_vs_fa4"):
+                figures["FA4"] = {"tflops": row["attngen_tflops"] / row["ratio_vs_fa4"]}
+            tile = "x".join(str(t) for t in row.get("tile", []))
+            label = f"h{row['heads']} {row['batch']}x{row['ctx']} {row['kernel']} {tile}"
+            parts.setdefault("prefill", []).append({"case": label, "results": figures})
+            continue
         if row["part"] == "prefill":
             part, label = "prefill", f"h{row['heads']} {row['batch']}x{row['ctx']}"
         else:

@@ -42,3 +42,16 @@ def test_result_without_peers_is_refused(tmp_path: Path, capsys) -> None:
     assert plot.main([str(path)]) == 0
     assert "not plotted" in capsys.readouterr().out
     assert not path.with_suffix(".png").exists()
+
+
+def test_mla_prefill_variants_compare_with_the_fa4_time_of_the_library_row() -> None:
+    base = dict(heads=128, batch=4, ctx=4096)
+    rows = [
+        dict(base, part="prefill", attngen_ms=7.5, attngen_tflops=360.0, fa4_tflops=600.0),
+        dict(base, part="prefill_variant", kernel="cute_dsl", tile=[128, 128, 2],
+             attngen_ms=5.0, attngen_tflops=540.0, fa4_ms=4.5, ratio_vs_fa4=0.9),  # fmt: skip
+    ]
+    parts = plot.from_rows(dict(HEADER, rows=rows))
+    labels, per_peer = plot.ratios(parts["prefill"], "tflops")
+    assert labels == ["h128 4x4096", "h128 4x4096 cute_dsl 128x128x2"]
+    assert per_peer["FA4"] == pytest.approx([0.6, 0.9])
