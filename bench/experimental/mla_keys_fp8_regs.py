@@ -36,7 +36,12 @@ from attngen.families.mla.triton.kernels.absorbed_keys_wg import (
     keys_output_layout,
     keys_score_layout,
 )
-from attngen.families.mla.triton.kernels.absorbed_wg import LOG2E, rows_layout, split_range
+from attngen.families.mla.triton.kernels.absorbed_wg import (
+    LOG2E,
+    row_and_head_block,
+    rows_layout,
+    split_range,
+)
 
 CHUNK = gl.constexpr(64)  # latent values a chunk: 16 words a row
 INFLIGHT = gl.constexpr(0)  # score products left running while the next chunk is widened
@@ -234,8 +239,7 @@ def mla_keys_fp8_regs_kernel(
     P_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], f16)
     LW: gl.constexpr = LORA // 4  # words of a row's latent part
 
-    off_t = gl.program_id(0)
-    off_hb = gl.program_id(1)
+    off_t, off_hb = row_and_head_block(NUM_HEADS, BLOCK_H)
     split = gl.program_id(2)
     off_b, num_splits, kv_start, kv_end = split_range(
         ROW_LENS, ROW_REQ, NUM_SPLITS, off_t, split, MAX_SPLITS, BLOCK_N

@@ -193,7 +193,8 @@ def absorbed(
     lse_stride = lse.stride(0) if lse is not None else 0
     programs = triton.cdiv(h, config.decode_block_h) * config.decode_lora_parts
     grid = (rows, programs, config.max_splits if split else 1)
-    if config.decode_gluon and not tree:
+    if config.decode_gluon and not tree:  # rows x head blocks on one axis (row_and_head_block)
+        grid = (rows * programs, 1, grid[2])
         kernel, options = gluon_kernel(config, write_lse=lse is not None)
         scale = (kv_scale,) if "KV_SCALE" in kernel.arg_names else ()
         cache = kv_cache.view(torch.int32) if cache_words(config) else kv_cache

@@ -28,6 +28,7 @@ from attngen.families.mla.triton.kernels.absorbed_keys_wg import (
 )
 from attngen.families.mla.triton.kernels.absorbed_wg import (
     LOG2E,
+    row_and_head_block,
     split_range,
     stage_q,
     widen_words,
@@ -142,8 +143,7 @@ def absorbed_keys_fp8_kernel(
     QR_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
     P_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], dtype)
 
-    off_t = gl.program_id(0)
-    off_hb = gl.program_id(1)
+    off_t, off_hb = row_and_head_block(NUM_HEADS, BLOCK_H)
     split = gl.program_id(2)
     off_b, num_splits, kv_start, kv_end = split_range(
         ROW_LENS, ROW_REQ, NUM_SPLITS, off_t, split, MAX_SPLITS, BLOCK_N

@@ -75,6 +75,17 @@ def gather_rows(
 
 
 @gluon.jit
+def row_and_head_block(NUM_HEADS: gl.constexpr, BLOCK_H: gl.constexpr):
+    """This program's query row and head block: the grid's first axis runs over rows x head
+    blocks with the head blocks of a row adjacent, so they run side by side and the second
+    reads the row's latent tiles from L2 (rows as the slow axis also lifts the 65535-row
+    cap of a second grid axis)."""
+    HEAD_BLOCKS: gl.constexpr = (NUM_HEADS + BLOCK_H - 1) // BLOCK_H
+    pid = gl.program_id(0)
+    return pid // HEAD_BLOCKS, pid % HEAD_BLOCKS
+
+
+@gluon.jit
 def split_range(ROW_LENS, ROW_REQ, NUM_SPLITS, off_t, split, MAX_SPLITS: gl.constexpr,
                 BLOCK_N: gl.constexpr):  # fmt: skip
     """Query row off_t's request, its split count, and split ``split``'s BLOCK_N-aligned
@@ -343,8 +354,7 @@ def absorbed_wg_kernel(
     QR_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, ROPE], dtype)
     P_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], dtype)
 
-    off_t = gl.program_id(0)
-    off_hb = gl.program_id(1)
+    off_t, off_hb = row_and_head_block(NUM_HEADS, BLOCK_H)
     split = gl.program_id(2)
     off_b, num_splits, kv_start, kv_end = split_range(
         ROW_LENS, ROW_REQ, NUM_SPLITS, off_t, split, MAX_SPLITS, BLOCK_N
