@@ -2,8 +2,10 @@
 
 sm90 forward: 128 query rows per CTA (two consumer warpgroups of 64), 128-key tiles (the
 page, when extend reads a paged cache), two K/V stages in shared memory (d128: Q 32 KiB +
-K and V 2 x 2 x 32 KiB = 160 KiB of 227). Measured on the H200 (bench/results/
-cute_mha_check_2026-11-30.json): 0.80-0.90x FA4 on hd128 prefill; zero spills on sm_90a.
+K and V 2 x 2 x 32 KiB = 160 KiB of 227), and the intra-warpgroup overlap (S_j's softmax
+while P_{j-1} V_{j-1} runs). Measured on the H200 (bench/results/
+cute_mha_check_overlap1_2026-12-02-a3885ee.json): hd128 prefill 0.94x FA4 at S = 4k, 1.07-1.10x
+at 16k, where the serial loop gave 0.80-0.90x; zero spills on sm_90a.
 
 sm100 forward: 128 query rows (one per softmax thread), 64-key tiles: a softmax thread holds
 its row of S in registers, and 128-key rows spilled on sm_100a (255 registers, ~320 B);
@@ -29,6 +31,7 @@ RUNTIME_CLASS = "attngen.families.mha.runtime:PagedMhaBackend"
 FWD_TILE_M = 128
 FWD_TILE_N = {Arch.SM90: 128, Arch.SM100: 64}
 FWD_NUM_STAGES = 2
+FWD_INTRA_WG_OVERLAP = {Arch.SM90: 1, Arch.SM100: 0}  # a wgmma (sm90) schedule
 # decode KV splits per request: the split heuristic (attngen.families.mha.runtime) allows up
 # to 4 waves of (request, kv head, split) programs, each split >= 256 keys
 MAX_SPLITS = 16
@@ -62,6 +65,7 @@ def kernel_config(
         fwd_tile_m=FWD_TILE_M,
         fwd_tile_n=fwd_tile_n(variant, arch),
         fwd_num_stages=FWD_NUM_STAGES,
+        fwd_intra_wg_overlap=FWD_INTRA_WG_OVERLAP[arch],
         max_splits=MAX_SPLITS,
     )
     return dataclasses.replace(config, **(overrides or {}))

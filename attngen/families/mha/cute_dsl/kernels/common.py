@@ -32,8 +32,8 @@ class FwdShape:
     sinks: bool
     paged: bool
     # sm90: issue S_j = Q K_j^T before O += P_{j-1} V_{j-1} and run S_j's softmax while that
-    # PV runs (FA3's intra-warpgroup overlap). Compile-checked, not yet run on a GPU: off
-    # unless a spec's tuning sets fwd_intra_wg_overlap: 1.
+    # PV runs (FA3's intra-warpgroup overlap): the sm90 lowering's default (config
+    # fwd_intra_wg_overlap), matched against the oracle on the H200 at a3885ee.
     overlap: bool = False
     # paged: K/V pages per key tile. 1: the tile is one page (one TMA box each of K and V);
     # n > 1: pages of tile_n / n tokens, each read by its own TMA copy into its rows of the

@@ -738,7 +738,7 @@ class MhaFwdSm90:
             state = pipeline.make_pipeline_state(
                 pipeline.PipelineUserType.Consumer, shape.num_stages
             )
-            # the serial loop (the one verified on the H200): S, softmax, then PV, per key tile
+            # the serial loop: S, softmax, then PV, per key tile
             for i in cutlass.range(n_block_max - n_block_min, unroll=1):
                 n_block = n_block_max - 1 - i
                 # -- S = Q K^T ----
@@ -949,7 +949,7 @@ class MhaFwdSm90:
     ):
         """The serial loop's attention with S_j = Q K_j^T issued before O += P_{j-1} V_{j-1},
         and S_j's score/mask/softmax computed while that PV runs; O and P_{j-1} (registers
-        the PV reads) are touched only after it is waited for. NOT YET RUN ON A GPU."""
+        the PV reads) are touched only after it is waited for."""
         shape = self.shape
         acc_O_rc = rows_cols(acc_O)
         num_rows = cute.size(acc_O_rc, mode=[0])

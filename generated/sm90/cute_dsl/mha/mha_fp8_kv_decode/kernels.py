@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "d9cfb3c2fa2228c395f425d7789c2d55f458eaa9eefddaaf9d1ef87df84e907f"
+LIBRARY_SHA256 = "b7cec4d66cd3f64628722831bb6929a4bb8316be5ab0dc88297123a25f78378c"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -68,6 +68,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=128,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d64_g4_ps64_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d64_g4_ps64_bf16_kvfp8_e4m3_causal",
@@ -84,6 +85,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d64_g4_ps128_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d64_g4_ps128_bf16_kvfp8_e4m3_causal",
@@ -100,6 +102,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=128,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d64_g8_ps16_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d64_g8_ps16_bf16_kvfp8_e4m3_causal",
@@ -116,6 +119,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=128,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d64_g8_ps64_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d64_g8_ps64_bf16_kvfp8_e4m3_causal",
@@ -132,6 +136,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d64_g8_ps128_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d64_g8_ps128_bf16_kvfp8_e4m3_causal",
@@ -148,6 +153,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=128,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d128_g4_ps16_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g4_ps16_bf16_kvfp8_e4m3_causal",
@@ -164,6 +170,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=128,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d128_g4_ps64_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g4_ps64_bf16_kvfp8_e4m3_causal",
@@ -180,6 +187,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d128_g4_ps128_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g4_ps128_bf16_kvfp8_e4m3_causal",
@@ -196,6 +204,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=128,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d128_g8_ps16_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g8_ps16_bf16_kvfp8_e4m3_causal",
@@ -212,6 +221,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=128,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d128_g8_ps64_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g8_ps64_bf16_kvfp8_e4m3_causal",
@@ -228,6 +238,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d128_g8_ps128_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g8_ps128_bf16_kvfp8_e4m3_causal",
@@ -244,6 +255,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=128,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
 }
 

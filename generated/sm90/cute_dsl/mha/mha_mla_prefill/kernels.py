@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "d9cfb3c2fa2228c395f425d7789c2d55f458eaa9eefddaaf9d1ef87df84e907f"
+LIBRARY_SHA256 = "b7cec4d66cd3f64628722831bb6929a4bb8316be5ab0dc88297123a25f78378c"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -68,6 +68,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=128,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
     "d192v128_g1_ps64_bf16_causal": MhaCuteConfig(
         uri="d192v128_g1_ps64_bf16_causal",
@@ -84,6 +85,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_intra_wg_overlap=1,
     ),
 }
 
