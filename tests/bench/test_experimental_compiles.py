@@ -12,12 +12,12 @@ import pytest
 from attngen.testing.paths import REPO_ROOT
 
 
-@pytest.mark.slow
-def test_mla_keys_fp8_regs_compiles_without_spills(tmp_path):
+def _compile_script(script: str, tmp_path) -> str:
+    """Run a bench/experimental script's CPU compile check; its stdout."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
     proc = subprocess.run(
-        [sys.executable, "bench/experimental/mla_keys_fp8_regs.py"],
+        [sys.executable, script],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -25,23 +25,19 @@ def test_mla_keys_fp8_regs_compiles_without_spills(tmp_path):
         timeout=1200,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    lines = [line for line in proc.stdout.splitlines() if "registers" in line]
-    assert len(lines) == 3 and all(", 0 B spill," in line for line in lines), proc.stdout
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_mla_keys_fp8_regs_compiles_without_spills(tmp_path):
+    out = _compile_script("bench/experimental/mla_keys_fp8_regs.py", tmp_path)
+    lines = [line for line in out.splitlines() if "registers" in line]
+    assert len(lines) == 3 and all(", 0 B spill," in line for line in lines), out
 
 
 @pytest.mark.slow
 def test_mla_prefill_tma_compiles_with_tma_copies_and_without_spills(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    proc = subprocess.run(
-        [sys.executable, "bench/experimental/mla_prefill_tma.py"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{'variant'")]
-    assert len(lines) == 4, proc.stdout
-    assert all("'spills': 0," in line and "'tma': True" in line for line in lines), proc.stdout
+    out = _compile_script("bench/experimental/mla_prefill_tma.py", tmp_path)
+    lines = [line for line in out.splitlines() if line.startswith("{'variant'")]
+    assert len(lines) == 4, out
+    assert all("'spills': 0," in line and "'tma': True" in line for line in lines), out
