@@ -36,12 +36,7 @@ from attngen.families.mla.triton.kernels.absorbed_keys_wg import (
     keys_output_layout,
     keys_score_layout,
 )
-from attngen.families.mla.triton.kernels.absorbed_wg import (
-    LOG2E,
-    row_and_head_block,
-    rows_layout,
-    split_range,
-)
+from attngen.families.mla.triton.kernels.absorbed_wg import LOG2E, rows_layout, split_range
 
 CHUNK = gl.constexpr(64)  # latent values a chunk: 16 words a row
 INFLIGHT = gl.constexpr(0)  # score products left running while the next chunk is widened
@@ -239,7 +234,11 @@ def mla_keys_fp8_regs_kernel(
     P_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_H], f16)
     LW: gl.constexpr = LORA // 4  # words of a row's latent part
 
-    off_t, off_hb = row_and_head_block(NUM_HEADS, BLOCK_H)
+    # 16 heads, one head block: the launcher's grid (rows x head blocks, 1, splits) is one
+    # program per row (row_and_head_block's division costs this kernel a spill)
+    gl.static_assert(NUM_HEADS <= BLOCK_H, "one head block")
+    off_t = gl.program_id(0)
+    off_hb = gl.program_id(1)  # 0: the grid has one program per row on its second axis
     split = gl.program_id(2)
     off_b, num_splits, kv_start, kv_end = split_range(
         ROW_LENS, ROW_REQ, NUM_SPLITS, off_t, split, MAX_SPLITS, BLOCK_N
