@@ -629,8 +629,7 @@ class PagedMlaBackend(AttentionBackendBase):
             (rows, self.num_heads, c.v_head_dim), dtype=self.dtype, device=self.device
         )
         lse = self._new_lse(rows)
-        if not chunk and self.prefill_kernels is not None:
-            check_tensor("v", v, shape=[rows, self.num_heads, c.v_head_dim])
+        if not chunk and self.prefill_kernels is not None:  # its launcher checks q, k, v
             self.prefill_kernels.prefill(
                 q,
                 per_head_keys(k_nope, k_rope, self.num_heads),
@@ -642,23 +641,22 @@ class PagedMlaBackend(AttentionBackendBase):
                 sm_scale=layer.scaling,
                 lse=lse,
             )
-            flat = out.view(rows, self.num_heads * c.v_head_dim)
-            return (flat, lse) if getattr(fb, "mha_return_lse", False) else flat
-        self.kernels.ragged(
-            q,
-            k_nope,
-            k_rope,
-            v,
-            meta.qo_indptr,
-            kv_indptr,
-            out,
-            lse,
-            max_q_len=max_q,
-            causal=not chunk,
-            config=c,
-            sm_scale=layer.scaling,
-            trusted_metadata=not chunk,
-        )
+        else:
+            self.kernels.ragged(
+                q,
+                k_nope,
+                k_rope,
+                v,
+                meta.qo_indptr,
+                kv_indptr,
+                out,
+                lse,
+                max_q_len=max_q,
+                causal=not chunk,
+                config=c,
+                sm_scale=layer.scaling,
+                trusted_metadata=not chunk,
+            )
         flat = out.view(rows, self.num_heads * c.v_head_dim)
         return (flat, lse) if getattr(fb, "mha_return_lse", False) else flat
 
