@@ -32,7 +32,7 @@ check: $(GEN_STAMP)
 
 ## test: the CPU test suite (what CI runs): specs, drift, interpreter numerics, AOT compile
 test: $(TEST_STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
 
 ## test-gpu: GPU numerics + CUDA-graph tests (on a CUDA machine; records evidence when
 ## ATTNGEN_EVIDENCE_OUT is set). Uses the machine's python (torch + triton installed there).

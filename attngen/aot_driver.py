@@ -9,6 +9,12 @@ With ``--reuse FILE [FILE ...]``, a kernel whose identity (the kernel library's 
 config: :func:`attngen.evidence.module_identity`) and compiler version equal a row of FILE
 keeps that row's measurements instead of compiling again: re-recording after a change to one
 family compiles that family only. ``--reuse`` never applies across compiler versions.
+
+With ``--reuse`` and ``--sample``, reusable compiles are compiled again for a deterministic
+sample only (the first compile in tree order of each generated module and kernel name; see
+:func:`sample_groups`), and their fresh rows replace the reused ones: a test comparing the
+result with the evidence file then checks the sample's measurements for real and every other
+row by identity. Compiles with no reusable row always run.
 """
 
 from __future__ import annotations
@@ -160,23 +166,28 @@ class Compiler:
         generated_dir: Path,
         jobs: int | None = None,
         reuse: dict[str, Any] | None = None,
+        sample: bool = False,
     ) -> dict[str, Any]:
         """Compile every kernel of the tree for ``arch`` (or reuse ``reuse``'s rows of the
-        same identity and compiler); the evidence JSON object. Raises AotError."""
+        same identity and compiler, all but :func:`sample_groups`'s when ``sample``); the
+        evidence JSON object. Raises AotError."""
         self.prepare()
         generated_dir = Path(generated_dir)
         version = self.version()
         unique = self._group(arch, generated_dir)
         known = _reusable(reuse, arch, version)
+        again = {id(users) for users in sample_groups(unique)} if sample else set()
         rows, todo = [], []
         for users in unique:
             found = [known.get((*u.key, u.identity)) for u in users]
-            if all(found):
+            if all(found) and id(users) not in again:
                 rows += found
             else:
                 todo.append(users)
         if known:
             print(f"{arch}: {len(unique) - len(todo)} compile(s) reused from evidence", flush=True)
+        if sample:
+            print(f"{arch}: compiling again a sample of {len(again)} of {len(unique)}", flush=True)
         work = [(users[0], generated_dir, arch) for users in todo]
         failures: list[str] = []
         if work:
@@ -260,6 +271,12 @@ class Compiler:
             help="earlier evidence JSONs: kernels of the same identity and compiler keep "
             "their measurements instead of compiling again (missing files are skipped)",
         )
+        parser.add_argument(
+            "--sample",
+            action="store_true",
+            help="with --reuse: compile a deterministic sample again (one compile per "
+            "generated module and kernel name) instead of reusing its rows",
+        )
         parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="compile processes")
         args = parser.parse_args(argv)
         if not self.discover(args.arch, args.generated):
@@ -268,7 +285,7 @@ class Compiler:
             return 0
         reuse = _merge([json.loads(p.read_text()) for p in args.reuse if p.exists()])
         try:
-            result = self.compile_arch(args.arch, args.generated, args.jobs, reuse)
+            result = self.compile_arch(args.arch, args.generated, args.jobs, reuse, args.sample)
         except AotError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -281,6 +298,15 @@ class Compiler:
         n = len(result["kernels"])
         print(f"{args.arch}: {n} kernels compiled, {len(problems)} problem(s)", file=sys.stderr)
         return 1 if problems else 0
+
+
+def sample_groups(unique: list[list[Entry]]) -> list[list[Entry]]:
+    """The first compile group in tree order of each (generated module, kernel name): every
+    kernel of every spec is compiled for at least one of its variants, whatever was reused."""
+    first: dict[tuple[str, str], list[Entry]] = {}
+    for users in unique:
+        first.setdefault((users[0].module, users[0].kernel), users)
+    return list(first.values())
 
 
 def _first_paragraph(compiler: Compiler) -> str:

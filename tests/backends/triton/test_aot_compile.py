@@ -4,6 +4,12 @@ Each arch's kernels are compiled to cubins (no GPU needed) by ``python -m attnge
 subprocess: this process runs Triton in interpreter mode, which cannot compile. The recorded
 registers / spills / shared memory must equal ``evidence/compile/<arch>.json`` byte for byte, so
 the docs' "compiles on sm_XX" claims and resource numbers stay true of the tree.
+
+Every row is checked against the tree by identity (kernel library source + variant config +
+compiler version); by default the measurements are checked by compiling a deterministic
+sample again (each generated module's every kernel, for one of its variants:
+``aot_driver.sample_groups``) and any kernel the evidence lacks. ``ATTNGEN_AOT_FULL=1``
+compiles every kernel, as ``make evidence-compile`` does.
 """
 
 from __future__ import annotations
@@ -49,15 +55,18 @@ def test_generated_kernels_compile_and_match_evidence(arch: str, tmp_path: Path)
     if not aot.COMPILER.discover(arch, GENERATED):
         pytest.skip(f"no generated kernels under generated/{arch}/ yet")
     out = tmp_path / f"{arch}.json"
-    proc = run_aot(arch, GENERATED, out, tmp_path / "triton-cache")
+    evidence = EVIDENCE / f"{arch}.json"
+    assert evidence.exists(), f"{evidence.relative_to(REPO)} is missing: {REGENERATE}"
+    full = os.environ.get("ATTNGEN_AOT_FULL") == "1"
+    extra = () if full else ("--reuse", str(evidence), "--sample")
+    proc = run_aot(arch, GENERATED, out, tmp_path / "triton-cache", *extra)
     assert proc.returncode == 0, failure_text(proc)
+    assert full or "compiling again a sample of" in proc.stdout, proc.stdout[-2000:]
     result = json.loads(out.read_text())
     spills = [r for r in result["kernels"] if r["spill_bytes"] > 0]
     assert not spills, f"kernels spill registers on {arch}: {spills}"
     # every (module, variant, kernel) of the tree is in the fresh result, with its identity
     assert aot.COMPILER.check_evidence(arch, GENERATED, out) == []
-    evidence = EVIDENCE / f"{arch}.json"
-    assert evidence.exists(), f"{evidence.relative_to(REPO)} is missing: {REGENERATE}"
     recorded, fresh = evidence.read_text(), out.read_text()
     if recorded != fresh:
         diff = difflib.unified_diff(
@@ -166,6 +175,19 @@ def test_checker_on_a_tiny_tree(tmp_path: Path) -> None:
     proc = run_aot("sm90", generated, again, tmp_path / "triton-cache", "--reuse", str(reuse))
     assert proc.returncode == 0 and "[3/3]" in proc.stdout and "reused" not in proc.stdout
     assert again.read_text() == text
+
+    # --sample: the first compile of each module and kernel name runs again (its doctored
+    # row is measured afresh); tiny/c's "scale" is reused, doctored row and all
+    doctored = dict(result, kernels=[dict(r) for r in result["kernels"]])
+    doctored["kernels"][0]["registers"] = doctored["kernels"][4]["registers"] = 7
+    reuse.write_text(aot_driver.dumps(doctored))
+    args = ("--reuse", str(reuse), "--sample")
+    proc = run_aot("sm90", generated, again, tmp_path / "triton-cache", *args)
+    assert proc.returncode == 0, failure_text(proc)
+    assert "compiling again a sample of 2 of 3" in proc.stdout and "[2/2]" in proc.stdout
+    rows = json.loads(again.read_text())["kernels"]
+    fresh = result["kernels"]
+    assert rows[4]["registers"] == 7 and rows[:4] + rows[5:] == fresh[:4] + fresh[5:]
 
     stale = dict(result, kernels=[dict(r) for r in result["kernels"][1:]])
     stale["kernels"][0]["identity"] = "0" * 64
