@@ -470,40 +470,6 @@ def decode_rows(torch, timer, mods, fm, fm_info, sg, sg_info, rows, save):
                 torch.cuda.empty_cache()
 
 
-def experimental_rows(torch, timer, mods, rows, save):
-    """h_q 16: bf16 and fp8 on the generated tiles, then fp8 with the score operand taken
-    from registers (bench/experimental/mla_keys_fp8_regs.py, swapped into the launcher for
-    these rows only), checked against the reference like every row."""
-    import attngen.families.mla.triton.host.launch as launch
-    from bench.experimental.mla_keys_fp8_regs import mla_keys_fp8_regs_kernel
-
-    library = launch.absorbed_keys_fp8_kernel
-    for b, ctx in CASES:
-        for kv, kernel in (("bf16", None), ("fp8", None), ("fp8", mla_keys_fp8_regs_kernel)):
-            case = Case(torch, 16, b, ctx, kv)
-            mod, cfg = mods[kv], base_config(mods, 16, kv)
-            splits, count = split_tensor(torch, cfg, case, "auto")
-            name = "registers" if kernel else "library"
-            row = dict(part="experimental", kernel=name, heads=16, batch=b, ctx=ctx, kv=kv)
-            row.update(tile=tile_of(cfg), splits=count)
-            launch.absorbed_keys_fp8_kernel = kernel or library
-            try:
-                fn, out = attngen_call(mod, cfg, case, splits)
-                t = time_it(fn, timer)
-                err, ok = case.check(out)
-                row.update(attngen_ms=t, attngen_tbs=case.nbytes / t / 1e9)
-                row.update(max_err_vs_ref=err, ref_ok=ok)
-            except Exception as e:  # noqa: BLE001  (reported in the row, not fatal)
-                row["attngen_error"] = f"{type(e).__name__}: {str(e)[:300]}"
-            finally:
-                launch.absorbed_keys_fp8_kernel = library
-            rows.append(row)
-            save()
-            print(json.dumps(row), flush=True)
-            del case
-            torch.cuda.empty_cache()
-
-
 def tile_of(cfg):
     return [
         cfg.decode_block_h,
@@ -812,11 +778,6 @@ def main() -> None:
         "--prefill-tiles", help="ragged tiles to time (BMxBNxWARPSxSTAGES,...); default: generated"
     )
     ap.add_argument(
-        "--experimental",
-        action="store_true",
-        help="h_q 16 fp8 with bench/experimental/mla_keys_fp8_regs.py beside the library",
-    )
-    ap.add_argument(
         "--prefill-variants",
         action="store_true",
         help="prefill also on bench/experimental/mla_prefill_tma.py and the CuTe DSL forward",
@@ -883,8 +844,6 @@ def main() -> None:
         sweep_rows(
             torch, timer, mods, fm, rows, save, only, parse_groups(args.groups), tiles_only
         )
-    if args.experimental:
-        experimental_rows(torch, timer, mods, rows, save)
     if "decode" not in skip:
         decode_rows(torch, timer, mods, fm, fm_info, sg, sg_info, rows, save)
     if "prefill" not in skip:

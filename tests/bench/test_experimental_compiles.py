@@ -29,13 +29,6 @@ def _compile_script(script: str, tmp_path) -> str:
 
 
 @pytest.mark.slow
-def test_mla_keys_fp8_regs_compiles_without_spills(tmp_path):
-    out = _compile_script("bench/experimental/mla_keys_fp8_regs.py", tmp_path)
-    lines = [line for line in out.splitlines() if "registers" in line]
-    assert len(lines) == 3 and all(", 0 B spill," in line for line in lines), out
-
-
-@pytest.mark.slow
 def test_mla_prefill_tma_compiles_with_tma_copies_and_without_spills(tmp_path):
     out = _compile_script("bench/experimental/mla_prefill_tma.py", tmp_path)
     lines = [line for line in out.splitlines() if line.startswith("{'variant'")]

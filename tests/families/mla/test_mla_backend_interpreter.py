@@ -30,7 +30,7 @@ F16 = torch.float16
 
 def backend_class(page_size: int, kv_dtype: str = "float16", drafts: int = 3) -> type:
     """A backend over fp16 versions of the generated h16 config (small interpreter tiles)."""
-    base = generated.CONFIGS[f"r512_rope64_h16_ps64_bf16_causal_topk1"]
+    base = generated.CONFIGS["r512_rope64_h16_ps64_bf16_causal_topk1"]
     config = dataclasses.replace(
         base,
         uri="test",

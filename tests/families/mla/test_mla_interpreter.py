@@ -226,12 +226,14 @@ def test_bad_tensors_fail_before_launch():
 @pytest.mark.parametrize(
     "kv_dtype,tiles,why",
     [
-        # keys-major Gluon: 16 or 32 heads x 64 rows only; 16-bit latents 2+ stages deep,
-        # fp8 latents one stage (one operand tile) on 4 or 8 warps
+        # keys-major Gluon: 16-bit latents 16 or 32 heads x 64 rows on 8 warps, fp8
+        # latents 16 heads x 64 rows on 4 warps; both 2+ stages deep
         ("float8_e4m3fn", dict(decode_block_h=16, decode_block_n=64, decode_num_warps=8,
-                               decode_num_stages=2, decode_keys_major=1), "1 stage"),
-        ("float8_e4m3fn", dict(decode_block_h=16, decode_block_n=32, decode_num_warps=4,
-                               decode_num_stages=1, decode_keys_major=1), "16 or 32 heads x 64"),
+                               decode_num_stages=2, decode_keys_major=1), "16 heads x 64 rows on 4"),
+        ("float8_e4m3fn", dict(decode_block_h=32, decode_block_n=64, decode_num_warps=4,
+                               decode_num_stages=2, decode_keys_major=1), "16 heads x 64 rows on 4"),
+        ("float8_e4m3fn", dict(decode_block_h=16, decode_block_n=64, decode_num_warps=4,
+                               decode_num_stages=1, decode_keys_major=1), "2\\+ stages"),
         ("float16", dict(decode_block_h=16, decode_block_n=32, decode_num_warps=8,
                          decode_keys_major=1), "16 or 32 heads x 64 rows on 8 warps"),
         ("float16", dict(decode_block_h=16, decode_block_n=64, decode_num_warps=4,
@@ -243,7 +245,7 @@ def test_bad_tensors_fail_before_launch():
         ("float16", dict(decode_block_h=16, decode_block_n=64, decode_num_warps=8,
                          decode_num_stages=2, decode_keys_major=1), "TRITON_INTERPRET"),
         ("float8_e4m3fn", dict(decode_block_h=16, decode_block_n=64, decode_num_warps=4,
-                               decode_keys_major=1), "TRITON_INTERPRET"),
+                               decode_num_stages=2, decode_keys_major=1), "TRITON_INTERPRET"),
     ],
 )  # fmt: skip
 def test_gluon_tiles_are_checked_before_launch(kv_dtype, tiles, why):

@@ -42,7 +42,7 @@ class AbsorbedTile:
     waves: int = 4
     # 1: an sm90 Gluon kernel: head-major (kernels/absorbed_wg.py, 16-bit or fp8 caches)
     # or, with keys_major, kernels/absorbed_keys_wg.py (16 or 32 heads, 16-bit caches) or
-    # kernels/absorbed_keys_fp8.py (16 or 32 heads, fp8 caches)
+    # kernels/absorbed_keys_fp8.py (16 heads, fp8 caches)
     gluon: int = 0
     max_regs: int = 0  # the Gluon kernel's register cap (0: ptxas's choice)
 
@@ -74,13 +74,14 @@ SM90_KEYS_TILES = {
     16: AbsorbedTile(16, 64, 8, 2, keys_major=1, waves=2, gluon=1),
     32: AbsorbedTile(32, 64, 8, 2, keys_major=1, waves=2, gluon=1),
 }
-# fp8 latents, 16 heads, sm90: kernels/absorbed_keys_fp8.py (keys-major, the tile widened
-# from registers into one fp16 operand tile; 4 warps, 232 registers and 94 KB of shared
-# memory, so two programs share an SM: 2 waves of splits). On the H200 (bench/mla.py --sweep,
-# CUDA-graph timing): 0.086-0.087 / 0.299-0.304 ms at B64 ctx4096 (4 splits) / B128 ctx8192
-# (2 splits) against 0.097 / 0.352 for the best Triton tile (16 x 64, 4 warps, value
-# reload), and 0.099 / 0.359 for the same kernel on 8 warps capped at 128 registers.
-SM90_FP8_KEYS_TILE = AbsorbedTile(16, 64, 4, 1, keys_major=1, waves=2, gluon=1)
+# fp8 latents, 16 heads, sm90: kernels/absorbed_keys_fp8.py (keys-major; fp8 tiles gathered
+# 2 deep, the score on fp16 MMAs and the value product on fp8 MMAs, both latent operands
+# built in registers; 4 warps, 235 registers and 94 KB of shared memory, so two programs
+# share an SM: 2 waves of splits). On the H200 (bench/mla.py, CUDA-graph timing): 0.075 /
+# 0.256 ms at B64 ctx4096 / B128 ctx8192 against 0.088 / 0.319 for the bf16 cache, 0.087 /
+# 0.300 for the previous fp8 kernel (the tile widened into one fp16 operand tile), and 0.10 /
+# 0.36 at 3-4 stages (one program an SM).
+SM90_FP8_KEYS_TILE = AbsorbedTile(16, 64, 4, 2, keys_major=1, waves=2, gluon=1)
 # sm_80 (mma.sync keeps q in registers): 64 x 32 spilled 48 B there; unmeasured on a GPU.
 SM80_64_ROW_TILE = AbsorbedTile(32, 32, 8, 2)
 FP8_ABSORBED_TILES = {

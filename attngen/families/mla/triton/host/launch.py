@@ -278,13 +278,14 @@ def _check_gluon(config: MlaTritonConfig) -> None:
     """The Gluon absorbed kernels' fixed shapes, on a GPU (the Triton interpreter cannot run
     Gluon), all with one column part: head-major, a 16-bit or fp8 cache and 64 heads x 64
     rows on 8 warps; keys-major, 16 or 32 heads x 64 rows, a 16-bit cache on 8 warps with
-    at least 2 stages, or an fp8 cache on 4 or 8 warps with 1 stage (one operand tile)."""
+    at least 2 stages, or 16 heads x 64 rows, an fp8 cache on 4 warps with at least 2
+    stages."""
     tile = (config.decode_block_h, config.decode_block_n, config.decode_num_warps)
     heads_rows = tile[:2] in ((16, 64), (32, 64))
     stages = config.decode_num_stages
     if config.decode_keys_major and quantized(config):
-        ok = heads_rows and tile[2] in (4, 8) and stages == 1
-        want = "0 unless the tile is 16 or 32 heads x 64 rows on 4 or 8 warps, 1 stage"
+        ok = tile == (16, 64, 4) and stages >= 2
+        want = "0 unless the tile is 16 heads x 64 rows on 4 warps, 2+ stages"
     elif config.decode_keys_major:
         ok = not fp4(config) and heads_rows and tile[2] == 8 and stages >= 2
         want = "0 unless the tile is 16 or 32 heads x 64 rows on 8 warps, 2+ stages"
@@ -396,7 +397,7 @@ def cache_words(config: MlaTritonConfig) -> bool:
 def gluon_kernel(config: MlaTritonConfig, *, write_lse: bool) -> tuple:
     """The sm90 Gluon absorbed kernel of ``config`` and its constexprs: head-major (64
     heads x 64 rows, 16-bit or fp8 latents) or, with ``decode_keys_major``, keys-major (16
-    or 32 heads: 16-bit latents STAGES deep, or fp8 latents widened from registers)."""
+    or 32 heads, 16-bit latents; 16 heads, fp8 latents; both STAGES deep)."""
     options = dict(
         NUM_HEADS=config.num_heads,
         LORA=config.kv_lora_rank,
@@ -410,10 +411,9 @@ def gluon_kernel(config: MlaTritonConfig, *, write_lse: bool) -> tuple:
     )
     if config.decode_max_registers:
         options["maxnreg"] = config.decode_max_registers
-    if config.decode_keys_major and quantized(config):
-        return absorbed_keys_fp8_kernel, options
     if config.decode_keys_major:
-        return absorbed_keys_wg_kernel, {**options, "STAGES": config.decode_num_stages}
+        fn = absorbed_keys_fp8_kernel if quantized(config) else absorbed_keys_wg_kernel
+        return fn, {**options, "STAGES": config.decode_num_stages}
     return absorbed_wg_kernel, {**options, "KV_SCALED": quantized(config)}
 
 

@@ -174,7 +174,15 @@ def stage_q(
 def widen_words(words):
     """Words of four e4m3 values -> words of two fp16 values, twice as many along the last
     dim, in order (exact: cvt.rn.f16x2.e4m3x2 on each half-word)."""
-    lo, hi = gl.inline_asm_elementwise(
+    lo, hi = widen_pairs(words)
+    return gl.reshape(gl.join(lo, hi), [words.shape[0], 2 * words.shape[1]])
+
+
+@gluon.jit
+def widen_pairs(words):
+    """Each word's four e4m3 values as two words of two fp16 values (exact): lo = values
+    0, 1; hi = values 2, 3."""
+    return gl.inline_asm_elementwise(
         """{
         .reg .b16 a, b;
         mov.b32 {a, b}, $2;
@@ -187,7 +195,6 @@ def widen_words(words):
         is_pure=True,
         pack=1,
     )
-    return gl.reshape(gl.join(lo, hi), [words.shape[0], 2 * words.shape[1]])
 
 
 @gluon.jit

@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "754bc6551b9befdbe2748f5fddfe4fc140085c0f1dd2ecd2865d10d1753d7dbb"
+LIBRARY_SHA256 = "69a155d0a75c1873a726126fd5e525da484b61b767de6bad49f79e9c668ebe96"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
