@@ -79,6 +79,20 @@ class DsaTritonConfig:
     def fp8_cache(self) -> bool:
         return self.kv_dtype == "float8_e4m3fn"
 
+    def gluon_shape_problems(self) -> list[str]:
+        """What keeps the Gluon sparse kernels (``sparse_gluon``) from running this config
+        on sm90: their fixed tile (64 heads x 64 slots on 8 warps) and, over fp8 rows, bf16
+        activations (the rope product is bf16). The plan check and the launcher both ask."""
+        problems = []
+        tile = (self.sparse_block_h, self.sparse_block_n, self.sparse_num_warps)
+        if tile != (64, 64, 8):
+            problems.append(
+                f"sparse_gluon=1 needs sparse_block_h 64, sparse_block_n 64 and 8 warps, got {tile}"
+            )
+        if self.fp8_cache and self.dtype != "bfloat16":
+            problems.append(f"sparse_gluon=1 over fp8 rows needs bf16 activations, got {self.dtype}")
+        return problems
+
     @property
     def kv_width(self) -> int:
         """Last dim of a latent cache row: 576 elements, or 656 bytes (fp8 layout)."""

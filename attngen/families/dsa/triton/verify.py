@@ -17,22 +17,12 @@ WARP_COUNTS = (1, 2, 4, 8, 16)
 
 
 def gluon_problems(c: DsaTritonConfig, arch: str) -> list[str]:
-    """Where ``sparse_gluon`` applies (as launch._check_gluon checks again at run time): the
-    Gluon kernels' fixed tile (64 heads x 64 slots on 8 warps), sm90's warpgroup MMA, and
-    bf16 activations over fp8 rows."""
+    """Where ``sparse_gluon`` applies: sm90's warpgroup MMA and the config's own shape rules
+    (``DsaTritonConfig.gluon_shape_problems``, which the launcher checks again at run time)."""
     if not c.sparse_gluon:
         return []
-    problems = []
-    tile = (c.sparse_block_h, c.sparse_block_n, c.sparse_num_warps)
-    if arch != "sm90":
-        problems.append(f"sparse_gluon=1 runs sm90 warpgroup MMA kernels, not {arch}")
-    if tile != (64, 64, 8):
-        problems.append(
-            f"sparse_gluon=1 needs sparse_block_h 64, sparse_block_n 64 and 8 warps, got {tile}"
-        )
-    if c.kv_dtype == "float8_e4m3fn" and c.dtype != "bfloat16":
-        problems.append(f"sparse_gluon=1 over fp8 rows needs bf16 activations, got {c.dtype}")
-    return problems
+    problems = [] if arch == "sm90" else [f"sparse_gluon=1 runs sm90 warpgroup MMA kernels, not {arch}"]
+    return problems + c.gluon_shape_problems()
 
 
 def config_problems(c: DsaTritonConfig, arch: str = "sm90") -> list[str]:

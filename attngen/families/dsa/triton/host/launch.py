@@ -337,16 +337,15 @@ def combine_options(config: DsaTritonConfig, *, write_lse: bool) -> dict:
 
 
 def _check_gluon(config: DsaTritonConfig) -> None:
-    """The Gluon sparse kernels' fixed shape: 64 heads x 64 slots on 8 warps, bf16
-    activations over fp8 rows (the rope product is bf16), on a GPU (the Triton interpreter
-    cannot run Gluon)."""
-    tile = (config.sparse_block_h, config.sparse_block_n, config.sparse_num_warps)
-    if tile != (64, 64, 8) or (config.fp8_cache and config.dtype != "bfloat16"):
+    """The Gluon sparse kernels' shape rules (``DsaTritonConfig.gluon_shape_problems``), on
+    a GPU (the Triton interpreter cannot run Gluon)."""
+    problems = config.gluon_shape_problems()
+    if problems:
         fail(
             "config.sparse_gluon",
             "0 unless the tile is 64 heads x 64 slots on 8 warps (and, over fp8 rows, the "
             "activations bf16)",
-            f"1 with {config.dtype} activations, kv {config.kv_dtype}, tile {tile}",
+            f"1 with kv {config.kv_dtype}: " + "; ".join(problems),
         )
     refuse_interpreter("config.sparse_gluon")
 
