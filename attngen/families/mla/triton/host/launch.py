@@ -192,13 +192,12 @@ def absorbed(
     lse_arg = lse if lse is not None else out  # not written without WRITE_LSE
     lse_stride = lse.stride(0) if lse is not None else 0
     programs = triton.cdiv(h, config.decode_block_h) * config.decode_lora_parts
-    grid = (rows, programs, config.max_splits if split else 1)
+    splits_axis = config.max_splits if split else 1
     if config.decode_gluon and not tree:  # rows x head blocks on one axis (row_and_head_block)
-        grid = (rows * programs, 1, grid[2])
         kernel, options = gluon_kernel(config, write_lse=lse is not None)
         scale = (kv_scale,) if "KV_SCALE" in kernel.arg_names else ()
         cache = kv_cache.view(torch.int32) if cache_words(config) else kv_cache
-        kernel[grid](
+        kernel[(rows * programs, 1, splits_axis)](
             q_nope,
             q_rope,
             cache,
@@ -226,7 +225,7 @@ def absorbed(
             **options,
         )
     else:
-        absorbed_split_kernel[grid](
+        absorbed_split_kernel[(rows, programs, splits_axis)](
             q_nope,
             q_rope,
             kv_cache,

@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "69a155d0a75c1873a726126fd5e525da484b61b767de6bad49f79e9c668ebe96"
+LIBRARY_SHA256 = "83de0c0dfb8cec8699dbb499aefb389f98974798e5b77979f34ef0bf344d036b"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
