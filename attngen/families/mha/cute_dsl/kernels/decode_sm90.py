@@ -56,16 +56,6 @@ def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
 
 
 shared_bytes = fwd_sm90.shared_bytes
-SM90_SHARED_PER_SM = 228 * 1024  # one SM's shared memory; each resident CTA reserves 1 KB
-CTA_RESERVED_SHARED = 1024
-
-
-def resident_ctas(shape: FwdShape) -> int:
-    """CTAs of ``shape`` an SM can hold by shared memory, at most 2: the launch asks ptxas
-    for that many (``min_blocks_per_mp``), which at 2 caps the 256 threads at 128 registers
-    each. Without the ask the fp8 cache's conversion loop took the kernel to 171 registers
-    and one CTA an SM."""
-    return max(1, min(2, SM90_SHARED_PER_SM // (shared_bytes(shape) + CTA_RESERVED_SHARED)))
 
 
 class MhaDecodeSm90(MhaFwdSm90):
@@ -75,9 +65,6 @@ class MhaDecodeSm90(MhaFwdSm90):
         assert shape.decode and shape.paged and not shape.sinks and not shape.overlap
         assert shape.decode_group <= shape.tile_m == 64, "the group's heads fill one wgmma M"
         super().__init__(shape)
-        self.min_ctas = resident_ctas(shape)
-        if self.min_ctas == 2:  # 128 registers a thread at launch: 24 + 232 = 2 x 128
-            self.consumer_regs = 2 * 128 - fwd_sm90.PRODUCER_REGS
 
     @cute.jit
     def __call__(
@@ -113,8 +100,6 @@ class MhaDecodeSm90(MhaFwdSm90):
             block=[self.num_threads, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
-            min_blocks_per_mp=self.min_ctas,
-            preferred_smem_carveout=100,  # percent: all of the SM's shared memory
         )  # fmt: skip
 
 

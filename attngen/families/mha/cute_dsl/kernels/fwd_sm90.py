@@ -139,7 +139,6 @@ class MhaFwdSm90:
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
-        self.consumer_regs = CONSUMER_REGS  # after setmaxnreg, TMA producers
 
     # -- host side: layouts, TMA descriptors, launch ----
 
@@ -424,7 +423,7 @@ class MhaFwdSm90:
                 if const_expr(self.shape.gather):
                     cute.arch.setmaxregister_increase(GATHER_CONSUMER_REGS)
                 else:
-                    cute.arch.setmaxregister_increase(self.consumer_regs)
+                    cute.arch.setmaxregister_increase(CONSUMER_REGS)
                 self.attend(
                     mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
                     pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
