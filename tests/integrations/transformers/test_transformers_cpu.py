@@ -256,6 +256,16 @@ def test_dsa_hadamard_and_query_quantization() -> None:
     assert ((got - want).abs() <= 2.0**-3 * 128**-0.5 * scale).all()  # 2 x e4m3's 2^-4
 
 
+def test_reference_top_k_breaks_ties_by_lower_position() -> None:
+    """The greedy DSA reference keeps, among equal indexer scores, the lower positions (as
+    attngen's top-k does), masked keys last."""
+    inf = float("-inf")
+    scores = torch.tensor([[0.0, 3.0, 0.0, 3.0, 1.0, 0.0, inf, 0.0]] * 2, dtype=torch.float64)
+    scores[1] = scores[1].flip(0)  # [0, inf, 0, 1, 3, 0, 3, 0]
+    assert M.top_k_lower_first(scores, 5).tolist() == [[1, 3, 4, 0, 2], [4, 6, 3, 0, 2]]
+    assert M.top_k_lower_first(scores, 8)[0, -1].item() == 6  # the masked key
+
+
 def test_continuous_batching_exact_fp32_qwen2_interpreter() -> None:
     """An fp32 model in continuous batching: attngen's kernels (fp16 here) on K/V cast from
     transformers' fp32 paged cache, against transformers' own fp32 paged sdpa: the margin

@@ -998,6 +998,14 @@ def _dsa_dense(model: Any) -> Callable[[], None]:
     return restore
 
 
+def top_k_lower_first(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Positions of the ``k`` highest scores along the last dim, equal scores taken lower
+    position first: attngen's indexer rule. ``torch.topk`` leaves the order among equal
+    scores unspecified; with this rule the reference can differ from attngen's picks only
+    where their scores differ, never by tie order."""
+    return torch.sort(scores, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
 def fp8_indexer(model: Any, act: torch.dtype) -> Callable[[], None]:
     """Every DeepSeek-V3.2 indexer picks its top-k from the fp8 scores DeepSeek-V3.2's
     inference code computes (``dsa_scores(quantized=True)``, float64 sums) instead of
@@ -1023,7 +1031,7 @@ def fp8_indexer(model: Any, act: torch.dtype) -> Callable[[], None]:
             else:
                 scores = scores + attention_mask
             top = min(int(_m.indexer.index_topk), scores.shape[-1])
-            return scores.topk(top, dim=-1).indices.to(torch.int32)
+            return top_k_lower_first(scores, top).to(torch.int32)
 
         saved.append((ix, ix.forward))
         ix.forward = forward
