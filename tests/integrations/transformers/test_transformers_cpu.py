@@ -127,6 +127,15 @@ def test_generate_llama_interpreter() -> None:
     report = tf_judge.check_generate(TINY_LLAMA, 16, torch.float16, 3, "cpu", new_tokens=4, **FP16)
     _assert_ok(report)
     assert report.choices == ["triton/mha_gqa_paged/d64_g4_ps16_fp16_causal"]
+    # what the GPU test records as evidence: the served config, by module and uri
+    from gpu_evidence import Evidence
+
+    [(module, uri)] = report.served
+    assert module.__name__.endswith(".mha.mha_gqa_paged.kernels") and uri == "d64_g4_ps16_fp16_causal"
+    ev = Evidence()
+    ev.record(module, uri, "decode", via="transformers-tiny_llama")
+    [row] = ev.to_json()
+    assert (row["variant"], row["check"], row["detail"]) == (uri, "decode", "via=transformers-tiny_llama")
 
 
 def test_generate_gemma2_interpreter() -> None:

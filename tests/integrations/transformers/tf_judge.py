@@ -36,6 +36,8 @@ class Report:
     sensitivity: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     choices: list[str] = field(default_factory=list)
+    # (kernels module, variant uri) of every generated config that served a layer
+    served: list[tuple[Any, str]] = field(default_factory=list)
     layer_calls: int = 0  # layer calls the per-layer judges saw
     layer_kinds: list[str] = field(default_factory=list)  # what they saw (features' first part)
     dsa_recall: float | None = None  # share of transformers' fp32 top-k picks attngen kept
@@ -133,9 +135,12 @@ def check_generate(
     if dsa:
         report.dsa_recall = dsa_judge.recall
         report.dsa_index_ties = (dsa_judge.index_ties, dsa_judge.index_rows)
+    served = list(runtime.generate.choices.values())
     for family in (runtime.mla, runtime.gdn, runtime.dsa):
         if family.choice is not None:
             report.choices.append(family.choice.describe())
+            served.append(family.choice)
+    report.served = [(c.kernels, c.config.uri) for c in served]
     tokens_ref, tokens = ref.sequences[:, start:], got.sequences[:, start:]
     logits = torch.stack(got.logits, dim=1).float()  # [B, steps, V]
     full_mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)

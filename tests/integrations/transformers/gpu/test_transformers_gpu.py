@@ -26,6 +26,10 @@ attention (issue 13), on the GPU.
   attention against eager attention masked to attngen's picks; the teacher-forced
   references replay attngen's picks, and dense attention in their place must move the
   logits by more than 3 bounds. The greedy reference picks from the fp8 scores too.
+  Each passing run records ``decode`` evidence (detail ``via=transformers-<model>``) for
+  every generated config that served one of its layers: the ``*_e2e_*`` specs the
+  integration picks are verified by the models they serve (their prompts run extend with
+  no cached prefix, less than the ``extend`` check asks, so that is not recorded).
 - ``test_greedy_tokens_exact``: the acceptance's token equality, made exact: for every
   model, a fixed seed and an input-embedding scale (``tf_models.margin_case``: the residual
   stream dominated by the current token's embedding, every feature still on) for which eager
@@ -78,12 +82,17 @@ SEED = int(os.environ.get("ATTNGEN_SEED", random.randrange(1 << 20)))
 @pytest.mark.parametrize(
     "name,page_size,kv_dtype", RUNS, ids=[f"{n}-ps{p}-{str(k)[6:]}" for n, p, k in RUNS]
 )
-def test_generate(name: str, page_size: int, kv_dtype: torch.dtype) -> None:
+def test_generate(name: str, page_size: int, kv_dtype: torch.dtype, evidence) -> None:
     report = tf_judge.check_generate(M.CASES[name], page_size, kv_dtype, SEED, "cuda")
     print(
         f"seed {SEED}", report.line(), "|", "; ".join(report.choices), "|", "; ".join(report.ties)
     )
     assert not report.failures, f"seed {SEED}: " + "\n".join(report.failures)
+    # every config that served a layer decoded 64 steps inside the model, judged against
+    # its eager attention: decode evidence. (Its prompts ran the extend path without a
+    # cached prefix, less than the extend check asks, so no extend evidence.)
+    for module, uri in report.served:
+        evidence.record(module, uri, "decode", via=f"transformers-{name}")
 
 
 CB_CASES = ["llama", "qwen2", "gemma2", "gpt_oss"]
