@@ -21,8 +21,10 @@ def gluon_problems(c: DsaTritonConfig, arch: str) -> list[str]:
     (``DsaTritonConfig.gluon_shape_problems``, which the launcher checks again at run time)."""
     if not c.sparse_gluon:
         return []
-    problems = [] if arch == "sm90" else [f"sparse_gluon=1 runs sm90 warpgroup MMA kernels, not {arch}"]
-    return problems + c.gluon_shape_problems()
+    problems = c.gluon_shape_problems()
+    if arch != "sm90":
+        problems.insert(0, f"sparse_gluon=1 runs sm90 warpgroup MMA kernels, not {arch}")
+    return problems
 
 
 def config_problems(c: DsaTritonConfig, arch: str = "sm90") -> list[str]:

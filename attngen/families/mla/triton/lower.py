@@ -77,10 +77,10 @@ SM90_KEYS_TILES = {
 # fp8 latents, 16 heads, sm90: kernels/absorbed_keys_fp8.py (keys-major; fp8 tiles gathered
 # 2 deep, the score on fp16 MMAs and the value product on fp8 MMAs, both latent operands
 # built in registers; 4 warps, 235 registers and 94 KB of shared memory, so two programs
-# share an SM: 2 waves of splits). On the H200 (bench/mla.py, CUDA-graph timing): 0.075 /
-# 0.256 ms at B64 ctx4096 / B128 ctx8192 against 0.088 / 0.319 for the bf16 cache, 0.087 /
-# 0.300 for the previous fp8 kernel (the tile widened into one fp16 operand tile), and 0.10 /
-# 0.36 at 3-4 stages (one program an SM).
+# share an SM: 2 waves of splits). On the H200 (bench/mla.py, CUDA-graph timing, 6499453):
+# 0.075 / 0.253 ms at B64 ctx4096 / B128 ctx8192 against 0.088 / 0.305 for the bf16 cache;
+# before it, 0.087 / 0.300 for the previous fp8 kernel (the tile widened into one fp16
+# operand tile), and, in the prototype's runs, 0.10 / 0.36 at 3-4 stages (one program an SM).
 SM90_FP8_KEYS_TILE = AbsorbedTile(16, 64, 4, 2, keys_major=1, waves=2, gluon=1)
 # sm_80 (mma.sync keeps q in registers): 64 x 32 spilled 48 B there; unmeasured on a GPU.
 SM80_64_ROW_TILE = AbsorbedTile(32, 32, 8, 2)
