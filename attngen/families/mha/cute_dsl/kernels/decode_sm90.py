@@ -19,8 +19,9 @@ warpgroup (``FwdShape.decode_group`` selects the decode paths there); what diffe
 
 Layouts: q ``[B, Hq, D]``, paged K/V ``[num_pages, page_size, Hkv, D]`` read through
 ``page_table[b, j]``. An fp8 e4m3 cache (``FwdShape.kv_dtype``, pages of 16 or more tokens)
-is read by TMA as fp8 and converted tile by tile in shared memory by the consumer
-warpgroup; its per-tensor scales ``k_scale`` / ``v_scale`` ([1] fp32) fold into the softmax
+is read by TMA as fp8 and converted to fp16 tile by tile in shared memory by the consumer
+warpgroup, and that kernel's MMAs run in fp16 (bf16 q rounded to fp16 once); its per-tensor
+scales ``k_scale`` / ``v_scale`` ([1] fp32) fold into the softmax
 scale and the partial outputs.
 """
 
@@ -40,14 +41,15 @@ from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import GATHER_REQUIRES, MhaF
 _Q_COPY = ("cp.async.ca.shared.global", "fence.proxy.async")
 
 
-# an fp8 cache: the consumers' e4m3 -> f16 conversions (then to the activation dtype)
-FP8_CONVERT = ("cvt.rn.f16x2.e4m3x2",)
+# an fp8 cache: the consumers' e4m3 -> f16 conversions, fp16 wgmma operands (Q rows are
+# converted in registers when q is bf16, so no cp.async is required)
+FP8_CONVERT = ("cvt.rn.f16x2.e4m3x2", "f32.f16.f16", "fence.proxy.async")
 
 
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
     """Instructions the compiled decode kernel of ``shape`` must contain (PTX, SASS)."""
     if shape.kv_fp8:
-        return {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor", *_Q_COPY, *FP8_CONVERT),
+        return {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor", *FP8_CONVERT),
                 "sass": ("HGMMA", "UTMALDG")}  # fmt: skip
     if shape.gather:
         return {"ptx": ("wgmma.mma_async", *GATHER_REQUIRES), "sass": ("HGMMA",)}
@@ -56,6 +58,19 @@ def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
 
 
 shared_bytes = fwd_sm90.shared_bytes
+SM90_SHARED_PER_SM = 228 * 1024  # one SM's shared memory; each resident CTA reserves 1 KB
+CTA_RESERVED_SHARED = 1024
+
+
+def resident_ctas(shape: FwdShape) -> int:
+    """CTAs of ``shape`` an SM can hold by shared memory, at most 2: the launch asks ptxas
+    for that many (``min_blocks_per_mp``), which at 2 caps the 256 threads at 128 registers
+    each. Without the ask the fp8 cache's conversion loop took the kernel to 171 registers
+    and one CTA an SM. Gathered shapes keep 1: their producers hold 40 registers, and
+    40 + 232 > 2 x 128 would leave the consumers' setmaxnreg.inc waiting for ever."""
+    if shape.gather:
+        return 1
+    return max(1, min(2, SM90_SHARED_PER_SM // (shared_bytes(shape) + CTA_RESERVED_SHARED)))
 
 
 class MhaDecodeSm90(MhaFwdSm90):
@@ -65,6 +80,9 @@ class MhaDecodeSm90(MhaFwdSm90):
         assert shape.decode and shape.paged and not shape.sinks and not shape.overlap
         assert shape.decode_group <= shape.tile_m == 64, "the group's heads fill one wgmma M"
         super().__init__(shape)
+        self.min_ctas = resident_ctas(shape)
+        if self.min_ctas == 2:  # 128 registers a thread at launch: 24 + 232 = 2 x 128
+            self.consumer_regs = 2 * 128 - fwd_sm90.PRODUCER_REGS
 
     @cute.jit
     def __call__(
@@ -100,6 +118,8 @@ class MhaDecodeSm90(MhaFwdSm90):
             block=[self.num_threads, 1, 1],
             smem=SharedStorage.size_in_bytes(),
             stream=stream,
+            min_blocks_per_mp=self.min_ctas,
+            preferred_smem_carveout=100,  # percent: all of the SM's shared memory
         )  # fmt: skip
 
 

@@ -134,11 +134,16 @@ class MhaFwdSm90:
         self.shape = shape
         self.dtype = DTYPES[shape.dtype]
         self.kv_dtype = KV_DTYPES[shape.kv_dtype or shape.dtype]
+        # the wgmma operands' type: over an fp8 cache fp16 whatever the activations, since
+        # e4m3 -> f16x2 is one conversion (to bf16 it is three more, through fp32); Q is
+        # rounded to fp16 once (|q| > 65504 would overflow), P in [0, 1] loses nothing
+        self.mma_dtype = cutlass.Float16 if shape.kv_fp8 else self.dtype
         if shape.kv_fp8:  # converted by the consumers: one warpgroup, whole-page TMA tiles
             assert shape.decode and not shape.gather and not shape.overlap
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
+        self.consumer_regs = CONSUMER_REGS  # after setmaxnreg, TMA producers
 
     # -- host side: layouts, TMA descriptors, launch ----
 
@@ -191,12 +196,12 @@ class MhaFwdSm90:
         (QK and PV tiled MMAs), SharedStorage."""
         shape = self.shape
         d, dv = shape.head_dim, shape.v_head_dim
-        sQ_layout = smem_layout(self.dtype, self.tile_m, d, None)
+        sQ_layout = smem_layout(self.mma_dtype, self.tile_m, d, None)
         sK_layout = smem_layout(self.kv_dtype, self.tile_n, d, shape.num_stages)
         sV_layout = smem_layout(self.kv_dtype, self.tile_n, dv, shape.num_stages)
         tiled_mma_qk = sm90.make_trivial_tiled_mma(
-            self.dtype,
-            self.dtype,
+            self.mma_dtype,
+            self.mma_dtype,
             sm90.OperandMajorMode.K,
             sm90.OperandMajorMode.K,
             Float32,
@@ -204,8 +209,8 @@ class MhaFwdSm90:
             tiler_mn=(64, self.tile_n),
         )
         tiled_mma_pv = sm90.make_trivial_tiled_mma(
-            self.dtype,
-            self.dtype,
+            self.mma_dtype,
+            self.mma_dtype,
             sm90.OperandMajorMode.K,
             sm90.OperandMajorMode.MN,
             Float32,
@@ -214,7 +219,9 @@ class MhaFwdSm90:
             a_source=sm90.OperandSource.RMEM,
         )
         load = cpasync.CopyBulkTensorTileG2SOp()
-        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load, mQ, sQ_layout, (self.tile_m, d))
+        # Q's atom in q's own type (the fp8 decode's sQ holds fp16: that atom goes unused)
+        sQ_tma = smem_layout(self.dtype, self.tile_m, d, None)
+        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load, mQ, sQ_tma, (self.tile_m, d))
         sK_one, sV_one = (cute.select(s, mode=[0, 1]) for s in (sK_layout, sV_layout))
         rows = shape.page_rows  # one TMA copy per page: rows of the tile it fills
         sK_box, sV_box = sK_one, sV_one
@@ -224,13 +231,13 @@ class MhaFwdSm90:
             sK_box, sV_box = (page_slice(s, rows) for s in (sK_one, sV_one))
         tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_box, (rows, d), 1)
         tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_box, (rows, dv), 1)
-        self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
+        self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_tma)
         self.tx_bytes_k = cute.size_in_bytes(self.kv_dtype, sK_one)
         self.tx_bytes_v = cute.size_in_bytes(self.kv_dtype, sV_one)
 
         stages = shape.num_stages
 
-        def tile(layout: cute.ComposedLayout, dtype: type = self.dtype) -> type:
+        def tile(layout: cute.ComposedLayout, dtype: type = self.mma_dtype) -> type:
             return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
         # built from a dict: this module's annotations are strings (PEP 563), and cute.struct
@@ -244,8 +251,8 @@ class MhaFwdSm90:
             "sV": tile(sV_layout, self.kv_dtype),
         }
         if const_expr(shape.kv_fp8):  # the converted K and V tiles the wgmma reads
-            members["sK16"] = tile(smem_layout(self.dtype, self.tile_n, d, None))
-            members["sV16"] = tile(smem_layout(self.dtype, self.tile_n, dv, None))
+            members["sK16"] = tile(smem_layout(self.mma_dtype, self.tile_n, d, None))
+            members["sV16"] = tile(smem_layout(self.mma_dtype, self.tile_n, dv, None))
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": members}))
 
         assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
@@ -373,8 +380,8 @@ class MhaFwdSm90:
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
         sK16, sV16, v_scale = None, None, Float32(1.0)
         if const_expr(shape.kv_fp8):
-            sK16_layout = smem_layout(self.dtype, self.tile_n, shape.head_dim, None)
-            sV16_layout = smem_layout(self.dtype, self.tile_n, shape.v_head_dim, None)
+            sK16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.head_dim, None)
+            sV16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.v_head_dim, None)
             sK16 = storage.sK16.get_tensor(sK16_layout.outer, swizzle=sK16_layout.inner)
             sV16 = storage.sV16.get_tensor(sV16_layout.outer, swizzle=sV16_layout.inner)
             # exp(s * k_scale * scale): K's scale folds into the softmax scale (and into the
@@ -423,7 +430,7 @@ class MhaFwdSm90:
                 if const_expr(self.shape.gather):
                     cute.arch.setmaxregister_increase(GATHER_CONSUMER_REGS)
                 else:
-                    cute.arch.setmaxregister_increase(CONSUMER_REGS)
+                    cute.arch.setmaxregister_increase(self.consumer_regs)
                 self.attend(
                     mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
                     pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
@@ -738,20 +745,27 @@ class MhaFwdSm90:
             state = pipeline.make_pipeline_state(
                 pipeline.PipelineUserType.Consumer, shape.num_stages
             )
+            # fp8 cache: each tile's K is converted while the previous tile's PV runs (the
+            # first before the loop), its V while its own QK runs
+            if const_expr(shape.kv_fp8):
+                if n_block_max > n_block_min:
+                    self.convert_k(pipe_k, state, sK, sK16, tidx, seqlen_k, n_block_max - 1)
             # the serial loop: S, softmax, then PV, per key tile
             for i in cutlass.range(n_block_max - n_block_min, unroll=1):
                 n_block = n_block_max - 1 - i
+                rows_valid = seqlen_k - n_block * self.tile_n
                 # -- S = Q K^T ----
                 acc_S = cute.make_rmem_tensor(
                     tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
                 )
-                self.wait_kv(pipe_k, state)
-                if const_expr(shape.kv_fp8):
-                    rows_valid = seqlen_k - n_block * self.tile_n
-                    self.convert_tile(sK[None, None, state.index], sK16, tidx, rows_valid)
-                    pipe_k.consumer_release(state)
-                    _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK, True)
+                if const_expr(shape.kv_fp8):  # sK16 holds this tile's K
+                    _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK, True, wait=-1)
+                    self.wait_kv(pipe_v, state)
+                    self.convert_tile(sV[None, None, state.index], sV16, tidx, rows_valid)
+                    pipe_v.consumer_release(state)
+                    warpgroup.wait_group(0)
                 else:
+                    self.wait_kv(pipe_k, state)
                     _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
                     pipe_k.consumer_release(state)
                 acc_S_rc = rows_cols(acc_S)
@@ -779,13 +793,16 @@ class MhaFwdSm90:
                     acc_S_rc[r, None].store(p_row)
                     acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale)
                 # -- O += P V ----
-                tOrP.store(mma_a(acc_S).load().to(self.dtype))
-                self.wait_kv(pipe_v, state)
-                if const_expr(shape.kv_fp8):
-                    self.convert_tile(sV[None, None, state.index], sV16, tidx, rows_valid)
-                    pipe_v.consumer_release(state)
-                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV, False)
+                tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
+                if const_expr(shape.kv_fp8):  # sV16 holds this tile's V
+                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV, False, wait=-1)
+                    if n_block > n_block_min:  # every warp's QK of this tile is done
+                        state_k = state.clone()
+                        state_k.advance()
+                        self.convert_k(pipe_k, state_k, sK, sK16, tidx, seqlen_k, n_block - 1)
+                    warpgroup.wait_group(0)
                 else:
+                    self.wait_kv(pipe_v, state)
                     _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
                     pipe_v.consumer_release(state)
                 state.advance()
@@ -883,9 +900,27 @@ class MhaFwdSm90:
                     mLSE[row] = lse
 
     @cute.jit
+    def convert_k(
+        self,
+        pipe_k: pipeline.PipelineAsync,
+        state_k: pipeline.PipelineState,
+        sK: cute.Tensor,
+        sK16: cute.Tensor,
+        tidx: Int32,
+        seqlen_k: Int32,
+        n_block: Int32,
+    ):
+        """fp8 cache: wait for key tile ``n_block``'s K stage (at ``state_k``), convert it
+        into sK16 and release the stage."""
+        self.wait_kv(pipe_k, state_k)
+        rows_valid = seqlen_k - n_block * self.tile_n
+        self.convert_tile(sK[None, None, state_k.index], sK16, tidx, rows_valid)
+        pipe_k.consumer_release(state_k)
+
+    @cute.jit
     def convert_tile(self, src: cute.Tensor, dst: cute.Tensor, tidx: Int32, rows_valid: Int32):
         """fp8 cache: the consumer warpgroup converts one (keys, D) fp8 tile in shared memory
-        (as TMA wrote it) into the ``dtype`` tile the wgmma reads, 16 elements (16 bytes) per
+        (as TMA wrote it) into the fp16 tile the wgmma reads, 16 elements (16 bytes) per
         thread and pass; rows from ``rows_valid`` on (slots past the sequence in its last
         page: stale, possibly NaN bytes) become zeros, so a masked key's zero probability
         never meets a NaN value. Barriers before (every warp's last wgmma read of ``dst`` is
@@ -898,7 +933,7 @@ class MhaFwdSm90:
             row, chunk = idx // chunks, idx % chunks
             v = cute.local_tile(src[row, None], (elems,), (chunk,)).load()
             out = cute.local_tile(dst[row, None], (elems,), (chunk,))
-            out.store(v.to(self.dtype))
+            out.store(v.to(self.mma_dtype))
             if row >= rows_valid:
                 out.fill(0.0)
         cute.arch.fence_view_async_shared()
@@ -908,8 +943,11 @@ class MhaFwdSm90:
     def load_q_rows(self, mQ_rows: cute.Tensor, sQ: cute.Tensor, tidx: Int32):
         """Decode: the consumer warpgroup copies the group's query rows (16-byte cp.async)
         into the Q tile, row r = head r of the group; rows past the group repeat its last
-        head (their outputs are never written). Then the proxy fence for wgmma."""
+        head (their outputs are never written). When the MMAs take another type (fp16 over
+        an fp8 cache) the rows go through registers and are converted. Then the proxy fence
+        for wgmma."""
         group = self.shape.decode_group
+        convert = self.mma_dtype is not self.dtype
         atom = cute.make_copy_atom(cpasync.CopyG2SOp(), self.dtype, num_bits_per_copy=128)
         chunks = self.shape.head_dim // CHUNK
         rows_per_pass = WARPGROUP // chunks
@@ -918,9 +956,13 @@ class MhaFwdSm90:
             row = p * rows_per_pass + row0
             src = cute.local_tile(mQ_rows[cutlass.min(row, group - 1), None], (CHUNK,), (chunk,))
             dst = cute.local_tile(sQ[row, None], (CHUNK,), (chunk,))
-            cute.copy(atom, src, dst)
-        cute.arch.cp_async_commit_group()
-        cute.arch.cp_async_wait_group(0)
+            if const_expr(convert):
+                dst.store(src.load().to(self.mma_dtype))
+            else:
+                cute.copy(atom, src, dst)
+        if const_expr(not convert):
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_wait_group(0)
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=1, number_of_threads=WARPGROUP)
 
@@ -965,7 +1007,7 @@ class MhaFwdSm90:
             rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
             n_block_max - 1, m_block, seqlen_k, offset,
         )  # fmt: skip
-        tOrP.store(mma_a(acc_S).load().to(self.dtype))
+        tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
         state_v = state.clone()
         state.advance()
         for i in cutlass.range(n_block_max - n_block_min - 1, unroll=1):
@@ -984,7 +1026,7 @@ class MhaFwdSm90:
             pipe_v.consumer_release(state_v)
             for r in cutlass.range_constexpr(num_rows):
                 acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale[r])
-            tOrP.store(mma_a(acc_S).load().to(self.dtype))
+            tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
             state_v = state.clone()
             state.advance()
         self.wait_kv(pipe_v, state_v)

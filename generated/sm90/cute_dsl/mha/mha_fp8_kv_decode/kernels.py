@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "b7cec4d66cd3f64628722831bb6929a4bb8316be5ab0dc88297123a25f78378c"
+LIBRARY_SHA256 = "d75a5cf4e9a4f9908e1473763976c8b35b200a9dc19d7af155da9e6adaf7d13a"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
