@@ -261,6 +261,16 @@ def bench_decode(batch: int, ctx: int, page: int, d: int = 128, hq: int = 32, hk
         ours_fp8()
         ms8 = do_bench(ours_fp8, warmup=25, rep=100, return_mode="median")
         row["fp8_speedup_vs_bf16"] = round(ms / ms8, 3)
+        row["fp8_stages"] = cfg8.decode_num_stages
+        default8 = cfg8
+        for n in FP8_STAGES:  # other ring depths over the fp8 cache, where shared memory holds them
+            cfg8 = dataclasses.replace(default8, decode_num_stages=n)
+            if n == default8.decode_num_stages or shared_bytes_fp8(cfg8) > SM90_SHARED:
+                continue
+            ours_fp8()
+            ms8_n = do_bench(ours_fp8, warmup=25, rep=100, return_mode="median")
+            row[f"fp8_speedup_stages{n}"] = round(ms / ms8_n, 3)
+        cfg8 = default8
     except Exception as exc:  # noqa: BLE001
         row["fp8_error"] = f"{type(exc).__name__}: {exc}"[:300]
     try:
@@ -288,6 +298,18 @@ def bench_decode(batch: int, ctx: int, page: int, d: int = 128, hq: int = 32, hk
         row["fa4_error"] = f"{type(exc).__name__}: {exc}"[:300]
     print(json.dumps(row), flush=True)
     return row
+
+
+FP8_STAGES = (2, 3, 4)
+SM90_SHARED = 227 * 1024  # the most dynamic shared memory one CTA may take
+
+
+def shared_bytes_fp8(cfg: MhaCuteConfig) -> int:
+    """The decode kernel's shared memory for ``cfg``."""
+    from attngen.families.mha.cute_dsl.host.compile import decode_shape
+    from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import shared_bytes
+
+    return shared_bytes(decode_shape(cfg, MhaCuteTraits(CAUSAL, ("decode",))))
 
 
 DECODE_BENCH = [(8, 8192, 64), (8, 8192, 128), (64, 4096, 64), (64, 4096, 128),

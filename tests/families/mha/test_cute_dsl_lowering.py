@@ -130,6 +130,21 @@ def test_bad_tiles_fail_before_emission() -> None:
     ]
 
 
+def test_decode_rings_that_overflow_shared_memory_fail_before_emission() -> None:
+    """Decode holds a 64-row Q tile and its K/V ring (fp8: plus one converted K and V tile):
+    four 128-key bf16 stages at d 128 (272 KiB) cannot exist; four fp8 stages (209 KiB) can."""
+    v = dataclasses.replace(base_variant(Family.MHA), page_size=128)
+    v = dataclasses.replace(v, shape=MhaShape(128, 128, 4))
+    c = lower.kernel_config(v, Arch.SM90)
+    assert c.decode_block_n == 128 and verify.config_problems(c, ("decode",)) == []
+    deep = dataclasses.replace(c, decode_num_stages=4)
+    problems = verify.config_problems(deep, ("decode",))
+    assert len(problems) == 1 and "decode_num_stages=4 of 128-key tiles" in problems[0]
+    assert "279552 B of shared memory" in problems[0], problems
+    fp8 = dataclasses.replace(deep, kv_dtype="float8_e4m3fn", kv_scale="per_tensor")
+    assert verify.config_problems(fp8, ("decode",)) == []
+
+
 def test_plan_checks_raise_with_the_spec(tmp_path) -> None:
     from attngen.generate import build
     from attngen.testing.paths import REPO_ROOT

@@ -4,7 +4,9 @@ The sm90 kernel keeps the Q tile (128 rows) and ``stages`` K and V tiles in shar
 (``kernels/fwd_sm90.shared_bytes``): 128 x d x 2 B + stages x tile_n x (d + dv) x 2 B plus
 1 KiB of barriers. Two stages of 128 keys fit at d 64, 128 and 192 / 128 (208 KiB at the
 last); at d 256 they would take 320 KiB, and 64-key tiles (192 KiB) are the largest that
-fit. Importable without the DSL: the generator plans with it.
+fit. The split-KV decode kernel holds a 64-row Q tile, its ring of K and V tiles in the
+cache's type, and over an fp8 cache one K and one V tile converted to 16 bits.
+Importable without the DSL: the generator plans with it.
 """
 
 from __future__ import annotations
@@ -28,3 +30,16 @@ def sm90_tile_n(head_dim: int, v_head_dim: int, stages: int = 2) -> int:
     """The sm90 forward's keys per tile: 128 where ``stages`` such tiles fit, else 64."""
     fits = sm90_fwd_shared_bytes(head_dim, v_head_dim, 128, stages) <= SM90_SHARED_BYTES
     return 128 if fits else 64
+
+
+DECODE_TILE_M = 64  # decode: the GQA group's heads in one wgmma M
+
+
+def sm90_decode_shared_bytes(
+    head_dim: int, v_head_dim: int, tile_n: int, stages: int, kv_bytes: int
+) -> int:
+    """Shared memory of one sm90 split-KV decode CTA over a cache of ``kv_bytes`` a value."""
+    q = DECODE_TILE_M * head_dim * ELEMENT_BYTES
+    row = tile_n * (head_dim + v_head_dim)
+    converted = row * ELEMENT_BYTES if kv_bytes < ELEMENT_BYTES else 0
+    return BARRIER_BYTES + q + stages * row * kv_bytes + converted

@@ -4,7 +4,11 @@ kernel compile."""
 from __future__ import annotations
 
 from attngen.families.mha.cute_dsl.config import DECODE_TILE_ROWS, PAGED_PHASES, MhaCuteConfig
-from attngen.families.mha.cute_dsl.tiles import SM90_SHARED_BYTES, sm90_fwd_shared_bytes
+from attngen.families.mha.cute_dsl.tiles import (
+    SM90_SHARED_BYTES,
+    sm90_decode_shared_bytes,
+    sm90_fwd_shared_bytes,
+)
 from attngen.ir import ModulePlan, PlanError, check_unique_uris
 
 WGMMA_ROWS = 64  # rows per consumer warpgroup
@@ -63,6 +67,16 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
             problems.append(f"max_splits={c.max_splits} is not in 1 .. 64")
         if not 1 <= c.decode_num_stages <= 4:
             problems.append(f"decode_num_stages={c.decode_num_stages} is not in 1 .. 4")
+        kv_bytes = 1 if c.kv_dtype.startswith("float8") else 2
+        smem = sm90_decode_shared_bytes(
+            c.head_dim, c.v_head_dim, c.decode_block_n, c.decode_num_stages, kv_bytes
+        )
+        if c.arch == "sm90" and smem > SM90_SHARED_BYTES:
+            problems.append(
+                f"decode_num_stages={c.decode_num_stages} of {c.decode_block_n}-key tiles at "
+                f"head dims {c.head_dim}/{c.v_head_dim}: {smem} B of shared memory, over "
+                f"sm90's {SM90_SHARED_BYTES}"
+            )
     if c.kv_dtype != c.dtype:
         fp8_ok = (
             c.kv_dtype == "float8_e4m3fn"
