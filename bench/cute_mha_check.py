@@ -36,6 +36,10 @@ from attngen.families.mha.reference import (  # noqa: E402
     paged_extend_ref,
     prefill_ref,
 )
+from attngen.families.mha.cute_dsl.tiles import (  # noqa: E402
+    SM90_SHARED_BYTES,
+    sm90_decode_shared_bytes,
+)
 from attngen.hooks import MaskHooks  # noqa: E402
 from attngen.testing.tolerance import KERNEL, assert_close, row_rms_error  # noqa: E402
 
@@ -265,7 +269,7 @@ def bench_decode(batch: int, ctx: int, page: int, d: int = 128, hq: int = 32, hk
         default8 = cfg8
         for n in FP8_STAGES:  # other ring depths over the fp8 cache, where shared memory holds them
             cfg8 = dataclasses.replace(default8, decode_num_stages=n)
-            if n == default8.decode_num_stages or shared_bytes_fp8(cfg8) > SM90_SHARED:
+            if n == default8.decode_num_stages or shared_bytes_fp8(cfg8) > SM90_SHARED_BYTES:
                 continue
             ours_fp8()
             ms8_n = do_bench(ours_fp8, warmup=25, rep=100, return_mode="median")
@@ -301,15 +305,12 @@ def bench_decode(batch: int, ctx: int, page: int, d: int = 128, hq: int = 32, hk
 
 
 FP8_STAGES = (2, 3, 4)
-SM90_SHARED = 227 * 1024  # the most dynamic shared memory one CTA may take
 
 
 def shared_bytes_fp8(cfg: MhaCuteConfig) -> int:
-    """The decode kernel's shared memory for ``cfg``."""
-    from attngen.families.mha.cute_dsl.host.compile import decode_shape
-    from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import shared_bytes
-
-    return shared_bytes(decode_shape(cfg, MhaCuteTraits(CAUSAL, ("decode",))))
+    """The fp8-cache decode kernel's shared memory for ``cfg`` (the plan check's formula)."""
+    return sm90_decode_shared_bytes(cfg.head_dim, cfg.v_head_dim, cfg.decode_block_n,
+                                    cfg.decode_num_stages, kv_bytes=1)  # fmt: skip
 
 
 DECODE_BENCH = [(8, 8192, 64), (8, 8192, 128), (64, 4096, 64), (64, 4096, 128),
