@@ -41,8 +41,8 @@ class GdnTritonConfig:
     state_block_v: int  # the smallest value block of the state kernel
     state_block_v_max: int  # the largest: the launcher takes the largest that still gives
     state_min_programs: int  # at least this many programs (the request x head x block grid)
-    state_num_warps: int
-    state_num_stages: int
+    state_num_warps: int  # at blocks up to 32 values; doubled per doubling beyond
+    state_num_stages: int  # at the smallest block; wider blocks take two
     output_block_v: int
     output_num_warps: int
     chunk_state_bits: int  # the per-chunk states (H): 16 (the activation dtype) or 32 (fp32)

@@ -27,9 +27,11 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
     16 x 2 and 64 x 8 291-299 us: each program first waits for its pool slot, then its
     state). Chunked prefill: prepare on 8 warps over [chunk, K] tiles; the sequential state
     kernel on the widest value block of 16 .. 64 that still gives one program per SM (1 x
-    32k tokens x 16 heads: 16, spread over 128 SMs; 8 x 4k x 32 heads: 64, reading W and K
-    a quarter as often; sm_80 and sm_100a: up to 32, 64 spilled), 8 warps (4 spilled on sm_90a), loads three stages ahead (sm_100a:
-    two); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4 spilled); the per-chunk states in
+    32k tokens x 16 heads: 16, spread over 128 SMs; 8 x 4k x 32 heads: 64, reading W and KT
+    a quarter as often; sm_80 and sm_100a: up to 32, 64 spilled), 4 warps up to 32 values
+    and 8 at 64, W, KT and U loaded two steps ahead at 16 values (H200, 1 x 32k: 896 us,
+    one step ahead 1010) and one step ahead at wider blocks (two would overflow shared
+    memory); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4 spilled); the per-chunk states in
     the activation dtype (bf16 operands of Q S0). Conv prefill: 16 tokens x 64 channels
     (32 x 128 spilled on sm_90a)."""
     wide = shape.chunk_size * max(shape.key_dim, shape.value_dim) >= 64 * 128
@@ -42,8 +44,8 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
         "state_block_v": 16,
         "state_block_v_max": min(64 if arch is Arch.SM90 else 32, shape.value_dim),
         "state_min_programs": facts(arch).num_sms,
-        "state_num_warps": 8,
-        "state_num_stages": 2 if arch is Arch.SM100 else 3,
+        "state_num_warps": 4,
+        "state_num_stages": 3,
         "output_block_v": min(64, shape.value_dim),
         "output_num_warps": 8 if arch is Arch.SM80 else 4,
         "chunk_state_bits": 16,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attngen.families.gdn.triton.config import GdnTritonConfig
 from attngen.ir import ModulePlan, PlanError, check_unique_uris
+from attngen.spec.enums import Arch
 
 WARP_COUNTS = (1, 2, 4, 8, 16)
 
@@ -42,8 +43,22 @@ def config_problems(c: GdnTritonConfig) -> list[str]:
     return [f"{c.uri}: {p}" for p in problems]
 
 
+def miscompiled(c: GdnTritonConfig) -> list[str]:
+    """Tile choices Triton 3.6 compiles wrong for sm_90a (compute-sanitizer on the H200:
+    out-of-range shared addresses in the state kernel's KT u product)."""
+    if c.state_block_v == 16 and c.state_num_warps >= 8 and c.state_num_stages < 3:
+        return [
+            f"{c.uri}: the state kernel at 16 values on {c.state_num_warps} warps and "
+            f"{c.state_num_stages} stages is miscompiled by Triton on sm_90a (out-of-range "
+            "shared addresses): take 4 warps or 3 stages"
+        ]
+    return []
+
+
 def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config)]
+    if plan.arch is Arch.SM90:
+        problems += [p for k in plan.kernels for p in miscompiled(k.config)]
     problems += check_unique_uris(plan)
     if problems:
         raise PlanError(f"{plan.spec.path} ({plan.arch.value}): " + "; ".join(problems))

@@ -343,6 +343,7 @@ def extend(
     h_dtype = q.dtype if config.chunk_state_bits == 16 else torch.float32
     kd, vd, nc = config.key_dim, config.value_dim, plan.num_chunks
     w_buf = torch.empty((n, hv, kd), **f32)
+    kt_buf = torch.empty((nc, hv, kd, config.chunk_size), **f32)  # per chunk, transposed
     u_buf = torch.empty((n, hv, vd), **f32)  # U, then u (the state kernel writes it over U)
     h_buf = torch.empty((nc, hv, kd, vd), dtype=h_dtype, device=dev)  # chunks' first states
     t_buf = torch.empty((n, hv, config.chunk_size), **f32)
@@ -351,12 +352,11 @@ def extend(
     args = [q, k, a, b, A_log, dt_bias, *chunks, g_buf, beta_buf, qs_buf, kn_buf, t_buf]
     args += [scale, *_rows_of(q), *_rows_of(k), a.stride(0), b.stride(0), hv]
     _launch(chunk_prepare_kernel, (nc, hv), args, prepare_options(config))
-    args = [k, v, *chunks, g_buf, beta_buf, kn_buf, t_buf, w_buf, u_buf]
+    args = [k, v, *chunks, g_buf, beta_buf, kn_buf, t_buf, w_buf, u_buf, kt_buf]
     args += [*_rows_of(k), *_rows_of(v), hv]
-    _launch(chunk_wu_kernel, (nc, hv, 2), args, wu_options(config))
-    args = [k, w_buf, u_buf, g_buf, kn_buf, h_buf, ssm_states, cache_indices, has_initial_state]
-    args += [query_start_loc, plan.seq_first_chunk, *_rows_of(k)]
-    args += [ssm_states.stride(0), ssm_states.stride(1), hv]
+    _launch(chunk_wu_kernel, (nc, hv, 3), args, wu_options(config))
+    args = [w_buf, u_buf, kt_buf, g_buf, h_buf, ssm_states, cache_indices, has_initial_state]
+    args += [query_start_loc, plan.seq_first_chunk, ssm_states.stride(0), ssm_states.stride(1), hv]
     block_v = state_block_for(config, bs, hv)
     _launch(chunk_state_kernel, (vd // block_v, bs, hv), args, state_options(config, block_v))
     args = [q, k, u_buf, g_buf, qs_buf, kn_buf, h_buf, *chunks, out]

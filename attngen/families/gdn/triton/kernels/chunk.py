@@ -16,11 +16,13 @@ Only the state recurrence is sequential, so the work splits by what it depends o
 - chunk_prepare_kernel (grid: chunks x value heads, all parallel): gates, G, the q/k
   inverse norms, M (from the Gram matrix of the stored keys: exact products), T by
   :func:`unit_lower_inverse`;
-- chunk_wu_kernel (grid: chunks x value heads x 2, all parallel): W and U (one each);
+- chunk_wu_kernel (grid: chunks x value heads x 3, all parallel): W, U and the state
+  update's keys KT = (K exp(G_C - G))^T (fp32, transposed), one each;
 - chunk_state_kernel (grid: value blocks x requests x value heads): walks a request's
   chunks in order with its state slice S [K, BLOCK_V] in fp32 registers (from the pool
   row when the request has a prefix), storing each chunk's initial state to H and u over
-  U (in place), two products per chunk; the final state goes back to the pool row;
+  U (in place), two products per chunk on pipelined shared-memory operands (W, KT); the
+  final state goes back to the pool row;
 - chunk_output_kernel (grid: chunks x value heads x value blocks, all parallel):
   O = (Q gamma) S0 + P u from H and u, with P from the stored q, k.
 
@@ -170,6 +172,7 @@ def chunk_wu_kernel(
     T_BUF,
     W_BUF,
     U_BUF,
+    KT_BUF,
     stride_k_tok,
     stride_k_head,
     stride_v_tok,
@@ -180,59 +183,69 @@ def chunk_wu_kernel(
     VALUE_DIM: tl.constexpr,
     CHUNK: tl.constexpr,
 ):
-    """Per chunk, value head and product (program_id 2: 0 W, 1 U): W = T (beta gamma K /
-    ||k||), U = T (beta V)."""
+    """Per chunk, value head and product (program_id 2: 0 W, 1 U, 2 KT): W = T (beta
+    gamma K / ||k||), U = T (beta V), and the state update's keys KT [KEY_DIM, CHUNK] = (K
+    exp(G_C - G) / ||k||)^T, transposed so the sequential kernel reads them as a K-major
+    product operand (zero columns past the chunk's end)."""
     hv = tl.program_id(1)
+    product = tl.program_id(2)
     rows, rmask, tok = _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK)
     head_rows = tok * num_v_heads + hv
-    tm = _load_rows(T_BUF, head_rows, CHUNK, 0, rows, rmask)
-    beta = tl.load(BETA_BUF + head_rows, mask=rmask, other=0.0)
-    if tl.program_id(2) == 0:
-        ks = tl.arange(0, KEY_DIM)
-        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
-        k_norm = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
-        k_base = K + (hv // GROUP) * stride_k_head
-        k = _load_rows(k_base, tok, stride_k_tok, 0, ks, rmask).to(tl.float32)
-        w = tl.dot(tm, k * (k_norm * beta * tl.exp(cum))[:, None])
-        tl.store(W_BUF + head_rows[:, None] * KEY_DIM + ks[None, :], w, mask=rmask[:, None])
-    else:
+    if product == 1:
+        tm = _load_rows(T_BUF, head_rows, CHUNK, 0, rows, rmask)
+        beta = tl.load(BETA_BUF + head_rows, mask=rmask, other=0.0)
         vs = tl.arange(0, VALUE_DIM)
         v_base = V + hv * stride_v_head
         v = _load_rows(v_base, tok, stride_v_tok, 0, vs, rmask).to(tl.float32)
         u = tl.dot(tm, v * beta[:, None])
         tl.store(U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :], u, mask=rmask[:, None])
+    else:
+        ks = tl.arange(0, KEY_DIM)
+        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
+        k_norm = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+        k_base = K + (hv // GROUP) * stride_k_head
+        k = _load_rows(k_base, tok, stride_k_tok, 0, ks, rmask).to(tl.float32) * k_norm[:, None]
+        if product == 0:
+            tm = _load_rows(T_BUF, head_rows, CHUNK, 0, rows, rmask)
+            beta = tl.load(BETA_BUF + head_rows, mask=rmask, other=0.0)
+            w = tl.dot(tm, k * (beta * tl.exp(cum))[:, None])
+            tl.store(W_BUF + head_rows[:, None] * KEY_DIM + ks[None, :], w, mask=rmask[:, None])
+        else:
+            last = tl.sum(rmask.to(tl.int32), axis=0) - 1
+            cum_last = tl.sum(tl.where(rows == last, cum, 0.0), axis=0)
+            kt = tl.trans(k * tl.where(rmask, tl.exp(cum_last - cum), 0.0)[:, None])
+            chunk_head = tl.program_id(0) * num_v_heads + hv
+            kt_base = KT_BUF + chunk_head.to(tl.int64) * (KEY_DIM * CHUNK)
+            tl.store(kt_base + ks[:, None] * CHUNK + rows[None, :], kt)
 
 
 @triton.jit
 def chunk_state_kernel(
-    K,
     W_BUF,
     U_BUF,
+    KT_BUF,
     G_BUF,
-    KN_BUF,
     H_BUF,
     STATE,
     CACHE_INDICES,
     HAS_INITIAL,
     QUERY_START_LOC,
     SEQ_FIRST_CHUNK,
-    stride_k_tok,
-    stride_k_head,
     stride_s_slot,
     stride_s_head,
     num_v_heads,
-    GROUP: tl.constexpr,
     KEY_DIM: tl.constexpr,
     VALUE_DIM: tl.constexpr,
     CHUNK: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
     """Per value block, request and value head: the state through the request's chunks.
-    Per chunk: H[chunk] = S; u = U - W S (over U); S = gamma_C S + (K exp(G_C - G))^T u."""
+    Per chunk: H[chunk] = S; u = U - W S (over U); S = gamma_C S + KT u. Every load of a
+    step but S is independent of the state, so the loop's pipelining keeps them in flight
+    (W and KT straight into the products' shared-memory operands)."""
     vs = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
     pid_b = tl.program_id(1)
     hv = tl.program_id(2)
-    hk = hv // GROUP
     ks = tl.arange(0, KEY_DIM)
     rows = tl.arange(0, CHUNK)
     start = tl.load(QUERY_START_LOC + pid_b).to(tl.int64)
@@ -244,27 +257,24 @@ def chunk_state_kernel(
     pool = STATE + slot * stride_s_slot + hv * stride_s_head + vs[None, :] * KEY_DIM + ks[:, None]
     s = tl.load(pool, mask=init, other=0.0).to(tl.float32)
     h_tile = ks[:, None] * VALUE_DIM + vs[None, :]
-    k_base = K + hk * stride_k_head
+    kt_tile = ks[:, None] * CHUNK + rows[None, :]
     for c0 in range(start, end, CHUNK):
         length = tl.minimum(end - c0, CHUNK)
         rmask = rows < length
-        tok = c0 + rows
-        head_rows = tok * num_v_heads + hv
-        h_ptr = H_BUF + (chunk * num_v_heads + hv) * (KEY_DIM * VALUE_DIM) + h_tile
-        tl.store(h_ptr, s.to(H_BUF.dtype.element_ty))
+        head_rows = (c0 + rows) * num_v_heads + hv
+        head_chunk = chunk * num_v_heads + hv
+        # G at the chunk's last row: issued first, so its latency hides behind W S
+        cum_last = tl.load(G_BUF + (c0 + length - 1) * num_v_heads + hv)
+        tl.store(H_BUF + head_chunk * (KEY_DIM * VALUE_DIM) + h_tile, s.to(H_BUF.dtype.element_ty))
         # -- u = U - W S, stored over U ----
         u_ptr = U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :]
         u = tl.load(u_ptr, mask=rmask[:, None], other=0.0)
         w = _load_rows(W_BUF, head_rows, KEY_DIM, 0, ks, rmask)
         u -= tl.dot(w, s)
         tl.store(u_ptr, u, mask=rmask[:, None])
-        # -- S = gamma_C S + k^T (u exp(G_C - G) / ||k||) on the stored k ----
-        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
-        cum_last = tl.load(G_BUF + (c0 + length - 1) * num_v_heads + hv)
-        k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
-        u_in = u * (k_row * tl.exp(cum_last - cum))[:, None]
-        k = _load_rows(k_base, tok, stride_k_tok, 0, ks, rmask).to(tl.float32)
-        s = s * tl.exp(cum_last) + tl.dot(tl.trans(k), u_in)
+        # -- S = gamma_C S + KT u ----
+        kt = tl.load(KT_BUF + head_chunk * (KEY_DIM * CHUNK) + kt_tile)
+        s = s * tl.exp(cum_last) + tl.dot(kt, u)
         chunk += 1
     tl.store(pool, s.to(STATE.dtype.element_ty), mask=slot > 0)
 

@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "07a59634355f0753d892ceb280f7422144259fa7878326500cef4a2aafc83f2e"
+LIBRARY_SHA256 = "7e2b0cfbedfaa368139387f10348ac362471c31ac1aadd3b54efe00c433d7547"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -52,7 +52,7 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         state_block_v=16,
         state_block_v_max=32,
         state_min_programs=108,
-        state_num_warps=8,
+        state_num_warps=4,
         state_num_stages=3,
         output_block_v=64,
         output_num_warps=8,
