@@ -355,7 +355,8 @@ def extend(
     args = [k, v, *chunks, g_buf, beta_buf, kn_buf, t_buf, w_buf, u_buf, kt_buf]
     args += [*_rows_of(k), *_rows_of(v), hv]
     _launch(chunk_wu_kernel, (nc, hv, 3), args, wu_options(config))
-    args = [w_buf, u_buf, kt_buf, g_buf, h_buf, ssm_states, cache_indices, has_initial_state]
+    args = [w_buf, u_buf, kt_buf, g_buf, kn_buf, h_buf, ssm_states, cache_indices]
+    args += [has_initial_state]
     args += [query_start_loc, plan.seq_first_chunk, ssm_states.stride(0), ssm_states.stride(1), hv]
     block_v = state_block_for(config, bs, hv)
     _launch(chunk_state_kernel, (vd // block_v, bs, hv), args, state_options(config, block_v))

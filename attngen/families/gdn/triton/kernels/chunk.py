@@ -16,8 +16,8 @@ Only the state recurrence is sequential, so the work splits by what it depends o
 - chunk_prepare_kernel (grid: chunks x value heads, all parallel): gates, G, the q/k
   inverse norms, M (from the Gram matrix of the stored keys: exact products), T by
   :func:`unit_lower_inverse`;
-- chunk_wu_kernel (grid: chunks x value heads x 3, all parallel): W, U and the state
-  update's keys KT = (K exp(G_C - G))^T (fp32, transposed), one each;
+- chunk_wu_kernel (grid: chunks x value heads x 3, all parallel): W, U and the keys
+  transposed to fp32 KT = K^T for the state update, one each;
 - chunk_state_kernel (grid: value blocks x requests x value heads): walks a request's
   chunks in order with its state slice S [K, BLOCK_V] in fp32 registers (from the pool
   row when the request has a prefix), storing each chunk's initial state to H and u over
@@ -184,9 +184,9 @@ def chunk_wu_kernel(
     CHUNK: tl.constexpr,
 ):
     """Per chunk, value head and product (program_id 2: 0 W, 1 U, 2 KT): W = T (beta
-    gamma K / ||k||), U = T (beta V), and the state update's keys KT [KEY_DIM, CHUNK] = (K
-    exp(G_C - G) / ||k||)^T, transposed so the sequential kernel reads them as a K-major
-    product operand (zero columns past the chunk's end)."""
+    gamma K / ||k||), U = T (beta V), and the stored keys as fp32 KT [KEY_DIM, CHUNK] = K^T
+    (exact: no scale folded in, zero columns past the chunk's end), transposed so the
+    sequential kernel reads them as a K-major product operand."""
     hv = tl.program_id(1)
     product = tl.program_id(2)
     rows, rmask, tok = _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK)
@@ -201,19 +201,17 @@ def chunk_wu_kernel(
         tl.store(U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :], u, mask=rmask[:, None])
     else:
         ks = tl.arange(0, KEY_DIM)
-        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
-        k_norm = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
         k_base = K + (hv // GROUP) * stride_k_head
-        k = _load_rows(k_base, tok, stride_k_tok, 0, ks, rmask).to(tl.float32) * k_norm[:, None]
+        k = _load_rows(k_base, tok, stride_k_tok, 0, ks, rmask).to(tl.float32)
         if product == 0:
             tm = _load_rows(T_BUF, head_rows, CHUNK, 0, rows, rmask)
             beta = tl.load(BETA_BUF + head_rows, mask=rmask, other=0.0)
-            w = tl.dot(tm, k * (beta * tl.exp(cum))[:, None])
+            cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
+            k_norm = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+            w = tl.dot(tm, k * (k_norm * beta * tl.exp(cum))[:, None])
             tl.store(W_BUF + head_rows[:, None] * KEY_DIM + ks[None, :], w, mask=rmask[:, None])
         else:
-            last = tl.sum(rmask.to(tl.int32), axis=0) - 1
-            cum_last = tl.sum(tl.where(rows == last, cum, 0.0), axis=0)
-            kt = tl.trans(k * tl.where(rmask, tl.exp(cum_last - cum), 0.0)[:, None])
+            kt = tl.trans(k)
             chunk_head = tl.program_id(0) * num_v_heads + hv
             kt_base = KT_BUF + chunk_head.to(tl.int64) * (KEY_DIM * CHUNK)
             tl.store(kt_base + ks[:, None] * CHUNK + rows[None, :], kt)
@@ -225,6 +223,7 @@ def chunk_state_kernel(
     U_BUF,
     KT_BUF,
     G_BUF,
+    KN_BUF,
     H_BUF,
     STATE,
     CACHE_INDICES,
@@ -240,7 +239,8 @@ def chunk_state_kernel(
     BLOCK_V: tl.constexpr,
 ):
     """Per value block, request and value head: the state through the request's chunks.
-    Per chunk: H[chunk] = S; u = U - W S (over U); S = gamma_C S + KT u. Every load of a
+    Per chunk: H[chunk] = S; u = U - W S (over U); S = gamma_C S + K^T (u exp(G_C - G) /
+    ||k||), K^T read as KT (the scale on u, so the product's keys stay exact). Every load of a
     step but S is independent of the state, so the loop's pipelining keeps them in flight
     (W and KT straight into the products' shared-memory operands)."""
     vs = tl.program_id(0) * BLOCK_V + tl.arange(0, BLOCK_V)
@@ -272,9 +272,12 @@ def chunk_state_kernel(
         w = _load_rows(W_BUF, head_rows, KEY_DIM, 0, ks, rmask)
         u -= tl.dot(w, s)
         tl.store(u_ptr, u, mask=rmask[:, None])
-        # -- S = gamma_C S + KT u ----
+        # -- S = gamma_C S + K^T (u exp(G_C - G) / ||k||): K exact, as the stored keys ----
+        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
+        k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+        u_in = u * (k_row * tl.exp(cum_last - cum))[:, None]
         kt = tl.load(KT_BUF + head_chunk * (KEY_DIM * CHUNK) + kt_tile)
-        s = s * tl.exp(cum_last) + tl.dot(kt, u)
+        s = s * tl.exp(cum_last) + tl.dot(kt, u_in)
         chunk += 1
     tl.store(pool, s.to(STATE.dtype.element_ty), mask=slot > 0)
 
