@@ -35,3 +35,24 @@ def test_not_lowered_says_why(change: dict, reason: str) -> None:
 def test_plain_variant_lowered(arch: Arch) -> None:
     variant = dataclasses.replace(base_variant(), phases=(Phase.EXTEND, Phase.DECODE, Phase.VERIFY))
     assert supports(variant, Backend.TRITON, arch).ok
+
+
+@pytest.mark.parametrize(
+    "overrides, problem",
+    [
+        (dict(state_num_stages=3, state_block_v=32), "state_num_stages=3: 2, or 3 with"),
+        (dict(state_num_stages=4), "state_num_stages=4"),
+        (dict(state_num_warps=8, state_num_stages=2), "miscompiled by Triton on sm_90a"),
+    ],
+)
+def test_state_tiles_that_cannot_run_are_refused(overrides: dict, problem: str) -> None:
+    """Tiles the H200 measured as unlaunchable (shared memory) or miscompiled: refused at
+    planning, with the reason, instead of failing at the first launch."""
+    from attngen.families.gdn.triton.lower import kernel_config
+    from attngen.families.gdn.triton.verify import config_problems, miscompiled
+
+    config = kernel_config(base_variant(), Arch.SM90, overrides)
+    problems = config_problems(config) + miscompiled(config)
+    assert any(problem in p for p in problems), problems
+    assert not config_problems(kernel_config(base_variant(), Arch.SM90))
+    assert not miscompiled(kernel_config(base_variant(), Arch.SM90))

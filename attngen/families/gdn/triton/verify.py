@@ -29,6 +29,11 @@ def config_problems(c: GdnTritonConfig) -> list[str]:
     top = c.state_block_v_max
     if top < c.state_block_v or top & (top - 1) or c.value_dim % top:
         problems.append(f"state_block_v_max={top}: a power of two >= state_block_v, <= V")
+    # the config's stages apply to the smallest block (host/options.state_options); three
+    # stages of W, KT and U fit sm_90a's shared memory at 16 values only (32: 234504 B)
+    stages = c.state_num_stages
+    if stages not in (2, 3) or (stages == 3 and c.state_block_v > 16):
+        problems.append(f"state_num_stages={stages}: 2, or 3 with state_block_v 16")
     if c.state_min_programs < 1:
         problems.append(f"state_min_programs={c.state_min_programs}: at least 1")
     if c.chunk_size not in (16, 32, 64):
