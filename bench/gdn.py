@@ -332,6 +332,13 @@ def main() -> int:
             log(
                 f"{r['case']} | {r['attngen_tb_s']:.2f} TB/s | {r['fla_tb_s']:.2f} | {r['speedup']:.2f}x | {r['out_diff_vs_fla']:.2e}"
             )
+    try:  # the ratios as a figure beside the JSON (bench/plot.py; matplotlib may be absent)
+        sys.path.insert(0, str(ROOT))
+        from bench import plot
+
+        plot.main([str(out / "gdn_bench.json")])
+    except Exception as e:  # the JSON is the result; a missing plot must not fail the run
+        log(f"no plot: {e}")
     return 0
 
 

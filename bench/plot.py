@@ -1,5 +1,5 @@
 """Plot a bench result: attngen against each peer per case, from the JSON `bench/run.py` (or
-`bench/mla.py`, `bench/dsa.py`) wrote.
+`bench/mla.py`, `bench/dsa.py`, `bench/gdn.py`) wrote.
 
     python bench/plot.py bench/results/<run>.json      # writes bench/results/<run>.png
     make bench-plot                                    # the newest result
@@ -33,6 +33,11 @@ MLA_PARTS = (  # bench/mla.py's parts (see from_rows)
 DSA_PARTS = (  # bench/dsa.py's parts (see from_dsa_rows)
     ("decode", "DSA sparse decode, top-2048 (TFLOP/s ratio)", "tflops"),
     ("prefill", "DSA sparse prefill (TFLOP/s ratio)", "tflops"),
+)
+
+GDN_PARTS = (  # bench/gdn.py's parts (see from_gdn)
+    ("prefill", "GDN chunked prefill (M tokens/s ratio)", "mtok_s"),
+    ("decode", "GDN recurrent decode, fp32 state (TB/s ratio)", "tbps"),
 )
 
 
@@ -125,13 +130,41 @@ def from_dsa_rows(result: dict) -> dict:
     return _with_header(parts, result)
 
 
+def from_gdn(result: dict) -> dict:
+    """A ``bench/gdn.py`` result (``prefill`` / ``decode`` rows, attngen and fla figures in
+    each, one peer named in ``peer``) in ``bench/run.py``'s shape; the tile sweep is left
+    out (its rows are attngen's own tiles, not the generated ones)."""
+    peer = result.get("peer", "fla")
+    figures = {"prefill": ("mtok_s", "mtok_s"), "decode": ("tb_s", "tbps")}
+    parts: dict[str, list] = {}
+    for part, (key, figure) in figures.items():
+        for row in result.get(part, []):
+            if row.get(f"fla_{key}") is None or row.get(f"attngen_{key}") is None:
+                continue  # an error row
+            results = {
+                "attngen": {figure: row[f"attngen_{key}"]},
+                peer: {figure: row[f"fla_{key}"]},
+            }
+            parts.setdefault(part, []).append({"case": row["case"], "results": results})
+    return dict(
+        parts,
+        commit=result.get("commit", ""),
+        gpu=result.get("device", ""),
+        torch=result.get("torch", ""),
+        triton=result.get("triton", ""),
+        peers=[peer],
+    )
+
+
 class NothingToPlot(ValueError):
     """A result without any row that has a peer to compare against."""
 
 
 def plot(result: dict, out: Path) -> None:
     parts = PARTS
-    if "rows" in result and any("kind" in r for r in result["rows"]):  # bench/dsa.py
+    if "sweep" in result:  # bench/gdn.py
+        result, parts = from_gdn(result), GDN_PARTS
+    elif "rows" in result and any("kind" in r for r in result["rows"]):  # bench/dsa.py
         result, parts = from_dsa_rows(result), DSA_PARTS
     elif "rows" in result:  # bench/mla.py
         result, parts = from_rows(result), MLA_PARTS

@@ -55,3 +55,22 @@ def test_mla_prefill_variants_compare_with_the_fa4_time_of_the_library_row() -> 
     labels, per_peer = plot.ratios(parts["prefill"], "tflops")
     assert labels == ["h128 4x4096", "h128 4x4096 cute_dsl 128x128x2"]
     assert per_peer["FA4"] == pytest.approx([0.6, 0.9])
+
+
+def test_gdn_result_plots_attngen_over_fla(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    gdn = dict(HEADER, peer="fla-core 0.6.0", sweep=[{"case": "x", "speedup": 9.0}])
+    gdn["prefill"] = [
+        dict(case="1x32768 H16", attngen_mtok_s=14.0, fla_mtok_s=22.0),
+        dict(case="8x4096 H32", error="Traceback ..."),
+    ]
+    gdn["decode"] = [dict(case="B256 H16/32", attngen_tb_s=3.8, fla_tb_s=4.0)]
+    parts = plot.from_gdn(gdn)
+    assert [c["case"] for c in parts["prefill"]] == ["1x32768 H16"]  # the error row is left out
+    labels, per_peer = plot.ratios(parts["prefill"], "mtok_s")
+    assert per_peer["fla-core 0.6.0"] == pytest.approx([14.0 / 22.0])
+    assert plot.ratios(parts["decode"], "tbps")[1]["fla-core 0.6.0"] == pytest.approx([0.95])
+    path = tmp_path / "h200-test-gdn.json"
+    path.write_text(json.dumps(gdn))
+    assert plot.main([str(path)]) == 0
+    assert path.with_suffix(".png").stat().st_size > 0
