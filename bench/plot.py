@@ -23,6 +23,7 @@ PARTS = (  # (JSON key, title, figure per result)
     ("verify", "speculative verify (TB/s ratio)", "tbps"),
     ("prefill", "prefill (TFLOP/s ratio)", "tflops"),
     ("head_dims", "causal prefill at head dims 64, 256, 192/128 (TFLOP/s ratio)", "tflops"),
+    ("extend", "extend over a paged prefix (TFLOP/s ratio)", "tflops"),
 )
 MLA_PARTS = (  # bench/mla.py's parts (see from_rows)
     ("decode", "MLA absorbed decode, 16-bit latent (TFLOP/s ratio)", "tflops"),

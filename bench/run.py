@@ -10,6 +10,10 @@ bottom-right causal; TB/s as for decode.
 Prefill (16k tokens per call): attngen ``extend`` with prefix 0 (Triton; and the CuTe DSL
 kernels where a spec generates them: column ``cute``) vs FA4 ``flash_attn_func``, cuDNN and
 FA2 through SDPA; TFLOP/s = 2*B*Hq*S*S*(Dqk+Dv) / time, halved when causal.
+Extend (chunked prefill over a cached prefix): attngen ``extend`` of S new causal rows per
+request over a P-token paged prefix (each generated backend) vs FA4 ``flash_attn_varlen_func``
+with the same ``page_table`` and ``seqused_k`` (bottom-right causal); TFLOP/s =
+2*B*Hq*(S*P + S*S/2)*(Dqk+Dv) / time.
 API host cost: attngen's backend (``make_backend``) per decode layer call, eager vs its CUDA
 graph replay, and the metadata calls per step (bench/api_cost.py).
 Run from the repo root: ``python bench/run.py --out bench/results`` (see bench/README.md).
@@ -43,6 +47,7 @@ DECODE_CASES = ((64, 4096), (128, 8192))  # (batch, context)
 PAGE_SIZES = (1, 64, 128)
 PREFILL_TOKENS = 16384
 PREFILL_SEQLENS = (1024, 4096, 8192)
+EXTEND_CASES = ((16, 2048, 512), (8, 4096, 1024), (4, 8192, 2048))  # (batch, prefix, new)
 PEERS = ("fa4", "cudnn", "fa2")
 ATOL, RTOL = 4e-3, 2e-2  # mismatch when max|out - ref| > ATOL + RTOL * max|ref|
 WARMUP_MS, REP_MS = 50, 200
@@ -630,6 +635,94 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4, heads=(HQ, HKV, D, D)
     return out_rows
 
 
+def run_extend_prefix(batch, prefix, new, page_size, variants, fa4) -> dict:
+    """Extend of ``new`` causal rows per request over a ``prefix``-token paged prefix: each
+    generated backend's ``extend`` and FA4 varlen with a page table, on one cache whose pages
+    are shuffled; checked against fp32 rows of the first and last request."""
+    total = prefix + new
+    flops = 2 * batch * HQ * (new * prefix + new * new / 2) * (2 * D)
+    row = {
+        "case": f"B{batch} P{prefix}+S{new}",
+        "batch": batch,
+        "prefix": prefix,
+        "new": new,
+        "page_size": page_size,
+        "hq": HQ,
+        "hkv": HKV,
+        "head_dim": D,
+        "flops": flops,
+    }
+    pages_per_seq = math.ceil(total / page_size)
+    num_pages = batch * pages_per_seq
+    k_flat, v_flat = rand(num_pages * page_size, HKV, D), rand(num_pages * page_size, HKV, D)
+    k_cache, v_cache = (x.view(num_pages, page_size, HKV, D) for x in (k_flat, v_flat))
+    page_table = shuffled_page_table(batch, pages_per_seq, num_pages, seed=prefix + page_size)
+    q = rand(batch * new, HQ, D)
+    qo_indptr = (torch.arange(batch + 1, device=DEV) * new).to(torch.int32)
+    prefix_lens = torch.full((batch,), prefix, dtype=torch.int32, device=DEV)
+    res, outs = {}, {}
+    for backend, key in RESULT.items():
+        found = find_variant(variants, "extend", page_size, True, backend=backend)
+        if not found:
+            res[key] = {"status": "not generated"}
+            continue
+        spec, mod, cfg, kwargs = found
+        out = torch.full_like(q, float("nan"))
+
+        def attngen(mod=mod, cfg=cfg, kwargs=kwargs, out=out):
+            mod.extend(
+                q,
+                k_cache,
+                v_cache,
+                page_table,
+                qo_indptr,
+                prefix_lens,
+                out,
+                max_extend_len=new,
+                config=cfg,
+                sm_scale=SCALE,
+                **kwargs,
+            )
+            return out
+
+        res[key], o = measure(attngen, flops, "tflops")
+        res[key].update(spec=spec, uri=cfg.uri)
+        if o is not None:
+            outs[key] = o
+    if fa4 is None:
+        res["fa4"] = {"status": "unavailable"}
+    else:
+        seqused = torch.full((batch,), total, dtype=torch.int32, device=DEV)
+
+        def fa4_extend():
+            return fa4[1](
+                q.view(batch, new, HQ, D),
+                k_cache,
+                v_cache,
+                page_table=page_table,
+                seqused_k=seqused,
+                softmax_scale=SCALE,
+                causal=True,
+            )[0]
+
+        res["fa4"], o = measure(fa4_extend, flops, "tflops")
+        if o is not None:
+            outs["fa4"] = o.reshape(batch * new, HQ, D)
+    seqs = sorted({0, batch - 1})
+    slots = token_slots(page_table[seqs], page_size, total)
+    picked = torch.cat([torch.arange(min(32, new)), torch.arange(max(0, new - 32), new)])
+    picked = picked.unique().to(DEV)
+    ref = torch.cat(
+        [
+            reference(q[b * new + picked], k_flat[s], v_flat[s], prefix + picked, True)
+            for b, s in zip(seqs, slots)
+        ]
+    )
+    add_checks(res, outs, ref, torch.cat([b * new + picked for b in seqs]))
+    row.update(results=res, ratio=ratios(res, "tflops"))
+    return row
+
+
 # -- report ----
 
 
@@ -733,6 +826,19 @@ def table(report: dict) -> str:
             f"{cell(c, 'tflops')} {peers} {ratio.get('fa4', 0):7.2f} "
             f"{ratio.get('cute_fa4', 0):8.2f} {ratio.get('cudnn', 0):8.2f}  {chk}"
         )
+    lines.append(
+        "extend TFLOP/s             page  attngen     cute      FA4  ag/FA4 cute/FA4  check"
+    )
+    for row in report.get("extend", []):
+        r, a = row["results"], row["results"].get("attngen", {})
+        c = r.get("attngen_cute", {})
+        mismatch = a.get("mismatch") or c.get("mismatch")
+        chk = "MISMATCH" if mismatch else "ok" if "mismatch" in a or "mismatch" in c else "-"
+        lines.append(
+            f"{row['case']:<26} {row['page_size']:>4} {cell(a, 'tflops')} {cell(c, 'tflops')} "
+            f"{cell(r.get('fa4', {}), 'tflops')} {row['ratio'].get('fa4', 0):7.2f} "
+            f"{row['ratio'].get('cute_fa4', 0):8.2f}  {chk}"
+        )
     lines += api_cost().table_lines(report.get("api", []))
     return "\n".join(lines)
 
@@ -824,12 +930,15 @@ def bench_head_dims(args, report: dict, variants, fa4, save_report) -> None:
     """Causal prefill at the other head dims (HEAD_DIM_SHAPES), on the page sizes the
     generated specs have for each, against the same peers."""
     for heads in HEAD_DIM_SHAPES:
-        pages = [
-            p
+        pages = (
+            [
+                p
             for p in PAGE_SIZES + (16,)
             if any(find_variant(variants, "extend", p, True, backend=b, heads=heads)
                    for b in BACKENDS)  # fmt: skip
-        ] or [None]
+            ]
+            or [None]
+        )
         for seqlen in HEAD_DIM_SEQLENS[:1] if args.quick else HEAD_DIM_SEQLENS:
             name = f"S{seqlen} causal h{heads[0]}/{heads[1]} d{heads[2]}/{heads[3]}"
             case = dict(case=name, page_size=None)
@@ -838,6 +947,24 @@ def bench_head_dims(args, report: dict, variants, fa4, save_report) -> None:
                 report["head_dims"].append(row)
                 save_report()
                 progress("head_dims", row, "tflops")
+            torch.cuda.empty_cache()
+
+
+def bench_extend(args, report: dict, variants, fa4, save_report) -> None:
+    """Extend over a cached prefix (EXTEND_CASES) on every page size a causal extend variant
+    is generated for, each backend and FA4 on the same cache."""
+    pages = [
+        p
+        for p in PAGE_SIZES
+        if any(find_variant(variants, "extend", p, True, backend=b) for b in BACKENDS)
+    ]
+    for batch, prefix, new in EXTEND_CASES[:1] if args.quick else EXTEND_CASES:
+        for page_size in pages[-1:] if args.quick else pages:
+            case = dict(case=f"B{batch} P{prefix}+S{new}", page_size=page_size)
+            [row] = guarded(run_extend_prefix, batch, prefix, new, page_size, variants, fa4, **case)
+            report["extend"].append(row)
+            save_report()
+            progress("extend", row, "tflops")
             torch.cuda.empty_cache()
 
 
@@ -869,7 +996,7 @@ def main() -> int:
     )
     ap.add_argument(
         "--only",
-        choices=("decode", "quantized", "verify", "prefill", "head_dims", "api"),
+        choices=("decode", "quantized", "verify", "prefill", "head_dims", "extend", "api"),
         default=None,
     )
     args = ap.parse_args()
@@ -891,6 +1018,7 @@ def main() -> int:
         quantized_decode=[],
         verify=[],
         head_dims=[],
+        extend=[],
         api=[],
     )
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
@@ -907,13 +1035,14 @@ def main() -> int:
         ("verify", bench_verify),
         ("prefill", bench_prefill),
         ("head_dims", bench_head_dims),
+        ("extend", bench_extend),
     ):
         if args.only in (None, name):
             fn(args, report, variants, fa4, save_report)
     if args.only in (None, "api"):
         bench_api(args, report, save_report)
     every = report["decode"] + report["quantized_decode"] + report["verify"] + report["prefill"]
-    every += report["head_dims"]
+    every += report["head_dims"] + report["extend"]
     every += report["api"]
     bad = [
         f"{r['case']} page {r['page_size']} {key}"
