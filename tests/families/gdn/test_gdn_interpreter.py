@@ -36,6 +36,53 @@ def gate_params(hv: int):
     return torch.empty(hv).uniform_(0.0, 2.7), torch.randn(hv) * 0.5
 
 
+@pytest.mark.parametrize("key_dim, value_dim", [(32, 64), (64, 32)])
+def test_extend_with_unequal_key_and_value_dims(key_dim: int, value_dim: int) -> None:
+    """K != V (the spec takes each of 64 / 128 on its own): the transposed keys [K, chunk],
+    W [T, K], U / u [T, V] and the pool's [V, K] rows each keep their own dim."""
+    torch.manual_seed(key_dim + 3 * value_dim)
+    cfg = replace(small_config(2), key_dim=key_dim, value_dim=value_dim, chunk_size=16)
+    lens, hv = [37, 5, 16], H * 2
+    n, bs = sum(lens), len(lens)
+    q, k = torch.randn(n, H, key_dim).to(DT), torch.randn(n, H, key_dim).to(DT)
+    v = torch.randn(n, hv, value_dim).to(DT)
+    a, b = torch.randn(n, hv).to(DT), torch.randn(n, hv).to(DT)
+    A_log, dt_bias = gate_params(hv)
+    pool = torch.randn(bs + 1, hv, value_dim, key_dim) * 0.1
+    slots = torch.arange(1, bs + 1, dtype=torch.int32)
+    has_init = torch.tensor([1, 0, 1], dtype=torch.int32)
+    qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    out = torch.full((n, hv, value_dim), float("nan"), dtype=DT)
+    before = pool.clone()
+    library.extend(
+        q,
+        k,
+        v,
+        a,
+        b,
+        A_log=A_log,
+        dt_bias=dt_bias,
+        ssm_states=pool,
+        cache_indices=slots,
+        has_initial_state=has_init,
+        query_start_loc=qsl,
+        out=out,
+        plan=library.chunk_plan(lens, cfg.chunk_size, torch.device("cpu")),
+        config=cfg,
+        scale=key_dim**-0.5,
+    )
+    g, beta = ref.gates(a, b, A_log, dt_bias)
+    for i in range(bs):
+        s, e = int(qsl[i]), int(qsl[i + 1])
+        init = before[slots[i]] if has_init[i] else None
+        want, final, _ = ref.gdn_sequence(
+            q[s:e], k[s:e], v[s:e], g[s:e], beta[s:e], init, scale=key_dim**-0.5, l2norm_qk=True
+        )
+        check_close(f"out {i}", out[s:e], want, output_bound(want, DT, key_dim))
+        check_close(f"state {i}", pool[slots[i]], final, state_bound(final, key_dim))
+    assert torch.equal(pool[0], before[0])
+
+
 @pytest.mark.parametrize(
     "group, lens, chunk, keys",
     [
