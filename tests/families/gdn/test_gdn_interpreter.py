@@ -195,6 +195,48 @@ def test_decode_chained_with_padding() -> None:
     assert not pool[0].any() and not pool[2].any() and not pool[4].any()
 
 
+@pytest.mark.parametrize("key_dim, value_dim", [(32, 64), (64, 32)])
+def test_decode_with_unequal_key_and_value_dims(key_dim: int, value_dim: int) -> None:
+    """Recurrent decode with K != V: five chained steps over pool rows [V, K]."""
+    torch.manual_seed(key_dim + value_dim)
+    cfg = replace(small_config(2), key_dim=key_dim, value_dim=value_dim)
+    hv, bs, steps = H * 2, 2, 5
+    A_log, dt_bias = gate_params(hv)
+    pool = torch.randn(bs + 1, hv, value_dim, key_dim) * 0.1
+    states = {1: pool[1].clone(), 2: pool[2].clone()}
+    slots = torch.tensor([2, 1], dtype=torch.int32)
+    for step in range(1, steps + 1):
+        q, k = torch.randn(bs, H, key_dim).to(DT), torch.randn(bs, H, key_dim).to(DT)
+        v = torch.randn(bs, hv, value_dim).to(DT)
+        a, b = torch.randn(bs, hv).to(DT), torch.randn(bs, hv).to(DT)
+        out = torch.full((bs, hv, value_dim), float("nan"), dtype=DT)
+        library.decode(
+            q,
+            k,
+            v,
+            a,
+            b,
+            A_log=A_log,
+            dt_bias=dt_bias,
+            ssm_states=pool,
+            cache_indices=slots,
+            query_start_loc=torch.arange(bs + 1, dtype=torch.int32),
+            out=out,
+            config=cfg,
+            scale=key_dim**-0.5,
+        )
+        g, beta = ref.gates(a, b, A_log, dt_bias)
+        for i in range(bs):
+            slot, part = int(slots[i]), slice(i, i + 1)
+            want, states[slot], _ = ref.gdn_sequence(
+                q[part], k[part], v[part], g[part], beta[part], states[slot],
+                scale=key_dim**-0.5, l2norm_qk=True,
+            )  # fmt: skip
+            check_close(f"step {step} out", out[part], want, output_bound(want, DT, key_dim, step))
+    for slot, want in states.items():
+        check_close(f"state {slot}", pool[slot], want, state_bound(want, key_dim, steps))
+
+
 @pytest.mark.parametrize("tree", [False, True])
 def test_verify_and_accept(tree: bool) -> None:
     torch.manual_seed(11 + tree)
