@@ -98,17 +98,19 @@ def from_rows(result: dict) -> dict:
     return _with_header(parts, result)
 
 
-def _with_header(parts: dict, result: dict) -> dict:
+def _with_header(parts: dict, result: dict, peers: list[str] | None = None) -> dict:
     """``parts`` with the title fields of a rows-style result (commit, GPU, versions, the
-    peers that loaded)."""
-    info = result.get("peers", {})
+    peers that loaded: ``peers``, else those of its ``peers`` table)."""
+    if peers is None:
+        info = result.get("peers", {})
+        peers = [f"{k}: {v}" for k, v in info.items() if "Error" not in str(v)]
     return dict(
         parts,
         commit=result.get("commit", ""),
         gpu=result.get("device", ""),
         torch=result.get("torch", ""),
         triton=result.get("triton", ""),
-        peers=[f"{k}: {v}" for k, v in info.items() if "Error" not in str(v)],
+        peers=peers,
     )
 
 
@@ -147,14 +149,7 @@ def from_gdn(result: dict) -> dict:
                 peer: {figure: row[f"fla_{key}"]},
             }
             parts.setdefault(part, []).append({"case": row["case"], "results": results})
-    return dict(
-        parts,
-        commit=result.get("commit", ""),
-        gpu=result.get("device", ""),
-        torch=result.get("torch", ""),
-        triton=result.get("triton", ""),
-        peers=[peer],
-    )
+    return _with_header(parts, result, [peer])
 
 
 class NothingToPlot(ValueError):
