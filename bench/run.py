@@ -443,6 +443,25 @@ def run_quantized_decode(batch, ctx, variants, fa4, num_sms, kv, q) -> list[dict
     return [bf16] + rows
 
 
+def fa4_paged_fn(fa4, q4, k_cache, v_cache, page_table, seq_len: int):
+    """FA4 varlen over a paged cache: q4 [B, S, Hq, D], every request ``seq_len`` keys long,
+    causal bottom-right aligned (the S rows are the last S positions): timed fn."""
+    seqused = torch.full((q4.shape[0],), seq_len, dtype=torch.int32, device=DEV)
+
+    def fn():
+        return fa4[1](
+            q4,
+            k_cache,
+            v_cache,
+            page_table=page_table,
+            seqused_k=seqused,
+            softmax_scale=SCALE,
+            causal=True,
+        )[0]
+
+    return fn
+
+
 def run_verify(batch, ctx, drafts, variants, fa4, kv) -> dict:
     """Chain verify (topk 1): `drafts` causal rows per request over a ctx-token prefix;
     attngen verify vs FA4 (batched q with a page table, causal = bottom-right aligned)."""
@@ -484,20 +503,8 @@ def run_verify(batch, ctx, drafts, variants, fa4, kv) -> dict:
     if fa4 is None:
         res["fa4"] = {"status": "unavailable"}
     else:
-        seqused = torch.full((batch,), total, dtype=torch.int32, device=DEV)
-
-        def fa4_verify():
-            return fa4[1](
-                q.view(batch, drafts, HQ, D),
-                k_cache,
-                v_cache,
-                page_table=page_table,
-                seqused_k=seqused,
-                softmax_scale=SCALE,
-                causal=True,
-            )[0]
-
-        res["fa4"], o = measure(fa4_verify, row["bytes"], "tbps")
+        fn = fa4_paged_fn(fa4, q.view(batch, drafts, HQ, D), k_cache, v_cache, page_table, total)
+        res["fa4"], o = measure(fn, row["bytes"], "tbps")
         if o is not None:
             outs["fa4"] = o.reshape(batch * drafts, HQ, D)
     outs = {k: v for k, v in outs.items() if v is not None}
@@ -521,7 +528,6 @@ def run_verify(batch, ctx, drafts, variants, fa4, kv) -> dict:
 
 def attngen_extend(found, q, k, v, batch, seqlen, page_size):
     """attngen extend over pages filled with the new tokens' K/V (prefix 0): timed fn."""
-    spec, mod, cfg, kwargs = found
     pages_per_seq = math.ceil(seqlen / page_size)
     num_pages = batch * pages_per_seq
     k_cache = torch.zeros(num_pages, page_size, *k.shape[1:], dtype=q.dtype, device=DEV)
@@ -530,9 +536,17 @@ def attngen_extend(found, q, k, v, batch, seqlen, page_size):
     slots = token_slots(page_table, page_size, seqlen).reshape(-1)
     k_cache.view(-1, *k.shape[1:])[slots] = k
     v_cache.view(-1, *v.shape[1:])[slots] = v
-    qo_indptr = (torch.arange(batch + 1, device=DEV) * seqlen).to(torch.int32)
     prefix_lens = torch.zeros(batch, dtype=torch.int32, device=DEV)
-    out = torch.full((q.shape[0], q.shape[1], v.shape[2]), float("nan"), dtype=q.dtype, device=DEV)
+    return extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, seqlen)
+
+
+def extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, new: int):
+    """The timed call of attngen ``extend``: ``new`` rows per request after ``prefix_lens``
+    cached tokens, into a fresh NaN-filled output (returned)."""
+    _, mod, cfg, kwargs = found
+    batch = prefix_lens.shape[0]
+    qo_indptr = (torch.arange(batch + 1, device=DEV) * new).to(torch.int32)
+    out = q.new_full((q.shape[0], q.shape[1], v_cache.shape[-1]), float("nan"))
 
     def fn():
         mod.extend(
@@ -543,7 +557,7 @@ def attngen_extend(found, q, k, v, batch, seqlen, page_size):
             qo_indptr,
             prefix_lens,
             out,
-            max_extend_len=seqlen,
+            max_extend_len=new,
             config=cfg,
             sm_scale=SCALE,
             **kwargs,
@@ -658,7 +672,6 @@ def run_extend_prefix(batch, prefix, new, page_size, variants, fa4) -> dict:
     k_cache, v_cache = (x.view(num_pages, page_size, HKV, D) for x in (k_flat, v_flat))
     page_table = shuffled_page_table(batch, pages_per_seq, num_pages, seed=prefix + page_size)
     q = rand(batch * new, HQ, D)
-    qo_indptr = (torch.arange(batch + 1, device=DEV) * new).to(torch.int32)
     prefix_lens = torch.full((batch,), prefix, dtype=torch.int32, device=DEV)
     res, outs = {}, {}
     for backend, key in RESULT.items():
@@ -666,46 +679,16 @@ def run_extend_prefix(batch, prefix, new, page_size, variants, fa4) -> dict:
         if not found:
             res[key] = {"status": "not generated"}
             continue
-        spec, mod, cfg, kwargs = found
-        out = torch.full_like(q, float("nan"))
-
-        def attngen(mod=mod, cfg=cfg, kwargs=kwargs, out=out):
-            mod.extend(
-                q,
-                k_cache,
-                v_cache,
-                page_table,
-                qo_indptr,
-                prefix_lens,
-                out,
-                max_extend_len=new,
-                config=cfg,
-                sm_scale=SCALE,
-                **kwargs,
-            )
-            return out
-
-        res[key], o = measure(attngen, flops, "tflops")
-        res[key].update(spec=spec, uri=cfg.uri)
+        fn = extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, new)
+        res[key], o = measure(fn, flops, "tflops")
+        res[key].update(spec=found[0], uri=found[2].uri)
         if o is not None:
             outs[key] = o
     if fa4 is None:
         res["fa4"] = {"status": "unavailable"}
     else:
-        seqused = torch.full((batch,), total, dtype=torch.int32, device=DEV)
-
-        def fa4_extend():
-            return fa4[1](
-                q.view(batch, new, HQ, D),
-                k_cache,
-                v_cache,
-                page_table=page_table,
-                seqused_k=seqused,
-                softmax_scale=SCALE,
-                causal=True,
-            )[0]
-
-        res["fa4"], o = measure(fa4_extend, flops, "tflops")
+        fn = fa4_paged_fn(fa4, q.view(batch, new, HQ, D), k_cache, v_cache, page_table, total)
+        res["fa4"], o = measure(fn, flops, "tflops")
         if o is not None:
             outs["fa4"] = o.reshape(batch * new, HQ, D)
     seqs = sorted({0, batch - 1})
