@@ -25,9 +25,9 @@ H = 2
 DT = torch.float16
 
 
-def gdn_inputs(n: int, hv: int, dim: int):
+def gdn_inputs(n: int, hv: int, dim: int, value_dim: int | None = None):
     q, k = torch.randn(n, H, dim).to(DT), torch.randn(n, H, dim).to(DT)
-    v = torch.randn(n, hv, dim).to(DT)
+    v = torch.randn(n, hv, value_dim or dim).to(DT)
     a, b = torch.randn(n, hv).to(DT), torch.randn(n, hv).to(DT)
     return q, k, v, a, b
 
@@ -36,86 +36,43 @@ def gate_params(hv: int):
     return torch.empty(hv).uniform_(0.0, 2.7), torch.randn(hv) * 0.5
 
 
-@pytest.mark.parametrize("key_dim, value_dim", [(32, 64), (64, 32)])
-def test_extend_with_unequal_key_and_value_dims(key_dim: int, value_dim: int) -> None:
-    """K != V (the spec takes each of 64 / 128 on its own): the transposed keys [K, chunk],
-    W [T, K], U / u [T, V] and the pool's [V, K] rows each keep their own dim."""
-    torch.manual_seed(key_dim + 3 * value_dim)
-    cfg = replace(small_config(2), key_dim=key_dim, value_dim=value_dim, chunk_size=16)
-    lens, hv = [37, 5, 16], H * 2
-    n, bs = sum(lens), len(lens)
-    q, k = torch.randn(n, H, key_dim).to(DT), torch.randn(n, H, key_dim).to(DT)
-    v = torch.randn(n, hv, value_dim).to(DT)
-    a, b = torch.randn(n, hv).to(DT), torch.randn(n, hv).to(DT)
-    A_log, dt_bias = gate_params(hv)
-    pool = torch.randn(bs + 1, hv, value_dim, key_dim) * 0.1
-    slots = torch.arange(1, bs + 1, dtype=torch.int32)
-    has_init = torch.tensor([1, 0, 1], dtype=torch.int32)
-    qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
-    out = torch.full((n, hv, value_dim), float("nan"), dtype=DT)
-    before = pool.clone()
-    library.extend(
-        q,
-        k,
-        v,
-        a,
-        b,
-        A_log=A_log,
-        dt_bias=dt_bias,
-        ssm_states=pool,
-        cache_indices=slots,
-        has_initial_state=has_init,
-        query_start_loc=qsl,
-        out=out,
-        plan=library.chunk_plan(lens, cfg.chunk_size, torch.device("cpu")),
-        config=cfg,
-        scale=key_dim**-0.5,
-    )
-    g, beta = ref.gates(a, b, A_log, dt_bias)
-    for i in range(bs):
-        s, e = int(qsl[i]), int(qsl[i + 1])
-        init = before[slots[i]] if has_init[i] else None
-        want, final, _ = ref.gdn_sequence(
-            q[s:e], k[s:e], v[s:e], g[s:e], beta[s:e], init, scale=key_dim**-0.5, l2norm_qk=True
-        )
-        check_close(f"out {i}", out[s:e], want, output_bound(want, DT, key_dim))
-        check_close(f"state {i}", pool[slots[i]], final, state_bound(final, key_dim))
-    assert torch.equal(pool[0], before[0])
-
-
 @pytest.mark.parametrize(
-    "group, lens, chunk, keys",
+    "group, lens, chunk, keys, dims",
     [
-        (1, [5, 37, 16], 16, "random"),
-        (2, [5, 37, 16], 16, "random"),
-        (2, [1, 17, 32, 2], 16, "random"),
-        (1, [1, 17, 32, 2], 32, "random"),
-        (2, [150, 64, 3], 64, "random"),
-        (1, [130, 7], 64, "correlated"),
-        (2, [40, 3], 16, "fp32-states"),
+        (1, [5, 37, 16], 16, "random", (32, 32)),
+        (2, [5, 37, 16], 16, "random", (32, 32)),
+        (2, [1, 17, 32, 2], 16, "random", (32, 32)),
+        (1, [1, 17, 32, 2], 32, "random", (32, 32)),
+        (2, [150, 64, 3], 64, "random", (32, 32)),
+        (1, [130, 7], 64, "correlated", (32, 32)),
+        (2, [40, 3], 16, "fp32-states", (32, 32)),
+        (2, [37, 5, 16], 16, "random", (32, 64)),
+        (2, [37, 5, 16], 16, "random", (64, 32)),
     ],
 )
-def test_extend(group: int, lens: list[int], chunk: int, keys: str) -> None:
+def test_extend(group: int, lens: list[int], chunk: int, keys: str, dims: tuple) -> None:
     """Ragged chunked extend; "correlated": nearly equal keys, beta near 1 and slow decay,
     the hard case of the triangular inverse (M's entries near 1 everywhere below the
-    diagonal)."""
-    torch.manual_seed(len(lens) * 10 + group + chunk)
-    cfg = replace(small_config(group), chunk_size=chunk)
+    diagonal); dims (key, value) unequal too: each keeps its own dim through W, U, u and
+    the pool's [V, K] rows."""
+    torch.manual_seed(len(lens) * 10 + group + chunk + dims[0] + dims[1] - 64)
+    dim, vdim = dims
+    cfg = replace(small_config(group), chunk_size=chunk, key_dim=dim, value_dim=vdim)
     if keys == "fp32-states":  # per-chunk states in fp32, one value block per program
         cfg = replace(cfg, chunk_state_bits=32, state_block_v_max=16)
-    hv, dim, bs = H * group, cfg.key_dim, len(lens)
-    q, k, v, a, b = gdn_inputs(sum(lens), hv, dim)
+    hv, bs = H * group, len(lens)
+    q, k, v, a, b = gdn_inputs(sum(lens), hv, dim, vdim)
     A_log, dt_bias = gate_params(hv)
     if keys == "correlated":
         base = torch.randn(1, H, dim)
         k = (base + 0.05 * torch.randn(sum(lens), H, dim)).to(DT)
         b = (4.0 + torch.randn(sum(lens), hv)).to(DT)  # beta ~ 0.98
         A_log, dt_bias = torch.full((hv,), -4.0), torch.full((hv,), -4.0)  # decay ~ 0.9998
-    pool = torch.randn(bs + 3, hv, dim, dim) * 0.1
+    pool = torch.randn(bs + 3, hv, vdim, dim) * 0.1
     slots = torch.randperm(bs + 2)[:bs].to(torch.int32) + 1
     has_init = torch.tensor([i % 2 for i in range(bs)], dtype=torch.int32)
     qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
-    out = torch.full((sum(lens), hv, dim), float("nan"), dtype=DT)
+    out = torch.full((sum(lens), hv, vdim), float("nan"), dtype=DT)
     before = pool.clone()
     library.extend(
         q,
@@ -147,19 +104,22 @@ def test_extend(group: int, lens: list[int], chunk: int, keys: str) -> None:
     assert torch.equal(pool[untouched], before[untouched])
 
 
-def test_decode_chained_with_padding() -> None:
+@pytest.mark.parametrize("dims", [(32, 32), (32, 64), (64, 32)])
+def test_decode_chained_with_padding(dims: tuple) -> None:
+    """Chained decode steps, one row padding; dims (key, value) unequal too."""
     torch.manual_seed(7)
-    cfg = small_config(2)
-    hv, dim = H * 2, cfg.key_dim
+    dim, vdim = dims
+    cfg = replace(small_config(2), key_dim=dim, value_dim=vdim)
+    hv = H * 2
     A_log, dt_bias = gate_params(hv)
-    pool = torch.zeros(5, hv, dim, dim)
+    pool = torch.zeros(5, hv, vdim, dim)
     slots = torch.tensor([3, 0, 1], dtype=torch.int32)  # row 1 pads
     qsl = torch.arange(4, dtype=torch.int32)
     states = {3: None, 1: None}
     steps = 20
     for step in range(1, steps + 1):
-        q, k, v, a, b = gdn_inputs(3, hv, dim)
-        out = torch.full((3, hv, dim), float("nan"), dtype=DT)
+        q, k, v, a, b = gdn_inputs(3, hv, dim, vdim)
+        out = torch.full((3, hv, vdim), float("nan"), dtype=DT)
         library.decode(
             q,
             k,
@@ -193,48 +153,6 @@ def test_decode_chained_with_padding() -> None:
     for slot, want in states.items():
         check_close(f"state {slot}", pool[slot], want, state_bound(want, dim, steps))
     assert not pool[0].any() and not pool[2].any() and not pool[4].any()
-
-
-@pytest.mark.parametrize("key_dim, value_dim", [(32, 64), (64, 32)])
-def test_decode_with_unequal_key_and_value_dims(key_dim: int, value_dim: int) -> None:
-    """Recurrent decode with K != V: five chained steps over pool rows [V, K]."""
-    torch.manual_seed(key_dim + value_dim)
-    cfg = replace(small_config(2), key_dim=key_dim, value_dim=value_dim)
-    hv, bs, steps = H * 2, 2, 5
-    A_log, dt_bias = gate_params(hv)
-    pool = torch.randn(bs + 1, hv, value_dim, key_dim) * 0.1
-    states = {1: pool[1].clone(), 2: pool[2].clone()}
-    slots = torch.tensor([2, 1], dtype=torch.int32)
-    for step in range(1, steps + 1):
-        q, k = torch.randn(bs, H, key_dim).to(DT), torch.randn(bs, H, key_dim).to(DT)
-        v = torch.randn(bs, hv, value_dim).to(DT)
-        a, b = torch.randn(bs, hv).to(DT), torch.randn(bs, hv).to(DT)
-        out = torch.full((bs, hv, value_dim), float("nan"), dtype=DT)
-        library.decode(
-            q,
-            k,
-            v,
-            a,
-            b,
-            A_log=A_log,
-            dt_bias=dt_bias,
-            ssm_states=pool,
-            cache_indices=slots,
-            query_start_loc=torch.arange(bs + 1, dtype=torch.int32),
-            out=out,
-            config=cfg,
-            scale=key_dim**-0.5,
-        )
-        g, beta = ref.gates(a, b, A_log, dt_bias)
-        for i in range(bs):
-            slot, part = int(slots[i]), slice(i, i + 1)
-            want, states[slot], _ = ref.gdn_sequence(
-                q[part], k[part], v[part], g[part], beta[part], states[slot],
-                scale=key_dim**-0.5, l2norm_qk=True,
-            )  # fmt: skip
-            check_close(f"step {step} out", out[part], want, output_bound(want, DT, key_dim, step))
-    for slot, want in states.items():
-        check_close(f"state {slot}", pool[slot], want, state_bound(want, key_dim, steps))
 
 
 @pytest.mark.parametrize("tree", [False, True])
