@@ -53,6 +53,8 @@ PREFILL_SWEEP = (  # the state kernel's tiles on two cases, the parallel kernels
     {"wu_num_warps": 4},
     {"output_block_v": 128, "output_num_warps": 8},
 )
+DECODE_SWEEP_BATCHES = (64, 256)
+TABLES = ("prefill", "decode", "sweep")
 WARMUP_MS, REP_MS = 25, 100
 FLA_MS: dict[str, float] = {}
 DEV = "cuda"
@@ -253,7 +255,14 @@ def main() -> int:
     global torch
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=TABLES,
+        help="run only these tables (repeatable; default: all of them)",
+    )
     args = parser.parse_args()
+    only = set(args.only or TABLES)
     import torch as _torch
 
     torch = _torch
@@ -291,19 +300,19 @@ def main() -> int:
         (out / "gdn_bench.json").write_text(json.dumps({**head, **rows}, indent=1) + "\n")
 
     prefill_mod, decode_mod = kernels_module("gdn_gva1"), kernels_module("gdn_qwen3_next")
-    for bs, length, heads in PREFILL_CASES:
+    for bs, length, heads in PREFILL_CASES if "prefill" in only else ():
         record(
             "prefill",
             f"{bs}x{length} H{heads}",
             lambda: prefill_case(prefill_mod, chunk_gated_delta_rule, bs, length, heads),
         )
-    for bs, h, hv in DECODE_CASES:
+    for bs, h, hv in DECODE_CASES if "decode" in only else ():
         record(
             "decode",
             f"B{bs}",
             lambda: decode_case(decode_mod, fused_recurrent_gated_delta_rule, bs, h, hv),
         )
-    for tiles in PREFILL_SWEEP:
+    for tiles in PREFILL_SWEEP if "sweep" in only else ():
         for bs, length, heads in (PREFILL_CASES[2], PREFILL_CASES[0]):
             if "state_" not in str(tiles) and bs == 1:
                 continue  # tiles of the parallel kernels: the many-request case says enough
@@ -312,12 +321,15 @@ def main() -> int:
                 f"{bs}x{length} H{heads} {tiles}",
                 lambda: prefill_case(prefill_mod, chunk_gated_delta_rule, bs, length, heads, tiles),
             )
-    for tiles in DECODE_SWEEP:
-        record(
-            "sweep",
-            f"B256 {tiles}",
-            lambda: decode_case(decode_mod, fused_recurrent_gated_delta_rule, 256, 16, 32, tiles),
-        )
+    for tiles in DECODE_SWEEP if "sweep" in only else ():
+        for bs in DECODE_SWEEP_BATCHES:
+            record(
+                "sweep",
+                f"B{bs} {tiles}",
+                lambda: decode_case(
+                    decode_mod, fused_recurrent_gated_delta_rule, bs, 16, 32, tiles
+                ),
+            )
     log("case | attngen | fla | speedup | diff vs fla")
     for r in rows["prefill"]:
         if "error" not in r:
