@@ -5,8 +5,7 @@ The sm90 kernel keeps the Q tile (128 rows) and ``stages`` K and V tiles in shar
 1 KiB of barriers. Two stages of 128 keys fit at d 64, 128 and 192 / 128 (208 KiB at the
 last); at d 256 they would take 320 KiB, and 64-key tiles (192 KiB) are the largest that
 fit. The split-KV decode kernel holds a 64-row Q tile, its ring of K and V tiles in the
-cache's type, and over an fp8 cache a second ring, as deep, of the K and V tiles converted
-to 16 bits.
+cache's type, and over an fp8 cache one K and one V tile converted to 16 bits.
 Importable without the DSL: the generator plans with it.
 """
 
@@ -42,7 +41,5 @@ def sm90_decode_shared_bytes(
     """Shared memory of one sm90 split-KV decode CTA over a cache of ``kv_bytes`` a value."""
     q = DECODE_TILE_M * head_dim * ELEMENT_BYTES
     row = tile_n * (head_dim + v_head_dim)
-    kv = stages * row * kv_bytes
-    if kv_bytes < ELEMENT_BYTES:  # and the ring of converted tiles, as deep
-        kv += stages * row * ELEMENT_BYTES
-    return BARRIER_BYTES + q + kv
+    converted = row * ELEMENT_BYTES if kv_bytes < ELEMENT_BYTES else 0
+    return BARRIER_BYTES + q + stages * row * kv_bytes + converted

@@ -19,10 +19,8 @@ warpgroup (``FwdShape.decode_group`` selects the decode paths there); what diffe
 
 Layouts: q ``[B, Hq, D]``, paged K/V ``[num_pages, page_size, Hkv, D]`` read through
 ``page_table[b, j]``. An fp8 e4m3 cache (``FwdShape.kv_dtype``, pages of 16 or more tokens)
-is read by TMA as fp8 into one ring and converted to fp16, tile by tile, into a second ring
-in shared memory by the producer warpgroup's warps 1-3 (warp 0 issues the TMA copies), so
-the consumer warpgroup runs the 16-bit cache's loop on fp16 MMAs (bf16 q rounded to fp16
-once) while the next tiles convert; its per-tensor
+is read by TMA as fp8 and converted to fp16 tile by tile in shared memory by the consumer
+warpgroup, and that kernel's MMAs run in fp16 (bf16 q rounded to fp16 once); its per-tensor
 scales ``k_scale`` / ``v_scale`` ([1] fp32) fold into the softmax
 scale and the partial outputs.
 """
@@ -43,7 +41,7 @@ from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import GATHER_REQUIRES, MhaF
 _Q_COPY = ("cp.async.ca.shared.global", "fence.proxy.async")
 
 
-# an fp8 cache: the producers' e4m3 -> f16 conversions, fp16 wgmma operands (Q rows are
+# an fp8 cache: the consumers' e4m3 -> f16 conversions, fp16 wgmma operands (Q rows are
 # converted in registers when q is bf16, so no cp.async is required)
 FP8_CONVERT = ("cvt.rn.f16x2.e4m3x2", "f32.f16.f16", "fence.proxy.async")
 
@@ -83,8 +81,8 @@ class MhaDecodeSm90(MhaFwdSm90):
         assert shape.decode_group <= shape.tile_m == 64, "the group's heads fill one wgmma M"
         super().__init__(shape)
         self.min_ctas = resident_ctas(shape)
-        if self.min_ctas == 2:  # 128 registers a thread at launch: producer + consumer = 2 x 128
-            self.consumer_regs = 2 * 128 - self.producer_regs
+        if self.min_ctas == 2:  # 128 registers a thread at launch: 24 + 232 = 2 x 128
+            self.consumer_regs = 2 * 128 - fwd_sm90.PRODUCER_REGS
 
     @cute.jit
     def __call__(

@@ -70,9 +70,6 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (
 
 WARPGROUP = 128  # threads
 PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg (TMA issue only)
-# an fp8 cache: producer warps 1-3 convert the tiles (a pass's 16-byte loads held at once)
-CONVERTER_REGS = 56
-CONVERTERS = 3 * 32  # threads: the producer warpgroup's warps 1-3 (warp 0 issues the TMA)
 CONSUMER_REGS = 240  # registers per consumer thread (S and O accumulators, P)
 # gathering producers compute a row address per copy: 40 + 2 x 232 warpgroups fit 64 Ki regs
 GATHER_PRODUCER_REGS, GATHER_CONSUMER_REGS = 40, 232
@@ -101,8 +98,7 @@ def shared_bytes(shape: FwdShape) -> int:
     q = shape.tile_m * shape.head_dim * elem
     kv_row = shape.tile_n * (shape.head_dim + shape.v_head_dim)
     kv = shape.num_stages * kv_row * shape.kv_elem_bytes
-    # an fp8 cache: a ring of converted K and V tiles (``dtype``) as deep as the fp8 one
-    converted = shape.num_stages * kv_row * elem if shape.kv_fp8 else 0
+    converted = kv_row * elem if shape.kv_fp8 else 0  # one K and one V tile in ``dtype``
     return SMEM_ALIGN + q + kv + converted
 
 
@@ -142,13 +138,12 @@ class MhaFwdSm90:
         # e4m3 -> f16x2 is one conversion (to bf16 it is three more, through fp32); Q is
         # rounded to fp16 once (|q| > 65504 would overflow), P in [0, 1] loses nothing
         self.mma_dtype = cutlass.Float16 if shape.kv_fp8 else self.dtype
-        if shape.kv_fp8:  # converted by the producers: one consumer warpgroup, TMA tiles
+        if shape.kv_fp8:  # converted by the consumers: one warpgroup, whole-page TMA tiles
             assert shape.decode and not shape.gather and not shape.overlap
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
         self.consumer_regs = CONSUMER_REGS  # after setmaxnreg, TMA producers
-        self.producer_regs = CONVERTER_REGS if shape.kv_fp8 else PRODUCER_REGS
 
     # -- host side: layouts, TMA descriptors, launch ----
 
@@ -251,18 +246,13 @@ class MhaFwdSm90:
             "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
             "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * stages],
             "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * stages],
-        }
-        if const_expr(shape.kv_fp8):  # the converted ring's barriers (with the others)
-            members["mbar_k16"] = cute.struct.MemRange[cutlass.Int64, 2 * stages]
-            members["mbar_v16"] = cute.struct.MemRange[cutlass.Int64, 2 * stages]
-        members |= {
             "sQ": tile(sQ_layout),
             "sK": tile(sK_layout, self.kv_dtype),
             "sV": tile(sV_layout, self.kv_dtype),
         }
-        if const_expr(shape.kv_fp8):  # the ring of converted K and V tiles the wgmma reads
-            members["sK16"] = tile(smem_layout(self.mma_dtype, self.tile_n, d, stages))
-            members["sV16"] = tile(smem_layout(self.mma_dtype, self.tile_n, dv, stages))
+        if const_expr(shape.kv_fp8):  # the converted K and V tiles the wgmma reads
+            members["sK16"] = tile(smem_layout(self.mma_dtype, self.tile_n, d, None))
+            members["sV16"] = tile(smem_layout(self.mma_dtype, self.tile_n, dv, None))
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": members}))
 
         assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
@@ -366,15 +356,11 @@ class MhaFwdSm90:
                 defer_sync=True,
             )
         else:
-            # an fp8 cache: the converter warps take the TMA tiles (one release a warp)
-            readers = consumers
-            if const_expr(shape.kv_fp8):
-                readers = pipeline.CooperativeGroup(pipeline.Agent.Thread, CONVERTERS // 32)
             pipe_k = pipeline.PipelineTmaAsync.create(
                 barrier_storage=storage.mbar_k.data_ptr(),
                 num_stages=self.shape.num_stages,
                 producer_group=producer,
-                consumer_group=readers,
+                consumer_group=consumers,
                 tx_count=self.tx_bytes_k,
                 defer_sync=True,
             )
@@ -382,27 +368,9 @@ class MhaFwdSm90:
                 barrier_storage=storage.mbar_v.data_ptr(),
                 num_stages=self.shape.num_stages,
                 producer_group=producer,
-                consumer_group=readers,
+                consumer_group=consumers,
                 tx_count=self.tx_bytes_v,
                 defer_sync=True,
-            )
-        pipe_k16, pipe_v16 = None, None
-        if const_expr(shape.kv_fp8):
-            # the converted ring: every converter thread arrives when its part is written,
-            # every consumer thread releases
-            converters = pipeline.CooperativeGroup(pipeline.Agent.Thread, CONVERTERS)
-            releasers = pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.num_consumers * WARPGROUP
-            )
-            pipe_k16, pipe_v16 = (
-                pipeline.PipelineAsync.create(
-                    barrier_storage=bar.data_ptr(),
-                    num_stages=self.shape.num_stages,
-                    producer_group=converters,
-                    consumer_group=releasers,
-                    defer_sync=True,
-                )
-                for bar in (storage.mbar_k16, storage.mbar_v16)
             )
         cute.arch.mbarrier_init_fence()
         cute.arch.barrier()
@@ -412,9 +380,8 @@ class MhaFwdSm90:
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
         sK16, sV16, v_scale = None, None, Float32(1.0)
         if const_expr(shape.kv_fp8):
-            stages = shape.num_stages
-            sK16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.head_dim, stages)
-            sV16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.v_head_dim, stages)
+            sK16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.head_dim, None)
+            sV16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.v_head_dim, None)
             sK16 = storage.sK16.get_tensor(sK16_layout.outer, swizzle=sK16_layout.inner)
             sV16 = storage.sV16.get_tensor(sV16_layout.outer, swizzle=sV16_layout.inner)
             # exp(s * k_scale * scale): K's scale folds into the softmax scale (and into the
@@ -424,10 +391,6 @@ class MhaFwdSm90:
             if const_expr(shape.logit_softcap is None):
                 scale_log2 = scale_log2 * k_scale
 
-        # what the wgmma reads: the K/V ring, or (fp8 cache) the converted ring
-        sK_mma, sV_mma, pipe_k_mma, pipe_v_mma = sK, sV, pipe_k, pipe_v
-        if const_expr(shape.kv_fp8):
-            sK_mma, sV_mma, pipe_k_mma, pipe_v_mma = sK16, sV16, pipe_k16, pipe_v16
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
         active = m_block * self.tile_m < seqlen_q
         mO_rows, mLSE_rows, mQ_rows = mO, mLSE, None
@@ -456,17 +419,12 @@ class MhaFwdSm90:
                         seqlen_k, n_block_min, n_block_max,
                     )  # fmt: skip
                 else:
-                    cute.arch.setmaxregister_decrease(self.producer_regs)
+                    cute.arch.setmaxregister_decrease(PRODUCER_REGS)
                     if warp_idx == 0:
                         self.load(
                             mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K,
                             tma_atom_V, pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch,
                             m_block, n_block_min, n_block_max,
-                        )  # fmt: skip
-                    elif const_expr(shape.kv_fp8):
-                        self.convert(
-                            sK, sV, sK16, sV16, pipe_k, pipe_v, pipe_k16, pipe_v16, tidx - 32,
-                            seqlen_k, n_block_min, n_block_max,
                         )  # fmt: skip
             else:
                 if const_expr(self.shape.gather):
@@ -474,10 +432,10 @@ class MhaFwdSm90:
                 else:
                     cute.arch.setmaxregister_increase(self.consumer_regs)
                 self.attend(
-                    mO_rows, mSinks, sQ, sK_mma, sV_mma, tiled_mma_qk, tiled_mma_pv, pipe_q,
-                    pipe_k_mma, pipe_v_mma, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
+                    mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
+                    pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
                     seqlen_k, head, m_block, n_block_min, n_block_max, mQ_rows, mLSE_rows,
-                    v_scale, write_lse,
+                    sK16, sV16, v_scale, write_lse,
                 )  # fmt: skip
 
     @cute.jit
@@ -737,6 +695,8 @@ class MhaFwdSm90:
         mQ_rows: Optional[cute.Tensor] = None,  # decode: [group heads, D] of the request
         mLSE: Optional[cute.Tensor] = None,  # decode: [group heads] (mO: [group heads, Dv]);
         # prefill / extend: [T, Hq], written when write_lse != 0
+        sK16: Optional[cute.Tensor] = None,  # fp8 cache: the converted K and V tiles
+        sV16: Optional[cute.Tensor] = None,
         v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
         write_lse: Int32 = 0,
     ):
@@ -747,8 +707,12 @@ class MhaFwdSm90:
         wg_mma_qk = tiled_mma_qk.get_slice(wg * WARPGROUP)
         wg_mma_pv = tiled_mma_pv.get_slice(wg * WARPGROUP)
         tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
-        tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
-        tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV)))
+        if const_expr(shape.kv_fp8):  # the wgmma reads the converted tiles (no stage mode)
+            tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK16))
+            tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV16)))
+        else:
+            tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
+            tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV)))
         tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
         acc_O = cute.make_rmem_tensor(
             tiled_mma_pv.partition_shape_C((self.tile_m, shape.v_head_dim)), Float32
@@ -781,16 +745,29 @@ class MhaFwdSm90:
             state = pipeline.make_pipeline_state(
                 pipeline.PipelineUserType.Consumer, shape.num_stages
             )
+            # fp8 cache: each tile's K is converted while the previous tile's PV runs (the
+            # first before the loop), its V while its own QK runs
+            if const_expr(shape.kv_fp8):
+                if n_block_max > n_block_min:
+                    self.convert_k(pipe_k, state, sK, sK16, tidx, seqlen_k, n_block_max - 1)
             # the serial loop: S, softmax, then PV, per key tile
             for i in cutlass.range(n_block_max - n_block_min, unroll=1):
                 n_block = n_block_max - 1 - i
+                rows_valid = seqlen_k - n_block * self.tile_n
                 # -- S = Q K^T ----
                 acc_S = cute.make_rmem_tensor(
                     tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
                 )
-                self.wait_kv(pipe_k, state)
-                _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
-                pipe_k.consumer_release(state)
+                if const_expr(shape.kv_fp8):  # sK16 holds this tile's K
+                    _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK, True, wait=-1)
+                    self.wait_kv(pipe_v, state)
+                    self.convert_tile(sV[None, None, state.index], sV16, tidx, rows_valid)
+                    pipe_v.consumer_release(state)
+                    warpgroup.wait_group(0)
+                else:
+                    self.wait_kv(pipe_k, state)
+                    _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
+                    pipe_k.consumer_release(state)
                 acc_S_rc = rows_cols(acc_S)
                 # -- score_mod: logit softcap ----
                 if const_expr(shape.logit_softcap is not None):
@@ -817,9 +794,17 @@ class MhaFwdSm90:
                     acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale)
                 # -- O += P V ----
                 tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
-                self.wait_kv(pipe_v, state)
-                _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
-                pipe_v.consumer_release(state)
+                if const_expr(shape.kv_fp8):  # sV16 holds this tile's V
+                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV, False, wait=-1)
+                    if n_block > n_block_min:  # every warp's QK of this tile is done
+                        state_k = state.clone()
+                        state_k.advance()
+                        self.convert_k(pipe_k, state_k, sK, sK16, tidx, seqlen_k, n_block - 1)
+                    warpgroup.wait_group(0)
+                else:
+                    self.wait_kv(pipe_v, state)
+                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
+                    pipe_v.consumer_release(state)
                 state.advance()
 
         if const_expr(shape.decode):
@@ -915,78 +900,42 @@ class MhaFwdSm90:
                     mLSE[row] = lse
 
     @cute.jit
-    def convert(
+    def convert_k(
         self,
-        sK: cute.Tensor,
-        sV: cute.Tensor,
-        sK16: cute.Tensor,
-        sV16: cute.Tensor,
         pipe_k: pipeline.PipelineAsync,
-        pipe_v: pipeline.PipelineAsync,
-        pipe_k16: pipeline.PipelineAsync,
-        pipe_v16: pipeline.PipelineAsync,
+        state_k: pipeline.PipelineState,
+        sK: cute.Tensor,
+        sK16: cute.Tensor,
         tidx: Int32,
         seqlen_k: Int32,
-        n_block_min: Int32,
-        n_block_max: Int32,
+        n_block: Int32,
     ):
-        """fp8 cache, producer warps 1-3 (``tidx`` 0..CONVERTERS-1): each key tile's K and
-        V, as TMA wrote them into the fp8 ring, converted into the ring the consumers'
-        wgmma reads, in the consumers' order, so the consumers run the 16-bit cache's loop
-        and the conversions overlap their MMAs and softmax."""
-        state = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Consumer, self.shape.num_stages
-        )
-        state16 = pipeline.make_pipeline_state(
-            pipeline.PipelineUserType.Producer, self.shape.num_stages
-        )
-        for i in cutlass.range(n_block_max - n_block_min, unroll=1):
-            rows_valid = seqlen_k - (n_block_max - 1 - i) * self.tile_n
-            self.convert_stage(sK, sK16, pipe_k, pipe_k16, state, state16, tidx, rows_valid)
-            self.convert_stage(sV, sV16, pipe_v, pipe_v16, state, state16, tidx, rows_valid)
-            state.advance()
-            state16.advance()
-
-    @cute.jit
-    def convert_stage(
-        self,
-        src: cute.Tensor,
-        dst: cute.Tensor,
-        pipe: pipeline.PipelineAsync,
-        pipe16: pipeline.PipelineAsync,
-        state: pipeline.PipelineState,
-        state16: pipeline.PipelineState,
-        tidx: Int32,
-        rows_valid: Int32,
-    ):
-        """Wait for the fp8 stage and a free converted one, convert, hand both on."""
-        pipe.consumer_wait(state)
-        pipe16.producer_acquire(state16)
-        self.convert_tile(
-            src[None, None, state.index], dst[None, None, state16.index], tidx, rows_valid
-        )
-        cute.arch.fence_view_async_shared()  # the writes, before the wgmma reads them
-        pipe16.producer_commit(state16)
-        pipe.consumer_release(state)
+        """fp8 cache: wait for key tile ``n_block``'s K stage (at ``state_k``), convert it
+        into sK16 and release the stage."""
+        self.wait_kv(pipe_k, state_k)
+        rows_valid = seqlen_k - n_block * self.tile_n
+        self.convert_tile(sK[None, None, state_k.index], sK16, tidx, rows_valid)
+        pipe_k.consumer_release(state_k)
 
     @cute.jit
     def convert_tile(self, src: cute.Tensor, dst: cute.Tensor, tidx: Int32, rows_valid: Int32):
-        """fp8 cache: one (keys, D) fp8 tile in shared memory (as TMA wrote it) into the
-        fp16 tile the wgmma reads, 16 elements (16 bytes) per thread and pass over the
-        CONVERTERS threads; rows from ``rows_valid`` on (slots past the sequence in its last
+        """fp8 cache: the consumer warpgroup converts one (keys, D) fp8 tile in shared memory
+        (as TMA wrote it) into the fp16 tile the wgmma reads, 16 elements (16 bytes) per
+        thread and pass; rows from ``rows_valid`` on (slots past the sequence in its last
         page: stale, possibly NaN bytes) become zeros, so a masked key's zero probability
-        never meets a NaN value."""
+        never meets a NaN value. Barriers before (every warp's last wgmma read of ``dst`` is
+        done) and after (all of ``dst`` written, and fenced for the async proxy)."""
+        cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
         elems = 16  # fp8 elements per 16-byte vector
         chunks = cute.size(src, mode=[1]) // elems
-        total = self.tile_n * chunks
         # eight consecutive threads take one chunk of eight consecutive rows: each quarter
         # warp's 16-byte stores then land in eight distinct bank groups of the 128-byte
         # swizzle (one row's chunks would put chunk c and c + 4 of a row, in the two 64-column
         # halves, on the same banks: two wavefronts a store)
-        passes = (total + CONVERTERS - 1) // CONVERTERS
+        passes = self.tile_n * chunks // WARPGROUP
         rows, cols, vals = [], [], []
         for p in cutlass.range_constexpr(passes):  # every load first: their latencies overlap
-            idx = cutlass.min(p * CONVERTERS + tidx, total - 1)  # the last pass: some repeat
+            idx = p * WARPGROUP + tidx
             rows.append((idx // (8 * chunks)) * 8 + idx % 8)
             cols.append((idx // 8) % chunks)
             vals.append(cute.local_tile(src[rows[p], None], (elems,), (cols[p],)).load())
@@ -995,6 +944,8 @@ class MhaFwdSm90:
             out.store(vals[p].to(self.mma_dtype))
             if rows[p] >= rows_valid:
                 out.fill(0.0)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
 
     @cute.jit
     def load_q_rows(self, mQ_rows: cute.Tensor, sQ: cute.Tensor, tidx: Int32):
