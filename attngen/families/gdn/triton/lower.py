@@ -22,10 +22,12 @@ TORCH_DTYPES = {DType.BF16: "bfloat16", DType.FP16: "float16", DType.FP32: "floa
 
 def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
     """Decode / verify: value blocks of 8 rows on one warp (an 8 x K fp32 state slice at a
-    time), the shape flash-linear-attention's recurrent kernel uses; four blocks per program
-    in a pipelined loop (one block per program measured 296 us at B256 on the H200, 32 x 8,
-    16 x 2 and 64 x 8 291-299 us: each program first waits for its pool slot, then its
-    state). Chunked prefill: prepare on 8 warps over [chunk, K] tiles; the sequential state
+    time), the shape flash-linear-attention's recurrent kernel uses, one block per program
+    (H200, 2026-12-03, against 2, 4, 8 and 16 blocks walked in a pipelined loop: B64 72 us
+    against 74 / 79 / 87 / 85, B256 272 us against 277 / 283 / 288 / 309; the loop had
+    measured ahead in an earlier run, 291-299 us against 296). Chunked prefill: prepare on 4
+    warps over [chunk, K] tiles, W / U / KT on 4 warps (8 x 4k x 32 heads: 1201 us against
+    1334 on 8); the sequential state
     kernel on the widest value block of 16 .. 64 that still gives one program per SM (1 x
     32k tokens x 16 heads: 16, spread over 128 SMs; 8 x 4k x 32 heads: 64, reading W and KT
     a quarter as often; sm_80 and sm_100a: up to 32, 64 spilled), 4 warps up to 32 values
@@ -34,13 +36,12 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
     memory); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4 spilled); the per-chunk states in
     the activation dtype (bf16 operands of Q S0). Conv prefill: 16 tokens x 64 channels
     (32 x 128 spilled on sm_90a)."""
-    wide = shape.chunk_size * max(shape.key_dim, shape.value_dim) >= 64 * 128
     return {
         "decode_block_v": 8,
-        "decode_tiles": 4,
+        "decode_tiles": 1,
         "decode_num_warps": 1,
         "prepare_num_warps": 4,
-        "wu_num_warps": 8 if wide else 4,
+        "wu_num_warps": 4,
         "state_block_v": 16,
         "state_block_v_max": min(64 if arch is Arch.SM90 else 32, shape.value_dim),
         "state_min_programs": facts(arch).num_sms,
