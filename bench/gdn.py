@@ -11,7 +11,8 @@ beta = sigmoid(b) and the q/k L2 norm in their kernels (fla: ``use_gate_in_kerne
   into pool slots; fla: a new tensor); M tokens/s = tokens / time;
 - recurrent decode: one token per request from an fp32 state; attngen updates pool slots in
   place (shuffled slot indices), fla reads a contiguous state and writes the final state;
-  TB/s = (state read + state write) bytes / time.
+  TB/s = (state read + state write) bytes / time; timed eagerly and, for the default
+  tiles, with both sides captured in CUDA graphs (how an engine runs decode).
 
 Outputs of the two are compared (max abs difference over the output RMS). Run from the repo
 root: ``python bench/gdn.py --out DIR`` (fla importable, ``FLA_FLASH_QLA=0``).
@@ -248,7 +249,29 @@ def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int, tiles=None) -> dic
     t_fla = FLA_MS[row["case"]]
     row.update(attngen_us=t_ours * 1e3, fla_us=t_fla * 1e3, speedup=t_fla / t_ours)
     row.update(attngen_tb_s=nbytes / t_ours / 1e9, fla_tb_s=nbytes / t_fla / 1e9)
+    if not tiles:  # both in CUDA graphs too: at B64 the eager call's host time shows
+        try:
+            g_ours, g_fla = graph_of(ours), graph_of(theirs)
+            t_ours, t_fla = bench(g_ours.replay), bench(g_fla.replay)
+            row.update(attngen_graph_us=t_ours * 1e3, fla_graph_us=t_fla * 1e3)
+            row.update(graph_speedup=t_fla / t_ours, attngen_graph_tb_s=nbytes / t_ours / 1e9)
+            row.update(fla_graph_tb_s=nbytes / t_fla / 1e9)
+        except Exception as e:  # a failed capture must not cost the eager row
+            row["graph_error"] = f"{type(e).__name__}: {e}"[:300]
     return row
+
+
+def graph_of(fn):
+    """``fn`` captured in a CUDA graph (after a warm-up call on a side stream)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
 
 
 def main() -> int:
@@ -343,6 +366,7 @@ def main() -> int:
         if "error" not in r:
             log(
                 f"{r['case']} | {r['attngen_tb_s']:.2f} TB/s | {r['fla_tb_s']:.2f} | {r['speedup']:.2f}x | {r['out_diff_vs_fla']:.2e}"
+                f" | graphs: {r.get('attngen_graph_tb_s', 0):.2f} TB/s | {r.get('fla_graph_tb_s', 0):.2f} | {r.get('graph_speedup', 0):.2f}x {r.get('graph_error', '')}"
             )
     try:  # the ratios as a figure beside the JSON (bench/plot.py; matplotlib may be absent)
         sys.path.insert(0, str(ROOT))
