@@ -12,7 +12,8 @@ beta = sigmoid(b) and the q/k L2 norm in their kernels (fla: ``use_gate_in_kerne
 - recurrent decode: one token per request from an fp32 state; attngen updates pool slots in
   place (shuffled slot indices), fla reads a contiguous state and writes the final state;
   TB/s = (state read + state write) bytes / time; timed eagerly and, for the default
-  tiles, with both sides captured in CUDA graphs (how an engine runs decode).
+  tiles and the tile sweep, with both sides captured in CUDA graphs (how an engine runs
+  decode).
 
 Outputs of the two are compared (max abs difference over the output RMS). Run from the repo
 root: ``python bench/gdn.py --out DIR`` (fla importable, ``FLA_FLASH_QLA=0``).
@@ -38,10 +39,14 @@ DIM = 128
 # tile sweeps (config overrides) timed on one decode and two prefill cases, after the main
 # table, to say which tiles the lowering should take
 DECODE_SWEEP = (
-    {"decode_tiles": 1},
     {"decode_tiles": 2},
+    {"decode_tiles": 4},
     {"decode_tiles": 8},
-    {"decode_tiles": 16},
+    {"decode_block_v": 4},
+    {"decode_block_v": 16},
+    {"decode_block_v": 16, "decode_num_warps": 2},
+    {"decode_block_v": 32, "decode_num_warps": 4},
+    {"decode_num_warps": 2},
 )
 PREFILL_SWEEP = (  # the state kernel's tiles on two cases, the parallel kernels' on one
     {"state_block_v_max": 16},
@@ -249,15 +254,14 @@ def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int, tiles=None) -> dic
     t_fla = FLA_MS[row["case"]]
     row.update(attngen_us=t_ours * 1e3, fla_us=t_fla * 1e3, speedup=t_fla / t_ours)
     row.update(attngen_tb_s=nbytes / t_ours / 1e9, fla_tb_s=nbytes / t_fla / 1e9)
-    if not tiles:  # both in CUDA graphs too: at B64 the eager call's host time shows
-        try:
-            g_ours, g_fla = graph_of(ours), graph_of(theirs)
-            t_ours, t_fla = bench(g_ours.replay), bench(g_fla.replay)
-            row.update(attngen_graph_us=t_ours * 1e3, fla_graph_us=t_fla * 1e3)
-            row.update(graph_speedup=t_fla / t_ours, attngen_graph_tb_s=nbytes / t_ours / 1e9)
-            row.update(fla_graph_tb_s=nbytes / t_fla / 1e9)
-        except Exception as e:  # a failed capture must not cost the eager row
-            row["graph_error"] = f"{type(e).__name__}: {e}"[:300]
+    try:  # both in CUDA graphs too: at B64 the eager call's host time shows
+        g_ours, g_fla = graph_of(ours), graph_of(theirs)
+        t_ours, t_fla = bench(g_ours.replay), bench(g_fla.replay)
+        row.update(attngen_graph_us=t_ours * 1e3, fla_graph_us=t_fla * 1e3)
+        row.update(graph_speedup=t_fla / t_ours, attngen_graph_tb_s=nbytes / t_ours / 1e9)
+        row.update(fla_graph_tb_s=nbytes / t_fla / 1e9)
+    except Exception as e:  # a failed capture must not cost the eager row
+        row["graph_error"] = f"{type(e).__name__}: {e}"[:300]
     return row
 
 
@@ -361,7 +365,10 @@ def main() -> int:
             )
     for r in rows["sweep"]:
         if "error" not in r:
-            log(f"sweep {r['case']} {r['tiles']} | {r['speedup']:.2f}x | {r.get('kernels_us', '')}")
+            graphs = f" | graphs {r['graph_speedup']:.2f}x" if "graph_speedup" in r else ""
+            log(
+                f"sweep {r['case']} {r['tiles']} | {r['speedup']:.2f}x{graphs} | {r.get('kernels_us', '')}"
+            )
     for r in rows["decode"]:
         if "error" not in r:
             log(
