@@ -14,7 +14,8 @@ j < i (unit lower triangular, so T is too): W = T (beta gamma K), U = T (beta V)
 Only the state recurrence is sequential, so the work splits by what it depends on:
 
 - chunk_prepare_kernel (grid: chunks x value heads, all parallel): gates, G, the q/k
-  inverse norms, M (from the Gram matrix of the stored keys: exact products), T by
+  inverse norms (from their Gram diagonals), M (from the Gram matrix of the stored keys:
+  exact products), T by
   :func:`unit_lower_inverse`;
 - chunk_wu_kernel (grid: chunks x value heads x 3, all parallel): W, U and the keys
   transposed to fp32 KT = K^T for the state update, one each;
@@ -131,16 +132,14 @@ def chunk_prepare_kernel(
     head_rows = tok * num_v_heads + hv
     ri = rows[:, None]
     ci = rows[None, :]
-    # -- inverse norms: keys from the Gram diagonal (needed whole for M), queries by rows ----
+    # -- inverse norms from the Gram diagonals (exact products, fp32 sums; the keys' Gram is
+    # needed whole for M). q's as a product too: its rows summed elementwise in fp32 waited
+    # on each of its loads in turn (a fifth of the kernel's stall samples on the H200) ----
     k = _load_rows(K + hk * stride_k_head, tok, stride_k_tok, 0, ks, rmask)
     kk = tl.dot(k, tl.trans(k))
     k_norm = inverse_norms_from_gram(kk, ri, ci, L2NORM)
-    q = _load_rows(Q + hk * stride_q_head, tok, stride_q_tok, 0, ks, rmask).to(tl.float32)
-    q_norm = tl.sum(q * q, axis=1)
-    if L2NORM:
-        q_norm = 1.0 / tl.sqrt(q_norm + 1e-6)
-    else:
-        q_norm = q_norm * 0.0 + 1.0
+    q = _load_rows(Q + hk * stride_q_head, tok, stride_q_tok, 0, ks, rmask)
+    q_norm = inverse_norms_from_gram(tl.dot(q, tl.trans(q)), ri, ci, L2NORM)
     tl.store(QS_BUF + head_rows, q_norm * scale, mask=rmask)
     tl.store(KN_BUF + head_rows, k_norm, mask=rmask)
     # -- gates and the cumulative log decay G_i ----
