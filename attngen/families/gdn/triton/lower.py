@@ -27,14 +27,14 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
     against 74 / 79 / 87 / 85, B256 272 us against 277 / 283 / 288 / 309; the loop had
     measured ahead in an earlier run, 291-299 us against 296). Chunked prefill: prepare on 4
     warps over [chunk, K] tiles, W / U / KT on 4 warps (8 x 4k x 32 heads: 1201 us against
-    1334 on 8); the sequential state kernel on the widest value block of 16 .. 64 that still gives one program per SM (1 x
-    32k tokens x 16 heads: 16, spread over 128 SMs; 8 x 4k x 32 heads: 64, reading W and KT
-    a quarter as often; sm_80 and sm_100a: up to 32, 64 spilled), 4 warps up to 32 values
-    and 8 at 64, W, KT and U loaded two steps ahead at 16 values (H200, 1 x 32k: 783 us,
-    one step ahead 1123) and one step ahead at wider blocks (two would overflow shared
-    memory); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4 spilled); the per-chunk states in
-    the activation dtype (bf16 operands of Q S0). Conv prefill: 16 tokens x 64 channels
-    (32 x 128 spilled on sm_90a)."""
+    1334 on 8); the sequential state kernel on the widest value block of 16 .. 64 that still
+    gives one program per SM (1 x 32k tokens x 16 heads: 16, spread over 128 SMs; 8 x 4k x
+    32 heads: 64, reading W and KT a quarter as often; sm_80 and sm_100a: up to 32, 64
+    spilled), 4 warps up to 32 values and 8 at 64, W, KT and U loaded two steps ahead at 16
+    values (H200, 1 x 32k: 783 us, one step ahead 1123) and one step ahead at wider blocks
+    (two would overflow shared memory); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4
+    spilled); the per-chunk states in the activation dtype (bf16 operands of Q S0). Conv
+    prefill: 16 tokens x 64 channels (32 x 128 spilled on sm_90a)."""
     return {
         "decode_block_v": 8,
         "decode_tiles": 1,
