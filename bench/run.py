@@ -630,23 +630,33 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4, heads=(HQ, HKV, D, D)
         }
         res = {p: dict(r) for p, r in peer_res.items()}
         outs = dict(peer_outs)
-        for backend, key in RESULT.items():
-            found = page_size and find_variant(
-                variants, "extend", page_size, causal, backend=backend, heads=heads
-            )
-            if not found:
-                res[key] = {"status": "not generated"}
-                continue
-            fn = attngen_extend(found, q, k, v, batch, seqlen, page_size)
-            res[key], o = measure(fn, flops, "tflops")
-            res[key].update(spec=found[0], uri=found[2].uri)
-            if o is not None:
-                outs[key] = o
+        measure_backends(
+            res,
+            outs,
+            flops,
+            lambda backend: page_size
+            and find_variant(variants, "extend", page_size, causal, backend=backend, heads=heads),
+            lambda found: attngen_extend(found, q, k, v, batch, seqlen, page_size),
+        )
         add_checks(res, outs, ref, rows)
         row.update(results=res, ratio=ratios(res, "tflops"))
         out_rows.append(row)
         torch.cuda.empty_cache()
     return out_rows
+
+
+def measure_backends(res: dict, outs: dict, flops: float, find, make_fn) -> None:
+    """Each generated backend's TFLOP/s row into ``res`` (its output into ``outs``):
+    ``find(backend)`` is its variant (falsy: "not generated"), ``make_fn(found)`` its call."""
+    for backend, key in RESULT.items():
+        found = find(backend)
+        if not found:
+            res[key] = {"status": "not generated"}
+            continue
+        res[key], o = measure(make_fn(found), flops, "tflops")
+        res[key].update(spec=found[0], uri=found[2].uri)
+        if o is not None:
+            outs[key] = o
 
 
 def run_extend_prefix(batch, prefix, new, page_size, variants, fa4) -> dict:
@@ -674,16 +684,13 @@ def run_extend_prefix(batch, prefix, new, page_size, variants, fa4) -> dict:
     q = rand(batch * new, HQ, D)
     prefix_lens = torch.full((batch,), prefix, dtype=torch.int32, device=DEV)
     res, outs = {}, {}
-    for backend, key in RESULT.items():
-        found = find_variant(variants, "extend", page_size, True, backend=backend)
-        if not found:
-            res[key] = {"status": "not generated"}
-            continue
-        fn = extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, new)
-        res[key], o = measure(fn, flops, "tflops")
-        res[key].update(spec=found[0], uri=found[2].uri)
-        if o is not None:
-            outs[key] = o
+    measure_backends(
+        res,
+        outs,
+        flops,
+        lambda backend: find_variant(variants, "extend", page_size, True, backend=backend),
+        lambda found: extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, new),
+    )
     if fa4 is None:
         res["fa4"] = {"status": "unavailable"}
     else:
