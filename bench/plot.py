@@ -136,19 +136,27 @@ def from_dsa_rows(result: dict) -> dict:
 def from_gdn(result: dict) -> dict:
     """A ``bench/gdn.py`` result (``prefill`` / ``decode`` rows, attngen and fla figures in
     each, one peer named in ``peer``) in ``bench/run.py``'s shape; the tile sweep is left
-    out (its rows are attngen's own tiles, not the generated ones)."""
+    out (its rows are attngen's own tiles, not the generated ones). Decode rows plot their
+    CUDA-graph figures where the run has them (eager B64 timing is host time); a row with
+    eager figures only says so in its label."""
     peer = result.get("peer", "fla")
     figures = {"prefill": ("mtok_s", "mtok_s"), "decode": ("tb_s", "tbps")}
     parts: dict[str, list] = {}
     for part, (key, figure) in figures.items():
         for row in result.get(part, []):
-            if row.get(f"fla_{key}") is None or row.get(f"attngen_{key}") is None:
+            case, k = row["case"], key
+            if part == "decode":
+                if row.get(f"attngen_graph_{key}") is not None:
+                    k = f"graph_{key}"
+                else:
+                    case = f"{case} (eager)"
+            if row.get(f"fla_{k}") is None or row.get(f"attngen_{k}") is None:
                 continue  # an error row
             results = {
-                "attngen": {figure: row[f"attngen_{key}"]},
-                peer: {figure: row[f"fla_{key}"]},
+                "attngen": {figure: row[f"attngen_{k}"]},
+                peer: {figure: row[f"fla_{k}"]},
             }
-            parts.setdefault(part, []).append({"case": row["case"], "results": results})
+            parts.setdefault(part, []).append({"case": case, "results": results})
     return _with_header(parts, result, [peer])
 
 

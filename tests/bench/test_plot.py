@@ -64,12 +64,23 @@ def test_gdn_result_plots_attngen_over_fla(tmp_path: Path) -> None:
         dict(case="1x32768 H16", attngen_mtok_s=14.0, fla_mtok_s=22.0),
         dict(case="8x4096 H32", error="Traceback ..."),
     ]
-    gdn["decode"] = [dict(case="B256 H16/32", attngen_tb_s=3.8, fla_tb_s=4.0)]
+    gdn["decode"] = [
+        dict(
+            case="B256 H16/32",
+            attngen_tb_s=3.8,
+            fla_tb_s=4.0,
+            attngen_graph_tb_s=3.96,
+            fla_graph_tb_s=4.11,
+        ),
+        dict(case="B64 H16/32", attngen_tb_s=3.1, fla_tb_s=1.8),  # eager only
+    ]
     parts = plot.from_gdn(gdn)
     assert [c["case"] for c in parts["prefill"]] == ["1x32768 H16"]  # the error row is left out
     labels, per_peer = plot.ratios(parts["prefill"], "mtok_s")
     assert per_peer["fla-core 0.6.0"] == pytest.approx([14.0 / 22.0])
-    assert plot.ratios(parts["decode"], "tbps")[1]["fla-core 0.6.0"] == pytest.approx([0.95])
+    labels, per_peer = plot.ratios(parts["decode"], "tbps")
+    assert labels == ["B256 H16/32", "B64 H16/32 (eager)"]  # graph figures where the run has them
+    assert per_peer["fla-core 0.6.0"] == pytest.approx([3.96 / 4.11, 3.1 / 1.8])
     path = tmp_path / "h200-test-gdn.json"
     path.write_text(json.dumps(gdn))
     assert plot.main([str(path)]) == 0
