@@ -920,15 +920,7 @@ def bench_head_dims(args, report: dict, variants, fa4, save_report) -> None:
     """Causal prefill at the other head dims (HEAD_DIM_SHAPES), on the page sizes the
     generated specs have for each, against the same peers."""
     for heads in HEAD_DIM_SHAPES:
-        pages = (
-            [
-                p
-            for p in PAGE_SIZES + (16,)
-            if any(find_variant(variants, "extend", p, True, backend=b, heads=heads)
-                   for b in BACKENDS)  # fmt: skip
-            ]
-            or [None]
-        )
+        pages = extend_pages(variants, PAGE_SIZES + (16,), heads) or [None]
         for seqlen in HEAD_DIM_SEQLENS[:1] if args.quick else HEAD_DIM_SEQLENS:
             name = f"S{seqlen} causal h{heads[0]}/{heads[1]} d{heads[2]}/{heads[3]}"
             case = dict(case=name, page_size=None)
@@ -940,14 +932,20 @@ def bench_head_dims(args, report: dict, variants, fa4, save_report) -> None:
             torch.cuda.empty_cache()
 
 
+def extend_pages(variants, pages, heads=(HQ, HKV, D, D)) -> list:
+    """The page sizes of ``pages`` that some generated backend has a causal extend of
+    ``heads`` for."""
+    return [
+        p
+        for p in pages
+        if any(find_variant(variants, "extend", p, True, backend=b, heads=heads) for b in BACKENDS)
+    ]
+
+
 def bench_extend(args, report: dict, variants, fa4, save_report) -> None:
     """Extend over a cached prefix (EXTEND_CASES) on every page size a causal extend variant
     is generated for, each backend and FA4 on the same cache."""
-    pages = [
-        p
-        for p in PAGE_SIZES
-        if any(find_variant(variants, "extend", p, True, backend=b) for b in BACKENDS)
-    ]
+    pages = extend_pages(variants, PAGE_SIZES)
     for batch, prefix, new in EXTEND_CASES[:1] if args.quick else EXTEND_CASES:
         for page_size in pages[-1:] if args.quick else pages:
             case = dict(case=f"B{batch} P{prefix}+S{new}", page_size=page_size)
