@@ -131,8 +131,9 @@ def test_bad_tiles_fail_before_emission() -> None:
 
 
 def test_decode_rings_that_overflow_shared_memory_fail_before_emission() -> None:
-    """Decode holds a 64-row Q tile and its K/V ring (fp8: plus one converted K and V tile):
-    four 128-key bf16 stages at d 128 (272 KiB) cannot exist; four fp8 stages (209 KiB) can."""
+    """Decode holds a 64-row Q tile and its K/V ring (fp8: Q as e4m3 parts, plus one
+    converted V tile): four 128-key bf16 stages at d 128 (272 KiB) cannot exist; four fp8
+    stages (169 KiB) can."""
     v = dataclasses.replace(base_variant(Family.MHA), page_size=128)
     v = dataclasses.replace(v, shape=MhaShape(128, 128, 4))
     c = lower.kernel_config(v, Arch.SM90)
@@ -420,8 +421,13 @@ def test_fp8_kv_decode_config_and_kernel() -> None:
     specs = compile_specs(c, traits=MhaCuteTraits(MaskHooks(causal=True), ("decode",)))
     assert [s.name for s in specs] == ["decode", "decode_combine"]
     assert specs[0].shape.kv_fp8 and "cvt.rn.f16x2.e4m3x2" in specs[0].requires["ptx"]
-    # fp8 stages plus one converted K and V tile: 1 KiB + Q 16 KiB + 2 x 32 KiB + 64 KiB
-    assert specs[0].shared_bytes == 1024 + 16384 + 2 * 128 * 256 + 128 * 256 * 2
+    assert "f32.e4m3.e4m3" in specs[0].requires["ptx"]  # QK on e4m3 MMAs
+    # Q's two e4m3 parts, the fp8 stages and one converted V tile: 1 KiB + 8 KiB + 2 x 32
+    # KiB + 32 KiB
+    assert specs[0].shared_bytes == 1024 + 64 * 128 + 2 * 128 * 256 + 128 * 128 * 2
+    wide = dataclasses.replace(c, gqa_group=33)
+    assert "over an fp8 cache" in " ".join(verify.config_problems(wide, ("decode",)))
+    assert verify.config_problems(dataclasses.replace(c, gqa_group=32), ("decode",)) == []
 
 
 def test_fp8_decode_launcher_needs_the_scales() -> None:

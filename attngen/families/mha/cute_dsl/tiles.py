@@ -33,13 +33,16 @@ def sm90_tile_n(head_dim: int, v_head_dim: int, stages: int = 2) -> int:
 
 
 DECODE_TILE_M = 64  # decode: the GQA group's heads in one wgmma M
+# over an fp8 cache each head takes two rows (q's two e4m3 parts, rows r and r + 8 of a warp)
+FP8_DECODE_MAX_GROUP = 32
 
 
 def sm90_decode_shared_bytes(
     head_dim: int, v_head_dim: int, tile_n: int, stages: int, kv_bytes: int
 ) -> int:
     """Shared memory of one sm90 split-KV decode CTA over a cache of ``kv_bytes`` a value."""
-    q = DECODE_TILE_M * head_dim * ELEMENT_BYTES
+    fp8 = kv_bytes < ELEMENT_BYTES  # q as e4m3 parts; V tiles converted to 16 bits
+    q = DECODE_TILE_M * head_dim * (1 if fp8 else ELEMENT_BYTES)
     row = tile_n * (head_dim + v_head_dim)
-    converted = row * ELEMENT_BYTES if kv_bytes < ELEMENT_BYTES else 0
+    converted = tile_n * v_head_dim * ELEMENT_BYTES if fp8 else 0
     return BARRIER_BYTES + q + stages * row * kv_bytes + converted

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from attngen.families.mha.cute_dsl.config import DECODE_TILE_ROWS, PAGED_PHASES, MhaCuteConfig
 from attngen.families.mha.cute_dsl.tiles import (
+    FP8_DECODE_MAX_GROUP,
     SM90_SHARED_BYTES,
     sm90_decode_shared_bytes,
     sm90_fwd_shared_bytes,
@@ -89,6 +90,11 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
             problems.append(
                 f"kv_dtype={c.kv_dtype} ({c.kv_scale} scales): only float8_e4m3fn with "
                 f"per_tensor scales, decode only, sm90, pages of {PAGE_SIZES}"
+            )
+        if c.gqa_group > FP8_DECODE_MAX_GROUP:
+            problems.append(
+                f"gqa_group={c.gqa_group} over an fp8 cache: decode puts two e4m3 parts of "
+                f"each query head in its 64-row tile, {FP8_DECODE_MAX_GROUP} heads at most"
             )
     if not 1 <= c.fwd_num_stages <= 4:
         problems.append(f"fwd_num_stages={c.fwd_num_stages} is not in 1 .. 4")

@@ -19,10 +19,13 @@ warpgroup (``FwdShape.decode_group`` selects the decode paths there); what diffe
 
 Layouts: q ``[B, Hq, D]``, paged K/V ``[num_pages, page_size, Hkv, D]`` read through
 ``page_table[b, j]``. An fp8 e4m3 cache (``FwdShape.kv_dtype``, pages of 16 or more tokens)
-is read by TMA as fp8 and converted to fp16 tile by tile in shared memory by the consumer
-warpgroup, and that kernel's MMAs run in fp16 (bf16 q rounded to fp16 once); its per-tensor
-scales ``k_scale`` / ``v_scale`` ([1] fp32) fold into the softmax
-scale and the partial outputs.
+is read by TMA as fp8. Q K^T runs on e4m3 MMAs straight on the K stages (K-major as TMA
+writes them): the consumer warpgroup writes each query head as two e4m3 parts of q * s (s a
+power of two per head) to rows r and r + 8 of the Q tile, one thread's two accumulator
+rows, which it adds and unscales (``join_q_parts``; at most 32 heads). Each V tile is
+converted to fp16 in shared memory while the QK MMAs run, and P V runs on fp16 MMAs. The
+per-tensor scales ``k_scale`` / ``v_scale`` ([1] fp32) fold into the softmax scale and the
+partial outputs.
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import GATHER_REQUIRES, MhaF
 _Q_COPY = ("cp.async.ca.shared.global", "fence.proxy.async")
 
 
-# an fp8 cache: the consumers' e4m3 -> f16 conversions, fp16 wgmma operands (Q rows are
-# converted in registers when q is bf16, so no cp.async is required)
-FP8_CONVERT = ("cvt.rn.f16x2.e4m3x2", "f32.f16.f16", "fence.proxy.async")
+# an fp8 cache: the consumers' e4m3 -> f16 conversions of V, fp16 PV and e4m3 QK wgmmas (Q
+# rows are split into e4m3 parts in registers, so no cp.async is required)
+FP8_CONVERT = ("cvt.rn.f16x2.e4m3x2", "f32.f16.f16", "f32.e4m3.e4m3", "fence.proxy.async")
 
 
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:

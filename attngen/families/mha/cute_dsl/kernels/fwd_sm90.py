@@ -67,6 +67,7 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (
     rows_cols,
     transpose_smem,
 )
+from attngen.families.mha.cute_dsl.tiles import FP8_DECODE_MAX_GROUP
 
 WARPGROUP = 128  # threads
 PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg (TMA issue only)
@@ -74,6 +75,10 @@ CONSUMER_REGS = 240  # registers per consumer thread (S and O accumulators, P)
 # gathering producers compute a row address per copy: 40 + 2 x 232 warpgroups fit 64 Ki regs
 GATHER_PRODUCER_REGS, GATHER_CONSUMER_REGS = 40, 232
 CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
+# an fp8 cache: query head j's two e4m3 parts go to rows 16 (j // 8) + j % 8 and that + 8 of
+# the 64-row tile (one thread's two accumulator rows), so 32 heads at most
+FP8_MAX_GROUP = FP8_DECODE_MAX_GROUP
+E4M3_MAX = 448.0
 
 
 # What the design relies on, checked in every compiled kernel by the AOT check: wgmma and
@@ -95,10 +100,11 @@ def shared_bytes(shape: FwdShape) -> int:
     """Dynamic shared memory of one CTA: mbarriers (padded to SMEM_ALIGN), the Q tile and
     ``num_stages`` K and V tiles (each a multiple of SMEM_ALIGN); checked at compile time."""
     elem = 2  # bf16 / fp16
-    q = shape.tile_m * shape.head_dim * elem
+    # an fp8 cache: Q as e4m3 parts (the QK MMAs read the fp8 K stages), one V tile in fp16
+    q = shape.tile_m * shape.head_dim * (1 if shape.kv_fp8 else elem)
     kv_row = shape.tile_n * (shape.head_dim + shape.v_head_dim)
     kv = shape.num_stages * kv_row * shape.kv_elem_bytes
-    converted = kv_row * elem if shape.kv_fp8 else 0  # one K and one V tile in ``dtype``
+    converted = shape.tile_n * shape.v_head_dim * elem if shape.kv_fp8 else 0
     return SMEM_ALIGN + q + kv + converted
 
 
@@ -138,8 +144,12 @@ class MhaFwdSm90:
         # e4m3 -> f16x2 is one conversion (to bf16 it is three more, through fp32); Q is
         # rounded to fp16 once (|q| > 65504 would overflow), P in [0, 1] loses nothing
         self.mma_dtype = cutlass.Float16 if shape.kv_fp8 else self.dtype
-        if shape.kv_fp8:  # converted by the consumers: one warpgroup, whole-page TMA tiles
+        # the QK MMAs' type: over an fp8 cache e4m3, on the K stages as TMA wrote them, with
+        # q split into two e4m3 parts (see load_q_rows_fp8); PV stays on fp16 V tiles
+        self.qk_dtype = cutlass.Float8E4M3FN if shape.kv_fp8 else self.mma_dtype
+        if shape.kv_fp8:  # V converted by the consumers: one warpgroup, whole-page TMA tiles
             assert shape.decode and not shape.gather and not shape.overlap
+            assert shape.decode_group <= FP8_MAX_GROUP, "two q parts a head in 64 rows"
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
@@ -196,12 +206,12 @@ class MhaFwdSm90:
         (QK and PV tiled MMAs), SharedStorage."""
         shape = self.shape
         d, dv = shape.head_dim, shape.v_head_dim
-        sQ_layout = smem_layout(self.mma_dtype, self.tile_m, d, None)
+        sQ_layout = smem_layout(self.qk_dtype, self.tile_m, d, None)
         sK_layout = smem_layout(self.kv_dtype, self.tile_n, d, shape.num_stages)
         sV_layout = smem_layout(self.kv_dtype, self.tile_n, dv, shape.num_stages)
         tiled_mma_qk = sm90.make_trivial_tiled_mma(
-            self.mma_dtype,
-            self.mma_dtype,
+            self.qk_dtype,
+            self.qk_dtype,
             sm90.OperandMajorMode.K,
             sm90.OperandMajorMode.K,
             Float32,
@@ -246,12 +256,15 @@ class MhaFwdSm90:
             "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
             "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * stages],
             "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * stages],
-            "sQ": tile(sQ_layout),
+        }
+        if const_expr(shape.kv_fp8):  # 1 / (q's part scale) per row, beside the barriers
+            members["q_scale"] = cute.struct.MemRange[Float32, self.tile_m]
+        members |= {
+            "sQ": tile(sQ_layout, self.qk_dtype),
             "sK": tile(sK_layout, self.kv_dtype),
             "sV": tile(sV_layout, self.kv_dtype),
         }
-        if const_expr(shape.kv_fp8):  # the converted K and V tiles the wgmma reads
-            members["sK16"] = tile(smem_layout(self.mma_dtype, self.tile_n, d, None))
+        if const_expr(shape.kv_fp8):  # the converted V tile the PV wgmma reads
             members["sV16"] = tile(smem_layout(self.mma_dtype, self.tile_n, dv, None))
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": members}))
 
@@ -378,12 +391,11 @@ class MhaFwdSm90:
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-        sK16, sV16, v_scale = None, None, Float32(1.0)
+        sQScale, sV16, v_scale = None, None, Float32(1.0)
         if const_expr(shape.kv_fp8):
-            sK16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.head_dim, None)
             sV16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.v_head_dim, None)
-            sK16 = storage.sK16.get_tensor(sK16_layout.outer, swizzle=sK16_layout.inner)
             sV16 = storage.sV16.get_tensor(sV16_layout.outer, swizzle=sV16_layout.inner)
+            sQScale = storage.q_scale.get_tensor(cute.make_layout(self.tile_m))
             # exp(s * k_scale * scale): K's scale folds into the softmax scale (and into the
             # softcap's argument); V's into the output
             k_scale, v_scale = Float32(mKScale[0]), Float32(mVScale[0])
@@ -435,7 +447,7 @@ class MhaFwdSm90:
                     mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
                     pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
                     seqlen_k, head, m_block, n_block_min, n_block_max, mQ_rows, mLSE_rows,
-                    sK16, sV16, v_scale, write_lse,
+                    sQScale, sV16, v_scale, write_lse,
                 )  # fmt: skip
 
     @cute.jit
@@ -695,8 +707,8 @@ class MhaFwdSm90:
         mQ_rows: Optional[cute.Tensor] = None,  # decode: [group heads, D] of the request
         mLSE: Optional[cute.Tensor] = None,  # decode: [group heads] (mO: [group heads, Dv]);
         # prefill / extend: [T, Hq], written when write_lse != 0
-        sK16: Optional[cute.Tensor] = None,  # fp8 cache: the converted K and V tiles
-        sV16: Optional[cute.Tensor] = None,
+        sQScale: Optional[cute.Tensor] = None,  # fp8 cache: 1 / q's part scale per row
+        sV16: Optional[cute.Tensor] = None,  # fp8 cache: the converted V tile
         v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
         write_lse: Int32 = 0,
     ):
@@ -707,11 +719,10 @@ class MhaFwdSm90:
         wg_mma_qk = tiled_mma_qk.get_slice(wg * WARPGROUP)
         wg_mma_pv = tiled_mma_pv.get_slice(wg * WARPGROUP)
         tSrQ = wg_mma_qk.make_fragment_A(wg_mma_qk.partition_A(sQ))
-        if const_expr(shape.kv_fp8):  # the wgmma reads the converted tiles (no stage mode)
-            tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK16))
+        tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
+        if const_expr(shape.kv_fp8):  # PV reads the converted V tile (no stage mode)
             tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV16)))
         else:
-            tSrK = wg_mma_qk.make_fragment_B(wg_mma_qk.partition_B(sK))
             tOrV = wg_mma_pv.make_fragment_B(wg_mma_pv.partition_B(transpose_smem(sV)))
         tOrP = wg_mma_pv.make_fragment_A(wg_mma_pv.partition_shape_A((self.tile_m, self.tile_n)))
         acc_O = cute.make_rmem_tensor(
@@ -730,7 +741,9 @@ class MhaFwdSm90:
         row_sum.fill(0.0)
         offset = seqlen_k - seqlen_q
 
-        if const_expr(shape.decode):
+        if const_expr(shape.decode and shape.kv_fp8):
+            self.load_q_rows_fp8(mQ_rows, sQ, sQScale, tidx)
+        elif const_expr(shape.decode):
             self.load_q_rows(mQ_rows, sQ, tidx)
         else:
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
@@ -745,11 +758,6 @@ class MhaFwdSm90:
             state = pipeline.make_pipeline_state(
                 pipeline.PipelineUserType.Consumer, shape.num_stages
             )
-            # fp8 cache: each tile's K is converted while the previous tile's PV runs (the
-            # first before the loop), its V while its own QK runs
-            if const_expr(shape.kv_fp8):
-                if n_block_max > n_block_min:
-                    self.convert_k(pipe_k, state, sK, sK16, tidx, seqlen_k, n_block_max - 1)
             # the serial loop: S, softmax, then PV, per key tile
             for i in cutlass.range(n_block_max - n_block_min, unroll=1):
                 n_block = n_block_max - 1 - i
@@ -758,12 +766,16 @@ class MhaFwdSm90:
                 acc_S = cute.make_rmem_tensor(
                     tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
                 )
-                if const_expr(shape.kv_fp8):  # sK16 holds this tile's K
-                    _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK, True, wait=-1)
+                if const_expr(shape.kv_fp8):  # e4m3 QK on the K stage; V converted meanwhile
+                    self.wait_kv(pipe_k, state)
+                    k_stage = tSrK[None, None, None, state.index]
+                    _wgmma(tiled_mma_qk, acc_S, tSrQ, k_stage, True, wait=-1)
                     self.wait_kv(pipe_v, state)
                     self.convert_tile(sV[None, None, state.index], sV16, tidx, rows_valid)
                     pipe_v.consumer_release(state)
                     warpgroup.wait_group(0)
+                    pipe_k.consumer_release(state)
+                    self.join_q_parts(acc_S, tScS, sQScale)
                 else:
                     self.wait_kv(pipe_k, state)
                     _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
@@ -795,12 +807,7 @@ class MhaFwdSm90:
                 # -- O += P V ----
                 tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
                 if const_expr(shape.kv_fp8):  # sV16 holds this tile's V
-                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV, False, wait=-1)
-                    if n_block > n_block_min:  # every warp's QK of this tile is done
-                        state_k = state.clone()
-                        state_k.advance()
-                        self.convert_k(pipe_k, state_k, sK, sK16, tidx, seqlen_k, n_block - 1)
-                    warpgroup.wait_group(0)
+                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV, False)
                 else:
                     self.wait_kv(pipe_v, state)
                     _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
@@ -888,6 +895,11 @@ class MhaFwdSm90:
         for r in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[0])):
             total = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
             row = tOcO[r, 0][0]
+            if const_expr(shape.kv_fp8):  # rows i < 8 of each 16 hold heads; the rest: dead
+                head = Int32((row // 16) * 8 + row % 16)
+                if row % 16 >= 8:
+                    head = Int32(shape.decode_group)
+                row = head
             if row < shape.decode_group:
                 inv = Float32(0.0)
                 lse = -Float32.inf
@@ -900,22 +912,17 @@ class MhaFwdSm90:
                     mLSE[row] = lse
 
     @cute.jit
-    def convert_k(
-        self,
-        pipe_k: pipeline.PipelineAsync,
-        state_k: pipeline.PipelineState,
-        sK: cute.Tensor,
-        sK16: cute.Tensor,
-        tidx: Int32,
-        seqlen_k: Int32,
-        n_block: Int32,
-    ):
-        """fp8 cache: wait for key tile ``n_block``'s K stage (at ``state_k``), convert it
-        into sK16 and release the stage."""
-        self.wait_kv(pipe_k, state_k)
-        rows_valid = seqlen_k - n_block * self.tile_n
-        self.convert_tile(sK[None, None, state_k.index], sK16, tidx, rows_valid)
-        pipe_k.consumer_release(state_k)
+    def join_q_parts(self, acc_S: cute.Tensor, tScS: cute.Tensor, sQScale: cute.Tensor):
+        """fp8 cache: a thread's two accumulator rows (r and r + 8 of its warp's 16) hold
+        one head's scores against q's high and low e4m3 parts (load_q_rows_fp8 put them
+        there), each a separate fp32 sum over the head dim; add them, undo the part scale,
+        and leave the low row at -inf (a dead row: no probability, never stored)."""
+        acc_S_rc = rows_cols(acc_S)
+        assert cute.size(acc_S_rc, mode=[0]) == 2, "rows r and r + 8 of one warp"
+        inv = sQScale[tScS[0, 0][0]]
+        for c in cutlass.range_constexpr(cute.size(acc_S_rc, mode=[1])):
+            acc_S_rc[0, c] = (acc_S_rc[0, c] + acc_S_rc[1, c]) * inv
+            acc_S_rc[1, c] = -Float32.inf
 
     @cute.jit
     def convert_tile(self, src: cute.Tensor, dst: cute.Tensor, tidx: Int32, rows_valid: Int32):
@@ -971,6 +978,47 @@ class MhaFwdSm90:
         if const_expr(not convert):
             cute.arch.cp_async_commit_group()
             cute.arch.cp_async_wait_group(0)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=1, number_of_threads=WARPGROUP)
+
+    @cute.jit
+    def load_q_rows_fp8(
+        self, mQ_rows: cute.Tensor, sQ: cute.Tensor, sQScale: cute.Tensor, tidx: Int32
+    ):
+        """Decode over an fp8 cache: the consumer warpgroup writes head j's query row (of
+        the group; zeros past it) as two e4m3 parts of q * s, s a power of two per head
+        that puts its largest magnitude at most at 448 (so scaling is exact): hi = e4m3(q s)
+        at row 16 (j // 8) + j % 8 and lo = e4m3(q s - hi) at that row + 8, and 1 / s to
+        sQScale at the first. Two parts hold a bf16 q to within about 2^-18 of its largest
+        element (bench/experimental/fp8_qsplit_emulation.py). Then the proxy fence for
+        wgmma."""
+        group = self.shape.decode_group
+        chunks = self.shape.head_dim // CHUNK  # threads a head (consecutive lanes)
+        heads_per_pass = WARPGROUP // chunks
+        head0, chunk = tidx // chunks, tidx % chunks
+        for p in cutlass.range_constexpr(FP8_MAX_GROUP // heads_per_pass):
+            head = p * heads_per_pass + head0
+            src = cute.local_tile(mQ_rows[cutlass.min(head, group - 1), None], (CHUNK,), (chunk,))
+            x = src.load().to(Float32)
+            live = Float32(1.0)
+            if head >= group:
+                live = Float32(0.0)
+            x = x * live
+            amax = Float32(0.0)
+            for e in cutlass.range_constexpr(CHUNK):
+                amax = cutlass.max(amax, cute.math.absf(x[e]))
+            amax = cute.arch.warp_reduction_max(amax, threads_in_group=chunks)
+            s = Float32(1.0)
+            if amax > 0.0:
+                s = cute.math.exp2(cute.math.floor(cute.math.log2(E4M3_MAX / amax)))
+            y = x * s
+            hi = y.to(cutlass.Float8E4M3FN)
+            lo = (y - hi.to(Float32)).to(cutlass.Float8E4M3FN)
+            row = (head // 8) * 16 + head % 8
+            cute.local_tile(sQ[row, None], (CHUNK,), (chunk,)).store(hi)
+            cute.local_tile(sQ[row + 8, None], (CHUNK,), (chunk,)).store(lo)
+            if chunk == 0:
+                sQScale[row] = Float32(1.0) / s
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=1, number_of_threads=WARPGROUP)
 
