@@ -48,22 +48,18 @@ def gate_params(hv: int):
         (2, [40, 3], 16, "fp32-states", (32, 32)),
         (2, [37, 5, 16], 16, "random", (32, 64)),
         (2, [37, 5, 16], 16, "random", (64, 32)),
-        (2, [37, 5, 16], 16, "q-norms-in-prepare", (32, 32)),
     ],
 )
 def test_extend(group: int, lens: list[int], chunk: int, keys: str, dims: tuple) -> None:
     """Ragged chunked extend; "correlated": nearly equal keys, beta near 1 and slow decay,
     the hard case of the triangular inverse (M's entries near 1 everywhere below the
     diagonal); dims (key, value) unequal too: each keeps its own dim through W, U, u and
-    the pool's [V, K] rows; "q-norms-in-prepare": q's norms in prepare (sm_80's plan), not
-    in the output kernel."""
+    the pool's [V, K] rows."""
     torch.manual_seed(len(lens) * 10 + group + chunk + dims[0] + dims[1] - 64)
     dim, vdim = dims
     cfg = replace(small_config(group), chunk_size=chunk, key_dim=dim, value_dim=vdim)
     if keys == "fp32-states":  # per-chunk states in fp32, one value block per program
         cfg = replace(cfg, chunk_state_bits=32, state_block_v_max=16)
-    if keys == "q-norms-in-prepare":
-        cfg = replace(cfg, output_q_norms=0)
     hv, bs = H * group, len(lens)
     q, k, v, a, b = gdn_inputs(sum(lens), hv, dim, vdim)
     A_log, dt_bias = gate_params(hv)

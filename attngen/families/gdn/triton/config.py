@@ -46,7 +46,6 @@ class GdnTritonConfig:
     output_block_v: int
     output_num_warps: int
     chunk_state_bits: int  # the per-chunk states (H): 16 (the activation dtype) or 32 (fp32)
-    output_q_norms: int  # q's inverse norms: 1 in the output kernel (it loads q), 0 prepare
     # -- causal conv ----
     conv_block_c: int
     conv_block_t: int

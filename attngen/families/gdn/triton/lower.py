@@ -49,7 +49,6 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
         "output_block_v": min(64, shape.value_dim),
         "output_num_warps": 8 if arch is Arch.SM80 else 4,
         "chunk_state_bits": 16,
-        "output_q_norms": 0 if arch is Arch.SM80 else 1,
         "conv_block_c": 64,
         "conv_block_t": 16,
         "conv_num_warps": 4,

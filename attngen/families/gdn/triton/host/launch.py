@@ -361,7 +361,7 @@ def extend(
     block_v = state_block_for(config, bs, hv)
     _launch(chunk_state_kernel, (vd // block_v, bs, hv), args, state_options(config, block_v))
     args = [q, k, u_buf, g_buf, qs_buf, kn_buf, h_buf, *chunks, out]
-    args += [scale, *_rows_of(q), *_rows_of(k), *_rows_of(out), hv]
+    args += [*_rows_of(q), *_rows_of(k), *_rows_of(out), hv]
     grid = (nc, hv, vd // config.output_block_v)
     _launch(chunk_output_kernel, grid, args, output_options(config))
     return out

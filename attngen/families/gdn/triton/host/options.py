@@ -57,7 +57,6 @@ def prepare_options(config: GdnTritonConfig) -> dict[str, object]:
         "KEY_DIM": config.key_dim,
         "CHUNK": config.chunk_size,
         "L2NORM": config.l2norm,
-        "Q_NORMS": not config.output_q_norms,
         "num_warps": config.prepare_num_warps,
         "num_stages": 1,
     }
@@ -116,8 +115,6 @@ def output_options(config: GdnTritonConfig) -> dict[str, object]:
         "VALUE_DIM": config.value_dim,
         "CHUNK": config.chunk_size,
         "BLOCK_V": config.output_block_v,
-        "L2NORM": config.l2norm,
-        "Q_NORMS": bool(config.output_q_norms),
         "num_warps": config.output_num_warps,
         "num_stages": 1,
     }

@@ -123,10 +123,8 @@ def chunk_prepare_kernel(
     KEY_DIM: tl.constexpr,
     CHUNK: tl.constexpr,
     L2NORM: tl.constexpr,
-    Q_NORMS: tl.constexpr,
 ):
-    """Per chunk and value head: gates, G, k's (and with Q_NORMS q's) inverse norms, T =
-    (I + M)^-1."""
+    """Per chunk and value head: gates, G, q/k inverse norms, T = (I + M)^-1."""
     hv = tl.program_id(1)
     hk = hv // GROUP
     rows, rmask, tok = _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK)
@@ -140,10 +138,9 @@ def chunk_prepare_kernel(
     k = _load_rows(K + hk * stride_k_head, tok, stride_k_tok, 0, ks, rmask)
     kk = tl.dot(k, tl.trans(k))
     k_norm = inverse_norms_from_gram(kk, ri, ci, L2NORM)
-    if Q_NORMS:  # else the output kernel takes them from the q rows it loads
-        q = _load_rows(Q + hk * stride_q_head, tok, stride_q_tok, 0, ks, rmask)
-        q_norm = inverse_norms_from_gram(tl.dot(q, tl.trans(q)), ri, ci, L2NORM)
-        tl.store(QS_BUF + head_rows, q_norm * scale, mask=rmask)
+    q = _load_rows(Q + hk * stride_q_head, tok, stride_q_tok, 0, ks, rmask)
+    q_norm = inverse_norms_from_gram(tl.dot(q, tl.trans(q)), ri, ci, L2NORM)
+    tl.store(QS_BUF + head_rows, q_norm * scale, mask=rmask)
     tl.store(KN_BUF + head_rows, k_norm, mask=rmask)
     # -- gates and the cumulative log decay G_i ----
     a = tl.load(A + tok * stride_a_tok + hv, mask=rmask, other=0.0)
@@ -297,7 +294,6 @@ def chunk_output_kernel(
     CHUNK_START,
     QUERY_START_LOC,
     OUT,
-    scale,
     stride_q_tok,
     stride_q_head,
     stride_k_tok,
@@ -310,11 +306,8 @@ def chunk_output_kernel(
     VALUE_DIM: tl.constexpr,
     CHUNK: tl.constexpr,
     BLOCK_V: tl.constexpr,
-    L2NORM: tl.constexpr,
-    Q_NORMS: tl.constexpr,
 ):
-    """Per chunk, value head and value block: O = (Q gamma / ||q||) S0 + P u (with Q_NORMS
-    q's inverse norms from its Gram diagonal here, else prepare's, times ``scale``)."""
+    """Per chunk, value head and value block: O = (Q gamma / ||q||) S0 + P u."""
     DT: tl.constexpr = H_BUF.dtype.element_ty  # Q S0 on operands of H's dtype
     hv = tl.program_id(1)
     hk = hv // GROUP
@@ -323,16 +316,13 @@ def chunk_output_kernel(
     head_rows = tok * num_v_heads + hv
     ks = tl.arange(0, KEY_DIM)
     cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
+    q_row = tl.load(QS_BUF + head_rows, mask=rmask, other=0.0)
     k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
     q = _load_rows(Q + hk * stride_q_head, tok, stride_q_tok, 0, ks, rmask)
     k = _load_rows(K + hk * stride_k_head, tok, stride_k_tok, 0, ks, rmask)
+    # -- P[i, j] = (q_i . k_j) exp(G_i - G_j) / (||q_i|| ||k_j||) * scale, j <= i ----
     ri = rows[:, None]
     ci = rows[None, :]
-    if Q_NORMS:
-        q_row = inverse_norms_from_gram(tl.dot(q, tl.trans(q)), ri, ci, L2NORM) * scale
-    else:
-        q_row = tl.load(QS_BUF + head_rows, mask=rmask, other=0.0)
-    # -- P[i, j] = (q_i . k_j) exp(G_i - G_j) / (||q_i|| ||k_j||) * scale, j <= i ----
     causal = (ci <= ri) & rmask[:, None]
     p = tl.dot(q, tl.trans(k)) * q_row[:, None] * k_row[None, :]
     p = tl.where(causal, p * tl.exp(tl.where(causal, cum[:, None] - cum[None, :], 0.0)), 0.0)

@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "2b62e1240a5f254f367da587510729404187a45557fa2a45c4064666ff3eb0c5"
+LIBRARY_SHA256 = "15cf8db3196c25e5980e5bafc5e5c21ac3f513a04d6caa8a2114f5ae36c3901b"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -57,7 +57,6 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         output_block_v=64,
         output_num_warps=4,
         chunk_state_bits=16,
-        output_q_norms=1,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
@@ -87,7 +86,6 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         output_block_v=64,
         output_num_warps=4,
         chunk_state_bits=16,
-        output_q_norms=1,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
