@@ -56,7 +56,8 @@ def ratios(cases: list[dict], figure: str) -> tuple[list[str], dict[str, list[fl
             if k.startswith("attngen") and isinstance(r, dict) and r.get(figure)
         }
         best = max(ours, key=ours.get) if ours else None
-        label = case["case"] + (f" ps{case['page_size']}" if "page_size" in case else "")
+        page = case.get("page_size", "")
+        label = case["case"] + (" no cache" if page == 0 else f" ps{page}" if page != "" else "")
         labels.append(label if best else f"{label}\n(no attngen row)")
         for peer in peers:
             theirs = case["results"].get(peer, {})

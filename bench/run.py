@@ -46,7 +46,7 @@ SCALE = 1.0 / math.sqrt(D)
 DECODE_CASES = ((64, 4096), (128, 8192))  # (batch, context)
 PAGE_SIZES = (1, 64, 128)
 PREFILL_TOKENS = 16384
-PREFILL_SEQLENS = (1024, 4096, 8192)
+PREFILL_SEQLENS = (1024, 4096, 8192, 16384)
 EXTEND_CASES = ((16, 2048, 512), (8, 4096, 1024), (4, 8192, 2048))  # (batch, prefix, new)
 PEERS = ("fa4", "cudnn", "fa2")
 ATOL, RTOL = 4e-3, 2e-2  # mismatch when max|out - ref| > ATOL + RTOL * max|ref|
@@ -112,7 +112,7 @@ def extend_mask_kwargs(mod, cfg, causal: bool) -> dict | None:
 def find_variant(
     variants,
     phase: str,
-    page_size: int,
+    page_size: int | None,
     causal: bool = True,
     kv: str = DTYPE,
     spec_topk: int = 0,
@@ -134,9 +134,11 @@ def find_variant(
             getattr(cfg, "spec_topk", 0),
         )
         want = (heads[2], heads[3], heads[0] // heads[1], page_size, DTYPE, kv, spec_topk)
+        if page_size is None:  # the cache-free prefill: any page size
+            key, want = key[:3] + key[4:], want[:3] + want[4:]
         if key != want or phase not in getattr(mod, "PHASES", (phase,)):
             continue
-        kwargs = extend_mask_kwargs(mod, cfg, causal) if phase == "extend" else {}
+        kwargs = extend_mask_kwargs(mod, cfg, causal) if phase in ("extend", "prefill") else {}
         if kwargs is not None:
             return spec, mod, cfg, kwargs
     return None
@@ -540,6 +542,20 @@ def attngen_extend(found, q, k, v, batch, seqlen, page_size):
     return extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, seqlen)
 
 
+def attngen_prefill(found, q, k, v, batch, seqlen):
+    """attngen's cache-free ``prefill`` over contiguous ragged q/k/v (FA4's inputs): timed fn."""
+    _, mod, cfg, kwargs = found
+    cu_seqlens = (torch.arange(batch + 1, device=DEV) * seqlen).to(torch.int32)
+    out = q.new_full((q.shape[0], q.shape[1], v.shape[-1]), float("nan"))
+
+    def fn():
+        mod.prefill(q, k, v, cu_seqlens, out, max_seq_len=seqlen, config=cfg, sm_scale=SCALE,
+                    **kwargs)  # fmt: skip
+        return out
+
+    return fn
+
+
 def extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, new: int):
     """The timed call of attngen ``extend``: ``new`` rows per request after ``prefix_lens``
     cached tokens, into a fresh NaN-filled output (returned)."""
@@ -630,14 +646,20 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4, heads=(HQ, HKV, D, D)
         }
         res = {p: dict(r) for p, r in peer_res.items()}
         outs = dict(peer_outs)
-        measure_backends(
-            res,
-            outs,
-            flops,
-            lambda backend: page_size
-            and find_variant(variants, "extend", page_size, causal, backend=backend, heads=heads),
-            lambda found: attngen_extend(found, q, k, v, batch, seqlen, page_size),
-        )
+        # page 0: no cache, the cache-free prefill on FA4's contiguous inputs
+        phase, page = ("prefill", None) if page_size == 0 else ("extend", page_size)
+
+        def find(backend):
+            return page_size is not None and find_variant(
+                variants, phase, page, causal, backend=backend, heads=heads
+            )
+
+        def make(found):
+            if page_size == 0:
+                return attngen_prefill(found, q, k, v, batch, seqlen)
+            return attngen_extend(found, q, k, v, batch, seqlen, page_size)
+
+        measure_backends(res, outs, flops, find, make)
         add_checks(res, outs, ref, rows)
         row.update(results=res, ratio=ratios(res, "tflops"))
         out_rows.append(row)
@@ -766,6 +788,11 @@ def cell(r: dict, unit: str) -> str:
     return "     err"
 
 
+def page_label(page_size: int | None) -> str:
+    """A prefill row's page column: "none" for the cache-free prefill (page 0)."""
+    return "none" if page_size == 0 else str(page_size or "-")
+
+
 def table(report: dict) -> str:
     lines = ["decode TB/s           page  attngen      FA4  ag/FA4  splits  check"]
     for row in report["decode"]:
@@ -812,7 +839,7 @@ def table(report: dict) -> str:
         peers = " ".join(cell(r.get(p, {"status": "-"}), "tflops") for p in PEERS)
         ratio = row["ratio"]
         lines.append(
-            f"{row['case']:<20} {row['page_size'] or '-':>5} {cell(a, 'tflops')} "
+            f"{row['case']:<20} {page_label(row['page_size']):>5} {cell(a, 'tflops')} "
             f"{cell(c, 'tflops')} {peers} {ratio.get('fa4', 0):7.2f} "
             f"{ratio.get('cute_fa4', 0):8.2f} {ratio.get('cudnn', 0):8.2f}  {chk}"
         )
@@ -898,6 +925,8 @@ def bench_verify(args, report: dict, variants, fa4, save_report) -> None:
 
 
 def bench_prefill(args, report: dict, variants, fa4, save_report) -> None:
+    """Prefill rows: attngen's cache-free prefill (page 0) and its extend over pages that
+    hold the new tokens, per generated page size, against FA4, cuDNN and FA2."""
     pages = [
         p
         for p in PAGE_SIZES
@@ -906,7 +935,10 @@ def bench_prefill(args, report: dict, variants, fa4, save_report) -> None:
             for b in BACKENDS
             for c in (True, False)
         )
-    ] or [None]
+    ]
+    if any(find_variant(variants, "prefill", None, c, backend=b) for b in BACKENDS for c in (0, 1)):
+        pages.insert(0, 0)
+    pages = pages or [None]
     for seqlen in PREFILL_SEQLENS[:1] if args.quick else PREFILL_SEQLENS:
         for causal in (True, False):
             case = dict(case=f"S{seqlen} {'causal' if causal else 'non-causal'}", page_size=None)
