@@ -65,24 +65,15 @@ SM90_SHARED_PER_SM = 228 * 1024  # one SM's shared memory; each resident CTA res
 CTA_RESERVED_SHARED = 1024
 
 
-def compact(shape: FwdShape) -> bool:
-    """Whether the kernel runs as a compact CTA: the consumer warpgroup and one TMA warp
-    (160 threads, no setmaxnreg), so that three CTAs an SM fit 136 registers a thread. Over
-    an fp8 cache, where the CTA's shared memory is small enough for three."""
-    return shape.kv_fp8
-
-
 def resident_ctas(shape: FwdShape) -> int:
-    """CTAs of ``shape`` an SM can hold by shared memory, at most 2 (3 for a compact CTA):
-    the launch asks ptxas for that many (``min_blocks_per_mp``), which at 2 caps 256 threads
-    at 128 registers each (3 x 160 threads: 136). Without the ask the fp8 cache's conversion
-    loop took the kernel to 171 registers and one CTA an SM. Gathered shapes keep 1: their
-    producers hold 40 registers, and 40 + 232 > 2 x 128 would leave the consumers'
-    setmaxnreg.inc waiting for ever."""
+    """CTAs of ``shape`` an SM can hold by shared memory, at most 2: the launch asks ptxas
+    for that many (``min_blocks_per_mp``), which at 2 caps the 256 threads at 128 registers
+    each. Without the ask the fp8 cache's conversion loop took the kernel to 171 registers
+    and one CTA an SM. Gathered shapes keep 1: their producers hold 40 registers, and
+    40 + 232 > 2 x 128 would leave the consumers' setmaxnreg.inc waiting for ever."""
     if shape.gather:
         return 1
-    most = 3 if compact(shape) else 2
-    return max(1, min(most, SM90_SHARED_PER_SM // (shared_bytes(shape) + CTA_RESERVED_SHARED)))
+    return max(1, min(2, SM90_SHARED_PER_SM // (shared_bytes(shape) + CTA_RESERVED_SHARED)))
 
 
 class MhaDecodeSm90(MhaFwdSm90):
@@ -93,10 +84,7 @@ class MhaDecodeSm90(MhaFwdSm90):
         assert shape.decode_group <= shape.tile_m == 64, "the group's heads fill one wgmma M"
         super().__init__(shape)
         self.min_ctas = resident_ctas(shape)
-        if compact(shape):  # the consumer warpgroup, then the TMA warp
-            self.compact = True
-            self.num_threads = fwd_sm90.WARPGROUP + 32
-        elif self.min_ctas == 2:  # 128 registers a thread at launch: 24 + 232 = 2 x 128
+        if self.min_ctas == 2:  # 128 registers a thread at launch: 24 + 232 = 2 x 128
             self.consumer_regs = 2 * 128 - fwd_sm90.PRODUCER_REGS
 
     @cute.jit

@@ -140,9 +140,9 @@ class MhaFwdSm90:
         self.shape = shape
         self.dtype = DTYPES[shape.dtype]
         self.kv_dtype = KV_DTYPES[shape.kv_dtype or shape.dtype]
-        # the PV wgmma operands' type: over an fp8 cache fp16 whatever the activations, since
-        # e4m3 -> f16x2 is one conversion (to bf16 it is three more, through fp32); P in
-        # [0, 1] loses nothing to fp16
+        # the wgmma operands' type: over an fp8 cache fp16 whatever the activations, since
+        # e4m3 -> f16x2 is one conversion (to bf16 it is three more, through fp32); Q is
+        # rounded to fp16 once (|q| > 65504 would overflow), P in [0, 1] loses nothing
         self.mma_dtype = cutlass.Float16 if shape.kv_fp8 else self.dtype
         # the QK MMAs' type: over an fp8 cache e4m3, on the K stages as TMA wrote them, with
         # q split into two e4m3 parts (see load_q_rows_fp8); PV stays on fp16 V tiles
@@ -154,10 +154,6 @@ class MhaFwdSm90:
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
         self.consumer_regs = CONSUMER_REGS  # after setmaxnreg, TMA producers
-        # a compact CTA (the decode kernel sets it): the consumer warpgroup is warps 0-3 and
-        # one TMA warp (4) follows it, no setmaxnreg; else a producer warpgroup (warps 0-3,
-        # warp 0 issuing) precedes the consumers
-        self.compact = False
 
     # -- host side: layouts, TMA descriptors, launch ----
 
@@ -334,8 +330,7 @@ class MhaFwdSm90:
                 seqlen_k = seqlen_q + mPrefixLens[batch]
             head_kv = head // (num_heads // mK.shape[2])
 
-        load_warp = 4 if const_expr(self.compact) else 0
-        if warp_idx == load_warp:
+        if warp_idx == 0:
             for atom in (tma_atom_Q, tma_atom_K, tma_atom_V):
                 cpasync.prefetch_descriptor(atom)
         smem = cutlass.memory.SmemAllocator()
@@ -426,11 +421,8 @@ class MhaFwdSm90:
             mO_rows = cute.domain_offset((head, 0), mO[batch, None, split, None])
             mLSE_rows = cute.domain_offset((head,), mLSE[batch, None, split])
             mQ_rows = cute.domain_offset((head, 0), mQ[batch, None, None])
-        is_producer, consumer_tidx = warp_idx < 4, tidx - WARPGROUP
-        if const_expr(self.compact):
-            is_producer, consumer_tidx = warp_idx == load_warp, tidx
         if active:
-            if is_producer:
+            if warp_idx < 4:
                 if const_expr(self.shape.gather):
                     cute.arch.setmaxregister_decrease(GATHER_PRODUCER_REGS)
                     self.gather(
@@ -439,9 +431,8 @@ class MhaFwdSm90:
                         seqlen_k, n_block_min, n_block_max,
                     )  # fmt: skip
                 else:
-                    if const_expr(not self.compact):
-                        cute.arch.setmaxregister_decrease(PRODUCER_REGS)
-                    if warp_idx == load_warp:
+                    cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+                    if warp_idx == 0:
                         self.load(
                             mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K,
                             tma_atom_V, pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch,
@@ -450,11 +441,11 @@ class MhaFwdSm90:
             else:
                 if const_expr(self.shape.gather):
                     cute.arch.setmaxregister_increase(GATHER_CONSUMER_REGS)
-                elif const_expr(not self.compact):
+                else:
                     cute.arch.setmaxregister_increase(self.consumer_regs)
                 self.attend(
                     mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
-                    pipe_v, consumer_tidx, softmax_scale, scale_log2, q_start, seqlen_q,
+                    pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
                     seqlen_k, head, m_block, n_block_min, n_block_max, mQ_rows, mLSE_rows,
                     sQScale, sV16, v_scale, write_lse,
                 )  # fmt: skip
