@@ -4,9 +4,8 @@ The sm90 kernel keeps the Q tile (128 rows) and ``stages`` K and V tiles in shar
 (``kernels/fwd_sm90.shared_bytes``): 128 x d x 2 B + stages x tile_n x (d + dv) x 2 B plus
 1 KiB of barriers. Two stages of 128 keys fit at d 64, 128 and 192 / 128 (208 KiB at the
 last); at d 256 they would take 320 KiB, and 64-key tiles (192 KiB) are the largest that
-fit. The split-KV decode kernel holds a 64-row Q tile and its ring of K and V tiles in the
-cache's type; over an fp8 cache Q is e4m3 (two parts a head) and the V tiles converted to
-16 bits take one or two buffers (:func:`fp8_v16_buffers`).
+fit. The split-KV decode kernel holds a 64-row Q tile, its ring of K and V tiles in the
+cache's type, and over an fp8 cache one K and one V tile converted to 16 bits.
 Importable without the DSL: the generator plans with it.
 """
 
@@ -38,26 +37,12 @@ DECODE_TILE_M = 64  # decode: the GQA group's heads in one wgmma M
 FP8_DECODE_MAX_GROUP = 32
 
 
-SM90_SHARED_PER_SM = 228 * 1024  # one SM's shared memory; each resident CTA reserves 1 KiB
-CTA_RESERVED_SHARED = 1024
-
-
 def sm90_decode_shared_bytes(
-    head_dim: int, v_head_dim: int, tile_n: int, stages: int, kv_bytes: int, v16_buffers: int = 0
+    head_dim: int, v_head_dim: int, tile_n: int, stages: int, kv_bytes: int
 ) -> int:
-    """Shared memory of one sm90 split-KV decode CTA over a cache of ``kv_bytes`` a value
-    (over an fp8 one with ``v16_buffers`` converted V tiles; 0: :func:`fp8_v16_buffers`)."""
+    """Shared memory of one sm90 split-KV decode CTA over a cache of ``kv_bytes`` a value."""
     fp8 = kv_bytes < ELEMENT_BYTES  # q as e4m3 parts; V tiles converted to 16 bits
     q = DECODE_TILE_M * head_dim * (1 if fp8 else ELEMENT_BYTES)
     row = tile_n * (head_dim + v_head_dim)
-    if fp8 and not v16_buffers:
-        v16_buffers = fp8_v16_buffers(head_dim, v_head_dim, tile_n, stages)
-    converted = v16_buffers * tile_n * v_head_dim * ELEMENT_BYTES if fp8 else 0
+    converted = tile_n * v_head_dim * ELEMENT_BYTES if fp8 else 0
     return BARRIER_BYTES + q + stages * row * kv_bytes + converted
-
-
-def fp8_v16_buffers(head_dim: int, v_head_dim: int, tile_n: int, stages: int) -> int:
-    """fp8 decode: buffers of converted V tiles. Two (tile n's V converts into one while
-    tile n - 1's P V MMAs read the other) where two CTAs an SM still fit, else one."""
-    two = sm90_decode_shared_bytes(head_dim, v_head_dim, tile_n, stages, 1, v16_buffers=2)
-    return 2 if 2 * (two + CTA_RESERVED_SHARED) <= SM90_SHARED_PER_SM else 1

@@ -23,9 +23,7 @@ is read by TMA as fp8. Q K^T runs on e4m3 MMAs straight on the K stages (K-major
 writes them): the consumer warpgroup writes each query head as two e4m3 parts of q * s (s a
 power of two per head) to rows r and r + 8 of the Q tile, one thread's two accumulator
 rows, which it adds and unscales (``join_q_parts``; at most 32 heads). Each V tile is
-converted to fp16 in shared memory while the QK MMAs run, and P V runs on fp16 MMAs; where
-two CTAs an SM still fit, the converted tiles alternate between two buffers and each P V
-stays in flight while the next tile's V converts (``tiles.fp8_v16_buffers``). The
+converted to fp16 in shared memory while the QK MMAs run, and P V runs on fp16 MMAs. The
 per-tensor scales ``k_scale`` / ``v_scale`` ([1] fp32) fold into the softmax scale and the
 partial outputs.
 """
@@ -41,7 +39,6 @@ from cutlass import Float32, Int32
 from attngen.families.mha.cute_dsl.kernels import fwd_sm90
 from attngen.families.mha.cute_dsl.kernels.common import FwdShape, mode_select, rows_aligned
 from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import GATHER_REQUIRES, MhaFwdSm90
-from attngen.families.mha.cute_dsl.tiles import CTA_RESERVED_SHARED, SM90_SHARED_PER_SM
 
 # wgmma always; the Q rows' cp.async copies; TMA of K/V unless they are gathered
 _Q_COPY = ("cp.async.ca.shared.global", "fence.proxy.async")
@@ -64,6 +61,8 @@ def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
 
 
 shared_bytes = fwd_sm90.shared_bytes
+SM90_SHARED_PER_SM = 228 * 1024  # one SM's shared memory; each resident CTA reserves 1 KB
+CTA_RESERVED_SHARED = 1024
 
 
 def resident_ctas(shape: FwdShape) -> int:

@@ -67,7 +67,7 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (
     rows_cols,
     transpose_smem,
 )
-from attngen.families.mha.cute_dsl.tiles import FP8_DECODE_MAX_GROUP, fp8_v16_buffers
+from attngen.families.mha.cute_dsl.tiles import FP8_DECODE_MAX_GROUP
 
 WARPGROUP = 128  # threads
 PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg (TMA issue only)
@@ -100,20 +100,12 @@ def shared_bytes(shape: FwdShape) -> int:
     """Dynamic shared memory of one CTA: mbarriers (padded to SMEM_ALIGN), the Q tile and
     ``num_stages`` K and V tiles (each a multiple of SMEM_ALIGN); checked at compile time."""
     elem = 2  # bf16 / fp16
-    # an fp8 cache: Q as e4m3 parts (the QK MMAs read the fp8 K stages), one or two V tiles
-    # in fp16
+    # an fp8 cache: Q as e4m3 parts (the QK MMAs read the fp8 K stages), one V tile in fp16
     q = shape.tile_m * shape.head_dim * (1 if shape.kv_fp8 else elem)
     kv_row = shape.tile_n * (shape.head_dim + shape.v_head_dim)
     kv = shape.num_stages * kv_row * shape.kv_elem_bytes
-    converted = v16_buffers(shape) * shape.tile_n * shape.v_head_dim * elem
+    converted = shape.tile_n * shape.v_head_dim * elem if shape.kv_fp8 else 0
     return SMEM_ALIGN + q + kv + converted
-
-
-def v16_buffers(shape: FwdShape) -> int:
-    """Converted V tiles of an fp8 cache's decode (0 otherwise): ``tiles.fp8_v16_buffers``."""
-    if not shape.kv_fp8:
-        return 0
-    return fp8_v16_buffers(shape.head_dim, shape.v_head_dim, shape.tile_n, shape.num_stages)
 
 
 @cute.jit
@@ -159,9 +151,6 @@ class MhaFwdSm90:
             assert shape.decode and not shape.gather and not shape.overlap
             assert shape.decode_group <= FP8_MAX_GROUP, "two q parts a head in 64 rows"
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
-        # an fp8 cache's converted V: one tile (no stage mode), or two that alternate so a
-        # tile's conversion overlaps the previous tile's P V MMAs
-        self.v16_stages = 2 if v16_buffers(shape) == 2 else None
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
         self.consumer_regs = CONSUMER_REGS  # after setmaxnreg, TMA producers
@@ -275,8 +264,8 @@ class MhaFwdSm90:
             "sK": tile(sK_layout, self.kv_dtype),
             "sV": tile(sV_layout, self.kv_dtype),
         }
-        if const_expr(shape.kv_fp8):  # the converted V tile(s) the PV wgmma reads
-            members["sV16"] = tile(smem_layout(self.mma_dtype, self.tile_n, dv, self.v16_stages))
+        if const_expr(shape.kv_fp8):  # the converted V tile the PV wgmma reads
+            members["sV16"] = tile(smem_layout(self.mma_dtype, self.tile_n, dv, None))
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": members}))
 
         assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
@@ -404,9 +393,7 @@ class MhaFwdSm90:
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
         sQScale, sV16, v_scale = None, None, Float32(1.0)
         if const_expr(shape.kv_fp8):
-            sV16_layout = smem_layout(
-                self.mma_dtype, self.tile_n, shape.v_head_dim, self.v16_stages
-            )
+            sV16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.v_head_dim, None)
             sV16 = storage.sV16.get_tensor(sV16_layout.outer, swizzle=sV16_layout.inner)
             sQScale = storage.q_scale.get_tensor(cute.make_layout(self.tile_m))
             # exp(s * k_scale * scale): K's scale folds into the softmax scale (and into the
@@ -721,7 +708,7 @@ class MhaFwdSm90:
         mLSE: Optional[cute.Tensor] = None,  # decode: [group heads] (mO: [group heads, Dv]);
         # prefill / extend: [T, Hq], written when write_lse != 0
         sQScale: Optional[cute.Tensor] = None,  # fp8 cache: 1 / q's part scale per row
-        sV16: Optional[cute.Tensor] = None,  # fp8 cache: the converted V tile(s)
+        sV16: Optional[cute.Tensor] = None,  # fp8 cache: the converted V tile
         v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
         write_lse: Int32 = 0,
     ):
@@ -784,12 +771,9 @@ class MhaFwdSm90:
                     k_stage = tSrK[None, None, None, state.index]
                     _wgmma(tiled_mma_qk, acc_S, tSrQ, k_stage, True, wait=-1)
                     self.wait_kv(pipe_v, state)
-                    v16 = sV16  # two buffers: the one the previous tile's P V is not reading
-                    if const_expr(self.v16_stages is not None):
-                        v16 = sV16[None, None, i % 2]
-                    self.convert_tile(sV[None, None, state.index], v16, tidx, rows_valid)
+                    self.convert_tile(sV[None, None, state.index], sV16, tidx, rows_valid)
                     pipe_v.consumer_release(state)
-                    warpgroup.wait_group(0)  # this tile's QK (and the previous tile's PV)
+                    warpgroup.wait_group(0)
                     pipe_k.consumer_release(state)
                     self.join_q_parts(acc_S, tScS, sQScale)
                 else:
@@ -822,17 +806,13 @@ class MhaFwdSm90:
                     acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale)
                 # -- O += P V ----
                 tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
-                if const_expr(shape.kv_fp8 and self.v16_stages is None):  # sV16: this V
+                if const_expr(shape.kv_fp8):  # sV16 holds this tile's V
                     _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV, False)
-                elif const_expr(shape.kv_fp8):  # in flight until the next tile's QK wait
-                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, i % 2], False, -1)
                 else:
                     self.wait_kv(pipe_v, state)
                     _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
                     pipe_v.consumer_release(state)
                 state.advance()
-            if const_expr(self.v16_stages is not None):
-                warpgroup.wait_group(0)  # the last tile's P V
 
         if const_expr(shape.decode):
             self.store_partial(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mLSE, v_scale)
@@ -950,9 +930,8 @@ class MhaFwdSm90:
         (as TMA wrote it) into the fp16 tile the wgmma reads, 16 elements (16 bytes) per
         thread and pass; rows from ``rows_valid`` on (slots past the sequence in its last
         page: stale, possibly NaN bytes) become zeros, so a masked key's zero probability
-        never meets a NaN value. Barriers before (every warp's last wgmma read of ``dst``, two
-        tiles back when the converted tiles alternate, is done) and after (all of ``dst``
-        written, and fenced for the async proxy)."""
+        never meets a NaN value. Barriers before (every warp's last wgmma read of ``dst`` is
+        done) and after (all of ``dst`` written, and fenced for the async proxy)."""
         cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
         elems = 16  # fp8 elements per 16-byte vector
         chunks = cute.size(src, mode=[1]) // elems
