@@ -41,6 +41,7 @@ from attngen.families.mha.cute_dsl.tiles import (  # noqa: E402
     sm90_decode_shared_bytes,
 )
 from attngen.hooks import MaskHooks  # noqa: E402
+from bench.graph_timing import graph_ms  # noqa: E402  (the benches' one CUDA-graph timing)
 from attngen.testing.tolerance import KERNEL, assert_close, row_rms_error  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -299,18 +300,6 @@ def bench_decode(batch: int, ctx: int, page: int, d: int = 128, hq: int = 32, hk
 
 
 FP8_STAGES = (2, 3, 4)
-
-
-def graph_ms(fn) -> float:
-    """Median milliseconds of ``fn`` captured once in a CUDA graph and replayed (no host
-    cost per launch, as an engine runs decode)."""
-    from triton.testing import do_bench
-
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return do_bench(graph.replay, warmup=25, rep=100, return_mode="median")
 
 
 def shared_bytes_fp8(cfg: MhaCuteConfig) -> int:
