@@ -389,12 +389,27 @@ def test_decode_launcher_refuses_bad_arguments_before_any_gpu_work() -> None:
                sm_scale=0.1)  # fmt: skip
 
 
-# -- fp8 e4m3 KV cache (decode, sm90): TMA reads fp8 pages, the consumers convert ----
+# -- fp8 e4m3 KV cache (decode, sm90): TMA reads fp8 pages, e4m3 Q K^T, V converted ----
 
 
-def fp8_decode(page: int = 64, phases=(Phase.DECODE,), scale=ScaleGranularity.PER_TENSOR):
-    v = dataclasses.replace(decode_variant(page), phases=phases)
+def fp8_decode(
+    page: int = 64, phases=(Phase.DECODE,), scale=ScaleGranularity.PER_TENSOR, group: int = 4
+):
+    v = dataclasses.replace(decode_variant(page, group), phases=phases)
     return dataclasses.replace(v, kv_dtype=DType.FP8_E4M3, kv_scale=scale)
+
+
+def test_fp8_kv_decode_groups_up_to_32() -> None:
+    """Each query head takes two rows of the 64-row tile (q's two e4m3 parts): supports()
+    says so before any plan check, and the plan check agrees at the edge."""
+    for group in (1, 7, 16, 32):
+        assert supports(fp8_decode(group=group), Backend.CUTE_DSL, Arch.SM90).ok, group
+    for group in (33, 64):
+        assert "GQA groups up to 32 (got" in reason(fp8_decode(group=group))
+    assert (
+        verify.config_problems(lower.kernel_config(fp8_decode(group=32), Arch.SM90), ("decode",))
+        == []
+    )
 
 
 def test_fp8_kv_decode_is_lowered_on_sm90_pages_of_16_or_more() -> None:

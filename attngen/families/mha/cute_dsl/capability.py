@@ -3,8 +3,8 @@ speculative verify of draft chains and draft extend), split-KV paged decode on s
 Hopper kernel's pipeline on tiles of a GQA group's heads, then a combine), on sm90 with the
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
-and a cache of the same dtype, or (decode on sm90, pages of 16 .. 128 tokens) an fp8 e4m3
-cache with per-tensor scales; head dims 64 and 128, 192 / 128 and (sm90, pages up to 64
+and a cache of the same dtype, or (decode on sm90, pages of 16 .. 128 tokens, GQA groups up
+to 32) an fp8 e4m3 cache with per-tensor scales; head dims 64 and 128, 192 / 128 and (sm90, pages up to 64
 tokens) 256, decode 64 and 128 only; causal, bidirectional and sliding-window masks, logit
 softcap and attention sinks; any GQA group (decode: up to 64, one tile); extend and decode
 over pages of 16, 32, 64 or 128 tokens (read by TMA, one copy per page) and of 1, 2, 4 or 8
@@ -14,7 +14,7 @@ reason."""
 from __future__ import annotations
 
 from attngen.spec.enums import Arch, DType, MaskKind, Phase, ScaleGranularity
-from attngen.families.mha.cute_dsl.tiles import sm90_tile_n
+from attngen.families.mha.cute_dsl.tiles import FP8_DECODE_MAX_GROUP, sm90_tile_n
 from attngen.families.mha.spec import MhaShape
 from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
@@ -28,7 +28,8 @@ PAGED_PHASES = frozenset({Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND, Phase.
 DECODE_ARCHS = frozenset({Arch.SM90})  # sm100: the tcgen05 kernel has no decode tile yet
 MAX_DECODE_GROUP = 64  # decode packs the group's query heads into one 64-row wgmma tile
 # an fp8 e4m3 cache with per-tensor scales: decode on sm90 reads whole pages by TMA (16 .. 128
-# tokens) and converts each tile in shared memory; extend does not read fp8 yet
+# tokens), runs Q K^T on e4m3 MMAs with each query head as two e4m3 rows of the 64-row tile
+# (so 32 heads a group at most) and converts V in shared memory; extend does not read fp8 yet
 FP8_KV = DType.FP8_E4M3
 FP8_PHASES = frozenset({Phase.DECODE})
 # (qk, v) head dims of prefill / extend / verify / draft extend per arch: 256 on sm90 with
@@ -102,6 +103,11 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"of {sorted(TMA_PAGE_SIZES)} tokens (got {', '.join(p.value for p in variant.phases)}"
                 f" on {arch.value}, {variant.kv_scale.value if variant.kv_scale else 'no'} scales, "
                 f"page {variant.page_size})",
+            ),
+            (
+                variant.kv_dtype is not FP8_KV or shape.gqa_group <= FP8_DECODE_MAX_GROUP,
+                f"fp8_e4m3 KV cache in CuTe DSL: decode puts each query head in two rows of its "
+                f"64-row tile, so GQA groups up to {FP8_DECODE_MAX_GROUP} (got {shape.gqa_group})",
             ),
             (kind in MASKS, f"mask {kind.value} is not lowered in CuTe DSL yet"),
             (
