@@ -4,12 +4,12 @@ Hopper kernel's pipeline on tiles of a GQA group's heads, then a combine), on sm
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
 and a cache of the same dtype, or (decode on sm90, pages of 16 .. 128 tokens, GQA groups up
-to 32) an fp8 e4m3 cache with per-tensor scales; head dims 64 and 128, 192 / 128 and (sm90, pages up to 64
-tokens) 256, decode 64 and 128 only; causal, bidirectional and sliding-window masks, logit
-softcap and attention sinks; any GQA group (decode: up to 64, one tile); extend and decode
-over pages of 16, 32, 64 or 128 tokens (read by TMA, one copy per page) and of 1, 2, 4 or 8
-tokens (K/V rows gathered with cp.async). Everything else is "not lowered" with the
-reason."""
+to 32) an fp8 e4m3 cache with per-tensor scales; head dims 64 and 128, 192 / 128 and (sm90,
+pages up to 64 tokens) 256, decode 64 and 128 only; causal, bidirectional and
+sliding-window masks, logit softcap and attention sinks; any GQA group (decode: up to 64,
+one tile); extend and decode over pages of 16, 32, 64 or 128 tokens (read by TMA, one copy
+per page) and of 1, 2, 4 or 8 tokens (K/V rows gathered with cp.async). Everything else is
+"not lowered" with the reason."""
 
 from __future__ import annotations
 
