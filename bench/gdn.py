@@ -255,27 +255,15 @@ def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int, tiles=None) -> dic
     row.update(attngen_us=t_ours * 1e3, fla_us=t_fla * 1e3, speedup=t_fla / t_ours)
     row.update(attngen_tb_s=nbytes / t_ours / 1e9, fla_tb_s=nbytes / t_fla / 1e9)
     try:  # both in CUDA graphs too: at B64 the eager call's host time shows
-        g_ours, g_fla = graph_of(ours), graph_of(theirs)
-        t_ours, t_fla = bench(g_ours.replay), bench(g_fla.replay)
+        from bench.graph_timing import graph_ms
+
+        t_ours, t_fla = graph_ms(ours), graph_ms(theirs)
         row.update(attngen_graph_us=t_ours * 1e3, fla_graph_us=t_fla * 1e3)
         row.update(graph_speedup=t_fla / t_ours, attngen_graph_tb_s=nbytes / t_ours / 1e9)
         row.update(fla_graph_tb_s=nbytes / t_fla / 1e9)
     except Exception as e:  # a failed capture must not cost the eager row
         row["graph_error"] = f"{type(e).__name__}: {e}"[:300]
     return row
-
-
-def graph_of(fn):
-    """``fn`` captured in a CUDA graph (after a warm-up call on a side stream)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
 
 
 def main() -> int:
