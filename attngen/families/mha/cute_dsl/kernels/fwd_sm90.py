@@ -76,8 +76,7 @@ CONSUMER_REGS = 240  # registers per consumer thread (S and O accumulators, P)
 GATHER_PRODUCER_REGS, GATHER_CONSUMER_REGS = 40, 232
 CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
 # an fp8 cache: query head j's two e4m3 parts go to rows 16 (j // 8) + j % 8 and that + 8 of
-# the 64-row tile (one thread's two accumulator rows), so 32 heads at most
-FP8_MAX_GROUP = FP8_DECODE_MAX_GROUP
+# the 64-row tile (one thread's two accumulator rows), so FP8_DECODE_MAX_GROUP (32) at most
 E4M3_MAX = 448.0
 
 
@@ -149,7 +148,7 @@ class MhaFwdSm90:
         self.qk_dtype = cutlass.Float8E4M3FN if shape.kv_fp8 else self.mma_dtype
         if shape.kv_fp8:  # V converted by the consumers: one warpgroup, whole-page TMA tiles
             assert shape.decode and not shape.gather and not shape.overlap
-            assert shape.decode_group <= FP8_MAX_GROUP, "two q parts a head in 64 rows"
+            assert shape.decode_group <= FP8_DECODE_MAX_GROUP, "two q parts a head in 64 rows"
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
@@ -330,98 +329,102 @@ class MhaFwdSm90:
                 seqlen_k = seqlen_q + mPrefixLens[batch]
             head_kv = head // (num_heads // mK.shape[2])
 
-        if warp_idx == 0:
-            for atom in (tma_atom_Q, tma_atom_K, tma_atom_V):
-                cpasync.prefetch_descriptor(atom)
-        smem = cutlass.memory.SmemAllocator()
-        storage = smem.allocate(SharedStorage)
-        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
-        consumers = pipeline.CooperativeGroup(
-            pipeline.Agent.Thread, self.num_consumers * WARPGROUP // 32
-        )
-        pipe_q = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.mbar_q.data_ptr(),
-            num_stages=1,
-            producer_group=producer,
-            consumer_group=consumers,
-            tx_count=self.tx_bytes_q,
-            defer_sync=True,
-        )
-        if const_expr(self.shape.gather):
-            # every producer thread arrives (when its copies land); every consumer thread
-            # releases (the cp.async pipeline has no one-lane-per-warp signalling)
-            gatherers = pipeline.CooperativeGroup(pipeline.Agent.Thread, WARPGROUP)
-            releasers = pipeline.CooperativeGroup(
-                pipeline.Agent.Thread, self.num_consumers * WARPGROUP
-            )
-            pipe_k = pipeline.PipelineCpAsync.create(
-                barrier_storage=storage.mbar_k.data_ptr(),
-                num_stages=self.shape.num_stages,
-                producer_group=gatherers,
-                consumer_group=releasers,
-                defer_sync=True,
-            )
-            pipe_v = pipeline.PipelineCpAsync.create(
-                barrier_storage=storage.mbar_v.data_ptr(),
-                num_stages=self.shape.num_stages,
-                producer_group=gatherers,
-                consumer_group=releasers,
-                defer_sync=True,
-            )
-        else:
-            pipe_k = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.mbar_k.data_ptr(),
-                num_stages=self.shape.num_stages,
-                producer_group=producer,
-                consumer_group=consumers,
-                tx_count=self.tx_bytes_k,
-                defer_sync=True,
-            )
-            pipe_v = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.mbar_v.data_ptr(),
-                num_stages=self.shape.num_stages,
-                producer_group=producer,
-                consumer_group=consumers,
-                tx_count=self.tx_bytes_v,
-                defer_sync=True,
-            )
-        cute.arch.mbarrier_init_fence()
-        cute.arch.barrier()
-
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
-        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-        sQScale, sV16, v_scale = None, None, Float32(1.0)
-        if const_expr(shape.kv_fp8):
-            sV16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.v_head_dim, None)
-            sV16 = storage.sV16.get_tensor(sV16_layout.outer, swizzle=sV16_layout.inner)
-            sQScale = storage.q_scale.get_tensor(cute.make_layout(self.tile_m))
-            # exp(s * k_scale * scale): K's scale folds into the softmax scale (and into the
-            # softcap's argument); V's into the output
-            k_scale, v_scale = Float32(mKScale[0]), Float32(mVScale[0])
-            softmax_scale = softmax_scale * k_scale
-            if const_expr(shape.logit_softcap is None):
-                scale_log2 = scale_log2 * k_scale
-
-        n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
+        # a CTA with no work (a split past the request's count, a query tile past its rows)
+        # leaves before any barrier or shared-memory setup
         active = m_block * self.tile_m < seqlen_q
-        mO_rows, mLSE_rows, mQ_rows = mO, mLSE, None
+        num_splits = Int32(1)
         if const_expr(shape.decode):
-            # split `split` of num_splits takes its share of the visible key tiles (none
-            # when they run out, or when the request has no key: it writes an empty
-            # partial, zeros and lse -inf); splits past num_splits do nothing (the
-            # combine reads num_splits partials)
-            n_block_max = cutlass.min(n_block_max, (seqlen_k + self.tile_n - 1) // self.tile_n)
             num_splits = cutlass.max(cutlass.min(mNumSplits[batch], mLSE.shape[2]), 1)
-            per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
-            first = n_block_min + split * per_split
-            n_block_min = cutlass.min(first, n_block_max)
-            n_block_max = cutlass.min(first + per_split, n_block_max)
             active = split < num_splits
-            mO_rows = cute.domain_offset((head, 0), mO[batch, None, split, None])
-            mLSE_rows = cute.domain_offset((head,), mLSE[batch, None, split])
-            mQ_rows = cute.domain_offset((head, 0), mQ[batch, None, None])
         if active:
+            if warp_idx == 0:
+                for atom in (tma_atom_Q, tma_atom_K, tma_atom_V):
+                    cpasync.prefetch_descriptor(atom)
+            smem = cutlass.memory.SmemAllocator()
+            storage = smem.allocate(SharedStorage)
+            producer = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+            consumers = pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.num_consumers * WARPGROUP // 32
+            )
+            pipe_q = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.mbar_q.data_ptr(),
+                num_stages=1,
+                producer_group=producer,
+                consumer_group=consumers,
+                tx_count=self.tx_bytes_q,
+                defer_sync=True,
+            )
+            if const_expr(self.shape.gather):
+                # every producer thread arrives (when its copies land); every consumer thread
+                # releases (the cp.async pipeline has no one-lane-per-warp signalling)
+                gatherers = pipeline.CooperativeGroup(pipeline.Agent.Thread, WARPGROUP)
+                releasers = pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, self.num_consumers * WARPGROUP
+                )
+                pipe_k = pipeline.PipelineCpAsync.create(
+                    barrier_storage=storage.mbar_k.data_ptr(),
+                    num_stages=self.shape.num_stages,
+                    producer_group=gatherers,
+                    consumer_group=releasers,
+                    defer_sync=True,
+                )
+                pipe_v = pipeline.PipelineCpAsync.create(
+                    barrier_storage=storage.mbar_v.data_ptr(),
+                    num_stages=self.shape.num_stages,
+                    producer_group=gatherers,
+                    consumer_group=releasers,
+                    defer_sync=True,
+                )
+            else:
+                pipe_k = pipeline.PipelineTmaAsync.create(
+                    barrier_storage=storage.mbar_k.data_ptr(),
+                    num_stages=self.shape.num_stages,
+                    producer_group=producer,
+                    consumer_group=consumers,
+                    tx_count=self.tx_bytes_k,
+                    defer_sync=True,
+                )
+                pipe_v = pipeline.PipelineTmaAsync.create(
+                    barrier_storage=storage.mbar_v.data_ptr(),
+                    num_stages=self.shape.num_stages,
+                    producer_group=producer,
+                    consumer_group=consumers,
+                    tx_count=self.tx_bytes_v,
+                    defer_sync=True,
+                )
+            cute.arch.mbarrier_init_fence()
+            cute.arch.barrier()
+
+            sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+            sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+            sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+            sQScale, sV16, v_scale = None, None, Float32(1.0)
+            if const_expr(shape.kv_fp8):
+                sV16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.v_head_dim, None)
+                sV16 = storage.sV16.get_tensor(sV16_layout.outer, swizzle=sV16_layout.inner)
+                sQScale = storage.q_scale.get_tensor(cute.make_layout(self.tile_m))
+                # exp(s * k_scale * scale): K's scale folds into the softmax scale (and into the
+                # softcap's argument); V's into the output
+                k_scale, v_scale = Float32(mKScale[0]), Float32(mVScale[0])
+                softmax_scale = softmax_scale * k_scale
+                if const_expr(shape.logit_softcap is None):
+                    scale_log2 = scale_log2 * k_scale
+
+            n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
+            mO_rows, mLSE_rows, mQ_rows = mO, mLSE, None
+            if const_expr(shape.decode):
+                # split `split` of num_splits takes its share of the visible key tiles (none
+                # when they run out, or when the request has no key: it writes an empty
+                # partial, zeros and lse -inf); splits past num_splits do nothing (the
+                # combine reads num_splits partials)
+                n_block_max = cutlass.min(n_block_max, (seqlen_k + self.tile_n - 1) // self.tile_n)
+                per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
+                first = n_block_min + split * per_split
+                n_block_min = cutlass.min(first, n_block_max)
+                n_block_max = cutlass.min(first + per_split, n_block_max)
+                mO_rows = cute.domain_offset((head, 0), mO[batch, None, split, None])
+                mLSE_rows = cute.domain_offset((head,), mLSE[batch, None, split])
+                mQ_rows = cute.domain_offset((head, 0), mQ[batch, None, None])
             if warp_idx < 4:
                 if const_expr(self.shape.gather):
                     cute.arch.setmaxregister_decrease(GATHER_PRODUCER_REGS)
@@ -996,7 +999,7 @@ class MhaFwdSm90:
         chunks = self.shape.head_dim // CHUNK  # threads a head (consecutive lanes)
         heads_per_pass = WARPGROUP // chunks
         head0, chunk = tidx // chunks, tidx % chunks
-        for p in cutlass.range_constexpr(FP8_MAX_GROUP // heads_per_pass):
+        for p in cutlass.range_constexpr(FP8_DECODE_MAX_GROUP // heads_per_pass):
             head = p * heads_per_pass + head0
             src = cute.local_tile(mQ_rows[cutlass.min(head, group - 1), None], (CHUNK,), (chunk,))
             x = src.load().to(Float32)

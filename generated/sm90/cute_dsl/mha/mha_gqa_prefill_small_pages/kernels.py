@@ -35,7 +35,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "a12e1f4be29965a8adf38be3ab15458ab482c9185bdc7104a4c6d48cee993487"
+LIBRARY_SHA256 = "c2025639c3537de7adc5da363d646e4d26a10ca0b51cbece6207acea34083195"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
