@@ -42,7 +42,6 @@ def small_config(
         output_block_v=16,
         output_num_warps=4,
         chunk_state_bits=16,
-        kt_bits=32,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,

@@ -21,7 +21,6 @@ OTHER_VALUES: dict[str, Int] = {
     "decode_tiles": Int(1, 16, power_of_two=True),
     "state_min_programs": Int(1, 4096),
     "chunk_state_bits": Int(16, 32, choices=(16, 32)),
-    "kt_bits": Int(16, 32, choices=(16, 32)),
 }
 TUNING_VALUES: dict[str, Int] = tuning_values(
     TUNING_KEYS,

@@ -46,9 +46,6 @@ class GdnTritonConfig:
     output_block_v: int
     output_num_warps: int
     chunk_state_bits: int  # the per-chunk states (H): 16 (the activation dtype) or 32 (fp32)
-    # the keys the state update multiplies (KT): 16 (bf16, exact; u split into two bf16
-    # parts) or 32 (fp32, TF32 products)
-    kt_bits: int
     # -- causal conv ----
     conv_block_c: int
     conv_block_t: int

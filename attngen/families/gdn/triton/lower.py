@@ -20,9 +20,6 @@ SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed batch (their slot is 0: noth
 TORCH_DTYPES = {DType.BF16: "bfloat16", DType.FP16: "float16", DType.FP32: "float32"}
 
 
-KT16_BLOCK_V_MAX = {Arch.SM80: 32, Arch.SM90: 32, Arch.SM100: 16}
-
-
 def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
     """Decode / verify: value blocks of 8 rows on one warp (an 8 x K fp32 state slice at a
     time), the shape flash-linear-attention's recurrent kernel uses, one block per program
@@ -64,10 +61,6 @@ def kernel_config(
     shape = variant.shape
     assert isinstance(shape, GdnShape)
     values = tiles(shape, arch)
-    # the state update's keys in bf16 where the activations are (exact), else fp32
-    values["kt_bits"] = 16 if TORCH_DTYPES[variant.dtype] == "bfloat16" else 32
-    if values["kt_bits"] == 16:  # u's two parts: wider value blocks spill (sm_90a 64, sm_100a 32)
-        values["state_block_v_max"] = min(values["state_block_v_max"], KT16_BLOCK_V_MAX[arch])
     values.update(overrides or {})
     return GdnTritonConfig(
         uri=variant.uri,

@@ -40,8 +40,6 @@ def config_problems(c: GdnTritonConfig) -> list[str]:
         problems.append(f"chunk_size={c.chunk_size}: the triangular inverse takes 16, 32, 64")
     if c.chunk_state_bits not in (16, 32):
         problems.append(f"chunk_state_bits={c.chunk_state_bits}: 16 or 32")
-    if c.kt_bits not in (16, 32) or (c.kt_bits == 16 and c.dtype != "bfloat16"):
-        problems.append(f"kt_bits={c.kt_bits}: 32, or 16 with bf16 activations (fp16's range)")
     warps = ("decode_num_warps", "prepare_num_warps", "wu_num_warps", "state_num_warps")
     warps += ("output_num_warps",)
     for name in (*warps, "conv_num_warps"):

@@ -28,7 +28,7 @@ POINTER = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
 INDEX_ARGS = ("CACHE_INDICES", "QUERY_START_LOC", "HAS_INITIAL", "CHUNK_SEQ", "CHUNK_START")
 INDEX_ARGS += ("PARENTS", "ACCEPTED", "SEQ_FIRST_CHUNK")
 FP32_ARGS = ("A_LOG", "DT_BIAS", "G_BUF", "BETA_BUF", "QS_BUF", "KN_BUF", "T_BUF", "W_BUF")
-FP32_ARGS += ("U_BUF",)
+FP32_ARGS += ("U_BUF", "KT_BUF")
 IO_ARGS = ("Q", "K", "V", "A", "B", "OUT", "X", "Y", "WEIGHT", "BIAS")
 STATE_ARGS = ("STATE", "STEPS")
 CONV_ARGS = ("CONV_STATE", "CONV_STEPS")
@@ -43,8 +43,6 @@ def _arg_type(name: str, config: GdnTritonConfig) -> str:
         return POINTER[config.dtype]
     if name == "H_BUF":  # the per-chunk states: the activation dtype, or fp32
         return POINTER[config.dtype if config.chunk_state_bits == 16 else "float32"]
-    if name == "KT_BUF":  # the keys of the state update: bf16 (exact) or fp32
-        return POINTER[config.dtype if config.kt_bits == 16 else "float32"]
     if name in STATE_ARGS:
         return POINTER[config.state_dtype]
     return "fp32" if name == "scale" else "i32"

@@ -343,8 +343,7 @@ def extend(
     h_dtype = q.dtype if config.chunk_state_bits == 16 else torch.float32
     kd, vd, nc = config.key_dim, config.value_dim, plan.num_chunks
     w_buf = torch.empty((n, hv, kd), **f32)
-    kt_dtype = q.dtype if config.kt_bits == 16 else torch.float32
-    kt_buf = torch.empty((nc, hv, kd, config.chunk_size), dtype=kt_dtype, device=dev)  # K^T
+    kt_buf = torch.empty((nc, hv, kd, config.chunk_size), **f32)  # per chunk, transposed
     u_buf = torch.empty((n, hv, vd), **f32)  # U, then u (the state kernel writes it over U)
     h_buf = torch.empty((nc, hv, kd, vd), dtype=h_dtype, device=dev)  # chunks' first states
     t_buf = torch.empty((n, hv, config.chunk_size), **f32)

@@ -213,7 +213,6 @@ def chunk_wu_kernel(
             kt = tl.trans(k)
             chunk_head = tl.program_id(0) * num_v_heads + hv
             kt_base = KT_BUF + chunk_head.to(tl.int64) * (KEY_DIM * CHUNK)
-            kt = kt.to(KT_BUF.dtype.element_ty)  # the stored keys: exact in bf16 too
             tl.store(kt_base + ks[:, None] * CHUNK + rows[None, :], kt)
 
 
@@ -277,12 +276,7 @@ def chunk_state_kernel(
         k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
         u_in = u * (k_row * tl.exp(cum_last - cum))[:, None]
         kt = tl.load(KT_BUF + head_chunk * (KEY_DIM * CHUNK) + kt_tile)
-        if KT_BUF.dtype.element_ty == tl.float32:  # TF32 product
-            s = s * tl.exp(cum_last) + tl.dot(kt, u_in)
-        else:  # bf16 keys (exact) against u as two bf16 parts (about 16 significant bits)
-            u_hi = u_in.to(kt.dtype)
-            u_lo = (u_in - u_hi.to(tl.float32)).to(kt.dtype)
-            s = s * tl.exp(cum_last) + tl.dot(kt, u_hi) + tl.dot(kt, u_lo)
+        s = s * tl.exp(cum_last) + tl.dot(kt, u_in)
         chunk += 1
     tl.store(pool, s.to(STATE.dtype.element_ty), mask=slot > 0)
 

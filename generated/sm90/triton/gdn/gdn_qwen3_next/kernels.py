@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "565a767abac26c31c15ff089f730860fb56b8fe7a33762c5ca15e1cc1873f00f"
+LIBRARY_SHA256 = "15cf8db3196c25e5980e5bafc5e5c21ac3f513a04d6caa8a2114f5ae36c3901b"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -50,14 +50,13 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         prepare_num_warps=4,
         wu_num_warps=4,
         state_block_v=16,
-        state_block_v_max=32,
+        state_block_v_max=64,
         state_min_programs=132,
         state_num_warps=4,
         state_num_stages=3,
         output_block_v=64,
         output_num_warps=4,
         chunk_state_bits=16,
-        kt_bits=16,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
@@ -80,14 +79,13 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         prepare_num_warps=4,
         wu_num_warps=4,
         state_block_v=16,
-        state_block_v_max=32,
+        state_block_v_max=64,
         state_min_programs=132,
         state_num_warps=4,
         state_num_stages=3,
         output_block_v=64,
         output_num_warps=4,
         chunk_state_bits=16,
-        kt_bits=16,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
