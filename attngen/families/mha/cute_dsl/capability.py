@@ -43,14 +43,14 @@ HEAD_DIMS = {
 DECODE_HEAD_DIMS = frozenset({(64, 64), (128, 128)})
 DTYPES = frozenset({DType.BF16, DType.FP16})
 MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
-# extend: TMA reads K/V one box per page: a page of 64 / 128 tokens is a whole key tile
-# (sm90: the tile is the page, as in FA4; sm100: 64-key tiles, one or two per page); pages
-# of 16 / 32 tokens fill a 128-key (sm90) or 64-key (sm100) tile with one copy each. Smaller
+# extend: TMA reads K/V one box per page: pages of 16 / 32 / 64 tokens fill a 128-key (sm90)
+# tile with one copy each, a page of 128 tokens is the sm90 tile (tiles.sm90_paged_tile_n);
+# sm100: 64-key tiles, one or two per page, or filled by 16 / 32-token pages. Smaller
 # pages: K/V rows gathered with cp.async (sm90: the producer warpgroup; sm100: the load warp).
 TMA_PAGE_SIZES = frozenset({16, 32, 64, 128})
 GATHER_PAGE_SIZES = frozenset({1, 2, 4, 8})
 EXTEND_PAGE_SIZES = {arch: TMA_PAGE_SIZES | GATHER_PAGE_SIZES for arch in ARCHS}
-# sm90 reads a page of 64 / 128 tokens as one key tile: where a 128-key tile of the head dims
+# sm90 reads a page of 128 tokens as one key tile: where a 128-key tile of the head dims
 # does not fit shared memory (lower.sm90_tile_n: 64 keys), 128-token pages are not lowered
 WIDE_TILE_PAGE_SIZES = (TMA_PAGE_SIZES - {128}) | GATHER_PAGE_SIZES
 

@@ -1,11 +1,11 @@
 """Lowering of MHA variants to CuTe DSL plans: tiles per arch and page size, the plan.
 
-sm90 forward: 128 query rows per CTA (two consumer warpgroups of 64), 128-key tiles (the
-page, when extend reads a paged cache), two K/V stages in shared memory (d128: Q 32 KiB +
-K and V 2 x 2 x 32 KiB = 160 KiB of 227), and the intra-warpgroup overlap (S_j's softmax
-while P_{j-1} V_{j-1} runs). Measured on the H200 (bench/results/
-cute_mha_check_overlap1_2026-12-02-a3885ee.json): hd128 prefill 0.94x FA4 at S = 4k, 1.07-1.10x
-at 16k, where the serial loop gave 0.80-0.90x; zero spills on sm_90a.
+sm90 forward: 128 query rows per CTA (two consumer warpgroups of 64), 128-key tiles (whole
+pages of up to 128 tokens, when extend or decode reads a paged cache), two K/V stages in
+shared memory (d128: Q 32 KiB + K and V 2 x 2 x 32 KiB = 160 KiB of 227), and the
+intra-warpgroup overlap (S_j's softmax while P_{j-1} V_{j-1} runs). Measured on the H200
+(bench/results/cute_mha_check_overlap1_2026-12-02-a3885ee.json): hd128 prefill 0.94x FA4 at
+S = 4k, 1.07-1.10x at 16k, where the serial loop gave 0.80-0.90x; zero spills on sm_90a.
 
 sm100 forward: 128 query rows (one per softmax thread), 64-key tiles: a softmax thread holds
 its row of S in registers, and 128-key rows spilled on sm_100a (255 registers, ~320 B);
@@ -18,7 +18,7 @@ import dataclasses
 
 from attngen.families.mha.cute_dsl.capability import PAGED_PHASES
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
-from attngen.families.mha.cute_dsl.tiles import sm90_tile_n
+from attngen.families.mha.cute_dsl.tiles import sm90_paged_tile_n, sm90_tile_n
 from attngen.families.mha.key import MhaKey
 from attngen.library_lowering import plan_module
 from attngen.ir import GraphBuffer, ModulePlan
@@ -38,17 +38,17 @@ MAX_SPLITS = 16
 
 
 def fwd_tile_n(variant: Variant, arch: Arch) -> int:
-    """Keys per stage: on sm90 a page of 64 or 128 tokens is the key tile when extend reads
-    the paged cache (one TMA box per tile); smaller pages fill the default tile, one TMA copy
-    per page. The sm90 default is 128 keys, 64 where two 128-key stages of the head dims do
-    not fit shared memory (``tiles.sm90_tile_n``: d 256)."""
+    """Keys per stage. The sm90 default is 128 keys, 64 where two 128-key stages of the head
+    dims do not fit shared memory (``tiles.sm90_tile_n``: d 256); a paged phase fills the
+    tile with whole pages, one TMA copy each, and a wider page is the tile
+    (``tiles.sm90_paged_tile_n``)."""
     tile = FWD_TILE_N[arch]
     if arch is Arch.SM90:
         shape = variant.shape
         tile = min(tile, sm90_tile_n(shape.head_dim, shape.v_head_dim, FWD_NUM_STAGES))
     if arch is Arch.SM90 and PAGED_PHASES & set(variant.phases):
         assert variant.page_size is not None
-        return variant.page_size if variant.page_size >= 64 else tile
+        return sm90_paged_tile_n(variant.page_size, tile)
     return tile
 
 

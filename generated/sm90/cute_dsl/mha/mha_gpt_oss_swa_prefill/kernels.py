@@ -66,7 +66,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         num_draft_tokens=0,
         arch="sm90",
         fwd_tile_m=128,
-        fwd_tile_n=64,
+        fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
     ),
