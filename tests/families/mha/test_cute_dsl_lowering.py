@@ -66,10 +66,13 @@ def test_what_is_not_lowered_says_why() -> None:
     assert registry.lowering(Family.MHA, Backend.CUTE_DSL).supports is not None
 
 
-def test_configs_read_one_page_per_key_tile() -> None:
-    c = lower.kernel_config(prefill_extend(page=64), Arch.SM90)
-    assert (c.fwd_tile_m, c.fwd_tile_n, c.fwd_num_stages, c.arch) == (128, 64, 2, "sm90")
+def test_configs_fill_key_tiles_with_whole_pages() -> None:
+    c = lower.kernel_config(prefill_extend(page=64), Arch.SM90)  # two pages a 128-key tile
+    assert (c.fwd_tile_m, c.fwd_tile_n, c.fwd_num_stages, c.arch) == (128, 128, 2, "sm90")
     assert c.key.page_size == 64 and c.key.gqa_group == 4
+    assert lower.kernel_config(prefill_extend(page=128), Arch.SM90).fwd_tile_n == 128
+    # d 256: two 128-key stages do not fit shared memory, so a 64-token page is the tile
+    assert lower.kernel_config(prefill_extend(page=64, head_dim=256), Arch.SM90).fwd_tile_n == 64
     prefill = dataclasses.replace(prefill_extend(page=1), phases=(Phase.PREFILL,))
     assert lower.kernel_config(prefill, Arch.SM90).fwd_tile_n == 128
     assert verify.config_problems(c, ("prefill", "extend")) == []
@@ -84,13 +87,15 @@ def test_configs_read_one_page_per_key_tile() -> None:
 
 
 def test_small_pages_fill_a_tile_one_copy_each() -> None:
-    """Pages of 16 / 32 tokens: the arch's default key tile, several pages per tile."""
+    """Pages of 16 / 32 (and on sm90 64) tokens: the arch's default key tile, several pages
+    per tile."""
     pytest.importorskip("cutlass")
     from attngen.families.mha.cute_dsl.host.compile import fwd_shape
 
     traits = MhaCuteTraits(MaskHooks(causal=True), ("prefill", "extend"))
     for page, arch, tile, ppt in ((16, Arch.SM90, 128, 8), (32, Arch.SM90, 128, 4),
-                                  (16, Arch.SM100, 64, 4), (128, Arch.SM100, 64, 1)):  # fmt: skip
+                                  (64, Arch.SM90, 128, 2), (16, Arch.SM100, 64, 4),
+                                  (128, Arch.SM100, 64, 1)):  # fmt: skip
         c = lower.kernel_config(prefill_extend(page=page), arch)
         assert c.fwd_tile_n == tile and verify.config_problems(c, traits.phases) == []
         shape = fwd_shape(c, traits, paged=True)
@@ -155,7 +160,7 @@ def test_plan_checks_raise_with_the_spec(tmp_path) -> None:
     assert [p.arch for p in plans] == [Arch.SM90, Arch.SM100]
     plan = plans[0]
     assert len(plan.kernels) == 16 and {k.config.fwd_tile_n for k in plans[1].kernels} == {64}
-    assert {k.config.fwd_tile_n for k in plan.kernels} == {64, 128}
+    assert {k.config.fwd_tile_n for k in plan.kernels} == {128}
     bad = dataclasses.replace(
         plan, kernels=(dataclasses.replace(plan.kernels[0], config=dataclasses.replace(
             plan.kernels[0].config, fwd_tile_n=256)),)  # fmt: skip
@@ -246,7 +251,7 @@ def test_wide_head_dims_fit_their_tiles() -> None:
     )
     decode = wide(256, 256, phases=(Phase.DECODE,))
     assert "decode with head dims 256/256" in reason(decode)
-    for page, tile in ((16, 128), (64, 64), (128, 128)):
+    for page, tile in ((16, 128), (64, 128), (128, 128)):
         c = lower.kernel_config(wide(192, 128, page), Arch.SM90)
         assert c.fwd_tile_n == tile and verify.config_problems(c, ("extend",)) == []
     assert lower.kernel_config(wide(192, 128), Arch.SM100).fwd_tile_n == 64
@@ -287,7 +292,7 @@ def test_draft_chains_are_lowered_trees_are_not() -> None:
     assert "draft trees (topk > 1)" in reason(chain(topk=2))
     assert "page size 12" in reason(chain(page=12), Arch.SM100)  # verify reads the cache too
     c = lower.kernel_config(chain(page=64), Arch.SM90)
-    assert (c.fwd_tile_n, c.spec_topk, c.num_draft_tokens) == (64, 1, 4)
+    assert (c.fwd_tile_n, c.spec_topk, c.num_draft_tokens) == (128, 1, 4)
     assert verify.config_problems(c, ("verify", "draft_extend")) == []
     tree = dataclasses.replace(c, spec_topk=2)
     assert "only draft chains" in verify.config_problems(tree, ("verify",))[0]
