@@ -4,7 +4,9 @@ a call) against FA4's varlen forward on the same inputs: keys per tile (``fwd_ti
 K/V ring depth (``fwd_num_stages``) on the generated configs of ``mha_gqa_prefill`` (causal)
 and ``mha_gqa_noncausal``. Each output starts as NaN and must match FA4's within
 4e-3 + 2e-2 max|FA4|. ``python3 bench/experimental/cute_prefill_tiles.py OUT.jsonl`` from
-the repository root (FA4 on the path)."""
+the repository root (FA4 on the path). ``OUT.jsonl '{"name": {config overrides}, ...}'``
+sweeps those configs instead (e.g. the sm90 schedule keys ``fwd_wg_pingpong``), and
+``--head-dim 64`` another head dim (the generated config of that head dim)."""
 
 import dataclasses
 import importlib
@@ -19,16 +21,20 @@ from triton.testing import do_bench  # noqa: E402
 
 TILES = ((128, 2), (176, 2), (192, 2), (160, 2), (128, 3), (112, 2))
 SEQLENS = (1024, 4096, 8192, 16384)
-TOKENS, HQ, HKV, D = 16384, 32, 8, 128
+TOKENS, HQ, HKV = 16384, 32, 8
+D = 128  # --head-dim
 
 
 def generated_config(name: str):
     mod = importlib.import_module(f"generated.sm90.cute_dsl.mha.{name}.kernels")
     cfgs = [c for c in mod.CONFIGS.values() if (c.head_dim, c.gqa_group) == (D, HQ // HKV)]
+    if not cfgs:  # another head dim: the spec's config with it swapped in (same tiles)
+        cfgs = [dataclasses.replace(c, head_dim=D, v_head_dim=D) for c in mod.CONFIGS.values()
+                if c.gqa_group == HQ // HKV]  # fmt: skip
     return mod, max(cfgs, key=lambda c: c.page_size)
 
 
-def main(out_path: str) -> None:
+def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> None:
     from flash_attn.cute import flash_attn_varlen_func
 
     torch.manual_seed(0)
@@ -52,15 +58,18 @@ def main(out_path: str) -> None:
             ref = fa4().float()
             ms_fa4 = do_bench(fa4, warmup=25, rep=100, return_mode="median")
             tol = 4e-3 + 2e-2 * float(ref.abs().max())
-            for tile_n, stages in TILES:
-                cfg = dataclasses.replace(base, fwd_tile_n=tile_n, fwd_num_stages=stages)
+            sweep = variants or {
+                f"n{n}s{st}": dict(fwd_tile_n=n, fwd_num_stages=st) for n, st in TILES
+            }
+            for name, overrides in sweep.items():
+                cfg = dataclasses.replace(base, **overrides)
                 out = torch.full_like(q, float("nan"))
 
                 def ours():
                     mod.prefill(q, k, v, cu, out, max_seq_len=seq, config=cfg,
                                 sm_scale=D**-0.5)  # fmt: skip
 
-                row = dict(causal=causal, seq=seq, tile_n=tile_n, stages=stages,
+                row = dict(causal=causal, seq=seq, head_dim=D, variant=name, **overrides,
                            fa4_tflops=round(flops / ms_fa4 / 1e9, 1))  # fmt: skip
                 try:
                     ours()
@@ -79,4 +88,9 @@ def main(out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    if "--head-dim" in args:
+        i = args.index("--head-dim")
+        D = int(args[i + 1])
+        del args[i : i + 2]
+    main(args[0], json.loads(args[1]) if len(args) > 1 else None)
