@@ -32,7 +32,7 @@ from types import ModuleType
 from typing import Any
 
 from attngen.arch import ARCHS, facts
-from attngen.evidence import module_identity
+from attngen.evidence import bound_library_sha256, module_identity
 
 ARCH_NAMES = sorted(a.value for a in ARCHS)
 DEFAULT_GENERATED = Path("generated")
@@ -128,7 +128,7 @@ class Compiler:
         for path in self.discover(arch, generated_dir):
             rel = path.resolve().relative_to(generated_dir.resolve().parent).as_posix()
             module = load_module(rel, generated_dir)
-            if module.LIBRARY_SHA256 != module.library.SOURCE_SHA256:
+            if module.LIBRARY_SHA256 != bound_library_sha256(module):
                 raise AotError(f"{rel}: generated against another kernel library: regenerate")
             for uri in sorted(module.CONFIGS):
                 names = [spec.name for spec in module.compile_specs(module.CONFIGS[uri])]

@@ -6,8 +6,9 @@
   (registers, spills, shared memory), written by ``python -m attngen.aot``.
 
 Each record is keyed by what was proved: the **kernel identity** of one variant, a sha256
-over the kernel library's sources, the module's traits (hooks, phases, arch quirks) and the
-variant's config (:func:`kernel_identity`). Moving a package or generating the same kernel
+over the kernel library's sources for the variant's arch (another arch's device code,
+``kernels/*_sm100.py`` for an sm90 variant, is left out), the module's traits (hooks,
+phases, arch quirks) and the variant's config (:func:`kernel_identity`). Moving a package or generating the same kernel
 from two specs keeps its evidence; changing the library, the hooks or a tile drops it. The
 ``module`` field of a record only says where the check ran.
 
@@ -27,6 +28,7 @@ import functools
 import hashlib
 import io
 import json
+import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,13 +55,31 @@ GPU_CHECKS: tuple[str, ...] = (
 LIBRARY_SOURCES: tuple[str, ...] = ("library.py", "config.py", "kernels/*.py", "host/*.py")
 
 
-def library_sha256(package_dir: Path, patterns: tuple[str, ...] = LIBRARY_SOURCES) -> str:
+# A library source whose stem ends in ``_<arch>`` (``fwd_sm90.py``) is that arch's device code
+# only: no other arch's kernels run it.
+ARCH_SOURCE = re.compile(r"_(sm\d+)$")
+
+
+def source_arch(path: Path) -> str | None:
+    """The arch a library source belongs to alone (``ARCH_SOURCE``), or None: every arch's."""
+    match = ARCH_SOURCE.search(path.stem)
+    return match.group(1) if match else None
+
+
+def library_sha256(
+    package_dir: Path, patterns: tuple[str, ...] = LIBRARY_SOURCES, arch: str | None = None
+) -> str:
     """sha256 over a kernel library's source files (sorted relative paths and bytes), and
     over the files of other families that they import (a library may launch another
-    family's kernel: its edits must change this identity too). Importable without torch or
-    the backend's compiler, so the generator records it in every generated kernels.py and
-    computes identities without importing the library."""
+    family's kernel: its edits must change this identity too). With ``arch``, the sources
+    of other archs (``source_arch``) are left out: editing a Blackwell kernel keeps the
+    Hopper kernels' identity, and their evidence. A library without arch sources has one
+    sha for every arch. Importable without torch or the backend's compiler, so the
+    generator records it in every generated kernels.py and computes identities without
+    importing the library."""
     own = sorted({p.resolve() for pattern in patterns for p in package_dir.glob(pattern)})
+    if arch is not None:
+        own = [p for p in own if source_arch(p) in (None, arch)]
     family = _family_of(package_dir.resolve())
     digest = hashlib.sha256()
     for path in own:
@@ -139,6 +159,14 @@ def kernel_identity(library_sha256: str, traits: object, config: object) -> str:
     """
     text = f"{library_sha256}\n{traits!r}\n{config!r}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def bound_library_sha256(module: ModuleType) -> str:
+    """What :func:`library_sha256` says now of the library a generated kernels module binds
+    (``module.library``), for the module's arch (``LIBRARY_ARCH``; modules of a library
+    without arch sources have none): equal to the module's ``LIBRARY_SHA256`` unless the
+    library was edited after generation."""
+    return module.library.source_sha256(getattr(module, "LIBRARY_ARCH", None))
 
 
 def module_identity(module: ModuleType, uri: str) -> str:

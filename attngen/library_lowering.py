@@ -71,11 +71,12 @@ class LibraryLowering:
             plan,
             self.template,
             library_module=self.library_module,
-            library_sha256=library_sha256(self.package_dir),
+            library_sha256=library_sha256(self.package_dir, arch=plan.arch.value),
         )
 
     def identities(self, plan: ModulePlan) -> dict[str, str]:
-        library_sha, traits = library_sha256(self.package_dir), self.traits(plan)
+        library_sha = library_sha256(self.package_dir, arch=plan.arch.value)
+        traits = self.traits(plan)
         return {k.uri: kernel_identity(library_sha, traits, k.config) for k in plan.kernels}
 
 

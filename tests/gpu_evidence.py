@@ -29,7 +29,12 @@ from types import ModuleType
 
 import pytest
 
-from attngen.evidence import GPU_CHECKS, module_identity, package_runtime_identity
+from attngen.evidence import (
+    GPU_CHECKS,
+    bound_library_sha256,
+    module_identity,
+    package_runtime_identity,
+)
 from attngen.testing.paths import REPO_ROOT
 
 CHECKS = GPU_CHECKS
@@ -60,7 +65,7 @@ class Evidence:
             raise ValueError(f"check: expected one of {CHECKS}, got {check!r}")
         if variant_uri not in kernels_module.CONFIGS:
             raise ValueError(f"variant {variant_uri!r} is not in {kernels_module.__name__}")
-        if kernels_module.LIBRARY_SHA256 != kernels_module.library.SOURCE_SHA256:
+        if kernels_module.LIBRARY_SHA256 != bound_library_sha256(kernels_module):
             raise ValueError(
                 f"{kernels_module.__name__} was generated against another kernel library: "
                 "run make generate before recording evidence"

@@ -185,14 +185,14 @@ def test_generated_identities_match_the_imported_modules(files: dict[str, str]) 
     GPU suite and the AOT check compute from the imported generated module."""
     import importlib
 
-    from attngen.evidence import module_identity
+    from attngen.evidence import bound_library_sha256, module_identity
     from attngen.lower import plan_identities
 
     result = build(ROOT, ROOT / "specs", verbose=False)
     for plan in result.plans:
         module = importlib.import_module(plan.package.replace("/", ".") + ".kernels")
         ids = plan_identities(plan)
-        assert module.LIBRARY_SHA256 == module.library.SOURCE_SHA256
+        assert module.LIBRARY_SHA256 == bound_library_sha256(module)
         for uri in module.CONFIGS:
             assert ids[uri] == module_identity(module, uri), (plan.package, uri)
 
@@ -379,3 +379,27 @@ def test_a_spec_of_many_variants_is_warned_about(tmp_path: Path) -> None:
     with contextlib.redirect_stderr(err):
         lower_all(load_all(specs, tmp_path), verbose=True)
     assert f"400 variants (over {MANY_VARIANTS})" in err.getvalue()
+
+
+def test_library_sha_per_arch_leaves_out_other_archs_kernels_only() -> None:
+    """An arch's library sha leaves out the other archs' device code (``*_sm100.py`` is not
+    in sm90's), so a compile-only Blackwell edit keeps the H200 evidence; that is sound only
+    while no shared source and no other arch's source imports an arch's kernel module."""
+    from attngen.evidence import LIBRARY_SOURCES, _imports, library_sha256, source_arch
+
+    families = ROOT / "attngen" / "families"
+    cute = families / "mha" / "cute_dsl"
+    assert source_arch(cute / "kernels" / "fwd_sm100.py") == "sm100"
+    assert source_arch(cute / "kernels" / "decode_sm90.py") == "sm90"
+    assert source_arch(cute / "kernels" / "common.py") is None
+    whole, sm90, sm100 = (library_sha256(cute, arch=a) for a in (None, "sm90", "sm100"))
+    assert len({whole, sm90, sm100}) == 3
+    # a library without arch sources has one sha for every arch (its generated text keeps it)
+    triton = families / "mha" / "triton"
+    assert library_sha256(triton) == library_sha256(triton, arch="sm90")
+    for package in sorted(p.parent for p in families.glob("*/*/source.py")):
+        for path in sorted({p for pattern in LIBRARY_SOURCES for p in package.glob(pattern)}):
+            arch = source_arch(path)
+            for dep in _imports(path):
+                dep_arch = source_arch(dep)
+                assert dep_arch in (None, arch), f"{path.relative_to(ROOT)} imports {dep.name}"

@@ -7,6 +7,8 @@ It covers this package's own sources. The library also launches MLA's split comb
 
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 
 from attngen.evidence import library_sha256
@@ -14,5 +16,7 @@ from attngen.evidence import library_sha256
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def source_sha256() -> str:
-    return library_sha256(PACKAGE_DIR)
+@functools.cache
+def source_sha256(arch: str | None = None) -> str:
+    """The library's sha256 for ``arch`` (None: over all its sources)."""
+    return library_sha256(PACKAGE_DIR, arch=arch)

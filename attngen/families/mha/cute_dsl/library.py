@@ -52,7 +52,6 @@ from attngen.families.mha.cute_dsl.host.launch import (
 from attngen.families.mha.cute_dsl.source import source_sha256
 
 __all__ = [
-    "SOURCE_SHA256",
     "compile_specs",
     "decode",
     "decode_workspace",
@@ -61,5 +60,3 @@ __all__ = [
     "source_sha256",
     "verify",
 ]
-
-SOURCE_SHA256 = source_sha256()  # generated kernels.py files record the one they bind

@@ -17,7 +17,6 @@ elements, which the TMA descriptors need.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import json
 import threading
@@ -221,14 +220,9 @@ def disk_identity(arch: str, shape: Shape) -> dict[str, str]:
     return {
         "kernel": kernel_module(arch, shape).__name__,
         "shape": fields,
-        "source_sha256": _source_sha256(),
+        "source_sha256": source_sha256(arch),
         "args": LAUNCH_ARGS,
     }
-
-
-@functools.cache
-def _source_sha256() -> str:
-    return source_sha256()
 
 
 def compiled_fwd(arch: str, shape: Shape, args: tuple[Any, ...]) -> Any:
