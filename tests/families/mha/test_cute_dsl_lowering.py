@@ -47,8 +47,8 @@ def test_prefill_and_extend_on_sm90_and_sm100_are_lowered() -> None:
 
 
 def test_what_is_not_lowered_says_why() -> None:
-    assert "decode is not lowered in CuTe DSL on sm100" in reason(
-        base_variant(Family.MHA), Arch.SM100
+    assert "page size 3 is not lowered in CuTe DSL on sm100" in reason(
+        dataclasses.replace(base_variant(Family.MHA), page_size=3), Arch.SM100
     )
     for arch in (Arch.SM90, Arch.SM100):  # pages below 16 tokens: K/V rows gathered
         assert supports(prefill_extend(page=1), Backend.CUTE_DSL, arch).ok
@@ -226,7 +226,7 @@ def test_capability_constants_agree_with_the_kernel() -> None:
     assert capability.GATHER_PAGE_SIZES == set(verify.GATHER_PAGE_SIZES)
     assert all(t % p == 0 or p % t == 0 for t in verify.TILE_N for p in verify.PAGE_SIZES)
     assert capability.HEAD_DIMS[Arch.SM90] == {(64, 64), (128, 128), (256, 256), (192, 128)}
-    assert capability.HEAD_DIMS[Arch.SM100] == {(64, 64), (128, 128), (192, 128)}
+    assert capability.HEAD_DIMS[Arch.SM100] == {(64, 64), (128, 128), (256, 256), (192, 128)}
 
 
 def wide(head_dim: int, v_head_dim: int, page: int = 64, phases=(Phase.PREFILL, Phase.EXTEND)):
@@ -235,9 +235,10 @@ def wide(head_dim: int, v_head_dim: int, page: int = 64, phases=(Phase.PREFILL, 
 
 
 def test_wide_head_dims_fit_their_tiles() -> None:
-    """d 256 on sm90 with 64-key tiles (pages up to 64), not on sm100 (tensor memory);
-    192 / 128 (MLA prefill) with 128-key tiles on sm90 and 64 on sm100; decode stays at
-    64 and 128; a tuned tile that overflows shared memory fails before emission."""
+    """d 256 on sm90 with 64-key tiles (pages up to 64), on sm100 with its 64-key tiles
+    (S and O take all 512 tensor-memory columns; any page size); 192 / 128 (MLA prefill)
+    with 128-key tiles on sm90 and 64 on sm100; decode stays at 64 and 128; a tuned tile
+    that overflows shared memory fails before emission."""
     from attngen.families.mha.cute_dsl import tiles
 
     for page in (1, 16, 32, 64):
@@ -246,9 +247,14 @@ def test_wide_head_dims_fit_their_tiles() -> None:
     prefill = lower.kernel_config(wide(256, 256, phases=(Phase.PREFILL,)), Arch.SM90)
     assert prefill.fwd_tile_n == 64
     assert "page size 128 with head dims 256/256" in reason(wide(256, 256, 128))
-    assert "head dims 256/256 are not lowered in CuTe DSL on sm100" in reason(
-        wide(256, 256), Arch.SM100
-    )
+    for page in (1, 16, 32, 64, 128):
+        c = lower.kernel_config(wide(256, 256, page), Arch.SM100)
+        assert c.fwd_tile_n == 64 and verify.config_problems(c, ("prefill", "extend")) == []
+    deep = dataclasses.replace(c, fwd_num_stages=3)  # 64 + 32 + 3 x 64 KiB
+    problems = verify.config_problems(deep, ("prefill",))
+    assert len(problems) == 1 and "3 stages of 64-key tiles" in problems[0], problems
+    wider = dataclasses.replace(c, fwd_tile_n=320)
+    assert any("512 of tensor memory" in p for p in verify.config_problems(wider, ("prefill",)))
     decode = wide(256, 256, phases=(Phase.DECODE,))
     assert "decode with head dims 256/256" in reason(decode)
     for page, tile in ((16, 128), (64, 128), (128, 128)):
@@ -263,18 +269,28 @@ def test_wide_head_dims_fit_their_tiles() -> None:
 
 
 def test_shared_memory_budget_matches_the_kernel() -> None:
-    """tiles.sm90_fwd_shared_bytes (what the planner reads, importable without the DSL)
-    equals the kernel's own count (checked at compile time) on every head-dim pair."""
+    """tiles.sm90_fwd_shared_bytes / sm100_fwd_shared_bytes (what the planner reads,
+    importable without the DSL) equal the kernels' own counts (checked at compile time) on
+    every head-dim pair, and sm100's tensor memory holds S and O."""
     pytest.importorskip("cutlass")
     from attngen.families.mha.cute_dsl import tiles
     from attngen.families.mha.cute_dsl.host.compile import fwd_shape
-    from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import shared_bytes
+    from attngen.families.mha.cute_dsl.kernels import fwd_sm90, fwd_sm100
 
     traits = MhaCuteTraits(MaskHooks(causal=True), ("prefill", "extend"))
     for d, dv in sorted(capability.HEAD_DIMS[Arch.SM90]):
         c = lower.kernel_config(wide(d, dv), Arch.SM90)
         want = tiles.sm90_fwd_shared_bytes(d, dv, c.fwd_tile_n, c.fwd_num_stages)
-        assert shared_bytes(fwd_shape(c, traits, paged=True)) == want, (d, dv)
+        assert fwd_sm90.shared_bytes(fwd_shape(c, traits, paged=True)) == want, (d, dv)
+    for d, dv in sorted(capability.HEAD_DIMS[Arch.SM100]):
+        c = lower.kernel_config(wide(d, dv), Arch.SM100)
+        shape = fwd_shape(c, traits, paged=True)
+        want = tiles.sm100_fwd_shared_bytes(d, dv, c.fwd_tile_n, c.fwd_num_stages)
+        assert fwd_sm100.shared_bytes(shape) == want, (d, dv)
+        cols = fwd_sm100.tmem_cols(shape)
+        assert c.fwd_tile_n + dv <= cols <= tiles.SM100_TMEM_COLS and cols & (cols - 1) == 0
+    assert fwd_sm100.tmem_cols(fwd_shape(lower.kernel_config(wide(256, 256), Arch.SM100),
+                                         traits, paged=True)) == 512  # fmt: skip
 
 
 # -- speculative draft chains: verify and draft extend run the extend kernel ----
@@ -330,7 +346,8 @@ def test_verify_refuses_trees_before_any_gpu_work() -> None:
         verify_launch(*args, config=c, traits=traits, sm_scale=0.1)
 
 
-# -- split-KV decode (sm90): the forward pipeline on 64-row tiles of a group's heads ----
+# -- split-KV decode: the forward pipeline on tiles of a group's heads (sm90: 64 rows,
+# sm100: 128, compile-only) ----
 
 
 def decode_variant(page: int = 64, group: int = 4, head_dim: int = 128):
@@ -338,15 +355,19 @@ def decode_variant(page: int = 64, group: int = 4, head_dim: int = 128):
     return dataclasses.replace(v, shape=MhaShape(head_dim, head_dim, group))
 
 
-def test_decode_is_lowered_on_sm90_only() -> None:
+def test_decode_is_lowered_on_sm90_and_sm100() -> None:
     for page in (1, 2, 4, 8, 16, 32, 64, 128):
         for group in (1, 4, 7, 16, 64):
             for head_dim in (64, 128):
                 v = decode_variant(page, group, head_dim)
-                assert supports(v, Backend.CUTE_DSL, Arch.SM90).ok, v.uri
-                assert "decode is not lowered" in reason(v, Arch.SM100)
-    assert "group 65 is not lowered" in reason(decode_variant(group=65))
-    assert "page size 3" in reason(decode_variant(page=3))
+                for arch in (Arch.SM90, Arch.SM100):
+                    assert supports(v, Backend.CUTE_DSL, arch).ok, (v.uri, arch)
+    for arch in (Arch.SM90, Arch.SM100):
+        assert "group 65 is not lowered" in reason(decode_variant(group=65), arch)
+        assert "page size 3" in reason(decode_variant(page=3), arch)
+    assert "decode with head dims 192/128" in reason(
+        dataclasses.replace(decode_variant(), shape=MhaShape(192, 128, 4)), Arch.SM100
+    )
 
 
 def test_decode_config_and_kernels() -> None:
@@ -356,9 +377,9 @@ def test_decode_config_and_kernels() -> None:
     c = lower.kernel_config(decode_variant(page=16, group=8), Arch.SM90)
     assert (c.max_splits, c.decode_block_n, c.decode_block_h) == (16, 128, 64)
     assert verify.config_problems(c, ("extend", "decode")) == []
-    bad = dataclasses.replace(c, arch="sm100", max_splits=0)
+    bad = dataclasses.replace(c, arch="sm80", max_splits=0)
     problems = " ".join(verify.config_problems(bad, ("decode",)))
-    assert "sm90 only" in problems and "max_splits=0" in problems
+    assert "not lowered for sm80" in problems and "max_splits=0" in problems
     hooks = MaskHooks(causal=True, sinks=True)
     specs = compile_specs(c, traits=MhaCuteTraits(hooks, ("extend", "decode")))
     assert [s.name for s in specs] == ["extend", "decode", "decode_combine"]
@@ -368,6 +389,37 @@ def test_decode_config_and_kernels() -> None:
     assert (split.tile_n, split.pages_per_tile) == (128, 8)
     assert (combine.v_head_dim, combine.sinks) == (128, True)
     assert specs[1].requires["ptx"][0] == "wgmma.mma_async"
+
+
+def test_sm100_decode_config_and_kernels() -> None:
+    """sm100 decode: the group's heads are rows of the forward's 128-row tcgen05 tile over
+    64-key tiles (a 128-token page is two tiles, 16-token pages fill one four at a time,
+    1-token pages are gathered), the sm90 combine after it; bf16 / fp16 caches only."""
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.kernels import decode_sm100
+    from attngen.families.mha.cute_dsl.library import compile_specs
+
+    hooks = MaskHooks(causal=True, sinks=True)
+    traits = MhaCuteTraits(hooks, ("decode",))
+    for page, ppt, gather in ((1, 64, True), (16, 4, False), (64, 1, False), (128, 1, False)):
+        c = lower.kernel_config(decode_variant(page=page, group=16), Arch.SM100)
+        assert (c.decode_block_n, c.max_splits) == (64, 16)
+        assert verify.config_problems(c, ("decode",)) == []
+        specs = compile_specs(c, traits=traits)
+        assert [s.name for s in specs] == ["decode", "decode_combine"]
+        split = specs[0].shape
+        # the planned 64 rows, padded by the kernel to its 128-row tcgen05 tile
+        assert (split.tile_m, split.tile_n, split.decode_group) == (64, 64, 16)
+        assert decode_sm100.padded(split).tile_m == 128
+        assert specs[0].shared_bytes == 1024 + 128 * (128 + 64) * 2 + 2 * 64 * 256 * 2
+        assert (split.pages_per_tile, split.gather, split.sinks) == (ppt, gather, False)
+        assert specs[0].requires["ptx"][0] == "tcgen05.mma"
+        assert specs[1].shape.sinks  # the sinks join in the combine
+    fp8 = dataclasses.replace(c, kv_dtype="float8_e4m3fn", kv_scale="per_tensor")
+    assert "sm100 decodes caches of bfloat16 only" in verify.config_problems(fp8, ("decode",))[0]
+    assert "fp8_e4m3 KV cache in CuTe DSL: decode only, on sm90" in reason(
+        fp8_decode(), Arch.SM100
+    )
 
 
 def _decode_args(batch: int = 2, splits: int = 16):

@@ -1,11 +1,11 @@
 """What the CuTe DSL MHA lowering covers: prefill and extend (and, through the extend kernel,
-speculative verify of draft chains and draft extend), split-KV paged decode on sm90 (the
-Hopper kernel's pipeline on tiles of a GQA group's heads, then a combine), on sm90 with the
+speculative verify of draft chains and draft extend), split-KV paged decode (the forward
+kernel's pipeline on tiles of a GQA group's heads, then a combine), on sm90 with the
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
 and a cache of the same dtype, or (decode on sm90, pages of 16 .. 128 tokens, GQA groups up
-to 32) an fp8 e4m3 cache with per-tensor scales; head dims 64 and 128, 192 / 128 and (sm90,
-pages up to 64 tokens) 256, decode 64 and 128 only; causal, bidirectional and
+to 32) an fp8 e4m3 cache with per-tensor scales; head dims 64 and 128, 192 / 128 and 256
+(sm90: pages up to 64 tokens), decode 64 and 128 only; causal, bidirectional and
 sliding-window masks, logit softcap and attention sinks; any GQA group (decode: up to 64,
 one tile); extend and decode over pages of 16, 32, 64 or 128 tokens (read by TMA, one copy
 per page) and of 1, 2, 4 or 8 tokens (K/V rows gathered with cp.async). Everything else is
@@ -25,20 +25,21 @@ PHASES = frozenset({Phase.PREFILL, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEN
 # of num_draft_tokens causal rows per request, draft extend one of 1 .. num_draft_tokens)
 # and split-KV decode, which loads K/V as extend does
 PAGED_PHASES = frozenset({Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND, Phase.DECODE})
-DECODE_ARCHS = frozenset({Arch.SM90})  # sm100: the tcgen05 kernel has no decode tile yet
-MAX_DECODE_GROUP = 64  # decode packs the group's query heads into one 64-row wgmma tile
+DECODE_ARCHS = frozenset({Arch.SM90, Arch.SM100})  # sm100: compile-only, as its forward
+FP8_DECODE_ARCHS = frozenset({Arch.SM90})  # the e4m3 QK MMAs and V conversion: wgmma only
+MAX_DECODE_GROUP = 64  # decode packs the group's query heads into one tile (sm90: 64 rows)
 # an fp8 e4m3 cache with per-tensor scales: decode on sm90 reads whole pages by TMA (16 .. 128
 # tokens), runs Q K^T on e4m3 MMAs with each query head as two e4m3 rows of the 64-row tile
 # (so 32 heads a group at most) and converts V in shared memory; extend does not read fp8 yet
 FP8_KV = DType.FP8_E4M3
 FP8_PHASES = frozenset({Phase.DECODE})
 # (qk, v) head dims of prefill / extend / verify / draft extend per arch: 256 on sm90 with
-# 64-key tiles (Q 64 KiB + two K/V stages of 64 KiB fit; 128-key tiles do not), not on
-# sm100 (S's 64 + O's 256 fp32 columns exceed the kernel's 256 of tensor memory); 192 / 128
-# (MLA prefill on decompressed K/V) on both. Decode: 64 and 128 only.
+# 64-key tiles (Q 64 KiB + two K/V stages of 64 KiB fit; 128-key tiles do not), and on
+# sm100 (S's 64 + O's 256 fp32 columns: all 512 of the SM's tensor memory); 192 / 128 (MLA
+# prefill on decompressed K/V) on both. Decode: 64 and 128 only.
 HEAD_DIMS = {
     Arch.SM90: frozenset({(64, 64), (128, 128), (256, 256), (192, 128)}),
-    Arch.SM100: frozenset({(64, 64), (128, 128), (192, 128)}),
+    Arch.SM100: frozenset({(64, 64), (128, 128), (256, 256), (192, 128)}),
 }
 DECODE_HEAD_DIMS = frozenset({(64, 64), (128, 128)})
 DTYPES = frozenset({DType.BF16, DType.FP16})
@@ -94,12 +95,12 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 variant.kv_dtype is not FP8_KV
                 or (
                     set(variant.phases) <= FP8_PHASES
-                    and arch in DECODE_ARCHS
+                    and arch in FP8_DECODE_ARCHS
                     and variant.kv_scale is ScaleGranularity.PER_TENSOR
                     and variant.page_size in TMA_PAGE_SIZES
                 ),
                 f"fp8_e4m3 KV cache in CuTe DSL: decode only, on "
-                f"{', '.join(sorted(a.value for a in DECODE_ARCHS))}, per-tensor scales, pages "
+                f"{', '.join(sorted(a.value for a in FP8_DECODE_ARCHS))}, per-tensor scales, pages "
                 f"of {sorted(TMA_PAGE_SIZES)} tokens (got {', '.join(p.value for p in variant.phases)}"
                 f" on {arch.value}, {variant.kv_scale.value if variant.kv_scale else 'no'} scales, "
                 f"page {variant.page_size})",

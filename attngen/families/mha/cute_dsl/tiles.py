@@ -41,6 +41,17 @@ def sm90_paged_tile_n(page_size: int, tile_n: int) -> int:
     return max(page_size, tile_n)
 
 
+def sm100_fwd_shared_bytes(head_dim: int, v_head_dim: int, tile_n: int, stages: int) -> int:
+    """Shared memory of one sm100 forward or decode CTA (``kernels/fwd_sm100.shared_bytes``):
+    the Q and P tiles (128 rows) and ``stages`` K and V tiles, 16-bit. d 256 with 64-key
+    tiles: 209 KiB at two stages."""
+    q_p = TILE_M * (head_dim + tile_n) * ELEMENT_BYTES
+    return BARRIER_BYTES + q_p + stages * tile_n * (head_dim + v_head_dim) * ELEMENT_BYTES
+
+
+SM100_TMEM_COLS = 512  # fp32 columns of an SM's tensor memory: S (tile_n) + O (Dv) must fit
+
+
 DECODE_TILE_M = 64  # decode: the GQA group's heads in one wgmma M
 # over an fp8 cache each head takes two rows (q's two e4m3 parts, rows r and r + 8 of a warp)
 FP8_DECODE_MAX_GROUP = 32

@@ -7,7 +7,9 @@ from attngen.families.mha.cute_dsl.config import DECODE_TILE_ROWS, PAGED_PHASES,
 from attngen.families.mha.cute_dsl.tiles import (
     FP8_DECODE_MAX_GROUP,
     SM90_SHARED_BYTES,
+    SM100_TMEM_COLS,
     sm90_decode_shared_bytes,
+    sm100_fwd_shared_bytes,
     sm90_fwd_shared_bytes,
 )
 from attngen.ir import ModulePlan, PlanError, check_unique_uris
@@ -52,6 +54,19 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
             )
     if c.arch == "sm100" and c.fwd_tile_n != 64:
         problems.append(f"fwd_tile_n={c.fwd_tile_n}: sm100 rows of S hold 64 keys (128 spill)")
+    if c.arch == "sm100":
+        stages = max(c.fwd_num_stages, c.decode_num_stages if "decode" in phases else 0)
+        smem = sm100_fwd_shared_bytes(c.head_dim, c.v_head_dim, c.fwd_tile_n, stages)
+        if smem > SM90_SHARED_BYTES:  # Blackwell's per-CTA limit is Hopper's
+            problems.append(
+                f"{stages} stages of {c.fwd_tile_n}-key tiles at head dims {c.head_dim}/"
+                f"{c.v_head_dim}: {smem} B of shared memory, over sm100's {SM90_SHARED_BYTES}"
+            )
+        if c.fwd_tile_n + c.v_head_dim > SM100_TMEM_COLS:
+            problems.append(
+                f"fwd_tile_n={c.fwd_tile_n} + v_head_dim={c.v_head_dim} fp32 columns exceed "
+                f"the SM's {SM100_TMEM_COLS} of tensor memory"
+            )
     if c.fwd_intra_wg_overlap and c.arch != "sm90":
         problems.append("fwd_intra_wg_overlap is a Hopper (wgmma) schedule: sm90 only")
     if c.spec_topk > 1:
@@ -59,8 +74,10 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
     if ("verify" in phases or "draft_extend" in phases) and c.num_draft_tokens < 1:
         problems.append("verify / draft_extend need num_draft_tokens >= 1")
     if "decode" in phases:
-        if c.arch != "sm90":
-            problems.append("split-KV decode is lowered for sm90 only")
+        if c.arch not in ("sm90", "sm100"):
+            problems.append(f"split-KV decode is not lowered for {c.arch}")
+        if c.arch == "sm100" and c.kv_dtype != c.dtype:
+            problems.append(f"kv_dtype={c.kv_dtype}: sm100 decodes caches of {c.dtype} only")
         if c.gqa_group > DECODE_TILE_ROWS:
             problems.append(f"gqa_group={c.gqa_group}: decode packs the group in one "
                             f"{DECODE_TILE_ROWS}-row tile")  # fmt: skip

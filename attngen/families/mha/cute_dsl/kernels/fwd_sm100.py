@@ -56,7 +56,7 @@ SOFTMAX_WARPS = 4  # warps 0..3: one thread per query row
 MMA_WARP = 4
 LOAD_WARP = 5
 NUM_THREADS = 32 * 6
-TMEM_COLS = 256  # S (tile_n) + O (Dv) fp32 columns, allocated as a power of two >= 32
+SM_TMEM_COLS = 512  # an SM's tensor memory: 128 lanes x 512 fp32 columns
 O_CHUNK = 32  # O columns per tensor-memory load / store of a softmax thread
 TMEM_BARRIER_ID = 1  # named barrier of the softmax warps and the MMA warp (TMEM alloc/free)
 # What the design relies on: tcgen05 MMA and tensor-memory loads, bulk tensor copies (TMA).
@@ -74,6 +74,15 @@ def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
     if shape.gather:
         return {**REQUIRES, "ptx": REQUIRES["ptx"] + GATHER_REQUIRES}
     return REQUIRES
+
+
+def tmem_cols(shape: FwdShape) -> int:
+    """Tensor-memory columns one CTA allocates: S (tile_n) + O (Dv) fp32 columns, rounded up
+    to a power of two >= 32 (tcgen05.alloc's unit); d 256 takes all 512 of the SM's."""
+    cols = 32
+    while cols < shape.tile_n + shape.v_head_dim:
+        cols *= 2
+    return cols
 
 
 def shared_bytes(shape: FwdShape) -> int:
@@ -105,7 +114,7 @@ class MhaFwdSm100:
 
     def __init__(self, shape: FwdShape):
         assert shape.tile_m == 32 * SOFTMAX_WARPS, "one softmax thread per query row"
-        assert shape.tile_n + shape.v_head_dim <= TMEM_COLS, "S and O share tensor memory"
+        assert tmem_cols(shape) <= SM_TMEM_COLS, "S and O share the SM's tensor memory"
         self.shape = shape
         self.dtype = DTYPES[shape.dtype]
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
@@ -130,12 +139,34 @@ class MhaFwdSm100:
         stream: cuda.CUstream,
     ):
         shape = self.shape
-        d, dv = shape.head_dim, shape.v_head_dim
         mQ, mK, mV, mO = (rows_aligned(t) for t in (mQ, mK, mV, mO))
         mQ = mode_select(mQ, [0, 2, 1])  # (T, D, H): TMA tiles the first two modes
         kv_modes = [1, 3, 2, 0] if const_expr(shape.paged) else [0, 2, 1]
         mK, mV = mode_select(mK, kv_modes), mode_select(mV, kv_modes)
+        tma, layouts, mmas, SharedStorage = self.setup(mQ, mK, mV)
+        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
+        grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
+        self.kernel(
+            tma[0], tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
+            None, mLSE, *tma[3:], softmax_scale, self.scale_log2(softmax_scale), write_lse,
+            *layouts, *mmas, SharedStorage,
+        ).launch(
+            grid=grid, block=[NUM_THREADS, 1, 1], smem=SharedStorage.size_in_bytes(),
+            stream=stream,
+        )  # fmt: skip
 
+    def scale_log2(self, softmax_scale: Float32) -> Float32:
+        """The factor of scores in exp2: exp(s * scale) = exp2(s * scale * log2(e))."""
+        if const_expr(self.shape.logit_softcap is None):
+            return softmax_scale * LOG2_E
+        return Float32(LOG2_E)  # the capped scores are already scaled
+
+    def setup(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor):
+        """Shared-memory layouts, MMAs, TMA atoms and the shared storage of the (mode-selected)
+        q, k and v tensors: (TMA tensors and atoms of Q, K, V), (sQ, sK, sV, sP layouts),
+        (QK and PV tiled MMAs), SharedStorage."""
+        shape = self.shape
+        d, dv = shape.head_dim, shape.v_head_dim
         sQ_layout = smem_layout(self.dtype, self.tile_m, d, None)
         sK_layout = smem_layout(self.dtype, self.tile_n, d, shape.num_stages)
         sV_layout = smem_layout(self.dtype, self.tile_n, dv, shape.num_stages)
@@ -175,35 +206,32 @@ class MhaFwdSm100:
 
         stages = shape.num_stages
 
-        @cute.struct
-        class SharedStorage:
-            mbar_q: cute.struct.MemRange[cutlass.Int64, 2]
-            mbar_k: cute.struct.MemRange[cutlass.Int64, 2 * stages]
-            mbar_v: cute.struct.MemRange[cutlass.Int64, 2 * stages]
-            mbar_s: cute.struct.MemRange[cutlass.Int64, 2]
-            mbar_p: cute.struct.MemRange[cutlass.Int64, 2]
-            tmem_holding_buf: Int32
-            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
-            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
-            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
-            sP: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sP_layout)], 1024]
+        def tile(layout: cute.ComposedLayout) -> type:
+            return cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(layout)], 1024]
+
+        # built from a dict: this module's annotations are strings (PEP 563), and cute.struct
+        # reads the class's __annotations__ as given
+        members = {
+            "mbar_q": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_k": cute.struct.MemRange[cutlass.Int64, 2 * stages],
+            "mbar_v": cute.struct.MemRange[cutlass.Int64, 2 * stages],
+            "mbar_s": cute.struct.MemRange[cutlass.Int64, 2],
+            "mbar_p": cute.struct.MemRange[cutlass.Int64, 2],
+            "tmem_holding_buf": Int32,
+            "sQ": tile(sQ_layout),
+            "sK": tile(sK_layout),
+            "sV": tile(sV_layout),
+            "sP": tile(sP_layout),
+        }
+        SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": members}))
 
         assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
-        if const_expr(shape.logit_softcap is None):
-            scale_log2 = softmax_scale * LOG2_E
-        else:
-            scale_log2 = Float32(LOG2_E)  # the capped scores are already scaled
-        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
-        grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
-        self.kernel(
-            tma_Q, tma_K, tma_V, mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
-            mLSE, tma_atom_Q, tma_atom_K, tma_atom_V, softmax_scale, scale_log2, write_lse,
-            sQ_layout, sK_layout, sV_layout, sP_layout, tiled_mma_qk, tiled_mma_pv,
+        return (
+            (tma_Q, tma_K, tma_V, tma_atom_Q, tma_atom_K, tma_atom_V),
+            (sQ_layout, sK_layout, sV_layout, sP_layout),
+            (tiled_mma_qk, tiled_mma_pv),
             SharedStorage,
-        ).launch(
-            grid=grid, block=[NUM_THREADS, 1, 1], smem=SharedStorage.size_in_bytes(),
-            stream=stream,
-        )  # fmt: skip
+        )
 
     # -- device side ----
 
@@ -220,7 +248,9 @@ class MhaFwdSm100:
         mPrefixLens: Optional[cute.Tensor],
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
-        mLSE: cute.Tensor,  # [T, Hq] fp32, written when write_lse != 0
+        mNumSplits: Optional[cute.Tensor],  # decode: [B] KV splits per request
+        mLSE: cute.Tensor,  # [T, Hq] fp32, written when write_lse != 0; decode: [B, Hq,
+        # max_splits] fp32 base-2 log-sum-exps of the splits (mO: [B, Hq, max_splits, Dv])
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -237,15 +267,26 @@ class MhaFwdSm100:
     ):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        m_block_rev, head, batch = cute.arch.block_idx()
-        num_m_blocks, num_heads, _ = cute.arch.grid_dim()
-        m_block = num_m_blocks - 1 - m_block_rev  # longest (causal: last) query tiles first
-        q_start = mCuSeqlensQ[batch]
-        seqlen_q = mCuSeqlensQ[batch + 1] - q_start
-        seqlen_k = seqlen_q
-        if const_expr(mPrefixLens is not None):
-            seqlen_k = seqlen_q + mPrefixLens[batch]
-        head_kv = head // (num_heads // mK.shape[2])
+        shape = self.shape
+        split = Int32(0)
+        if const_expr(shape.decode):  # (split, kv head, request); mCuSeqlensQ: seq_lens
+            split, head_kv, batch = cute.arch.block_idx()
+            m_block, seqlen_q = Int32(0), Int32(1)
+            seqlen_k = mCuSeqlensQ[batch]
+            head = head_kv * shape.decode_group  # the group's first query head
+            # the Q tile: rows head .. head + tile_m of mQ (Hq, D, B) at this request
+            q_row, q_slice = head, batch
+        else:
+            m_block_rev, head, batch = cute.arch.block_idx()
+            num_m_blocks, num_heads, _ = cute.arch.grid_dim()
+            m_block = num_m_blocks - 1 - m_block_rev  # longest (causal: last) query tiles first
+            q_start = mCuSeqlensQ[batch]
+            seqlen_q = mCuSeqlensQ[batch + 1] - q_start
+            seqlen_k = seqlen_q
+            if const_expr(mPrefixLens is not None):
+                seqlen_k = seqlen_q + mPrefixLens[batch]
+            head_kv = head // (num_heads // mK.shape[2])
+            q_row, q_slice = q_start, head  # the Q tile: rows of mQ (T, D, Hq) at this head
 
         if warp_idx == LOAD_WARP:
             for atom in (tma_atom_Q, tma_atom_K, tma_atom_V):
@@ -310,28 +351,44 @@ class MhaFwdSm100:
         tOtO_fake = tiled_mma_pv.make_fragment_C(tOtO_shape)
 
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
-        if m_block * self.tile_m < seqlen_q:
+        active = m_block * self.tile_m < seqlen_q
+        mO_rows, mLSE_rows = mO, mLSE
+        if const_expr(shape.decode):
+            # split `split` of num_splits takes its share of the visible key tiles (none when
+            # they run out, or when the request has no key: it writes an empty partial, zeros
+            # and lse -inf); splits past num_splits do nothing (the combine reads
+            # num_splits partials)
+            num_splits = cutlass.max(cutlass.min(mNumSplits[batch], mLSE.shape[2]), 1)
+            active = split < num_splits
+            n_block_max = cutlass.min(n_block_max, (seqlen_k + self.tile_n - 1) // self.tile_n)
+            per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
+            first = n_block_min + split * per_split
+            n_block_min = cutlass.min(first, n_block_max)
+            n_block_max = cutlass.min(first + per_split, n_block_max)
+            mO_rows = cute.domain_offset((head, 0), mO[batch, None, split, None])
+            mLSE_rows = cute.domain_offset((head,), mLSE[batch, None, split])
+        if active:
             if warp_idx == LOAD_WARP:
                 if const_expr(self.shape.gather):
                     self.load_gathered(
                         mQ, mK_rows, mV_rows, sQ, sK, sV, mPageTable, tma_atom_Q, pipe_q,
-                        pipe_k, pipe_v, q_start, head, head_kv, batch, m_block, seqlen_k,
+                        pipe_k, pipe_v, q_row, q_slice, head_kv, batch, m_block, seqlen_k,
                         n_block_min, n_block_max,
                     )  # fmt: skip
                 elif const_expr(self.shape.pages_per_tile > 1):
                     self.load_pages(
                         mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
-                        pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
+                        pipe_q, pipe_k, pipe_v, q_row, q_slice, head_kv, batch, m_block,
                         n_block_min, n_block_max,
                     )  # fmt: skip
                 else:
                     self.load(
                         mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K, tma_atom_V,
-                        pipe_q, pipe_k, pipe_v, q_start, head, head_kv, batch, m_block,
+                        pipe_q, pipe_k, pipe_v, q_row, q_slice, head_kv, batch, m_block,
                         n_block_min, n_block_max,
                     )  # fmt: skip
             if warp_idx == MMA_WARP:
-                tmem.allocate(TMEM_COLS)
+                tmem.allocate(tmem_cols(self.shape))
                 tmem.wait_for_alloc()
                 tmem_ptr = tmem.retrieve_ptr(Float32)
                 tStS = cute.make_tensor(tmem_ptr, tStS_fake.layout)
@@ -350,9 +407,9 @@ class MhaFwdSm100:
                 tStS = cute.make_tensor(tmem_ptr, tStS_fake.layout)
                 tOtO = cute.make_tensor(tmem_ptr + self.tile_n, tOtO_fake.layout)
                 self.softmax(
-                    mO, mSinks, sP, tStS, tOtO, tiled_mma_qk, tiled_mma_pv, pipe_s, pipe_p,
-                    tidx, softmax_scale, scale_log2, q_start, seqlen_q, seqlen_k, head, m_block,
-                    n_block_min, n_block_max, mLSE, write_lse,
+                    mO_rows, mSinks, sP, tStS, tOtO, tiled_mma_qk, tiled_mma_pv, pipe_s, pipe_p,
+                    tidx, softmax_scale, scale_log2, q_row, seqlen_q, seqlen_k, head, m_block,
+                    n_block_min, n_block_max, mLSE_rows, write_lse,
                 )  # fmt: skip
                 tcgen05_fence("before_thread_sync")  # the last O loads are complete
                 tmem.wait_for_alloc()  # tell the MMA warp tensor memory may be freed
@@ -706,6 +763,8 @@ class MhaFwdSm100:
 
         row = tScS_t2r[0][0]  # this thread's query row within the tile
         pos = m_block * self.tile_m + row + (seqlen_k - seqlen_q)  # its query position
+        if const_expr(shape.decode):
+            pos = seqlen_k - 1  # every row is a head of the request's one (newest) token
         key_end = seqlen_k
         if const_expr(shape.causal):
             key_end = cutlass.min(pos + 1, seqlen_k)
@@ -763,6 +822,38 @@ class MhaFwdSm100:
         # -- epilogue: wait for the last PV, normalise, write this row ----
         pipe_p.producer_acquire(p_state)
         tcgen05_fence("after_thread_sync")
+        if const_expr(shape.decode):
+            self.store_partial(tOAcc, tOcO, load_o, tOrO, row, row_sum, row_max, scale_log2,
+                               mO, mLSE)  # fmt: skip
+        else:
+            self.epilogue(tOAcc, tOcO, load_o, tOrO, row, row_sum, row_max, scale_log2, mO,
+                          mSinks, q_start, seqlen_q, head, m_block, mLSE, write_lse)  # fmt: skip
+
+    @cute.jit
+    def epilogue(
+        self,
+        tOAcc: cute.Tensor,
+        tOcO: cute.Tensor,
+        load_o: cute.TiledCopy,
+        tOrO: cute.Tensor,
+        row: Int32,
+        row_sum: Float32,
+        row_max: Float32,
+        scale_log2: Float32,
+        mO: cute.Tensor,
+        mSinks: Optional[cute.Tensor],
+        q_start: Int32,
+        seqlen_q: Int32,
+        head: Int32,
+        m_block: Int32,
+        mLSE: cute.Tensor,
+        write_lse: Int32,
+    ):
+        """Normalise this thread's row of O (sinks join the denominator) and write it, and
+        its natural-log LSE into mLSE [T, Hq] when write_lse != 0."""
+        shape = self.shape
+        chunk = (self.tile_m, O_CHUNK)
+        num_chunks = shape.v_head_dim // O_CHUNK
         total = row_sum
         m_scaled = row_max * scale_log2
         if const_expr(shape.sinks):
@@ -788,6 +879,39 @@ class MhaFwdSm100:
             if q_row < seqlen_q:
                 for j in cutlass.range_constexpr(cute.size(tOrO_out)):
                     mO_h[q_row, tOcO_c[j][1]] = tOrO_out[j]
+
+    @cute.jit
+    def store_partial(
+        self,
+        tOAcc: cute.Tensor,
+        tOcO: cute.Tensor,
+        load_o: cute.TiledCopy,
+        tOrO: cute.Tensor,
+        row: Int32,
+        row_sum: Float32,
+        row_max: Float32,
+        scale_log2: Float32,
+        mO: cute.Tensor,
+        mLSE: cute.Tensor,
+    ):
+        """Decode: this split's normalised output row (fp32) and its log-sum-exp (base 2, of
+        the scaled scores; -inf when the split saw no key) for the combine, when the row is
+        a head of the group (``mO``: [group heads.., Dv], ``mLSE``: [group heads..])."""
+        shape = self.shape
+        chunk = (self.tile_m, O_CHUNK)
+        if row < shape.decode_group:
+            inv = Float32(0.0)
+            lse = -Float32.inf
+            if row_sum > 0.0:
+                inv = Float32(1.0) / row_sum
+                lse = row_max * scale_log2 + cute.math.log2(row_sum, fastmath=True)
+            mLSE[row] = lse
+            for c in cutlass.range_constexpr(shape.v_head_dim // O_CHUNK):
+                cute.copy(load_o, load_o.partition_S(cute.local_tile(tOAcc, chunk, (0, c))), tOrO)
+                cute.arch.fence_view_async_tmem_load()
+                tOcO_c = load_o.partition_D(cute.local_tile(tOcO, chunk, (0, c)))
+                for j in cutlass.range_constexpr(cute.size(tOrO)):
+                    mO[row, tOcO_c[j][1]] = tOrO[j] * inv
 
 
 KERNEL = MhaFwdSm100  # what host/compile.py builds for sm100
