@@ -24,6 +24,7 @@ import torch
 from attngen.hooks import MaskHooks
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.select import GENERATED_PACKAGE, available_specs, load_backend_class
+from attngen.spec.enums import TORCH_DTYPE_NAME, MaskKind
 from attngen.selection import preference
 
 FAMILY = "mha"
@@ -207,10 +208,40 @@ def _missing(features: LayerFeatures, arch: str, want: dict, backend: str | None
     )
     return (
         f"no generated MHA config{on} for {arch} serves a layer with "
-        f"{features.describe()} and {fields}; {hint}. Add a spec (specs/mha/*.yaml: phases "
-        f"[extend, decode], heads.head_dim {features.head_dim}, heads.gqa_group "
-        f"{features.gqa_group}, mask {features.hooks}) and run `make generate`"
+        f"{features.describe()} and {fields}; {hint}. Add a spec that does, e.g. "
+        f"specs/mha/<name>.yaml:\n{spec_yaml(features, arch, want, backend)}\nand run "
+        "`make generate`"
     )
+
+
+def spec_yaml(features: LayerFeatures, arch: str, want: dict, backend: str | None) -> str:
+    """A spec (YAML) that generates the config ``want`` for a layer with ``features``."""
+    spelling = {torch_name: dtype.value for dtype, torch_name in TORCH_DTYPE_NAME.items()}
+    lines = [
+        "name: mha_<name>",
+        "family: mha",
+        f"description: {features.describe()}",
+        "phases: [extend, decode]",
+        f"dtype: {spelling[want['dtype']]}",
+        "heads:",
+        f"  head_dim: {features.head_dim}",
+    ]
+    if features.v_head_dim != features.head_dim:
+        lines.append(f"  v_head_dim: {features.v_head_dim}")
+    lines += [f"  gqa_group: {features.gqa_group}", "kv_cache:"]
+    lines.append(f"  page_size: [{want.get('page_size', PAGE_SIZE_ORDER[0])}]")
+    if want["kv_dtype"] != want["dtype"]:
+        lines += [f"  dtype: {spelling[want['kv_dtype']]}", f"  scale: {want['kv_scale']}"]
+    kind = MaskKind.SLIDING_WINDOW if features.window_left is not None else MaskKind.CAUSAL
+    lines += ["mask:", f"  kind: {kind.value}"]
+    if features.window_left is not None:
+        lines.append(f"  window_left: {features.window_left}")
+    if features.logit_softcap is not None:
+        lines.append(f"  logit_softcap: {features.logit_softcap!r}")
+    if features.sinks:
+        lines.append("  sinks: true")
+    lines += ["targets:", f"  {backend or 'triton'}: [{arch}]"]
+    return "\n".join(lines)
 
 
 def patch_attention(

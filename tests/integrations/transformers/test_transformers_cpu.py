@@ -81,7 +81,44 @@ def test_choose_names_what_is_missing() -> None:
         )
     text = str(info.value)
     assert "sliding_window=17" in text and "no generated spec has these mask hooks" in text
-    assert "specs/mha/*.yaml" in text
+    assert "specs/mha/<name>.yaml" in text
+
+
+@pytest.mark.parametrize(
+    "layer, kv_dtype, page_size",
+    [
+        (features(window=16), torch.bfloat16, 16),
+        (features(window=4095, softcap=30.0, sinks=True, head_dim=80, group=5), torch.float16,
+         None),  # fmt: skip
+        (features(head_dim=96, group=3), torch.float8_e4m3fn, 32),
+    ],
+)
+def test_the_missing_spec_in_the_error_is_valid_and_serves_the_layer(
+    layer, kv_dtype, page_size, tmp_path
+) -> None:
+    """The spec a failed choice prints is correct to copy: it validates, and one of its
+    variants has the layer's shape, page, dtypes and mask hooks."""
+    from attngen.families.mha.key import MhaKey
+    from attngen.spec.loader import load_spec
+    from attngen.validate import validate
+
+    dtype = torch.float16 if kv_dtype is torch.float16 else torch.bfloat16
+    with pytest.raises(AttngenInputError) as info:
+        choose(layer, page_size=page_size, arch=ARCH, dtype=dtype, kv_dtype=kv_dtype)
+    text = str(info.value)
+    yaml_text = text.split("specs/mha/<name>.yaml:\n", 1)[1].rsplit("\nand run", 1)[0]
+    path = tmp_path / "missing.yaml"
+    path.write_text(yaml_text.replace("mha_<name>", "mha_missing") + "\n")
+    [variant] = validate(load_spec(path))
+    key = MhaKey.of_variant(variant)
+    assert (key.head_dim, key.gqa_group, key.dtype) == (layer.head_dim, layer.gqa_group,
+                                                        str(dtype).removeprefix("torch."))
+    assert key.kv_dtype == str(kv_dtype).removeprefix("torch.")
+    assert key.page_size == (page_size or 64)
+    mask = variant.mask
+    assert (mask.window_left, mask.logit_softcap, mask.sinks) == (
+        layer.window_left, layer.logit_softcap, layer.sinks
+    )
 
 
 def test_generate_state_refuses_right_padding() -> None:
