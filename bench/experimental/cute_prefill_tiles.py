@@ -3,10 +3,15 @@
 a call) against FA4's varlen forward on the same inputs: keys per tile (``fwd_tile_n``) and
 K/V ring depth (``fwd_num_stages``) on the generated configs of ``mha_gqa_prefill`` (causal)
 and ``mha_gqa_noncausal``. Each output starts as NaN and must match FA4's within
-4e-3 + 2e-2 max|FA4|. ``python3 bench/experimental/cute_prefill_tiles.py OUT.jsonl`` from
-the repository root (FA4 on the path). ``OUT.jsonl '{"name": {config overrides}, ...}'``
-sweeps those configs instead (e.g. the sm90 schedule keys ``fwd_wg_pingpong``), and
-``--head-dim 64`` another head dim (the generated config of that head dim)."""
+4e-3 + 2e-2 max|FA4|. FA4 and the variants are timed in interleaved rounds
+(``bench/paired_timing.py``): ``ratio`` is the median over rounds of FA4's time / the
+variant's in the same round, ``ratio_iqr`` its interquartile range.
+
+``python3 bench/experimental/cute_prefill_tiles.py OUT.jsonl`` from the repository root
+(FA4 on the path); ``OUT.jsonl '{"name": {config overrides}, ...}'`` sweeps those configs
+instead (any tuning key of the config, or of a patch under test such as
+``experimental/cute_sm90_pingpong.patch``'s ``fwd_wg_pingpong``), and ``--head-dim 64``
+another head dim (the generated config with that head dim swapped in)."""
 
 import dataclasses
 import importlib
@@ -17,11 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
+from bench.paired_timing import paired_ms  # noqa: E402
 
 TILES = ((128, 2), (176, 2), (192, 2), (160, 2), (128, 3), (112, 2))
 SEQLENS = (1024, 4096, 8192, 16384)
 TOKENS, HQ, HKV = 16384, 32, 8
+ROUNDS, CALLS = 15, 5  # paired timing: rounds of each kernel, back-to-back calls a sample
 D = 128  # --head-dim
 
 
@@ -56,32 +62,39 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
                 )[0]  # fmt: skip
 
             ref = fa4().float()
-            ms_fa4 = do_bench(fa4, warmup=25, rep=100, return_mode="median")
             tol = 4e-3 + 2e-2 * float(ref.abs().max())
             sweep = variants or {
                 f"n{n}s{st}": dict(fwd_tile_n=n, fwd_num_stages=st) for n, st in TILES
             }
-            for name, overrides in sweep.items():
+            timed, case_rows = {"fa4": fa4}, {}
+            for variant, overrides in sweep.items():
                 cfg = dataclasses.replace(base, **overrides)
                 out = torch.full_like(q, float("nan"))
 
-                def ours():
+                def ours(cfg=cfg, out=out):
                     mod.prefill(q, k, v, cu, out, max_seq_len=seq, config=cfg,
                                 sm_scale=D**-0.5)  # fmt: skip
 
-                row = dict(causal=causal, seq=seq, head_dim=D, variant=name, **overrides,
-                           fa4_tflops=round(flops / ms_fa4 / 1e9, 1))  # fmt: skip
+                row = dict(causal=causal, seq=seq, head_dim=D, variant=variant, **overrides)
                 try:
                     ours()
                     torch.cuda.synchronize()
                     diff = float((out.float() - ref).abs().max())  # NaN stays NaN
                     row["ok"] = bool(diff <= tol)
                     row["max_abs_vs_fa4"] = diff
-                    ms = do_bench(ours, warmup=25, rep=100, return_mode="median")
-                    row["tflops"] = round(flops / ms / 1e9, 1)
-                    row["ratio"] = round(ms_fa4 / ms, 3)
+                    timed[variant] = ours
                 except Exception as exc:  # noqa: BLE001
                     row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                case_rows[variant] = row
+            # FA4 and every variant that ran, in interleaved rounds (bench/paired_timing.py)
+            paired = paired_ms(timed, rounds=ROUNDS, calls=CALLS)
+            fa4_ms = paired.median_ms("fa4")
+            for variant, row in case_rows.items():
+                row["fa4_tflops"] = round(flops / fa4_ms / 1e9, 1)
+                if variant in timed:
+                    med, q1, q3 = paired.ratio("fa4", variant)  # FA4's time / this one's
+                    row["tflops"] = round(flops / paired.median_ms(variant) / 1e9, 1)
+                    row["ratio"], row["ratio_iqr"] = round(med, 3), [round(q1, 3), round(q3, 3)]
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     Path(out_path).write_text("".join(json.dumps(r) + "\n" for r in rows))

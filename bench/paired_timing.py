@@ -1,0 +1,78 @@
+"""Paired timing: several kernels timed in interleaved rounds, ratios taken within a round.
+
+Two kernels timed one after the other (``do_bench`` on A, then on B) see different clocks,
+temperatures and neighbours: on the H200 the same FA4 call moved by up to 0.3x between two
+such timings minutes apart (bench/README.md, "Consumer pingpong"), more than the gaps being
+chased. Here every round times each kernel once, in a rotated order, as ``calls``
+back-to-back calls between two events; a ratio is formed within each round, and the
+report is the median over rounds, with the spread of the per-round ratios (their
+interquartile range), so drift between rounds cancels and what remains is visible.
+
+``paired_ms(fns, rounds=..., calls=..., timer=...)``: ``timer(fn, calls)`` returns the
+milliseconds of ``calls`` calls; the default times with CUDA events (import-free otherwise,
+so the CPU tests pass a fake timer).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Timer = Callable[[Callable[[], object], int], float]
+
+
+def cuda_timer(fn: Callable[[], object], calls: int) -> float:
+    """Milliseconds of ``calls`` back-to-back calls of ``fn``, between two CUDA events."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Per-call milliseconds of each kernel, round by round (``rounds[name][i]``)."""
+
+    rounds: dict[str, list[float]]
+
+    def median_ms(self, name: str) -> float:
+        return statistics.median(self.rounds[name])
+
+    def ratio(self, num: str, den: str) -> tuple[float, float, float]:
+        """median and interquartile range (q1, q3) over rounds of ``num``'s time / ``den``'s
+        in the same round (> 1: ``den`` is faster)."""
+        per_round = [a / b for a, b in zip(self.rounds[num], self.rounds[den])]
+        if len(per_round) < 2:
+            return per_round[0], per_round[0], per_round[0]
+        q1, med, q3 = statistics.quantiles(per_round, n=4, method="inclusive")
+        return med, q1, q3
+
+
+def paired_ms(
+    fns: dict[str, Callable[[], object]],
+    rounds: int = 15,
+    calls: int = 10,
+    warmup_calls: int = 3,
+    timer: Timer = cuda_timer,
+) -> Paired:
+    """Time every kernel of ``fns`` once per round, rotating who goes first; each sample is
+    the mean of ``calls`` back-to-back calls. Every kernel first runs ``warmup_calls``
+    untimed calls (compiles, caches, clocks)."""
+    if not fns or rounds < 1 or calls < 1:
+        raise ValueError(f"paired_ms: need kernels, rounds >= 1, calls >= 1 (got {len(fns)}, "
+                         f"{rounds}, {calls})")  # fmt: skip
+    names = list(fns)
+    for name in names:
+        timer(fns[name], warmup_calls)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            samples[name].append(timer(fns[name], calls) / calls)
+    return Paired(samples)
