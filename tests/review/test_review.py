@@ -203,21 +203,23 @@ def test_refused_variant_shows_the_capability_reason(repo: Path) -> None:
     """A target that does not lower a variant is listed with supports()'s reason; the spec
     stays valid because another target lowers it."""
     text = NEW_SPEC.replace("triton: [sm80, sm90]", "triton: [sm90]\n  cute_dsl: [sm100]")
+    # an fp8 cache: CuTe DSL decodes one on sm90 only (and extends none)
+    text = text.replace("  page_size: [32]", "  page_size: [32]\n  dtype: fp8_e4m3\n  scale: per_tensor")
     (repo / "specs/mha/review_new.yaml").write_text(text)
     spec = load_spec(repo / "specs/mha/review_new.yaml", repo)
     [variant] = expand(spec)
-    verdict = supports(variant, Backend.CUTE_DSL, Arch.SM100)  # no CuTe decode on sm100 yet
+    verdict = supports(variant, Backend.CUTE_DSL, Arch.SM100)
     assert not verdict.ok
     data, md = review(repo)
     [change] = data["review"]["specs"]
     assert change["error"] is None
-    assert change["added"] == {"triton sm90": [NEW_URI]}
+    assert change["added"] == {"triton sm90": [variant.uri]}
     assert change["refused"] == [
         {
             "targets": ["cute_dsl sm100"],
             "status": verdict.status.value,
             "reason": verdict.reason,
-            "uris": [NEW_URI],
+            "uris": [variant.uri],
         }
     ]
     status = verdict.status.value.replace("_", " ")
