@@ -1,8 +1,8 @@
 """Paired timing: several kernels timed in interleaved rounds, ratios taken within a round.
 
 Two kernels timed one after the other (``do_bench`` on A, then on B) see different clocks,
-temperatures and neighbours: on the H200 the same FA4 call moved by up to 0.3x between two
-such timings minutes apart (bench/README.md, "Consumer pingpong"), more than the gaps being
+temperatures and neighbours: on the H200 one FA4 prefill read 681 then 558 TFLOP/s in two
+runs minutes apart (bench/README.md, "Consumer pingpong"), more than the gaps being
 chased. Here every round times each kernel once, in a rotated order, as ``calls``
 back-to-back calls between two events; a ratio is formed within each round, and the
 report is the median over rounds, with the spread of the per-round ratios (their
