@@ -3,9 +3,11 @@
 sm90 forward: 128 query rows per CTA (two consumer warpgroups of 64), 128-key tiles (whole
 pages of up to 128 tokens, when extend or decode reads a paged cache), two K/V stages in
 shared memory (d128: Q 32 KiB + K and V 2 x 2 x 32 KiB = 160 KiB of 227), and the
-intra-warpgroup overlap (S_j's softmax while P_{j-1} V_{j-1} runs). Measured on the H200
-(bench/results/cute_mha_check_overlap1_2026-12-02-a3885ee.json): hd128 prefill 0.94x FA4 at
-S = 4k, 1.07-1.10x at 16k, where the serial loop gave 0.80-0.90x; zero spills on sm_90a.
+intra-warpgroup overlap (S_j's softmax while P_{j-1} V_{j-1} runs). Measured on the H200:
+the overlap took hd128 prefill from 0.80-0.90x FA4 (the serial loop) to about 0.94x
+(bench/results/cute_mha_check_overlap1_2026-12-02-a3885ee.json); in paired rounds, which
+cancel the drift between timings, the kernels of 07d98cb read 0.93-0.97x at S 1k-16k
+(bench/results/cute-prefill-paired-2026-12-04-05b85b1.jsonl); zero spills on sm_90a.
 
 sm100 forward: 128 query rows (one per softmax thread), 64-key tiles: a softmax thread holds
 its row of S in registers, and 128-key rows spilled on sm_100a (255 registers, ~320 B);
