@@ -6,7 +6,7 @@
   (registers, spills, shared memory), written by ``python -m attngen.aot``.
 
 Each record is keyed by what was proved: the **kernel identity** of one variant, a sha256
-over the kernel library's sources for the variant's arch (another arch's device code,
+over the kernel library's code (comments and docstrings left out) for the variant's arch (another arch's device code,
 ``kernels/*_sm100.py`` for an sm90 variant, is left out), the module's traits (hooks,
 phases, arch quirks) and the variant's config (:func:`kernel_identity`). Moving a package or generating the same kernel
 from two specs keeps its evidence; changing the library, the hooks or a tile drops it. The
@@ -69,9 +69,11 @@ def source_arch(path: Path) -> str | None:
 def library_sha256(
     package_dir: Path, patterns: tuple[str, ...] = LIBRARY_SOURCES, arch: str | None = None
 ) -> str:
-    """sha256 over a kernel library's source files (sorted relative paths and bytes), and
-    over the files of other families that they import (a library may launch another
-    family's kernel: its edits must change this identity too). With ``arch``, the sources
+    """sha256 over a kernel library's source files (sorted relative paths and each file's
+    :func:`code_digest`: comments, docstrings and blank lines do not count, as in the runtime
+    identity, so correcting a library's documentation keeps its evidence), and over the
+    files of other families that they import (a library may launch another family's
+    kernel: its edits must change this identity too). With ``arch``, the sources
     of other archs (``source_arch``) are left out: editing a Blackwell kernel keeps the
     Hopper kernels' identity, and their evidence. A library without arch sources has one
     sha for every arch. Importable without torch or the backend's compiler, so the
@@ -84,10 +86,10 @@ def library_sha256(
     digest = hashlib.sha256()
     for path in own:
         digest.update(path.relative_to(package_dir.resolve()).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+        digest.update(code_digest(path.read_text(encoding="utf-8")).encode() + b"\0")
     for path in imported_family_files(own, family):
         digest.update(b"imports " + _package_relative(path).encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+        digest.update(code_digest(path.read_text(encoding="utf-8")).encode() + b"\0")
     return digest.hexdigest()
 
 

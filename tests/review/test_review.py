@@ -126,7 +126,7 @@ def test_new_variant_with_shared_kernels_keeps_compile_evidence(repo: Path) -> N
 
 def test_kernel_line_change_lists_cells_and_dropped_evidence(repo: Path) -> None:
     path = repo / KERNEL_FILE
-    path.write_text(path.read_text() + "# one more line\n")
+    path.write_text(path.read_text() + "_REVIEW_TEST_LINE = 1\n")
     data, md = review(repo)
     r = data["review"]
     assert r["specs"] == []
@@ -153,6 +153,17 @@ def test_kernel_line_change_lists_cells_and_dropped_evidence(repo: Path) -> None
         f"| MHA backends · triton {a}" for a in ("sm80", "sm90", "sm100")
     ]
     assert all(c["moves"].keys() == {"kernel_code"} for c in r["cells"])
+
+
+def test_kernel_comment_and_docstring_changes_keep_the_evidence(repo: Path) -> None:
+    """Kernel identities digest the library's code, not its comments and docstrings: a
+    corrected comment keeps every identity, and so every recorded check."""
+    path = repo / KERNEL_FILE
+    text = path.read_text()
+    head, rest = text.split('"""', 1)
+    path.write_text(head + '"""A reworded docstring. ' + rest + "# one more comment\n")
+    data, _ = review(repo)
+    assert data["review"]["identities"] == [] and data["review"]["cells"] == []
 
 
 def test_removed_spec_lists_removed_packages(repo: Path) -> None:

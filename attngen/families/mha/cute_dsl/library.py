@@ -3,17 +3,17 @@ cute_dsl kernels.py binds.
 
 Arch- and spec-independent real Python source: a generated kernels.py binds its
 MhaCuteTraits (mask hooks, phases) and CONFIGS and calls the launchers here with them.
-Device code lives in ``kernels/`` (``fwd_sm90``: the Hopper forward kernel, GPU-verified
-for pages of 64 / 128 tokens;
+Device code lives in ``kernels/`` (``fwd_sm90``: the Hopper forward kernel, GPU-verified;
 ``fwd_sm100``: the Blackwell one, compile-only; ``common``: their specialization and tile
 layouts; ``fragments``: register views of wgmma accumulators), host code in ``host/``
 (``compile``: specializations, the compile cache and AOT arguments; ``launch``: checks and
 launches). A config's ``arch`` picks the kernel.
 
-Split-KV decode (sm90; ``decode`` with ``decode_workspace``): one query token per request;
-the forward kernel's pipeline on 64-row tiles holding the GQA group's query heads (GQA
-packing), each CTA one (split, kv head, request) writing fp32 partial rows and log-sum-exps,
-then a combine kernel that merges them (and adds the sinks). Grids are fixed by the batch,
+Split-KV decode (``decode`` with ``decode_workspace``): one query token per request; the
+forward kernel's pipeline on tiles holding the GQA group's query heads (GQA packing; sm90:
+64-row wgmma tiles, ``kernels/decode_sm90``, GPU-verified; sm100, compile-only: the 128-row
+tcgen05 tile, ``kernels/decode_sm100``), each CTA one (split, kv head, request) writing fp32
+partial rows and log-sum-exps, then a combine kernel that merges them (and adds the sinks). Grids are fixed by the batch,
 the heads and config.max_splits; the split counts are chosen on the device by the runtime.
 
 Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens over a paged

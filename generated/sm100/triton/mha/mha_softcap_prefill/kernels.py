@@ -34,7 +34,7 @@ from attngen.hooks import MaskHooks
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "a97a9112000d050fc1da99387c63b0a615fdaf0c342677c56972ff98c9d1f1ae"
+LIBRARY_SHA256 = "6236d417faa2844de6d4ed24bec4b05bcd1360822e44b7ee2e36928b518e9848"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA Triton library {LIBRARY_SHA256[:12]}, but the "

@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "15cf8db3196c25e5980e5bafc5e5c21ac3f513a04d6caa8a2114f5ae36c3901b"
+LIBRARY_SHA256 = "9fd33a7a3468bf59472818051b4ca5a53bab2b2654d1825d14e3d94e12c930e2"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "

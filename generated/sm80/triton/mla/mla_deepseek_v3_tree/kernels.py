@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "83de0c0dfb8cec8699dbb499aefb389f98974798e5b77979f34ef0bf344d036b"
+LIBRARY_SHA256 = "1b0358b4e06529c53f79a4595b1e6e66af7d9bfbc096102a1b9807b90605c676"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "

@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "7a7e4cc9887c4db606b0a4188fe503d68a0c4e8f3205600e4eab99d722354e98"
+LIBRARY_SHA256 = "e561b7bffeefae2b19bec85696140d7ba1af4cc00d6d7b9e9590baf1ca845bc3"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "
