@@ -268,7 +268,6 @@ class MhaFwdSm100:
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         shape = self.shape
-        split = Int32(0)
         if const_expr(shape.decode):  # (split, kv head, request); mCuSeqlensQ: seq_lens
             split, head_kv, batch = cute.arch.block_idx()
             m_block, seqlen_q = Int32(0), Int32(1)
@@ -852,8 +851,6 @@ class MhaFwdSm100:
         """Normalise this thread's row of O (sinks join the denominator) and write it, and
         its natural-log LSE into mLSE [T, Hq] when write_lse != 0."""
         shape = self.shape
-        chunk = (self.tile_m, O_CHUNK)
-        num_chunks = shape.v_head_dim // O_CHUNK
         total = row_sum
         m_scaled = row_max * scale_log2
         if const_expr(shape.sinks):
@@ -862,7 +859,6 @@ class MhaFwdSm100:
                 m_scaled = sink * LOG2_E
             total += cute.math.exp2(sink * LOG2_E - m_scaled, fastmath=True)
         inv = Float32(1.0) / total if total > 0.0 else Float32(0.0)
-        tOrO_out = cute.make_rmem_tensor_like(tOrO, self.dtype)
         mO_h = cute.domain_offset((q_start, 0), mO[None, head, None])
         q_row = m_block * self.tile_m + row
         if write_lse != 0:  # this thread holds the whole row: its LSE (natural log)
@@ -871,14 +867,8 @@ class MhaFwdSm100:
                 if total > 0.0:
                     lse = (m_scaled + cute.math.log2(total, fastmath=True)) * LN2
                 mLSE[q_start + q_row, head] = lse
-        for c in cutlass.range_constexpr(num_chunks):
-            cute.copy(load_o, load_o.partition_S(cute.local_tile(tOAcc, chunk, (0, c))), tOrO)
-            cute.arch.fence_view_async_tmem_load()
-            tOrO_out.store((tOrO.load() * inv).to(self.dtype))
-            tOcO_c = load_o.partition_D(cute.local_tile(tOcO, chunk, (0, c)))
-            if q_row < seqlen_q:
-                for j in cutlass.range_constexpr(cute.size(tOrO_out)):
-                    mO_h[q_row, tOcO_c[j][1]] = tOrO_out[j]
+        self.store_row(tOAcc, tOcO, load_o, tOrO, inv, mO_h[q_row, None], q_row < seqlen_q,
+                       self.dtype)  # fmt: skip
 
     @cute.jit
     def store_partial(
@@ -897,21 +887,41 @@ class MhaFwdSm100:
         """Decode: this split's normalised output row (fp32) and its log-sum-exp (base 2, of
         the scaled scores; -inf when the split saw no key) for the combine, when the row is
         a head of the group (``mO``: [group heads.., Dv], ``mLSE``: [group heads..])."""
-        shape = self.shape
-        chunk = (self.tile_m, O_CHUNK)
-        if row < shape.decode_group:
-            inv = Float32(0.0)
-            lse = -Float32.inf
-            if row_sum > 0.0:
-                inv = Float32(1.0) / row_sum
-                lse = row_max * scale_log2 + cute.math.log2(row_sum, fastmath=True)
+        live = row < self.shape.decode_group
+        inv = Float32(0.0)
+        lse = -Float32.inf
+        if row_sum > 0.0:
+            inv = Float32(1.0) / row_sum
+            lse = row_max * scale_log2 + cute.math.log2(row_sum, fastmath=True)
+        if live:
             mLSE[row] = lse
-            for c in cutlass.range_constexpr(shape.v_head_dim // O_CHUNK):
-                cute.copy(load_o, load_o.partition_S(cute.local_tile(tOAcc, chunk, (0, c))), tOrO)
-                cute.arch.fence_view_async_tmem_load()
-                tOcO_c = load_o.partition_D(cute.local_tile(tOcO, chunk, (0, c)))
-                for j in cutlass.range_constexpr(cute.size(tOrO)):
-                    mO[row, tOcO_c[j][1]] = tOrO[j] * inv
+        self.store_row(tOAcc, tOcO, load_o, tOrO, inv, mO[row, None], live, Float32)
+
+    @cute.jit
+    def store_row(
+        self,
+        tOAcc: cute.Tensor,
+        tOcO: cute.Tensor,
+        load_o: cute.TiledCopy,
+        tOrO: cute.Tensor,
+        inv: Float32,
+        mO_row: cute.Tensor,
+        live: cutlass.Boolean,
+        out_dtype: cutlass.Constexpr[type],
+    ):
+        """This thread's row of O from tensor memory, times ``inv``, into ``mO_row`` (its
+        output row's Dv columns, as ``out_dtype``) when ``live``. Every thread loads:
+        tcgen05.ld is warp-collective, so only the stores are guarded."""
+        chunk = (self.tile_m, O_CHUNK)
+        out = cute.make_rmem_tensor_like(tOrO, out_dtype)
+        for c in cutlass.range_constexpr(self.shape.v_head_dim // O_CHUNK):
+            cute.copy(load_o, load_o.partition_S(cute.local_tile(tOAcc, chunk, (0, c))), tOrO)
+            cute.arch.fence_view_async_tmem_load()
+            out.store((tOrO.load() * inv).to(out_dtype))
+            tOcO_c = load_o.partition_D(cute.local_tile(tOcO, chunk, (0, c)))
+            if live:
+                for j in cutlass.range_constexpr(cute.size(out)):
+                    mO_row[tOcO_c[j][1]] = out[j]
 
 
 KERNEL = MhaFwdSm100  # what host/compile.py builds for sm100
