@@ -6,10 +6,11 @@
   (registers, spills, shared memory), written by ``python -m attngen.aot``.
 
 Each record is keyed by what was proved: the **kernel identity** of one variant, a sha256
-over the kernel library's code (comments and docstrings left out) for the variant's arch (another arch's device code,
-``kernels/*_sm100.py`` for an sm90 variant, is left out), the module's traits (hooks,
-phases, arch quirks) and the variant's config (:func:`kernel_identity`). Moving a package or generating the same kernel
-from two specs keeps its evidence; changing the library, the hooks or a tile drops it. The
+over the kernel library's code (comments and docstrings left out) for the variant's arch
+(another arch's device code, ``kernels/*_sm100.py`` for an sm90 variant, is left out), the
+module's traits (hooks, phases, arch quirks) and the variant's config
+(:func:`kernel_identity`). Moving a package or generating the same kernel from two specs
+keeps its evidence; changing the library, the hooks or a tile drops it. The
 ``module`` field of a record only says where the check ran.
 
 A GPU check also ran the host code around the kernels: the generated package's modules
@@ -30,6 +31,7 @@ import io
 import json
 import re
 import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -161,6 +163,18 @@ def kernel_identity(library_sha256: str, traits: object, config: object) -> str:
     """
     text = f"{library_sha256}\n{traits!r}\n{config!r}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def library_source_sha256(package_dir: Path) -> Callable[[str | None], str]:
+    """A kernel library's ``source_sha256(arch=None)`` (its ``source.py`` binds it):
+    :func:`library_sha256` of ``package_dir`` for ``arch``, computed once per arch in a
+    process."""
+
+    @functools.cache
+    def source_sha256(arch: str | None = None) -> str:
+        return library_sha256(package_dir, arch=arch)
+
+    return source_sha256
 
 
 def bound_library_sha256(module: ModuleType) -> str:

@@ -13,8 +13,9 @@ Split-KV decode (``decode`` with ``decode_workspace``): one query token per requ
 forward kernel's pipeline on tiles holding the GQA group's query heads (GQA packing; sm90:
 64-row wgmma tiles, ``kernels/decode_sm90``, GPU-verified; sm100, compile-only: the 128-row
 tcgen05 tile, ``kernels/decode_sm100``), each CTA one (split, kv head, request) writing fp32
-partial rows and log-sum-exps, then a combine kernel that merges them (and adds the sinks). Grids are fixed by the batch,
-the heads and config.max_splits; the split counts are chosen on the device by the runtime.
+partial rows and log-sum-exps, then a combine kernel that merges them (and adds the sinks).
+Grids are fixed by the batch, the heads and config.max_splits; the split counts are chosen
+on the device by the runtime.
 
 Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens over a paged
 cache read by TMA, one copy per page: page sizes 16, 32, 64 and 128; pages of 1, 2, 4 and 8

@@ -3,16 +3,9 @@ importable without torch or the compiler."""
 
 from __future__ import annotations
 
-import functools
-
 from pathlib import Path
 
-from attngen.evidence import library_sha256
+from attngen.evidence import library_source_sha256
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-@functools.cache
-def source_sha256(arch: str | None = None) -> str:
-    """The library's sha256 for ``arch`` (None: over all its sources)."""
-    return library_sha256(PACKAGE_DIR, arch=arch)
+source_sha256 = library_source_sha256(PACKAGE_DIR)  # (arch=None: over all its sources)
