@@ -88,11 +88,31 @@ def library_sha256(
     digest = hashlib.sha256()
     for path in own:
         digest.update(path.relative_to(package_dir.resolve()).as_posix().encode() + b"\0")
-        digest.update(code_digest(path.read_text(encoding="utf-8")).encode() + b"\0")
+        digest.update(_file_code_digest(path).encode() + b"\0")
     for path in imported_family_files(own, family):
         digest.update(b"imports " + _package_relative(path).encode() + b"\0")
-        digest.update(code_digest(path.read_text(encoding="utf-8")).encode() + b"\0")
+        digest.update(_file_code_digest(path).encode() + b"\0")
     return digest.hexdigest()
+
+
+def _per_file_version(read: Callable[[Path], object]) -> Callable[[Path], object]:
+    """``read(path)``, computed once per version of the file (its path, size and modification
+    time): a generator run asks the same library's sha for every plan it lowers, and an
+    edited file is read again."""
+
+    @functools.lru_cache(maxsize=None)
+    def cached(path: Path, size: int, mtime_ns: int) -> object:
+        return read(path)
+
+    def call(path: Path) -> object:
+        stat = path.stat()
+        return cached(path, stat.st_size, stat.st_mtime_ns)
+
+    return call
+
+
+def _code_digest_of(path: Path) -> str:
+    return code_digest(path.read_text(encoding="utf-8"))
 
 
 # A family package's modules that describe it (registration, docs columns, spec sections)
@@ -123,7 +143,7 @@ def _module_files(name: str, imported: list[str]) -> list[Path]:
     return subs or [base / "__init__.py"]
 
 
-def _imports(path: Path) -> list[Path]:
+def _parse_imports(path: Path) -> list[Path]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -136,6 +156,9 @@ def _imports(path: Path) -> list[Path]:
             if module == FAMILIES_PACKAGE or module.startswith(FAMILIES_PACKAGE + "."):
                 found += _module_files(module, imported)
     return found
+
+
+_imports = _per_file_version(_parse_imports)  # the family modules a source imports
 
 
 def imported_family_files(start: list[Path], family: str | None) -> list[Path]:
@@ -215,6 +238,9 @@ def code_digest(text: str) -> str:
     kept = [line.rstrip() for n, line in enumerate(lines, 1) if n not in dropped]
     code = "\n".join(line for line in kept if line.strip())
     return hashlib.sha256(code.encode("utf-8")).hexdigest()
+
+
+_file_code_digest = _per_file_version(_code_digest_of)  # a source file's code_digest
 
 
 RUNTIME_DIR = "attngen/runtime"
