@@ -23,6 +23,7 @@ TUNING_VALUES: dict[str, Int] = {
     "fwd_tile_n": Int(64, 128, power_of_two=True),
     "fwd_num_stages": Int(1, 4),
     "fwd_intra_wg_overlap": Int(0, 1),
+    "fwd_pack_gqa": Int(0, 1),
     "max_splits": Int(1, 64),
     "decode_num_stages": Int(1, 4),
 }

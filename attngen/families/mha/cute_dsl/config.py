@@ -45,6 +45,8 @@ class MhaCuteConfig:
     fwd_num_stages: int  # K/V ring depth in shared memory
     # sm90: 1 overlaps S_j's softmax with P_{j-1} V_{j-1} (the sm90 default since a3885ee)
     fwd_intra_wg_overlap: int = 0
+    # sm90 prefill / extend: 1 packs the GQA group's query heads into one CTA's 128 rows
+    fwd_pack_gqa: int = 0
     # -- split-KV decode (sm90: the forward's pipeline on 64-row tiles of the group's heads,
     # fwd_tile_n keys per tile, then a combine) ----
     max_splits: int = 16  # upper bound of KV splits per request (the split kernel's grid x)

@@ -34,6 +34,7 @@ FWD_TILE_M = 128
 FWD_TILE_N = {Arch.SM90: 128, Arch.SM100: 64}
 FWD_NUM_STAGES = 2
 FWD_INTRA_WG_OVERLAP = {Arch.SM90: 1, Arch.SM100: 0}  # a wgmma (sm90) schedule
+PACK_GQA_ARCHS = frozenset({Arch.SM90})  # prefill / extend rows hold the group's query heads
 # decode KV splits per request: the split heuristic (attngen.families.mha.runtime) allows up
 # to 4 waves of (request, kv head, split) programs, each split >= 256 keys
 MAX_SPLITS = 16
@@ -54,6 +55,13 @@ def fwd_tile_n(variant: Variant, arch: Arch) -> int:
     return tile
 
 
+def pack_gqa(group: int, arch: Arch) -> bool:
+    """Whether the forward packs a GQA group's query heads into one CTA's rows, so that each
+    K/V tile brought into shared memory serves the whole group (FA4 packs on sm90 whenever
+    the group exceeds 1): on sm90 for groups > 1 that divide the 128-row tile."""
+    return arch in PACK_GQA_ARCHS and group > 1 and FWD_TILE_M % group == 0
+
+
 def kernel_config(
     variant: Variant, arch: Arch, overrides: dict[str, int] | None = None
 ) -> MhaCuteConfig:
@@ -68,6 +76,7 @@ def kernel_config(
         fwd_tile_n=fwd_tile_n(variant, arch),
         fwd_num_stages=FWD_NUM_STAGES,
         fwd_intra_wg_overlap=FWD_INTRA_WG_OVERLAP[arch],
+        fwd_pack_gqa=int(pack_gqa(key.gqa_group, arch)),
         max_splits=MAX_SPLITS,
     )
     return dataclasses.replace(config, **(overrides or {}))

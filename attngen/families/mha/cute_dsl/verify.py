@@ -67,6 +67,9 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
                 f"fwd_tile_n={c.fwd_tile_n} + v_head_dim={c.v_head_dim} fp32 columns exceed "
                 f"the SM's {SM100_TMEM_COLS} of tensor memory"
             )
+    if c.fwd_pack_gqa and (c.arch != "sm90" or c.fwd_tile_m % c.gqa_group):
+        problems.append(f"fwd_pack_gqa: sm90, and a GQA group ({c.gqa_group}) dividing "
+                        f"fwd_tile_m={c.fwd_tile_m}")  # fmt: skip
     if c.fwd_intra_wg_overlap and c.arch != "sm90":
         problems.append("fwd_intra_wg_overlap is a Hopper (wgmma) schedule: sm90 only")
     if c.spec_topk > 1:

@@ -47,6 +47,7 @@ def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> F
         sinks=hooks.sinks,
         paged=paged,
         overlap=bool(config.fwd_intra_wg_overlap),
+        pack_gqa=config.gqa_group if config.fwd_pack_gqa else 1,
         pages_per_tile=max(1, config.fwd_tile_n // config.page_size) if paged else 1,
     )
 
@@ -61,6 +62,7 @@ def decode_shape(config: MhaCuteConfig, traits: MhaCuteTraits) -> FwdShape:
         num_stages=config.decode_num_stages,
         sinks=False,
         overlap=False,
+        pack_gqa=1,
         decode_group=config.gqa_group,
         kv_dtype="" if config.kv_dtype == config.dtype else config.kv_dtype,
     )

@@ -35,6 +35,10 @@ class FwdShape:
     # PV runs (FA3's intra-warpgroup overlap): the sm90 lowering's default (config
     # fwd_intra_wg_overlap), matched against the oracle on the H200 at a3885ee.
     overlap: bool = False
+    # query heads packed into one CTA's rows (GQA packing, prefill / extend): 1, or the GQA
+    # group: row r of the tile is token r // pack_gqa of the tile and head r % pack_gqa of
+    # the kv head's group, so each K/V tile brought into shared memory serves the group
+    pack_gqa: int = 1
     # paged: K/V pages per key tile. 1: the tile is one page (one TMA box each of K and V);
     # n > 1: pages of tile_n / n tokens, each read by its own TMA copy into its rows of the
     # tile (sm90: one copy per page and swizzle column block, all on the stage's barrier)

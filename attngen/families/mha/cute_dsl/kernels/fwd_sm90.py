@@ -1,7 +1,10 @@
 """MHA / GQA forward (prefill and extend) on Hopper: TMA loads, wgmma, warp-specialized.
 
 One CTA computes one (query tile, query head, request): ``tile_m`` query rows against every
-key tile the mask lets it see, newest key tile first.
+key tile the mask lets it see, newest key tile first. With ``FwdShape.pack_gqa`` = G > 1
+(GQA packing) one CTA computes (query tile, kv head, request) instead: its rows are
+``tile_m / G`` tokens x the G query heads of the kv head (row r: token r // G, head r % G),
+copied by the consumers with cp.async, so each K/V tile brought in serves the G heads.
 
 Warp roles (3 warpgroups, 384 threads):
 
@@ -90,6 +93,8 @@ GATHER_REQUIRES = ("cp.async.ca.shared.global", "cp.async.mbarrier.arrive", "fen
 
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
     """Instructions the compiled kernel of ``shape`` must contain (PTX, SASS)."""
+    if shape.gather and shape.pack_gqa > 1:  # Q copied by the consumers too: no TMA at all
+        return {"ptx": ("wgmma.mma_async", *GATHER_REQUIRES), "sass": ("HGMMA",)}
     if shape.gather:
         return {**REQUIRES, "ptx": REQUIRES["ptx"] + GATHER_REQUIRES}
     return REQUIRES
@@ -150,6 +155,9 @@ class MhaFwdSm90:
             assert shape.decode and not shape.gather and not shape.overlap
             assert shape.decode_group <= FP8_DECODE_MAX_GROUP, "two q parts a head in 64 rows"
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
+        assert shape.tile_m % shape.pack_gqa == 0 and (shape.pack_gqa == 1 or not shape.decode)
+        self.pack = shape.pack_gqa  # query heads a CTA's rows hold
+        self.rows_tok = shape.tile_m // shape.pack_gqa  # tokens a CTA's rows hold
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
         self.consumer_regs = CONSUMER_REGS  # after setmaxnreg, TMA producers
@@ -180,10 +188,13 @@ class MhaFwdSm90:
         kv_modes = [1, 3, 2, 0] if const_expr(shape.paged) else [0, 2, 1]
         mK, mV = mode_select(mK, kv_modes), mode_select(mV, kv_modes)
         tma, smem, mmas, SharedStorage = self.setup(mQ, mK, mV)
-        num_m_blocks = (max_seqlen_q + self.tile_m - 1) // self.tile_m
-        grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
+        num_m_blocks = (max_seqlen_q + self.rows_tok - 1) // self.rows_tok
+        num_heads = cute.size(mQ.shape[2]) // self.pack  # packed: one CTA per kv head
+        grid = (num_m_blocks, num_heads, cute.size(mCuSeqlensQ.shape[0]) - 1)
+        # packed GQA: the consumers read Q's rows from the tensor itself, not through TMA
+        q_arg = mQ if const_expr(self.pack > 1) else tma[0]
         self.kernel(
-            tma[0], tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
+            q_arg, tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
             None, mLSE, None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
             write_lse, *smem, *mmas, SharedStorage,
         ).launch(
@@ -320,6 +331,7 @@ class MhaFwdSm90:
         else:
             m_block_rev, head, batch = cute.arch.block_idx()
             num_m_blocks, num_heads, _ = cute.arch.grid_dim()
+            head, num_heads = head * self.pack, num_heads * self.pack  # packed: first head
             # longest (causal: last) query tiles first, so the tail of the grid is short work
             m_block = num_m_blocks - 1 - m_block_rev
             q_start = mCuSeqlensQ[batch]
@@ -331,7 +343,7 @@ class MhaFwdSm90:
 
         # a CTA with no work (a split past the request's count, a query tile past its rows)
         # leaves before any barrier or shared-memory setup
-        active = m_block * self.tile_m < seqlen_q
+        active = m_block * self.rows_tok < seqlen_q
         num_splits = Int32(1)
         if const_expr(shape.decode):
             num_splits = cutlass.max(cutlass.min(mNumSplits[batch], mLSE.shape[2]), 1)
@@ -425,6 +437,8 @@ class MhaFwdSm90:
                 mO_rows = cute.domain_offset((head, 0), mO[batch, None, split, None])
                 mLSE_rows = cute.domain_offset((head,), mLSE[batch, None, split])
                 mQ_rows = cute.domain_offset((head, 0), mQ[batch, None, None])
+            elif const_expr(self.pack > 1):
+                mQ_rows = mQ  # (T, D, Hq): the consumers copy the packed rows
             if warp_idx < 4:
                 if const_expr(self.shape.gather):
                     cute.arch.setmaxregister_decrease(GATHER_PRODUCER_REGS)
@@ -460,11 +474,11 @@ class MhaFwdSm90:
         offset = seqlen_k - seqlen_q  # position of query row 0
         n_block_max = (seqlen_k + self.tile_n - 1) // self.tile_n
         if const_expr(shape.causal):
-            last_key = cutlass.min((m_block + 1) * self.tile_m + offset, seqlen_k)
+            last_key = cutlass.min((m_block + 1) * self.rows_tok + offset, seqlen_k)
             n_block_max = cutlass.max((last_key + self.tile_n - 1) // self.tile_n, 1)
         n_block_min = Int32(0)
         if const_expr(shape.window_left is not None):
-            first_key = cutlass.max(m_block * self.tile_m + offset - shape.window_left, 0)
+            first_key = cutlass.max(m_block * self.rows_tok + offset - shape.window_left, 0)
             n_block_min = cutlass.min(first_key // self.tile_n, n_block_max - 1)
         return n_block_min, n_block_max
 
@@ -495,7 +509,8 @@ class MhaFwdSm90:
         n_block_max: Int32,
     ):
         d, dv = self.shape.head_dim, self.shape.v_head_dim
-        if const_expr(not self.shape.decode):  # decode: the consumers copy the Q rows
+        # decode and packed GQA: the consumers copy the Q rows
+        if const_expr(not self.shape.decode and self.pack == 1):
             gQ = cute.local_tile(
                 cute.domain_offset((q_start, 0), mQ[None, None, head]),
                 (self.tile_m, d),
@@ -615,7 +630,8 @@ class MhaFwdSm90:
         the stage's mbarrier when its copies land (cp.async.mbarrier.arrive). Keys past the
         sequence read its last key (finite, masked), so no copy leaves the request's pages."""
         d = self.shape.head_dim
-        if const_expr(not self.shape.decode):  # decode: the consumers copy the Q rows
+        # decode and packed GQA: the consumers copy the Q rows
+        if const_expr(not self.shape.decode and self.pack == 1):
             if warp_idx == 0:
                 gQ = cute.local_tile(
                     cute.domain_offset((q_start, 0), mQ[None, None, head]),
@@ -748,6 +764,8 @@ class MhaFwdSm90:
             self.load_q_rows_fp8(mQ_rows, sQ, sQScale, tidx)
         elif const_expr(shape.decode):
             self.load_q_rows(mQ_rows, sQ, tidx)
+        elif const_expr(self.pack > 1):
+            self.load_q_packed(mQ_rows, sQ, tidx, q_start, head, m_block, seqlen_q)
         else:
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             pipe_q.consumer_wait(q_state)
@@ -849,31 +867,33 @@ class MhaFwdSm90:
             thr_mma_pv.partition_C(cute.make_identity_tensor((self.tile_m, shape.v_head_dim)))
         )
         for r in cutlass.range_constexpr(num_rows):
+            # tile row -> (token of the request, query head): packed GQA interleaves heads
+            row = tOcO[r, 0][0]
+            token, head_r = m_block * self.rows_tok + row // self.pack, head + row % self.pack
             total = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
             m_scaled = row_max[r] * scale_log2
             if const_expr(shape.sinks):
-                sink = Float32(mSinks[head])
+                sink = Float32(mSinks[head_r])
                 if row_max[r] == -Float32.inf:
                     m_scaled = sink * LOG2_E
                 total += cute.math.exp2(sink * LOG2_E - m_scaled, fastmath=True)
             inv = Float32(1.0) / total if total > 0.0 else Float32(0.0)
             acc_O_rc[r, None].store(acc_O_rc[r, None].load() * inv)
             if write_lse != 0:
-                row = m_block * self.tile_m + tOcO[r, 0][0]
-                if row < seqlen_q and tOcO[r, 0][1] == 0:  # one thread of the row's quad
+                if token < seqlen_q and tOcO[r, 0][1] == 0:  # one thread of the row's quad
                     lse = -Float32.inf
                     if total > 0.0:
                         lse = (m_scaled + cute.math.log2(total, fastmath=True)) * LN2
-                    mLSE[q_start + row, head] = lse
+                    mLSE[q_start + token, head_r] = lse
         tOrO = cute.make_rmem_tensor_like(acc_O, self.dtype)
         tOrO.store(acc_O.load().to(self.dtype))
         tOrO_rc = rows_cols(tOrO)
-        mO_h = cute.domain_offset((q_start, 0), mO[None, head, None])
         for r in cutlass.range_constexpr(num_rows):
-            row = m_block * self.tile_m + tOcO[r, 0][0]
-            if row < seqlen_q:
+            row = tOcO[r, 0][0]
+            token, head_r = m_block * self.rows_tok + row // self.pack, head + row % self.pack
+            if token < seqlen_q:
                 for c in cutlass.range_constexpr(cute.size(tOrO_rc, mode=[1])):
-                    mO_h[row, tOcO[r, c][1]] = tOrO_rc[r, c]
+                    mO[q_start + token, head_r, tOcO[r, c][1]] = tOrO_rc[r, c]
 
     @cute.jit
     def store_partial(
@@ -956,6 +976,39 @@ class MhaFwdSm90:
                 out.fill(0.0)
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
+
+    @cute.jit
+    def load_q_packed(
+        self,
+        mQ: cute.Tensor,
+        sQ: cute.Tensor,
+        tidx: Int32,
+        q_start: Int32,
+        head: Int32,
+        m_block: Int32,
+        seqlen_q: Int32,
+    ):
+        """Packed GQA: each consumer warpgroup copies its 64 rows of the Q tile (16-byte
+        cp.async; ``mQ`` (T, D, Hq)): row r is token ``m_block * rows_tok + r // pack`` of
+        the request and head ``head + r % pack``; rows past the request repeat its last
+        token (never written). Then the proxy fence for wgmma and a warpgroup barrier."""
+        wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
+        lane = tidx % WARPGROUP
+        atom = cute.make_copy_atom(cpasync.CopyG2SOp(), self.dtype, num_bits_per_copy=128)
+        chunks = self.shape.head_dim // CHUNK
+        rows_per_pass = WARPGROUP // chunks
+        row0, chunk = lane // chunks, lane % chunks
+        for p in cutlass.range_constexpr(64 // rows_per_pass):
+            row = wg * 64 + p * rows_per_pass + row0
+            token = cutlass.min(m_block * self.rows_tok + row // self.pack, seqlen_q - 1)
+            src = cute.local_tile(
+                mQ[q_start + token, None, head + row % self.pack], (CHUNK,), (chunk,)
+            )
+            cute.copy(atom, src, cute.local_tile(sQ[row, None], (CHUNK,), (chunk,)))
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=1 + wg, number_of_threads=WARPGROUP)
 
     @cute.jit
     def load_q_rows(self, mQ_rows: cute.Tensor, sQ: cute.Tensor, tidx: Int32):
@@ -1137,9 +1190,11 @@ class MhaFwdSm90:
         first_key, end_key = n_block * self.tile_n, (n_block + 1) * self.tile_n
         need = end_key > seqlen_k
         if const_expr(shape.causal):
-            need = need or end_key - 1 > m_block * self.tile_m + offset
+            need = need or end_key - 1 > m_block * self.rows_tok + offset
         if const_expr(shape.window_left is not None):
-            need = need or first_key < (m_block + 1) * self.tile_m - 1 + offset - shape.window_left
+            need = (
+                need or first_key < (m_block + 1) * self.rows_tok - 1 + offset - shape.window_left
+            )
         return need
 
     @cute.jit
@@ -1157,7 +1212,7 @@ class MhaFwdSm90:
             row = tScS[r, 0][0]
             if const_expr(shape.decode):
                 row = 0  # every row is a head of the request's one query token
-            pos = m_block * self.tile_m + row + offset  # the row's query position
+            pos = m_block * self.rows_tok + row // self.pack + offset  # its query position
             key_end = seqlen_k
             if const_expr(shape.causal):
                 key_end = cutlass.min(pos + 1, seqlen_k)

@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm100"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "c485184a91d1bda8fa48a4364ee148519ceb291b617a33f44db2be1164553367"
+LIBRARY_SHA256 = "f972ea3fa5a323716e2d7d07c2ca27c5d6d7e5f2a7852862f28590642244238d"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "

@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "5faaede0cc7f69b3513b93c5bf984b6b5aee3790eb3090298aa7f4adf33dacc6"
+LIBRARY_SHA256 = "3b798c54faad376363158f5aaf24a40e97cb66c91a88684a1bba363357557d7c"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -138,6 +138,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d64_g4_ps16_bf16_causal": MhaCuteConfig(
         uri="d64_g4_ps16_bf16_causal",
@@ -155,6 +156,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d64_g4_ps64_bf16_causal": MhaCuteConfig(
         uri="d64_g4_ps64_bf16_causal",
@@ -172,6 +174,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d64_g4_ps128_bf16_causal": MhaCuteConfig(
         uri="d64_g4_ps128_bf16_causal",
@@ -189,6 +192,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d64_g16_ps1_bf16_causal": MhaCuteConfig(
         uri="d64_g16_ps1_bf16_causal",
@@ -206,6 +210,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d64_g16_ps16_bf16_causal": MhaCuteConfig(
         uri="d64_g16_ps16_bf16_causal",
@@ -223,6 +228,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d64_g16_ps64_bf16_causal": MhaCuteConfig(
         uri="d64_g16_ps64_bf16_causal",
@@ -240,6 +246,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d64_g16_ps128_bf16_causal": MhaCuteConfig(
         uri="d64_g16_ps128_bf16_causal",
@@ -257,6 +264,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d128_g1_ps1_bf16_causal": MhaCuteConfig(
         uri="d128_g1_ps1_bf16_causal",
@@ -342,6 +350,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d128_g4_ps16_bf16_causal": MhaCuteConfig(
         uri="d128_g4_ps16_bf16_causal",
@@ -359,6 +368,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d128_g4_ps64_bf16_causal": MhaCuteConfig(
         uri="d128_g4_ps64_bf16_causal",
@@ -376,6 +386,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d128_g4_ps128_bf16_causal": MhaCuteConfig(
         uri="d128_g4_ps128_bf16_causal",
@@ -393,6 +404,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d128_g16_ps1_bf16_causal": MhaCuteConfig(
         uri="d128_g16_ps1_bf16_causal",
@@ -410,6 +422,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d128_g16_ps16_bf16_causal": MhaCuteConfig(
         uri="d128_g16_ps16_bf16_causal",
@@ -427,6 +440,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d128_g16_ps64_bf16_causal": MhaCuteConfig(
         uri="d128_g16_ps64_bf16_causal",
@@ -444,6 +458,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
     "d128_g16_ps128_bf16_causal": MhaCuteConfig(
         uri="d128_g16_ps128_bf16_causal",
@@ -461,6 +476,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_pack_gqa=1,
     ),
 }
 
