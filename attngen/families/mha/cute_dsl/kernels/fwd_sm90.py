@@ -1122,28 +1122,96 @@ class MhaFwdSm90:
         tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
         state_v = state.clone()
         state.advance()
-        for i in cutlass.range(n_block_max - n_block_min - 1, unroll=1):
-            n_block = n_block_max - 2 - i
-            acc_S = cute.make_rmem_tensor(s_shape, Float32)
-            self.wait_kv(pipe_k, state)
-            _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, -1)
-            self.wait_kv(pipe_v, state_v)
-            _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 1)
-            pipe_k.consumer_release(state)  # S_j is done (PV may still run)
-            self.scores_to_probs(
-                rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
-                n_block, m_block, seqlen_k, offset,
-            )  # fmt: skip
-            warpgroup.wait_group(0)  # PV of the previous tile: O and P are free
-            pipe_v.consumer_release(state_v)
-            for r in cutlass.range_constexpr(num_rows):
-                acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale[r])
-            tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
+        # the other tiles, newest first, in three loops: [a_lo, top) and [n_block_min, b_lo)
+        # hold the tiles some row masks (key length and causal diagonal; window edge), masked
+        # without a test; [b_lo, a_lo) none. A loop body without a branch lets ptxas place the
+        # wait for P V after the row maxima (it puts the wait at the top of a block; FA4's
+        # loops are split alike)
+        top = n_block_max - 1
+        lo, hi = self.unmasked_blocks(m_block, seqlen_k, offset)
+        a_lo = cutlass.max(cutlass.min(hi, top), n_block_min)
+        b_lo = cutlass.max(cutlass.min(lo, a_lo), n_block_min)
+        args = (acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, rescale, tiled_mma_qk,
+                tiled_mma_pv, pipe_k, pipe_v, softmax_scale, scale_log2, seqlen_k, offset,
+                m_block)  # fmt: skip
+        for i in cutlass.range(top - a_lo, unroll=1):
+            self.overlapped_tile(*args, state, state_v, top - 1 - i, True)
+            state_v = state.clone()
+            state.advance()
+        for i in cutlass.range(a_lo - b_lo, unroll=1):
+            self.overlapped_tile(*args, state, state_v, a_lo - 1 - i, False)
+            state_v = state.clone()
+            state.advance()
+        for i in cutlass.range(b_lo - n_block_min, unroll=1):
+            self.overlapped_tile(*args, state, state_v, b_lo - 1 - i, True)
             state_v = state.clone()
             state.advance()
         self.wait_kv(pipe_v, state_v)
         _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 0)
         pipe_v.consumer_release(state_v)
+
+    @cute.jit
+    def overlapped_tile(
+        self,
+        acc_O: cute.Tensor,
+        tOrP: cute.Tensor,
+        tSrQ: cute.Tensor,
+        tSrK: cute.Tensor,
+        tOrV: cute.Tensor,
+        tScS: cute.Tensor,
+        row_max: cute.Tensor,
+        row_sum: cute.Tensor,
+        rescale: cute.Tensor,
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        pipe_k: pipeline.PipelineAsync,
+        pipe_v: pipeline.PipelineAsync,
+        softmax_scale: Float32,
+        scale_log2: Float32,
+        seqlen_k: Int32,
+        offset: Int32,
+        m_block: Int32,
+        state: pipeline.PipelineState,
+        state_v: pipeline.PipelineState,
+        n_block: Int32,
+        masked: cutlass.Constexpr[bool],
+    ):
+        """One step of the overlapped loop: S_j = Q K_j^T (K stage ``state``), then
+        O += P_{j-1} V_{j-1} (V stage ``state_v``); S_j's softmax while that PV runs, then O's
+        rescale and P_j. ``masked``: apply the mask to S_j (no test)."""
+        acc_O_rc = rows_cols(acc_O)
+        acc_S = cute.make_rmem_tensor(
+            tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
+        )
+        self.wait_kv(pipe_k, state)
+        _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, -1)
+        self.wait_kv(pipe_v, state_v)
+        _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 1)
+        pipe_k.consumer_release(state)  # S_j is done (PV may still run)
+        self.scores_to_probs(
+            rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
+            n_block, m_block, seqlen_k, offset, masked,
+        )  # fmt: skip
+        warpgroup.wait_group(0)  # PV of the previous tile: O and P are free
+        pipe_v.consumer_release(state_v)
+        for r in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[0])):
+            acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale[r])
+        tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
+
+    @cute.jit
+    def unmasked_blocks(self, m_block: Int32, seqlen_k: Int32, offset: Int32):
+        """[lo, hi): the key tiles no row of the query tile masks (``needs_mask`` is false
+        for exactly these): keys below seqlen_k, at or left of the first row's diagonal
+        (causal), at or right of the last row's window edge (sliding window)."""
+        shape = self.shape
+        hi = seqlen_k // self.tile_n
+        if const_expr(shape.causal):
+            hi = cutlass.min(hi, (m_block * self.rows_tok + offset + 1) // self.tile_n)
+        lo = Int32(0)
+        if const_expr(shape.window_left is not None):
+            edge = (m_block + 1) * self.rows_tok - 1 + offset - shape.window_left
+            lo = (cutlass.max(edge, 0) + self.tile_n - 1) // self.tile_n
+        return lo, hi
 
     @cute.jit
     def scores_to_probs(
@@ -1159,9 +1227,11 @@ class MhaFwdSm90:
         m_block: Int32,
         seqlen_k: Int32,
         offset: Int32,
+        masked: cutlass.Constexpr = None,
     ):
         """score_mod, mask_mod and the online-softmax update of one key tile, in place (S
-        becomes unnormalised P); ``rescale[r]`` is what row r of O must be multiplied by."""
+        becomes unnormalised P); ``rescale[r]`` is what row r of O must be multiplied by.
+        ``masked``: None tests whether the tile needs the mask, True / False apply it or not."""
         shape = self.shape
         if const_expr(shape.logit_softcap is not None):
             cap = shape.logit_softcap
@@ -1169,12 +1239,16 @@ class MhaFwdSm90:
                 acc_S_rc[j] = cap * cute.math.tanh(
                     acc_S_rc[j] * (softmax_scale / cap), fastmath=True
                 )
-        if self.needs_mask(n_block, m_block, seqlen_k, offset):
+        if const_expr(masked is None):
+            if self.needs_mask(n_block, m_block, seqlen_k, offset):
+                self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+        elif const_expr(masked):
             self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
         for r in cutlass.range_constexpr(cute.size(row_max)):
             s_row = acc_S_rc[r, None].load()
+            # a Float32 reduces over the quad with fmax (FMNMX), not compare-and-select
             m_new = cute.arch.warp_reduction_max(
-                s_row.reduce(cute.ReductionOp.MAX, row_max[r], 0), threads_in_group=4
+                Float32(s_row.reduce(cute.ReductionOp.MAX, row_max[r], 0)), threads_in_group=4
             )
             m_safe = m_new if m_new != -Float32.inf else Float32(0.0)
             rescale[r] = cute.math.exp2((row_max[r] - m_safe) * scale_log2, fastmath=True)

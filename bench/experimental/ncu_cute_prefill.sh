@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# ncu of FA4's and attngen's sm90 prefill at S 8k (bench/experimental/ncu_cute_prefill.py), on
+# the H200 after .gpuA/.gpuB are installed: full sections of one launch each, causal and not,
+# and with --source the non-causal launches' per-SASS-instruction counters as CSV. Into $OUT.
+source /tmp/gpusite.env; mkdir -p "$OUT"
+cases=("" "--noncausal"); [ "$1" = "--source" ] && cases=("--noncausal")
+for c in "${cases[@]}"; do
+  for k in flash_fwd MhaFwdSm90; do
+    rep="$OUT/ncu-$k$c"
+    ncu --set full --import-source no -k regex:$k --launch-skip 2 --launch-count 1 -f -o "$rep" \
+      python3 bench/experimental/ncu_cute_prefill.py 8192 $c > "$rep.log" 2>&1
+    ncu -i "$rep.ncu-rep" --print-details all > "$rep.txt" 2>&1
+    if [ "$1" = "--source" ]; then
+      ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep-sass.csv" 2>&1
+    fi
+    rm -f "$rep.ncu-rep"
+    grep -E "Duration|Executed Instructions |Registers Per" "$rep.txt"; tail -1 "$rep.log"
+  done
+done
