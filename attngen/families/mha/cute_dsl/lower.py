@@ -7,7 +7,9 @@ intra-warpgroup overlap (S_j's softmax while P_{j-1} V_{j-1} runs). Measured on 
 the overlap took hd128 prefill from 0.80-0.90x FA4 (the serial loop) to about 0.94x
 (bench/results/cute_mha_check_overlap1_2026-12-02-a3885ee.json); in paired rounds, which
 cancel the drift between timings, the kernels of 07d98cb read 0.93-0.97x at S 1k-16k
-(bench/results/cute-prefill-paired-2026-12-04-05b85b1.jsonl); zero spills on sm_90a.
+(bench/results/cute-prefill-paired-2026-12-04-05b85b1.jsonl), and with GQA packing
+(``pack_gqa``) and the mask-free steady loop of 8f316e0 0.97-0.98x at S 4k-16k
+(bench/README.md); zero spills on sm_90a.
 
 sm100 forward: 128 query rows (one per softmax thread), 64-key tiles: a softmax thread holds
 its row of S in registers, and 128-key rows spilled on sm_100a (255 registers, ~320 B);
