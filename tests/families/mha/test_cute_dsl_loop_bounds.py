@@ -25,14 +25,14 @@ def plain(name: str):
     return getattr(Kernel, name).__wrapped__
 
 
-def stub(tile_n: int, pack: int, causal: bool, window: int | None):
+def stub(tile_m: int, tile_n: int, pack: int, causal: bool, window: int | None):
     shape = FwdShape(
-        dtype="bfloat16", head_dim=128, v_head_dim=128, tile_m=128, tile_n=tile_n,
+        dtype="bfloat16", head_dim=64, v_head_dim=64, tile_m=tile_m, tile_n=tile_n,
         num_stages=2, causal=causal, window_left=window, logit_softcap=None, sinks=False,
         paged=False, overlap=True, pack_gqa=pack,
     )  # fmt: skip
-    return types.SimpleNamespace(shape=shape, tile_m=128, tile_n=tile_n, pack=pack,
-                                 rows_tok=128 // pack)  # fmt: skip
+    return types.SimpleNamespace(shape=shape, tile_m=tile_m, tile_n=tile_n, pack=pack,
+                                 rows_tok=tile_m // pack)  # fmt: skip
 
 
 def loops(k, m_block: int, seqlen_q: int, seqlen_k: int):
@@ -65,6 +65,7 @@ def tile_is_unmasked(k, n: int, m_block: int, seqlen_q: int, seqlen_k: int) -> b
 
 CASES = list(
     itertools.product(
+        (128, 192),  # query rows per CTA (192: three consumer warpgroups, an sm90 candidate)
         (False, True),  # causal
         (None, 0, 1, 63, 100, 256, 1000),  # window_left
         (64, 128),  # tile_n
@@ -73,16 +74,18 @@ CASES = list(
 )
 
 
-@pytest.mark.parametrize("causal,window,tile_n,pack", CASES)
-def test_unmasked_tiles_need_no_mask_and_every_tile_runs_once(causal, window, tile_n, pack):
-    k = stub(tile_n, pack, causal, window)
+@pytest.mark.parametrize("tile_m,causal,window,tile_n,pack", CASES)
+def test_unmasked_tiles_need_no_mask_and_every_tile_runs_once(tile_m, causal, window, tile_n, pack):
+    k = stub(tile_m, tile_n, pack, causal, window)
     for seqlen_q, prefix in ((1, 0), (37, 0), (128, 0), (300, 0), (129, 70), (64, 1000),
                              (257, 128), (500, 3)):  # fmt: skip
         seqlen_k = seqlen_q + prefix
         for m_block in range((seqlen_q + k.rows_tok - 1) // k.rows_tok):
             (n_min, n_max), masked, unmasked, order = loops(k, m_block, seqlen_q, seqlen_k)
-            where = f"causal={causal} window={window} tile_n={tile_n} pack={pack} " \
-                    f"seqlen_q={seqlen_q} prefix={prefix} m_block={m_block}"  # fmt: skip
+            where = (
+                f"tile_m={tile_m} causal={causal} window={window} tile_n={tile_n} pack={pack} "
+                f"seqlen_q={seqlen_q} prefix={prefix} m_block={m_block}"
+            )
             assert order == list(range(n_max - 1, n_min - 1, -1)), where
             for n in unmasked:
                 assert tile_is_unmasked(k, n, m_block, seqlen_q, seqlen_k), (where, n)
