@@ -10,7 +10,9 @@ interquartile range), so drift between rounds cancels and what remains is visibl
 
 ``paired_ms(fns, rounds=..., calls=..., timer=...)``: ``timer(fn, calls)`` returns the
 milliseconds of ``calls`` calls; the default times with CUDA events (import-free otherwise,
-so the CPU tests pass a fake timer).
+so the CPU tests pass a fake timer). ``run_then_pair`` is what a bench row needs: each
+kernel called once for its output (a failing one reported, not timed), then the rest timed
+in paired rounds.
 """
 
 from __future__ import annotations
@@ -76,3 +78,35 @@ def paired_ms(
             name = names[(r + i) % len(names)]
             samples[name].append(timer(fns[name], calls) / calls)
     return Paired(samples)
+
+
+def run_then_pair(
+    fns: dict[str, Callable[[], object]],
+    work: float,
+    unit: str,
+    *,
+    rounds: int = 15,
+    calls: int = 5,
+    timer: Timer = cuda_timer,
+    sync: Callable[[], object] = lambda: None,
+) -> tuple[dict[str, dict], dict[str, object], Paired | None]:
+    """Call each kernel once (``sync()`` after it), keeping its output, then time those that
+    ran in paired rounds: ``({name: {"ms", unit} or {"error"}}, {name: output}, Paired)``,
+    ``unit`` = ``work`` / seconds / 1e12, from the median per-call time."""
+    results: dict[str, dict] = {}
+    outputs: dict[str, object] = {}
+    ran = {}
+    for name, fn in fns.items():
+        try:
+            outputs[name] = fn()
+            sync()
+            ran[name] = fn
+        except Exception as e:  # noqa: BLE001 (a bench row reports the failure and goes on)
+            results[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    if not ran:
+        return results, outputs, None
+    paired = paired_ms(ran, rounds=rounds, calls=calls, timer=timer)
+    for name in ran:
+        ms = paired.median_ms(name)
+        results[name] = {"ms": ms, unit: work / (ms * 1e-3) / 1e12}
+    return results, outputs, paired

@@ -36,6 +36,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from bench.paired_timing import run_then_pair  # noqa: E402 (import-free: no torch)
+
 HQ, HKV, D = 32, 8, 128  # q heads, kv heads, head dim (qk = v)
 # (q heads, kv heads, qk dim, v dim) of the head-dim prefill rows (--only head_dims), each
 # next to a spec that generates it: gqa_prefill (64), head_dim_256, mla_prefill (192/128)
@@ -51,6 +55,9 @@ EXTEND_CASES = ((16, 2048, 512), (8, 4096, 1024), (4, 8192, 2048))  # (batch, pr
 PEERS = ("fa4", "cudnn", "fa2")
 ATOL, RTOL = 4e-3, 2e-2  # mismatch when max|out - ref| > ATOL + RTOL * max|ref|
 WARMUP_MS, REP_MS = 50, 200
+# prefill and head-dim rows: every kernel of a row timed in the same interleaved rounds, each
+# sample the mean of PAIRED_CALLS back-to-back calls (bench/paired_timing.py)
+PAIRED_ROUNDS, PAIRED_CALLS = 15, 5
 DEV = "cuda"
 
 torch = None  # imported in main(), so that --help needs nothing
@@ -583,27 +590,26 @@ def extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, new: int):
     return fn
 
 
-def prefill_peers(fa4, q, k, v, batch, seqlen, causal, flops):
-    """Time FA4, cuDNN and FA2 once for this shape: (results, outputs as [T, Hq, Dv])."""
+def prefill_peers(fa4, q, k, v, batch, seqlen, causal) -> tuple[dict, dict, dict]:
+    """FA4's, cuDNN's and FA2's calls for this shape: ({name: timed fn}, {name: fn turning
+    its output into [T, Hq, Dv]}, {name: result of a peer that is unavailable})."""
     hq, dv = q.shape[1], v.shape[2]
     q4, k4, v4 = (x.view(batch, seqlen, *x.shape[1:]) for x in (q, k, v))
-    res, outs = {}, {}
+    fns, layout, res = {}, {}, {}
     if fa4 is None:
         res["fa4"] = {"status": "unavailable"}
     else:
-        fn = lambda: fa4[0](q4, k4, v4, softmax_scale=SCALE, causal=causal)[0]  # noqa: E731
-        res["fa4"], o = measure(fn, flops, "tflops")
-        outs["fa4"] = None if o is None else o.reshape(-1, hq, dv)
+        fns["fa4"] = lambda: fa4[0](q4, k4, v4, softmax_scale=SCALE, causal=causal)[0]
+        layout["fa4"] = lambda o: o.reshape(-1, hq, dv)
     for name, backend in (("cudnn", "CUDNN_ATTENTION"), ("fa2", "FLASH_ATTENTION")):
         try:
-            fn, gqa = sdpa_fn(backend, q4, k4, v4, causal)
+            fns[name], gqa = sdpa_fn(backend, q4, k4, v4, causal)
         except Exception as e:
             res[name] = {"error": short(e)}
             continue
-        res[name], o = measure(fn, flops, "tflops")
-        res[name]["gqa"] = gqa
-        outs[name] = None if o is None else o.transpose(1, 2).reshape(-1, hq, dv)
-    return res, {k: o for k, o in outs.items() if o is not None}
+        res[name] = {"gqa": gqa}
+        layout[name] = lambda o: o.transpose(1, 2).reshape(-1, hq, dv)
+    return fns, layout, res
 
 
 def run_prefill(seqlen, causal, page_sizes, variants, fa4, heads=(HQ, HKV, D, D)) -> list[dict]:
@@ -614,7 +620,7 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4, heads=(HQ, HKV, D, D)
     flops = 2 * batch * hq * seqlen * seqlen * (d + dv) * (0.5 if causal else 1.0)
     tokens = batch * seqlen
     q, k, v = rand(tokens, hq, d), rand(tokens, hkv, d), rand(tokens, hkv, dv)
-    peer_res, peer_outs = prefill_peers(fa4, q, k, v, batch, seqlen, causal, flops)
+    peer_fns, peer_layout, peer_res = prefill_peers(fa4, q, k, v, batch, seqlen, causal)
     pos = torch.cat([torch.arange(32), torch.arange(seqlen - 32, seqlen)]).to(DEV)
     seqs = sorted({0, batch - 1})
     rows = torch.cat([b * seqlen + pos for b in seqs])
@@ -644,27 +650,47 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4, heads=(HQ, HKV, D, D)
             "v_head_dim": dv,
             "flops": flops,
         }
-        res = {p: dict(r) for p, r in peer_res.items()}
-        outs = dict(peer_outs)
         # page 0: no cache, the cache-free prefill on FA4's contiguous inputs
         phase, page = ("prefill", None) if page_size == 0 else ("extend", page_size)
-
-        def find(backend):
-            return page_size is not None and find_variant(
+        fns, found_of, res = dict(peer_fns), {}, {p: dict(r) for p, r in peer_res.items()}
+        for backend, key in RESULT.items():
+            found = page_size is not None and find_variant(
                 variants, phase, page, causal, backend=backend, heads=heads
             )
-
-        def make(found):
+            if not found:
+                res[key] = {"status": "not generated"}
+                continue
+            found_of[key] = found
             if page_size == 0:
-                return attngen_prefill(found, q, k, v, batch, seqlen)
-            return attngen_extend(found, q, k, v, batch, seqlen, page_size)
-
-        measure_backends(res, outs, flops, find, make)
+                fns[key] = attngen_prefill(found, q, k, v, batch, seqlen)
+            else:
+                fns[key] = attngen_extend(found, q, k, v, batch, seqlen, page_size)
+        # every kernel of the row in the same interleaved rounds (bench/paired_timing.py)
+        timed, outs, paired = run_then_pair(fns, flops, "tflops", rounds=PAIRED_ROUNDS,
+                                            calls=PAIRED_CALLS, sync=torch.cuda.synchronize)  # fmt: skip
+        for name, r in timed.items():
+            res[name] = res.get(name, {}) | r
+        for key, found in found_of.items():
+            res[key].update(spec=found[0], uri=found[2].uri)
+        outs = {n: peer_layout.get(n, lambda o: o)(o) for n, o in outs.items() if o is not None}
         add_checks(res, outs, ref, rows)
-        row.update(results=res, ratio=ratios(res, "tflops"))
+        row.update(results=res, **paired_ratios(paired))
         out_rows.append(row)
         torch.cuda.empty_cache()
     return out_rows
+
+
+def paired_ratios(paired) -> dict:
+    """``ratio`` (attngen's speed over each peer's: the median over rounds of the peer's time
+    / attngen's in the same round; "cute_<peer>" for attngen's CuTe DSL kernels) and
+    ``ratio_iqr`` (their interquartile ranges)."""
+    ratio, iqr = {}, {}
+    for ours, prefix in (("attngen", ""), ("attngen_cute", "cute_")):
+        for p in PEERS:
+            if paired is not None and ours in paired.rounds and p in paired.rounds:
+                med, q1, q3 = paired.ratio(p, ours)
+                ratio[prefix + p], iqr[prefix + p] = med, [q1, q3]
+    return {"ratio": ratio, "ratio_iqr": iqr}
 
 
 def measure_backends(res: dict, outs: dict, flops: float, find, make_fn) -> None:
@@ -765,7 +791,10 @@ def environment(args, fa4_version: str) -> dict:
             "nvidia-cutlass-dsl": dsl,
             "sdpa_flash_impl": str(flash_impl()),
         },
-        "timing": f"triton.testing.do_bench median, warmup {WARMUP_MS} ms, rep {REP_MS} ms",
+        "timing": f"triton.testing.do_bench median, warmup {WARMUP_MS} ms, rep {REP_MS} ms; "
+        f"prefill and head_dims rows: paired rounds ({PAIRED_ROUNDS} rounds of "
+        f"{PAIRED_CALLS} calls a kernel, ratios the per-round median, ratio_iqr their "
+        "interquartile range)",
         "check": f"max|out-ref| <= {ATOL} + {RTOL}*max|ref| (ref: fp32 torch rows, or peer)",
     }
 
