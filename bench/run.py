@@ -71,6 +71,12 @@ def rand(*shape):
     return torch.randn(*shape, dtype=getattr(torch, DTYPE), device=DEV)
 
 
+def sync() -> None:
+    """Wait for the device (a no-op when the bench runs on CPU tensors, as the tests do)."""
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
 def short(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
 
@@ -667,7 +673,7 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4, heads=(HQ, HKV, D, D)
                 fns[key] = attngen_extend(found, q, k, v, batch, seqlen, page_size)
         # every kernel of the row in the same interleaved rounds (bench/paired_timing.py)
         timed, outs, paired = run_then_pair(fns, flops, "tflops", rounds=PAIRED_ROUNDS,
-                                            calls=PAIRED_CALLS, sync=torch.cuda.synchronize)  # fmt: skip
+                                            calls=PAIRED_CALLS, sync=sync)  # fmt: skip
         for name, r in timed.items():
             res[name] = res.get(name, {}) | r
         for key, found in found_of.items():
