@@ -14,21 +14,14 @@ from attngen.testing.paths import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench import run  # noqa: E402
+from cpu_bench import cpu_fp16_bench  # noqa: E402
 
 
 @pytest.fixture
 def fp16_bench(monkeypatch):
     """bench.run on CPU tensors in fp16, one call instead of do_bench, Triton only."""
-    monkeypatch.setattr(run, "torch", torch)
-    monkeypatch.setattr(run, "DEV", "cpu")
-    monkeypatch.setattr(run, "DTYPE", "float16")
-    defaults = list(run.find_variant.__defaults__)
-    defaults[1] = "float16"  # kv dtype
-    monkeypatch.setattr(run.find_variant, "__defaults__", tuple(defaults))
+    variants = cpu_fp16_bench(monkeypatch)
     monkeypatch.setattr(run, "measure", lambda fn, work, unit: ({"ms": 1.0}, fn()))
-    monkeypatch.setattr(run, "RESULT", {"triton": "attngen"})
-    variants, errors = run.load_attngen()
-    assert not errors
     return variants
 
 

@@ -16,19 +16,14 @@ from attngen.testing.paths import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench import run  # noqa: E402
+from cpu_bench import cpu_fp16_bench  # noqa: E402
 
 HEADS = (4, 1, 64, 64)  # mha_gqa_prefill generates d64 g4 (cache-free and pages 64 / 128)
 
 
 @pytest.fixture
 def fp16_prefill(monkeypatch):
-    monkeypatch.setattr(run, "torch", torch)
-    monkeypatch.setattr(run, "DEV", "cpu")
-    monkeypatch.setattr(run, "DTYPE", "float16")
-    defaults = list(run.find_variant.__defaults__)
-    defaults[1] = "float16"  # kv dtype
-    monkeypatch.setattr(run.find_variant, "__defaults__", tuple(defaults))
-    monkeypatch.setattr(run, "RESULT", {"triton": "attngen"})
+    variants = cpu_fp16_bench(monkeypatch)
     monkeypatch.setattr(run, "PREFILL_TOKENS", 128)
     monkeypatch.setattr(run, "SCALE", 64**-0.5)
     # every kernel "takes" 1 ms a call, FA2 2 ms: the ratio comes out of the rounds
@@ -50,8 +45,6 @@ def fp16_prefill(monkeypatch):
         return fn, "kv heads expanded"
 
     monkeypatch.setattr(run, "sdpa_fn", sdpa)
-    variants, errors = run.load_attngen()
-    assert not errors
     return variants
 
 
