@@ -10,8 +10,9 @@ variant's in the same round, ``ratio_iqr`` its interquartile range.
 ``python3 bench/experimental/cute_prefill_tiles.py OUT.jsonl`` from the repository root
 (FA4 on the path); ``OUT.jsonl '{"name": {config overrides}, ...}'`` sweeps those configs
 instead (any tuning key of the config, or of a patch under test such as
-``experimental/cute_sm90_pingpong.patch``'s ``fwd_wg_pingpong``), and ``--head-dim 64``
-another head dim (the generated config with that head dim swapped in)."""
+``experimental/cute_sm90_pingpong.patch``'s ``fwd_wg_pingpong``), ``--head-dim 64``
+another head dim and ``--heads 28/4`` other head counts (the generated config with that
+head dim or GQA group swapped in, packed or not as the lowering would choose)."""
 
 import dataclasses
 import importlib
@@ -34,9 +35,14 @@ D = 128  # --head-dim
 def generated_config(name: str):
     mod = importlib.import_module(f"generated.sm90.cute_dsl.mha.{name}.kernels")
     cfgs = [c for c in mod.CONFIGS.values() if (c.head_dim, c.gqa_group) == (D, HQ // HKV)]
-    if not cfgs:  # another head dim: the spec's config with it swapped in (same tiles)
-        cfgs = [dataclasses.replace(c, head_dim=D, v_head_dim=D) for c in mod.CONFIGS.values()
-                if c.gqa_group == HQ // HKV]  # fmt: skip
+    if not cfgs:  # another head dim or group: the spec's config with them swapped in
+        from attngen.families.mha.cute_dsl.lower import pack_gqa
+        from attngen.spec.enums import Arch
+
+        group = HQ // HKV
+        swap = dict(head_dim=D, v_head_dim=D, gqa_group=group,
+                    fwd_pack_gqa=int(pack_gqa(group, Arch.SM90)))  # fmt: skip
+        cfgs = [dataclasses.replace(c, **swap) for c in mod.CONFIGS.values()]
     return mod, max(cfgs, key=lambda c: c.page_size)
 
 
@@ -105,5 +111,9 @@ if __name__ == "__main__":
     if "--head-dim" in args:
         i = args.index("--head-dim")
         D = int(args[i + 1])
+        del args[i : i + 2]
+    if "--heads" in args:  # q heads / kv heads, e.g. 28/4 (Qwen2.5-7B's group of 7)
+        i = args.index("--heads")
+        HQ, HKV = (int(x) for x in args[i + 1].split("/"))
         del args[i : i + 2]
     main(args[0], json.loads(args[1]) if len(args) > 1 else None)

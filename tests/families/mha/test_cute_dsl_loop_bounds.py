@@ -31,8 +31,13 @@ def stub(tile_m: int, tile_n: int, pack: int, causal: bool, window: int | None):
         num_stages=2, causal=causal, window_left=window, logit_softcap=None, sinks=False,
         paged=False, overlap=True, pack_gqa=pack,
     )  # fmt: skip
-    return types.SimpleNamespace(shape=shape, tile_m=tile_m, tile_n=tile_n, pack=pack,
-                                 rows_tok=tile_m // pack)  # fmt: skip
+    k = types.SimpleNamespace(shape=shape, tile_m=tile_m, tile_n=tile_n, pack=pack)
+    if tile_m % pack == 0:
+        k.rows_tok = tile_m // pack  # tokens a tile holds, where the group divides it
+    for name in ("first_token", "end_token"):  # helpers of kernels that pack any group
+        if hasattr(Kernel, name):
+            setattr(k, name, (lambda f: lambda *a: f(k, *a))(plain(name)))
+    return k
 
 
 def loops(k, m_block: int, seqlen_q: int, seqlen_k: int):
@@ -53,8 +58,8 @@ def tile_is_unmasked(k, n: int, m_block: int, seqlen_q: int, seqlen_k: int) -> b
     """Brute force: every row the tile holds sees every key of key tile n."""
     offset = seqlen_k - seqlen_q
     w = k.shape.window_left
-    for t in range(k.rows_tok):
-        pos = m_block * k.rows_tok + t + offset
+    for r in range(k.tile_m):  # row r: (token, head) pair m_block * tile_m + r, token-major
+        pos = (m_block * k.tile_m + r) // k.pack + offset
         for key in range(n * k.tile_n, (n + 1) * k.tile_n):
             if key >= seqlen_k or (k.shape.causal and key > pos):
                 return False
@@ -80,7 +85,7 @@ def test_unmasked_tiles_need_no_mask_and_every_tile_runs_once(tile_m, causal, wi
     for seqlen_q, prefix in ((1, 0), (37, 0), (128, 0), (300, 0), (129, 70), (64, 1000),
                              (257, 128), (500, 3)):  # fmt: skip
         seqlen_k = seqlen_q + prefix
-        for m_block in range((seqlen_q + k.rows_tok - 1) // k.rows_tok):
+        for m_block in range((seqlen_q * pack + tile_m - 1) // tile_m):
             (n_min, n_max), masked, unmasked, order = loops(k, m_block, seqlen_q, seqlen_k)
             where = (
                 f"tile_m={tile_m} causal={causal} window={window} tile_n={tile_n} pack={pack} "
