@@ -55,8 +55,8 @@ EXTEND_CASES = ((16, 2048, 512), (8, 4096, 1024), (4, 8192, 2048))  # (batch, pr
 PEERS = ("fa4", "cudnn", "fa2")
 ATOL, RTOL = 4e-3, 2e-2  # mismatch when max|out - ref| > ATOL + RTOL * max|ref|
 WARMUP_MS, REP_MS = 50, 200
-# prefill and head-dim rows: every kernel of a row timed in the same interleaved rounds, each
-# sample the mean of PAIRED_CALLS back-to-back calls (bench/paired_timing.py)
+# prefill, head-dim and extend rows: every kernel of a row timed in the same interleaved
+# rounds, each sample the mean of PAIRED_CALLS back-to-back calls (bench/paired_timing.py)
 PAIRED_ROUNDS, PAIRED_CALLS = 15, 5
 DEV = "cuda"
 
@@ -671,19 +671,25 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4, heads=(HQ, HKV, D, D)
                 fns[key] = attngen_prefill(found, q, k, v, batch, seqlen)
             else:
                 fns[key] = attngen_extend(found, q, k, v, batch, seqlen, page_size)
-        # every kernel of the row in the same interleaved rounds (bench/paired_timing.py)
-        timed, outs, paired = run_then_pair(fns, flops, "tflops", rounds=PAIRED_ROUNDS,
-                                            calls=PAIRED_CALLS, sync=sync)  # fmt: skip
-        for name, r in timed.items():
-            res[name] = res.get(name, {}) | r
-        for key, found in found_of.items():
-            res[key].update(spec=found[0], uri=found[2].uri)
-        outs = {n: peer_layout.get(n, lambda o: o)(o) for n, o in outs.items() if o is not None}
+        outs, paired = timed_row(res, fns, flops, peer_layout, found_of)
         add_checks(res, outs, ref, rows)
         row.update(results=res, **paired_ratios(paired))
         out_rows.append(row)
         torch.cuda.empty_cache()
     return out_rows
+
+
+def timed_row(res: dict, fns: dict, flops: float, layout: dict, found_of: dict):
+    """Every kernel of a row in the same interleaved rounds (bench/paired_timing.py): their
+    figures into ``res`` (with the spec and variant of attngen's, ``found_of``), and
+    ``(outputs, rounds)``, each output through ``layout[name]`` when it has one."""
+    timed, outs, paired = run_then_pair(fns, flops, "tflops", rounds=PAIRED_ROUNDS,
+                                        calls=PAIRED_CALLS, sync=sync)  # fmt: skip
+    for name, r in timed.items():
+        res[name] = res.get(name, {}) | r
+    for key, found in found_of.items():
+        res[key].update(spec=found[0], uri=found[2].uri)
+    return {n: layout.get(n, lambda o: o)(o) for n, o in outs.items() if o is not None}, paired
 
 
 def paired_ratios(paired) -> dict:
@@ -697,20 +703,6 @@ def paired_ratios(paired) -> dict:
                 med, q1, q3 = paired.ratio(p, ours)
                 ratio[prefix + p], iqr[prefix + p] = med, [q1, q3]
     return {"ratio": ratio, "ratio_iqr": iqr}
-
-
-def measure_backends(res: dict, outs: dict, flops: float, find, make_fn) -> None:
-    """Each generated backend's TFLOP/s row into ``res`` (its output into ``outs``):
-    ``find(backend)`` is its variant (falsy: "not generated"), ``make_fn(found)`` its call."""
-    for backend, key in RESULT.items():
-        found = find(backend)
-        if not found:
-            res[key] = {"status": "not generated"}
-            continue
-        res[key], o = measure(make_fn(found), flops, "tflops")
-        res[key].update(spec=found[0], uri=found[2].uri)
-        if o is not None:
-            outs[key] = o
 
 
 def run_extend_prefix(batch, prefix, new, page_size, variants, fa4) -> dict:
@@ -737,21 +729,21 @@ def run_extend_prefix(batch, prefix, new, page_size, variants, fa4) -> dict:
     page_table = shuffled_page_table(batch, pages_per_seq, num_pages, seed=prefix + page_size)
     q = rand(batch * new, HQ, D)
     prefix_lens = torch.full((batch,), prefix, dtype=torch.int32, device=DEV)
-    res, outs = {}, {}
-    measure_backends(
-        res,
-        outs,
-        flops,
-        lambda backend: find_variant(variants, "extend", page_size, True, backend=backend),
-        lambda found: extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, new),
-    )
+    res, fns, found_of, layout = {}, {}, {}, {}
+    for backend, key in RESULT.items():
+        found = find_variant(variants, "extend", page_size, True, backend=backend)
+        if not found:
+            res[key] = {"status": "not generated"}
+            continue
+        found_of[key] = found
+        fns[key] = extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, new)
     if fa4 is None:
         res["fa4"] = {"status": "unavailable"}
     else:
-        fn = fa4_paged_fn(fa4, q.view(batch, new, HQ, D), k_cache, v_cache, page_table, total)
-        res["fa4"], o = measure(fn, flops, "tflops")
-        if o is not None:
-            outs["fa4"] = o.reshape(batch * new, HQ, D)
+        q4 = q.view(batch, new, HQ, D)
+        fns["fa4"] = fa4_paged_fn(fa4, q4, k_cache, v_cache, page_table, total)
+        layout["fa4"] = lambda o: o.reshape(batch * new, HQ, D)
+    outs, paired = timed_row(res, fns, flops, layout, found_of)
     seqs = sorted({0, batch - 1})
     slots = token_slots(page_table[seqs], page_size, total)
     picked = torch.cat([torch.arange(min(32, new)), torch.arange(max(0, new - 32), new)])
@@ -763,7 +755,7 @@ def run_extend_prefix(batch, prefix, new, page_size, variants, fa4) -> dict:
         ]
     )
     add_checks(res, outs, ref, torch.cat([b * new + picked for b in seqs]))
-    row.update(results=res, ratio=ratios(res, "tflops"))
+    row.update(results=res, **paired_ratios(paired))
     return row
 
 
@@ -798,7 +790,7 @@ def environment(args, fa4_version: str) -> dict:
             "sdpa_flash_impl": str(flash_impl()),
         },
         "timing": f"triton.testing.do_bench median, warmup {WARMUP_MS} ms, rep {REP_MS} ms; "
-        f"prefill and head_dims rows: paired rounds ({PAIRED_ROUNDS} rounds of "
+        f"prefill, head_dims and extend rows: paired rounds ({PAIRED_ROUNDS} rounds of "
         f"{PAIRED_CALLS} calls a kernel, ratios the per-round median, ratio_iqr their "
         "interquartile range)",
         "check": f"max|out-ref| <= {ATOL} + {RTOL}*max|ref| (ref: fp32 torch rows, or peer)",
