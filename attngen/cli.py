@@ -23,7 +23,7 @@ from attngen.review import add_parser as add_review_parser
 from attngen.spec.errors import SpecError
 from attngen.spec.loader import load_spec
 from attngen.spec.model import Spec
-from attngen.validate import not_lowered, validate
+from attngen.validate import check_plans, not_lowered, validate
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,6 +89,7 @@ def _validate_file(path: Path, names: Names, against_repo: bool) -> int:
             raise SpecError(spec.location, "name", f"{spec.name!r} is already used by {owner}")
         names.validated[spec.name] = spec.path
         variants = validate(spec)
+        check_plans(spec, variants)  # what generate would refuse at lowering
     except SpecError as err:
         print(err, file=sys.stderr)
         return 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from attngen import registry
 from attngen.capabilities import Status, alternatives, supports
+from attngen.ir import PlanError
+from attngen.lower import lower_module
 from attngen.spec.errors import SpecError
 from attngen.spec.expand import expand
 from attngen.spec.model import Spec
@@ -84,6 +86,26 @@ def _check_lowers_something(spec: Spec, variants: tuple[Variant, ...]) -> None:
         "targets",
         f"no target lowers any variant of this spec: {'; '.join(not_lowered(spec, variants))}",
     )
+
+
+def check_plans(spec: Spec, variants: tuple[Variant, ...]) -> None:
+    """What generate would still refuse once validate() passed: each target's plan, lowered
+    and checked by its lowering (tile limits, tuning values that do not go together),
+    raised as a SpecError at the spec's tuning for that target, else at the target."""
+    for target in spec.targets:
+        for arch in target.archs:
+            try:
+                lower_module(spec, variants, target.backend, arch)
+            except PlanError as err:
+                key = (target.backend, arch)
+                tuning = next((t for t in spec.tuning if (t.backend, t.arch) == key), None)
+                where, field = (
+                    (tuning.location, f"tuning.{target.backend.value}.{arch.value}")
+                    if tuning is not None
+                    else (target.location, f"targets.{target.backend.value}")
+                )
+                message = str(err).removeprefix(f"{spec.path} ({arch.value}): ")
+                raise SpecError(where, field, message) from err
 
 
 def not_lowered(spec: Spec, variants: tuple[Variant, ...]) -> list[str]:

@@ -268,3 +268,24 @@ def test_validate_notes_targets_that_skip_variants(tmp_path, capsys):
         "d128_g4_ps16_bf16_kvnvfp4_causal: nvfp4 KV cache is not lowered in CuTe DSL yet" in out
     )
     assert "triton sm90 skips" not in out
+
+
+def test_validate_refuses_what_generate_would_refuse_at_lowering(tmp_path, capsys):
+    """A tuning value the lowering's plan check refuses (GQA packing of a group that does not
+    divide the 128-row CuTe DSL tile) fails `attngen validate` at the tuning section, with
+    the message `attngen generate` gives."""
+    from attngen.cli import main
+
+    spec = tmp_path / "pack7.yaml"
+    spec.write_text(
+        "name: pack7\ndescription: a group of 7 packed\nfamily: mha\nphases: [prefill]\n"
+        "dtype: bf16\nheads: {head_dim: 128, gqa_group: 7}\nkv_cache: {page_size: 64}\n"
+        "targets: {cute_dsl: [sm90]}\ntuning:\n  cute_dsl:\n    sm90: {fwd_pack_gqa: 1}\n"
+    )
+    assert main(["validate", str(spec)]) == 1
+    err = capsys.readouterr().err
+    problem = "fwd_pack_gqa: sm90, and a GQA group (7) dividing fwd_tile_m=128"
+    assert f"{spec}:11: tuning.cute_dsl.sm90: d128_g7_ps64_bf16_causal: {problem}" in err, err
+    assert main(["generate", "--specs", str(tmp_path), "--out", str(tmp_path / "g"),
+                 "--arch", "sm90"]) == 1  # fmt: skip
+    assert problem in capsys.readouterr().err
