@@ -11,8 +11,8 @@
 #            e.g. 'm192|{"t128":{},"t192":{"fwd_tile_m":192}}|--head-dim 64'
 #
 # Each run row writes OUTDIR/NAME-<i>.jsonl (cute_prefill_tiles.py's rows: every output
-# checked against FA4's, ratios from paired rounds) and prints it; a tree whose sweep fails
-# prints the error and the next one runs.
+# checked against FA4's, ratios from paired rounds) and prints it; a tree whose sweep fails,
+# or runs past AB_TIMEOUT seconds (default 240: a hang), prints why and the next one runs.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 AB="$ROOT/.ab"
@@ -52,9 +52,10 @@ run() {
         IFS='|' read -r name overrides extra <<< "$row"
         echo "== $name $overrides $extra"
         # shellcheck disable=SC2086  # extra: the sweep's own flags, split on purpose
-        (cd "$AB/$name" && python3 bench/experimental/cute_prefill_tiles.py \
-            "$out/$name-$i.jsonl" "$overrides" $extra 2>&1 | grep -v Warning | tail -20) ||
-            echo "ab_trees: $name failed"
+        # a kernel that hangs (a wrong barrier phase) is killed after AB_TIMEOUT seconds
+        (cd "$AB/$name" && timeout "${AB_TIMEOUT:-240}" python3 \
+            bench/experimental/cute_prefill_tiles.py "$out/$name-$i.jsonl" "$overrides" $extra \
+            2>&1 | grep -v Warning | tail -20) || echo "ab_trees: $name failed"
     done
 }
 
