@@ -42,19 +42,44 @@ GDN_PARTS = (  # bench/gdn.py's parts (see from_gdn)
 )
 
 
+def _ours(case: dict, figure: str) -> dict[str, float]:
+    """The case's attngen rows that have the figure: {result key: figure}."""
+    return {
+        k: r[figure]
+        for k, r in case["results"].items()
+        if k.startswith("attngen") and isinstance(r, dict) and r.get(figure)
+    }
+
+
+def _peers(cases: list[dict]) -> list[str]:
+    return sorted({k for c in cases for k in c["results"] if not k.startswith("attngen")})
+
+
+def spreads(cases: list[dict], figure: str) -> dict[str, list[tuple[float, float]]]:
+    """Per peer, for the attngen row ``ratios`` plots, the interquartile range over paired
+    rounds of its ratio (``ratio_iqr`` of rows timed in rounds; NaN where the row was
+    timed on its own)."""
+    nan = (float("nan"), float("nan"))
+    out: dict[str, list[tuple[float, float]]] = {}
+    for case in cases:
+        ours = _ours(case, figure)
+        best = max(ours, key=ours.get) if ours else None
+        prefix = {"attngen": "", "attngen_cute": "cute_"}.get(best)  # bench/run.py's keys
+        for peer in _peers(cases):
+            iqr = None if prefix is None else case.get("ratio_iqr", {}).get(prefix + peer)
+            out.setdefault(peer, []).append(tuple(iqr) if iqr else nan)
+    return out
+
+
 def ratios(cases: list[dict], figure: str) -> tuple[list[str], dict[str, list[float]]]:
     """Case labels and, per peer, attngen's figure / the peer's (NaN where either is missing).
 
     A case may hold several attngen rows (``attngen``, ``attngen ps64``, ...): the best one
     counts, and the label says which."""
     labels, per_peer = [], {}
-    peers = sorted({k for c in cases for k in c["results"] if not k.startswith("attngen")})
+    peers = _peers(cases)
     for case in cases:
-        ours = {
-            k: r[figure]
-            for k, r in case["results"].items()
-            if k.startswith("attngen") and isinstance(r, dict) and r.get(figure)
-        }
+        ours = _ours(case, figure)
         best = max(ours, key=ours.get) if ours else None
         page = case.get("page_size", "")
         label = case["case"] + (" no cache" if page == 0 else f" ps{page}" if page != "" else "")
@@ -184,10 +209,16 @@ def plot(result: dict, out: Path) -> None:
     fig, axes = plt.subplots(len(parts), 1, figsize=(12, 3.2 * len(parts)), squeeze=False)
     for ax, (key, title, figure) in zip(axes[:, 0], parts):
         labels, per_peer = ratios(result[key], figure)
+        spread = spreads(result[key], figure)
         width = 0.8 / max(1, len(per_peer))
         for i, (peer, values) in enumerate(sorted(per_peer.items())):
             xs = [x + (i - (len(per_peer) - 1) / 2) * width for x in range(len(labels))]
-            ax.bar(xs, values, width, label=f"vs {peer}")
+            # whiskers: the interquartile range over paired rounds, where the row has one
+            # (around the bar's ratio of medians, which may sit just outside the range)
+            pairs = list(zip(values, spread[peer]))
+            low = [max(v - lo, 0.0) if lo == lo else 0.0 for v, (lo, _) in pairs]
+            high = [max(hi - v, 0.0) if hi == hi else 0.0 for v, (_, hi) in pairs]
+            ax.bar(xs, values, width, label=f"vs {peer}", yerr=[low, high], capsize=2)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=30, ha="right")
         ax.set_ylabel("attngen / peer")

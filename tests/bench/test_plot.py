@@ -85,3 +85,24 @@ def test_gdn_result_plots_attngen_over_fla(tmp_path: Path) -> None:
     path.write_text(json.dumps(gdn))
     assert plot.main([str(path)]) == 0
     assert path.with_suffix(".png").stat().st_size > 0
+
+
+def test_paired_rows_plot_with_their_interquartile_ranges(tmp_path: Path) -> None:
+    """bench/run.py rows timed in paired rounds carry ``ratio_iqr``: whiskers for the row
+    ratios() plots (the CuTe DSL one when it is the faster), none for rows timed alone."""
+
+    def row(case, ours, cute, fa4, iqr):
+        results = {"attngen": {"tflops": ours}, "attngen_cute": {"tflops": cute},
+                   "fa4": {"tflops": fa4}}  # fmt: skip
+        return dict(case=case, page_size=0, results=results, ratio_iqr=iqr)
+
+    rows = [row("S4k causal", 400.0, 560.0, 580.0, {"fa4": [0.68, 0.70], "cute_fa4": [0.95, 0.98]}),
+            row("S1k causal", 300.0, 200.0, 330.0, {"fa4": [0.90, 0.92]}),
+            row("S8k causal", 400.0, 500.0, 600.0, {})]  # fmt: skip
+    assert plot.spreads(rows, "tflops")["fa4"][:2] == [(0.95, 0.98), (0.90, 0.92)]
+    assert all(x != x for x in plot.spreads(rows, "tflops")["fa4"][2])  # timed alone: NaN
+    pytest.importorskip("matplotlib")
+    result = dict(commit="abc1234", gpu="NVIDIA H200", torch="2.11", triton="3.6.0", peers=[],
+                  prefill=rows)  # fmt: skip
+    plot.plot(result, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 0
