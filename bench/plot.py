@@ -17,6 +17,10 @@ import json
 import sys
 from pathlib import Path
 
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.run import RATIO_PREFIX  # noqa: E402 (run.py imports no torch at import)
+
 PARTS = (  # (JSON key, title, figure per result)
     ("decode", "paged decode (TB/s ratio)", "tbps"),
     ("quantized_decode", "quantized decode (TB/s ratio)", "tbps"),
@@ -64,7 +68,7 @@ def spreads(cases: list[dict], figure: str) -> dict[str, list[tuple[float, float
     for case in cases:
         ours = _ours(case, figure)
         best = max(ours, key=ours.get) if ours else None
-        prefix = {"attngen": "", "attngen_cute": "cute_"}.get(best)  # bench/run.py's keys
+        prefix = RATIO_PREFIX.get(best)
         for peer in _peers(cases):
             iqr = None if prefix is None else case.get("ratio_iqr", {}).get(prefix + peer)
             out.setdefault(peer, []).append(tuple(iqr) if iqr else nan)

@@ -86,6 +86,8 @@ def short(e: BaseException) -> str:
 
 BACKENDS = ("triton", "cute_dsl")  # generated backends timed, each in its own result column
 RESULT = {"triton": "attngen", "cute_dsl": "attngen_cute"}  # result key of each backend
+# a row's ratio keys: "<prefix><peer>" for each attngen result key (bench/plot.py reads them)
+RATIO_PREFIX = {"attngen": "", "attngen_cute": "cute_"}
 
 
 def load_attngen() -> tuple[list, dict]:
@@ -254,7 +256,7 @@ def add_checks(res: dict, outs: dict, ref, rows) -> None:
 def ratios(res: dict, unit: str) -> dict:
     """attngen (Triton) over each peer; "cute_<peer>": attngen's CuTe DSL kernels over it."""
     out = {}
-    for ours, prefix in (("attngen", ""), ("attngen_cute", "cute_")):
+    for ours, prefix in RATIO_PREFIX.items():
         a = res.get(ours, {}).get(unit)
         out |= {prefix + p: a / res[p][unit] for p in PEERS if a and res.get(p, {}).get(unit)}
     return out
@@ -658,25 +660,39 @@ def run_prefill(seqlen, causal, page_sizes, variants, fa4, heads=(HQ, HKV, D, D)
         }
         # page 0: no cache, the cache-free prefill on FA4's contiguous inputs
         phase, page = ("prefill", None) if page_size == 0 else ("extend", page_size)
-        fns, found_of, res = dict(peer_fns), {}, {p: dict(r) for p, r in peer_res.items()}
-        for backend, key in RESULT.items():
-            found = page_size is not None and find_variant(
+        res = {p: dict(r) for p, r in peer_res.items()}
+
+        def find(backend):
+            return page_size is not None and find_variant(
                 variants, phase, page, causal, backend=backend, heads=heads
             )
-            if not found:
-                res[key] = {"status": "not generated"}
-                continue
-            found_of[key] = found
+
+        def make(found):
             if page_size == 0:
-                fns[key] = attngen_prefill(found, q, k, v, batch, seqlen)
-            else:
-                fns[key] = attngen_extend(found, q, k, v, batch, seqlen, page_size)
-        outs, paired = timed_row(res, fns, flops, peer_layout, found_of)
+                return attngen_prefill(found, q, k, v, batch, seqlen)
+            return attngen_extend(found, q, k, v, batch, seqlen, page_size)
+
+        fns, found_of = attngen_calls(res, find, make)
+        outs, paired = timed_row(res, peer_fns | fns, flops, peer_layout, found_of)
         add_checks(res, outs, ref, rows)
         row.update(results=res, **paired_ratios(paired))
         out_rows.append(row)
         torch.cuda.empty_cache()
     return out_rows
+
+
+def attngen_calls(res: dict, find, make) -> tuple[dict, dict]:
+    """Each generated backend's call for a row: ``({result key: fn}, {result key: its
+    variant})``; ``find(backend)`` is the variant (falsy: "not generated", into ``res``),
+    ``make(found)`` its call."""
+    fns, found_of = {}, {}
+    for backend, key in RESULT.items():
+        found = find(backend)
+        if not found:
+            res[key] = {"status": "not generated"}
+            continue
+        found_of[key], fns[key] = found, make(found)
+    return fns, found_of
 
 
 def timed_row(res: dict, fns: dict, flops: float, layout: dict, found_of: dict):
@@ -697,7 +713,7 @@ def paired_ratios(paired) -> dict:
     / attngen's in the same round; "cute_<peer>" for attngen's CuTe DSL kernels) and
     ``ratio_iqr`` (their interquartile ranges)."""
     ratio, iqr = {}, {}
-    for ours, prefix in (("attngen", ""), ("attngen_cute", "cute_")):
+    for ours, prefix in RATIO_PREFIX.items():
         for p in PEERS:
             if paired is not None and ours in paired.rounds and p in paired.rounds:
                 med, q1, q3 = paired.ratio(p, ours)
@@ -729,14 +745,12 @@ def run_extend_prefix(batch, prefix, new, page_size, variants, fa4) -> dict:
     page_table = shuffled_page_table(batch, pages_per_seq, num_pages, seed=prefix + page_size)
     q = rand(batch * new, HQ, D)
     prefix_lens = torch.full((batch,), prefix, dtype=torch.int32, device=DEV)
-    res, fns, found_of, layout = {}, {}, {}, {}
-    for backend, key in RESULT.items():
-        found = find_variant(variants, "extend", page_size, True, backend=backend)
-        if not found:
-            res[key] = {"status": "not generated"}
-            continue
-        found_of[key] = found
-        fns[key] = extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, new)
+    res, layout = {}, {}
+    fns, found_of = attngen_calls(
+        res,
+        lambda backend: find_variant(variants, "extend", page_size, True, backend=backend),
+        lambda found: extend_fn(found, q, k_cache, v_cache, page_table, prefix_lens, new),
+    )
     if fa4 is None:
         res["fa4"] = {"status": "unavailable"}
     else:
