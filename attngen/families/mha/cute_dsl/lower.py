@@ -22,7 +22,7 @@ import dataclasses
 
 from attngen.families.mha.cute_dsl.capability import PAGED_PHASES
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
-from attngen.families.mha.cute_dsl.tiles import sm90_paged_tile_n, sm90_tile_n
+from attngen.families.mha.cute_dsl.tiles import gqa_packs, sm90_paged_tile_n, sm90_tile_n
 from attngen.families.mha.key import MhaKey
 from attngen.library_lowering import plan_module
 from attngen.ir import GraphBuffer, ModulePlan
@@ -36,7 +36,6 @@ FWD_TILE_M = 128
 FWD_TILE_N = {Arch.SM90: 128, Arch.SM100: 64}
 FWD_NUM_STAGES = 2
 FWD_INTRA_WG_OVERLAP = {Arch.SM90: 1, Arch.SM100: 0}  # a wgmma (sm90) schedule
-PACK_GQA_ARCHS = frozenset({Arch.SM90})  # prefill / extend rows hold the group's query heads
 # decode KV splits per request: the split heuristic (attngen.families.mha.runtime) allows up
 # to 4 waves of (request, kv head, split) programs, each split >= 256 keys
 MAX_SPLITS = 16
@@ -61,7 +60,7 @@ def pack_gqa(group: int, arch: Arch) -> bool:
     """Whether the forward packs a GQA group's query heads into one CTA's rows, so that each
     K/V tile brought into shared memory serves the whole group (FA4 packs on sm90 whenever
     the group exceeds 1): on sm90 for groups > 1 that divide the 128-row tile."""
-    return arch in PACK_GQA_ARCHS and group > 1 and FWD_TILE_M % group == 0
+    return group > 1 and gqa_packs(arch.value, group, FWD_TILE_M)
 
 
 def kernel_config(

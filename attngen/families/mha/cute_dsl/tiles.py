@@ -41,6 +41,16 @@ def sm90_paged_tile_n(page_size: int, tile_n: int) -> int:
     return max(page_size, tile_n)
 
 
+PACK_GQA_ARCHS = frozenset({"sm90"})  # forwards whose tiles can hold a GQA group's heads
+
+
+def gqa_packs(arch: str, group: int, tile_m: int) -> bool:
+    """Whether ``group`` query heads per token can share the rows of a ``tile_m``-row
+    prefill / extend tile on ``arch`` (the sm90 kernel packs whole tokens: the group must
+    divide the tile)."""
+    return arch in PACK_GQA_ARCHS and tile_m % group == 0
+
+
 def sm100_fwd_shared_bytes(head_dim: int, v_head_dim: int, tile_n: int, stages: int) -> int:
     """Shared memory of one sm100 forward or decode CTA (``kernels/fwd_sm100.shared_bytes``):
     the Q and P tiles (128 rows) and ``stages`` K and V tiles, 16-bit. d 256 with 64-key

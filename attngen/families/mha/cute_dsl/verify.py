@@ -8,6 +8,7 @@ from attngen.families.mha.cute_dsl.tiles import (
     FP8_DECODE_MAX_GROUP,
     SM90_SHARED_BYTES,
     SM100_TMEM_COLS,
+    gqa_packs,
     sm90_decode_shared_bytes,
     sm100_fwd_shared_bytes,
     sm90_fwd_shared_bytes,
@@ -67,7 +68,7 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
                 f"fwd_tile_n={c.fwd_tile_n} + v_head_dim={c.v_head_dim} fp32 columns exceed "
                 f"the SM's {SM100_TMEM_COLS} of tensor memory"
             )
-    if c.fwd_pack_gqa and (c.arch != "sm90" or c.fwd_tile_m % c.gqa_group):
+    if c.fwd_pack_gqa and not gqa_packs(c.arch, c.gqa_group, c.fwd_tile_m):
         problems.append(f"fwd_pack_gqa: sm90, and a GQA group ({c.gqa_group}) dividing "
                         f"fwd_tile_m={c.fwd_tile_m}")  # fmt: skip
     if c.fwd_intra_wg_overlap and c.arch != "sm90":
