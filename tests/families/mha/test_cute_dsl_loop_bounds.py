@@ -31,13 +31,8 @@ def stub(tile_m: int, tile_n: int, pack: int, causal: bool, window: int | None):
         num_stages=2, causal=causal, window_left=window, logit_softcap=None, sinks=False,
         paged=False, overlap=True, pack_gqa=pack,
     )  # fmt: skip
-    k = types.SimpleNamespace(shape=shape, tile_m=tile_m, tile_n=tile_n, pack=pack)
-    if tile_m % pack == 0:
-        k.rows_tok = tile_m // pack  # tokens a tile holds, where the group divides it
-    for name in ("first_token", "end_token"):  # helpers of kernels that pack any group
-        if hasattr(Kernel, name):
-            setattr(k, name, (lambda f: lambda *a: f(k, *a))(plain(name)))
-    return k
+    return types.SimpleNamespace(shape=shape, tile_m=tile_m, tile_n=tile_n, pack=pack,
+                                 rows_tok=tile_m // pack)  # fmt: skip
 
 
 def loops(k, m_block: int, seqlen_q: int, seqlen_k: int):
