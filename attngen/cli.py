@@ -114,6 +114,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except (SpecError, PlanError, DuplicateWrite, GenerateError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # writing the tree (a spec that cannot be read is a GenerateError)
+        print(f"error: {err.filename}: {err.strerror or err}", file=sys.stderr)
+        return 1
     if args.check and not drift.clean:
         print(drift.report(regenerate_command("all")), file=sys.stderr)
         return 1

@@ -302,6 +302,57 @@ def test_a_wrong_specs_path_touches_nothing(tmp_path: Path) -> None:
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
+def test_an_out_folder_that_is_not_a_generated_tree_is_left_alone(tmp_path: Path) -> None:
+    """Writing removes every file of --out that generate does not write: a folder that is
+    neither empty nor a generated tree (no attngen MANIFEST.json), a file, and a generated
+    tree holding the specs are refused before anything is written or removed (`--out .`
+    emptied the folder it named)."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    shutil.copy(ROOT / "specs/mha/gqa_decode.yaml", specs)
+    (tmp_path / "notes.txt").write_text("keep me\n")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for out, message in [
+        (tmp_path, "neither empty nor a generated tree (no attngen MANIFEST.json)"),
+        (tmp_path / "notes.txt", "notes.txt: not a folder"),
+    ]:
+        result = run_cli("generate", "--specs", str(specs), "--out", str(out), "--arch", "sm90")
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    out = tmp_path / "generated"
+    for _ in range(2):  # a new folder, then the generated tree it became
+        result = run_cli("generate", "--specs", str(specs), "--out", str(out), "--arch", "sm90")
+        assert result.returncode == 0, result.stderr
+    shutil.copytree(specs, out / "specs")
+    result = run_cli("generate", "--specs", str(out / "specs"), "--out", str(out))
+    assert result.returncode == 1, result.stderr
+    assert "the specs are inside the output folder" in result.stderr
+    assert (out / "specs" / "gqa_decode.yaml").is_file()
+
+
+def test_read_and_write_failures_are_errors_not_tracebacks(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from attngen.cli import main
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    shutil.copy(ROOT / "specs/mha/gqa_decode.yaml", specs)
+    (tmp_path / "file").write_text("")
+    result = run_cli("generate", "--specs", str(specs), "--out", str(tmp_path / "file" / "out"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"error: {tmp_path / 'file' / 'out'}" in result.stderr
+    assert "Not a directory" in result.stderr
+
+    def unreadable(self: Path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "open", unreadable)
+    assert main(["generate", "--specs", str(specs), "--out", str(tmp_path / "out")]) == 1
+    assert "gqa_decode.yaml: cannot read: Permission denied" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_validate_and_generate_find_the_same_specs(tmp_path: Path) -> None:
     """.yml files count; hidden files and broken links (editor lock files) do not."""
     from attngen.generate import find_specs

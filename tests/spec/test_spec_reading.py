@@ -153,3 +153,11 @@ def test_validate_warns_where_generate_does(tmp_path, capsys) -> None:
     captured = capsys.readouterr()
     assert f"{path}: ok (336 variants)" in captured.out
     assert f"336 variants (over {MANY_VARIANTS})" in captured.err
+
+
+def test_spec_suffixes_count_in_any_case(tmp_path, capsys) -> None:
+    """A spec saved as x.YAML is validated and generated, not silently passed over."""
+    path = spec_file(tmp_path, "fz_upper")
+    path.rename(tmp_path / "fz_upper.YAML")
+    assert main(["validate", str(tmp_path)]) == 0
+    assert "fz_upper.YAML: ok (1 variants)" in capsys.readouterr().out
