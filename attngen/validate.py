@@ -24,6 +24,7 @@ def validate(spec: Spec) -> tuple[Variant, ...]:
     for variant in variants:
         _check_lowered_somewhere(spec, variant)
     _check_lowers_something(spec, variants)
+    _check_tuning_applies(spec, variants)
     return variants
 
 
@@ -86,6 +87,21 @@ def _check_lowers_something(spec: Spec, variants: tuple[Variant, ...]) -> None:
         "targets",
         f"no target lowers any variant of this spec: {'; '.join(not_lowered(spec, variants))}",
     )
+
+
+def _check_tuning_applies(spec: Spec, variants: tuple[Variant, ...]) -> None:
+    """A tuning entry for a target that lowers none of the spec's variants (another target
+    lowers them) would tune nothing: refused, not silently dropped."""
+    for tuning in spec.tuning:
+        verdicts = [supports(v, tuning.backend, tuning.arch) for v in variants]
+        if not any(v.ok for v in verdicts):
+            target = f"{tuning.backend.value} {tuning.arch.value}"
+            raise SpecError(
+                tuning.location,
+                f"tuning.{tuning.backend.value}.{tuning.arch.value}",
+                f"{target} lowers no variant of this spec (e.g. {variants[0].uri}: "
+                f"{verdicts[0].reason}), so this tuning would apply to nothing: remove it",
+            )
 
 
 def check_plans(spec: Spec, variants: tuple[Variant, ...]) -> None:

@@ -7,9 +7,11 @@ reads the same tables, so the schema cannot disagree with the loader.
 
 from __future__ import annotations
 
+import difflib
 import keyword
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -190,7 +192,25 @@ def _check_enum(kind: OneOf, raw: str, loc: Location, name: str) -> Enum:
     for member in kind.allowed:
         if member.value == raw:
             return member
-    raise SpecError(loc, name, f"unknown value {_shown(raw)}: expected {kind.describe()}")
+    hint = did_you_mean(raw, (m.value for m in kind.allowed))
+    raise SpecError(loc, name, f"unknown value {_shown(raw)}: expected {kind.describe()}{hint}")
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean X?"`` when one choice is the closest to a misspelled ``word`` (case
+    aside), else ``""``: no guess between two as close (``sm89``: sm80 or sm90?), and none
+    for a word longer than any error repeats (no misspelling of a short name)."""
+    if len(word) > MAX_SHOWN:
+        return ""
+    scores = sorted(
+        (difflib.SequenceMatcher(None, word.lower(), c.lower()).ratio(), c) for c in choices
+    )
+    best = scores[-1] if scores else (0.0, "")
+    unique = len(scores) == 1 or scores[-2][0] < best[0]
+    return f"; did you mean {best[1]}?" if best[0] >= CLOSE and unique else ""
+
+
+CLOSE = 0.6  # difflib's similarity cutoff (get_close_matches' default)
 
 
 def node_kind(node: yaml.Node) -> str:

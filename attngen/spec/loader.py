@@ -10,7 +10,7 @@ import yaml
 from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
 from attngen.spec.document import compose_spec
 from attngen.spec.errors import Location, SpecError
-from attngen.spec.fields import OneOf, convert_scalar, node_location
+from attngen.spec.fields import OneOf, convert_scalar, did_you_mean, node_location
 from attngen.spec.family import FamilySpec
 from attngen.spec.model import (
     SCALAR_KEYS,
@@ -22,7 +22,7 @@ from attngen.spec.model import (
     Target,
     Tuning,
 )
-from attngen.spec.reader import MapReader, default_section, is_null, read_section
+from attngen.spec.reader import REQUIRED, MapReader, default_section, is_null, read_section
 
 QUANTIZED_KV = {
     # per_block: one scale per block of values (e.g. each 128 values of an fp8 latent row)
@@ -39,10 +39,40 @@ QUANTIZED_KV = {
 
 def load_spec(path: Path, root: Path | None = None) -> Spec:
     """Parse one spec file; ``root`` makes the recorded path repo-relative."""
-    raw = path.read_bytes()
     rel = _relative(path, root)
+    _check_file_name(rel)
+    raw = _read(path, rel)
     node = compose_spec(raw, rel)
     return _read_spec(node, rel, hashlib.sha256(raw).hexdigest())
+
+
+# A spec file is a few hundred bytes, and YAML composes about half a megabyte a second: a
+# large file named by mistake (a log, a dump) is refused by its size, not read for minutes.
+MAX_SPEC_BYTES = 1 << 20
+
+
+def _read(path: Path, rel: str) -> bytes:
+    with path.open("rb") as f:
+        raw = f.read(MAX_SPEC_BYTES + 1)
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(
+            Location(rel, 1), "", f"not a spec: over {MAX_SPEC_BYTES} bytes (specs are a few KB)"
+        )
+    return raw
+
+
+def _check_file_name(rel: str) -> None:
+    """Every file generated from a spec names it (its header, in UTF-8): a path with bytes
+    that are not UTF-8 (Python keeps them as lone surrogates) cannot be written there."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise SpecError(
+            Location(shown, 1),
+            "",
+            "the file name is not UTF-8 (generated files name their spec): rename the file",
+        ) from None
 
 
 def _relative(path: Path, root: Path | None) -> str:
@@ -80,7 +110,7 @@ def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
     targets_node = reader.pop_node("targets")
     tuning_node = reader.pop_node("tuning")
     if targets_node is None:
-        raise SpecError(reader.location, "targets", "required field is missing")
+        raise reader.missing("targets", *REQUIRED)
     spec = Spec(
         location=reader.location,
         path=path,
@@ -116,7 +146,8 @@ def _read_family_sections(
     nodes = {key: reader.pop_node(key) for key in wanted}
     for key, node in nodes.items():
         if node is None:
-            raise SpecError(reader.location, key, f"required for family {family.value}")
+            required = f"required for family {family.value}"
+            raise reader.missing(key, required, f"{required}, but has no value")
     return tuple(
         read_section(cls, nodes[key], reader.path, key) for key, cls in fspec.sections.items()
     )
@@ -182,10 +213,14 @@ def _read_targets(node: yaml.Node, path: str) -> tuple[Target, ...]:
                 name,
                 f"the arch list is {what}: expected a list of {', '.join(a.value for a in Arch)}",
             )
-        archs = tuple(convert_scalar(arch_kind, item, path, name) for item in items)
-        if len(set(archs)) != len(archs):
-            raise SpecError(node_location(path, value_node), name, "an arch is listed twice")
-        targets.append(Target(location=node_location(path, key_node), backend=backend, archs=archs))
+        archs: list[Arch] = []
+        for item in items:
+            arch = convert_scalar(arch_kind, item, path, name)
+            if arch in archs:
+                raise SpecError(node_location(path, item), name, f"{arch.value} is listed twice")
+            archs.append(arch)
+        location = node_location(path, key_node)
+        targets.append(Target(location=location, backend=backend, archs=tuple(archs)))
     if not targets:
         raise SpecError(reader.location, "targets", "at least one backend is needed")
     return tuple(targets)
@@ -228,9 +263,9 @@ def _read_backend_tuning(
             name = f"{prefix}.{arch.value}.{key}"
             key_loc = node_location(path, reader.entries[key][0])
             if key not in lowering.tuning_keys:
-                raise SpecError(
-                    key_loc, name, f"unknown tile key (allowed: {', '.join(lowering.tuning_keys)})"
-                )
+                allowed = ", ".join(lowering.tuning_keys)
+                hint = did_you_mean(key, lowering.tuning_keys)
+                raise SpecError(key_loc, name, f"unknown tile key (allowed: {allowed}){hint}")
             value_kind = lowering.tuning_keys[key]
             value_node = reader.pop_node(key)
             if value_node is None:

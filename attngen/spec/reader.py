@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import yaml
 
 from attngen.spec.errors import Location, SpecError
-from attngen.spec.fields import Field, convert_scalar, node_kind, node_location
+from attngen.spec.fields import Field, convert_scalar, did_you_mean, node_kind, node_location
 
 T = TypeVar("T")
 MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *anchor`
+REQUIRED = ("required field is missing", "required field has no value")  # MapReader.missing
 
 
 class MapReader:
@@ -25,6 +25,7 @@ class MapReader:
         self.path = path
         self.prefix = prefix
         self.entries: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        self.empty: dict[str, Location] = {}  # keys popped that were written with no value
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 raise SpecError(
@@ -53,15 +54,24 @@ class MapReader:
     def pop_node(self, key: str) -> yaml.Node | None:
         entry = self.entries.pop(key, None)
         if entry is None or is_null(entry[1]):
+            if entry is not None:
+                self.empty[key] = node_location(self.path, entry[0])
             return None
         return entry[1]
+
+    def missing(self, key: str, left_out: str, no_value: str) -> SpecError:
+        """The error for a required ``key`` that pop_node gave as None: ``left_out`` at the
+        mapping, or ``no_value`` at the key's own line when it is written with no value."""
+        if key in self.empty:
+            return SpecError(self.empty[key], self.name(key), no_value)
+        return SpecError(self.location, self.name(key), left_out)
 
     def pop(self, field: Field) -> Any:
         node = self.pop_node(field.key)
         name = self.name(field.key)
         if node is None:
             if field.required:
-                raise SpecError(self.location, name, "required field is missing")
+                raise self.missing(field.key, *REQUIRED)
             return field.default
         if field.axis or field.many:
             return self._pop_list(field, node, name)
@@ -92,12 +102,10 @@ class MapReader:
         if not unknown:
             return
         key = min(unknown, key=lambda k: self.entries[k][0].start_mark.line)
-        close = difflib.get_close_matches(key, allowed, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
         raise SpecError(
             node_location(self.path, self.entries[key][0]),
             self.name(key),
-            f"unknown key (allowed: {', '.join(allowed)}){hint}",
+            f"unknown key (allowed: {', '.join(allowed)}){did_you_mean(key, allowed)}",
         )
 
 

@@ -199,6 +199,42 @@ EXPECTED = {
     "mha_nul_byte": (
         "tests/spec/bad_specs/mha_nul_byte.yaml:4: not valid YAML: character #x0000: special characters are not allowed"
     ),
+    # a value written where it is needed, misspellings named with the closest spelling
+    "mha_arch_twice": (
+        "tests/spec/bad_specs/mha_arch_twice.yaml:11: targets.triton: sm90 is listed twice"
+    ),
+    "mha_targets_no_value": (
+        "tests/spec/bad_specs/mha_targets_no_value.yaml:7: targets: required field has no value"
+    ),
+    "mha_heads_no_value": (
+        "tests/spec/bad_specs/mha_heads_no_value.yaml:5: heads: required for family mha, but has "
+        "no value"
+    ),
+    "mla_num_heads_no_value": (
+        "tests/spec/bad_specs/mla_num_heads_no_value.yaml:10: mla.num_heads: required field has "
+        "no value"
+    ),
+    "mha_mask_kind_misspelled": (
+        "tests/spec/bad_specs/mha_mask_kind_misspelled.yaml:8: mask.kind: unknown value "
+        "'casual': expected one of causal, none, sliding_window, custom; did you mean causal?"
+    ),
+    "mha_tuning_key_misspelled": (
+        "tests/spec/bad_specs/mha_tuning_key_misspelled.yaml:12: "
+        "tuning.triton.sm90.decode_num_warp: unknown tile key (allowed: decode_block_n, "
+        "decode_num_warps, decode_num_stages, max_splits, combine_num_warps, extend_block_m, "
+        "extend_block_n, extend_num_warps, extend_num_stages, verify_block_m, verify_block_n, "
+        "verify_num_warps); did you mean decode_num_warps?"
+    ),
+    "gdn_family_upper_case": (
+        "tests/spec/bad_specs/gdn_family_upper_case.yaml:2: family: unknown value 'GDN': "
+        "expected one of mha, mla, gdn, dsa; did you mean gdn?"
+    ),
+    "mha_tuning_target_lowers_nothing": (
+        "tests/spec/bad_specs/mha_tuning_target_lowers_nothing.yaml:17: tuning.cute_dsl.sm90: "
+        "cute_dsl sm90 lowers no variant of this spec (e.g. d128_g4_ps16_bf16_kvnvfp4_causal: "
+        "nvfp4 KV cache is not lowered in CuTe DSL yet (the activation dtype; fp8_e4m3 for "
+        "decode)), so this tuning would apply to nothing: remove it"
+    ),
     "mla_no_target_lowers": (
         "tests/spec/bad_specs/mla_no_target_lowers.yaml:12: targets: no target lowers any variant of this spec: cute_dsl sm90 skips 1 of 1 variants (e.g. r512_rope64_h16_ps1_bf16_causal: no CuTe DSL lowering for mla yet)"
     ),

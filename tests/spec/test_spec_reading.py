@@ -155,9 +155,55 @@ def test_validate_warns_where_generate_does(tmp_path, capsys) -> None:
     assert f"336 variants (over {MANY_VARIANTS})" in captured.err
 
 
+PHASES = ("prefill", "extend", "decode", "verify", "draft_extend")
+
+
+@pytest.mark.parametrize(
+    "word, choices, hint",
+    [
+        ("decod", PHASES, "; did you mean decode?"),
+        ("Decode", PHASES, "; did you mean decode?"),  # case aside
+        ("verfy", PHASES, "; did you mean verify?"),
+        ("sm89", ("sm80", "sm90", "sm100"), ""),  # as close to sm80 as to sm90: no guess
+        ("xyz", PHASES, ""),
+        ("decode" * 10, PHASES, ""),  # too long to be a misspelling
+    ],
+)
+def test_a_misspelling_gets_the_one_closest_spelling(word, choices, hint) -> None:
+    from attngen.spec.fields import did_you_mean
+
+    assert did_you_mean(word, choices) == hint
+
+
+def test_a_file_name_that_is_not_utf8_is_refused(tmp_path, capsys) -> None:
+    """Generated files name their spec in UTF-8: a name with other bytes is refused by
+    validate and generate alike (generate crashed encoding it)."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    with open(os.path.join(os.fsencode(specs), b"caf\xe9.yaml"), "wb") as f:
+        f.write(spec_text("fz_latin1").encode())
+    message = "caf\\xe9.yaml:1: the file name is not UTF-8 (generated files name their spec)"
+    assert main(["validate", str(specs)]) == 1
+    assert message in capsys.readouterr().err
+    out = tmp_path / "out"
+    assert main(["generate", "--specs", str(specs), "--out", str(out), "--arch", "sm90"]) == 1
+    assert message in capsys.readouterr().err and not out.exists()
+
+
 def test_spec_suffixes_count_in_any_case(tmp_path, capsys) -> None:
     """A spec saved as x.YAML is validated and generated, not silently passed over."""
     path = spec_file(tmp_path, "fz_upper")
     path.rename(tmp_path / "fz_upper.YAML")
     assert main(["validate", str(tmp_path)]) == 0
     assert "fz_upper.YAML: ok (1 variants)" in capsys.readouterr().out
+
+
+def test_a_file_too_large_to_be_a_spec_is_refused_unread(tmp_path, capsys) -> None:
+    """YAML composes about half a megabyte a second: a large file is refused by its size."""
+    from attngen.spec.loader import MAX_SPEC_BYTES
+
+    padding = "# " + "x" * 78 + "\n"
+    text = spec_text("fz_large") + padding * (MAX_SPEC_BYTES // len(padding) + 1)
+    path = spec_file(tmp_path, "fz_large", text)
+    assert main(["validate", str(path)]) == 1
+    assert f"fz_large.yaml:1: not a spec: over {MAX_SPEC_BYTES} bytes" in capsys.readouterr().err
