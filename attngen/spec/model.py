@@ -41,6 +41,10 @@ class Section:
                 return location
         return self.location  # type: ignore[attr-defined]
 
+    def given(self, key: str) -> bool:
+        """Whether the spec writes ``key`` in this section (else the field has its default)."""
+        return any(name == key for name, _ in self.key_lines)
+
 
 @dataclass(frozen=True)
 class KvCache(Section):

@@ -61,7 +61,13 @@ def _mask_uri(mask: Mask) -> str:
         mask.kind.value if mask.kind is not MaskKind.SLIDING_WINDOW else f"swa{mask.window_left}"
     ]
     if mask.logit_softcap is not None:
-        parts.append(f"cap{mask.logit_softcap:g}")
+        parts.append(f"cap{_number(mask.logit_softcap)}")
     if mask.sinks:
         parts.append("sinks")
     return "_".join(parts)
+
+
+def _number(value: float) -> str:
+    """``value`` as a uri spells it: its shortest exact form without a trailing ``.0``
+    (``30``, ``0.5``, ``1e-05``); ``:g`` would round 30.00001 to ``30``."""
+    return repr(value).removesuffix(".0")

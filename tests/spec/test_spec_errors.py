@@ -229,6 +229,11 @@ EXPECTED = {
         "tests/spec/bad_specs/gdn_family_upper_case.yaml:2: family: unknown value 'GDN': "
         "expected one of mha, mla, gdn, dsa; did you mean gdn?"
     ),
+    "dsa_default_page_size": (
+        "tests/spec/bad_specs/dsa_default_page_size.yaml:1: kv_cache.page_size: dsa needs "
+        "64-token pages, not 1 (the default): the indexer's key cache packs 64 fp8 keys and "
+        "their scales per page, and sparse MLA reads the latent cache in the same pages"
+    ),
     "mha_tuning_target_lowers_nothing": (
         "tests/spec/bad_specs/mha_tuning_target_lowers_nothing.yaml:17: tuning.cute_dsl.sm90: "
         "cute_dsl sm90 lowers no variant of this spec (e.g. d128_g4_ps16_bf16_kvnvfp4_causal: "

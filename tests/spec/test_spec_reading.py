@@ -175,6 +175,27 @@ def test_a_misspelling_gets_the_one_closest_spelling(word, choices, hint) -> Non
     assert did_you_mean(word, choices) == hint
 
 
+@pytest.mark.parametrize(
+    "written, uri_part", [("30", "cap30"), ("0.5", "cap0.5"), ("30.00001", "cap30.00001")]
+)
+def test_a_softcap_is_spelled_exactly_in_the_uri(tmp_path, written, uri_part) -> None:
+    """The uri is a variant's identity: 30.00001 is not named as 30 (``:g`` rounded it)."""
+    spec = read(tmp_path, SOFTCAP=written)
+    assert validate(spec)[0].uri == f"d128_g1_ps1_bf16_causal_{uri_part}"
+
+
+def test_a_gdn_chunk_size_other_than_64_marks_the_uri(tmp_path) -> None:
+    text = (ROOT / "specs" / "gdn" / "qwen3_next.yaml").read_text()
+    uris = []
+    for chunk in (64, 32):
+        path = spec_file(tmp_path, "fz_gdn", text.replace("chunk_size: 64", f"chunk_size: {chunk}"))
+        uris.append(validate(load_spec(path, tmp_path))[0].uri)
+    assert uris == [
+        "k128_v128_gv2_sfp32_bf16_causal_topk1",
+        "k128_v128_gv2_sfp32_c32_bf16_causal_topk1",
+    ]
+
+
 def test_a_file_name_that_is_not_utf8_is_refused(tmp_path, capsys) -> None:
     """Generated files name their spec in UTF-8: a name with other bytes is refused by
     validate and generate alike (generate crashed encoding it)."""

@@ -75,10 +75,11 @@ def check(spec: Spec) -> None:
     assert kv is not None  # DSA keeps a KV cache: the loader fills the section
     other = [p for p in kv.page_size if p != PAGE_SIZE]
     if other:
+        given = f"{other[0]}" if kv.given("page_size") else f"{other[0]} (the default)"
         raise SpecError(
             kv.at("page_size"),
             "kv_cache.page_size",
-            f"dsa needs {PAGE_SIZE}-token pages, not {other[0]}: the indexer's key cache packs "
+            f"dsa needs {PAGE_SIZE}-token pages, not {given}: the indexer's key cache packs "
             f"{PAGE_SIZE} fp8 keys and their scales per page, and sparse MLA reads the latent "
             "cache in the same pages",
         )

@@ -16,6 +16,8 @@ from attngen.spec.family import FamilySpec
 from attngen.spec.fields import Bool, Field, Int, OneOf
 from attngen.spec.model import Section, Spec
 
+DEFAULT_CHUNK = 64  # tokens per chunk of the chunked prefill when a spec names none
+
 
 @dataclass(frozen=True)
 class GdnDims(Section):
@@ -42,7 +44,7 @@ class GdnDims(Section):
             "chunk_size",
             Int(16, 128, power_of_two=True),
             "chunked-prefill chunk (default 64)",
-            default=64,
+            default=DEFAULT_CHUNK,
         ),
         Field(
             "conv_kernel",
@@ -80,11 +82,13 @@ class GdnShape:
 
     @property
     def uri(self) -> str:
-        """Defaults (conv width 4, in-kernel L2 norm) leave no mark in the uri."""
+        """Defaults (chunks of 64, conv width 4, in-kernel L2 norm) leave no mark in the uri."""
         parts = [
             f"k{self.key_dim}_v{self.value_dim}_gv{self.v_heads_per_k_head}"
             f"_s{self.state_dtype.value}"
         ]
+        if self.chunk_size != DEFAULT_CHUNK:
+            parts.append(f"c{self.chunk_size}")
         if self.conv_kernel != 4:
             parts.append(f"cw{self.conv_kernel}")
         if not self.qk_l2norm:
