@@ -7,10 +7,10 @@
     python examples/transformers_generate.py --config deepseek_v3   # MLA (or qwen3_next: GDN)
     python examples/transformers_generate.py --config deepseek_v32 --prompt-tokens 4096  # DSA
 
-Offline (no hub access) it builds a random-weight model from a config: the tokens are noise,
-the speed is real. Prints tokens/s of ``generate()`` with attngen and with transformers'
-``sdpa``, whether the greedy tokens agree, and (with ``--batch``) of continuous batching
-(``generate_batch``, CUDA graphs on) with ``paged|attngen`` and ``paged|sdpa``.
+Without ``--model`` (no hub access needed) it builds a random-weight model from a config: the
+tokens are noise, the speed is real. Prints tokens/s of ``generate()`` with attngen and with
+transformers' ``sdpa``, whether the greedy tokens agree, and (with ``--batch``) of continuous
+batching (``generate_batch``, CUDA graphs on) with ``paged|attngen`` and ``paged|sdpa``.
 Run from the repository root (the generated backends live in ``generated/``).
 """
 
