@@ -13,7 +13,7 @@ import torch
 
 from attngen import registry
 from attngen.capabilities import Status, supports
-from attngen.families.mha.cute_dsl import capability, lower, verify
+from attngen.families.mha.cute_dsl import capability, lower, tiles, verify
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
 from attngen.hooks import MaskHooks
 from attngen.ir import PlanError
@@ -416,10 +416,7 @@ def test_sm100_decode_config_and_kernels() -> None:
         assert specs[0].requires["ptx"][0] == "tcgen05.mma"
         assert specs[1].shape.sinks  # the sinks join in the combine
     fp8 = dataclasses.replace(c, kv_dtype="float8_e4m3fn", kv_scale="per_tensor")
-    assert "sm100 decodes caches of bfloat16 only" in verify.config_problems(fp8, ("decode",))[0]
-    assert "fp8_e4m3 KV cache in CuTe DSL: decode only, on sm90" in reason(
-        fp8_decode(), Arch.SM100
-    )
+    assert verify.config_problems(fp8, ("decode",)) == []  # see test_fp8_kv_decode_on_sm100
 
 
 def _decode_args(batch: int = 2, splits: int = 16):
@@ -462,7 +459,7 @@ def test_fp8_kv_decode_groups_up_to_32() -> None:
     for group in (1, 7, 16, 32):
         assert supports(fp8_decode(group=group), Backend.CUTE_DSL, Arch.SM90).ok, group
     for group in (33, 64):
-        assert "GQA groups up to 32 (got" in reason(fp8_decode(group=group))
+        assert "GQA groups up to 32 (sm90 puts" in reason(fp8_decode(group=group))
     assert (
         verify.config_problems(lower.kernel_config(fp8_decode(group=32), Arch.SM90), ("decode",))
         == []
@@ -500,6 +497,31 @@ def test_fp8_kv_decode_config_and_kernel() -> None:
     wide = dataclasses.replace(c, gqa_group=33)
     assert "over an fp8 cache" in " ".join(verify.config_problems(wide, ("decode",)))
     assert verify.config_problems(dataclasses.replace(c, gqa_group=32), ("decode",)) == []
+
+
+def test_fp8_kv_decode_on_sm100() -> None:
+    """sm100 (compile-only): a head a row of the 128-row tcgen05 tile, q's two e4m3 parts as
+    two accumulating e4m3 MMAs (kind::f8f6f4) on the K stages, V converted to fp16 by the
+    softmax warps; groups up to 64, pages of 16 .. 128 tokens."""
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.library import compile_specs
+
+    for page in (16, 32, 64, 128):
+        for group in (1, 7, 32, 64):
+            assert supports(fp8_decode(page, group=group), Backend.CUTE_DSL, Arch.SM100).ok
+    assert "group 65 is not lowered" in reason(fp8_decode(group=65), Arch.SM100)
+    assert "fp8_e4m3 KV cache in CuTe DSL: decode only" in reason(fp8_decode(page=1), Arch.SM100)
+    c = lower.kernel_config(fp8_decode(page=128, group=64), Arch.SM100)
+    assert verify.config_problems(c, ("decode",)) == []
+    specs = compile_specs(c, traits=MhaCuteTraits(MaskHooks(causal=True), ("decode",)))
+    assert [s.name for s in specs] == ["decode", "decode_combine"]
+    split = specs[0]
+    assert split.shape.kv_fp8 and split.shape.tile_n == 64
+    assert {"kind::f8f6f4", "cvt.rn.f16x2.e4m3x2", "tcgen05.mma"} <= set(split.requires["ptx"])
+    # the Q and P tiles (128 rows: two e4m3 parts of Q take Q's 16-bit bytes), two e4m3 K/V
+    # stages of 64 keys and one converted V tile
+    want = 1024 + 128 * (128 + 64) * 2 + 2 * 64 * 256 + 64 * 128 * 2
+    assert split.shared_bytes == want == tiles.sm100_fwd_shared_bytes(128, 128, 64, 2, 1)
 
 
 def test_fp8_decode_launcher_needs_the_scales() -> None:

@@ -3,8 +3,8 @@ speculative verify of draft chains and draft extend), split-KV paged decode (the
 kernel's pipeline on tiles of a GQA group's heads, then a combine), on sm90 with the
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
-and a cache of the same dtype, or (decode on sm90, pages of 16 .. 128 tokens, GQA groups up
-to 32) an fp8 e4m3 cache with per-tensor scales; head dims 64 and 128, 192 / 128 and 256
+and a cache of the same dtype, or (decode, pages of 16 .. 128 tokens, GQA groups up to 32 on
+sm90 and 64 on sm100) an fp8 e4m3 cache with per-tensor scales; head dims 64 and 128, 192 / 128 and 256
 (sm90: pages up to 64 tokens), decode 64 and 128 only; causal, bidirectional and
 sliding-window masks, logit softcap and attention sinks; any GQA group (decode: up to 64,
 one tile); extend and decode over pages of 16, 32, 64 or 128 tokens (read by TMA, one copy
@@ -26,11 +26,15 @@ PHASES = frozenset({Phase.PREFILL, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEN
 # and split-KV decode, which loads K/V as extend does
 PAGED_PHASES = frozenset({Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND, Phase.DECODE})
 DECODE_ARCHS = frozenset({Arch.SM90, Arch.SM100})  # sm100: compile-only, as its forward
-FP8_DECODE_ARCHS = frozenset({Arch.SM90})  # the e4m3 QK MMAs and V conversion: wgmma only
 MAX_DECODE_GROUP = 64  # decode packs the group's query heads into one tile (sm90: 64 rows)
-# an fp8 e4m3 cache with per-tensor scales: decode on sm90 reads whole pages by TMA (16 .. 128
-# tokens), runs Q K^T on e4m3 MMAs with each query head as two e4m3 rows of the 64-row tile
-# (so 32 heads a group at most) and converts V in shared memory; extend does not read fp8 yet
+# the e4m3 Q K^T MMAs (q's two parts) and V converted to fp16 in shared memory: sm90 puts a
+# head's two parts in two rows of its 64-row tile (32 heads at most), sm100 runs two
+# accumulating MMAs on the parts (a head a row: the whole decode tile)
+FP8_DECODE_GROUPS = {Arch.SM90: FP8_DECODE_MAX_GROUP, Arch.SM100: MAX_DECODE_GROUP}
+FP8_DECODE_ARCHS = frozenset(FP8_DECODE_GROUPS)
+# an fp8 e4m3 cache with per-tensor scales: decode reads whole pages by TMA (16 .. 128
+# tokens), runs Q K^T on e4m3 MMAs (each query head's q as two e4m3 parts) and converts V in
+# shared memory; extend does not read fp8 yet
 FP8_KV = DType.FP8_E4M3
 FP8_PHASES = frozenset({Phase.DECODE})
 # (qk, v) head dims of prefill / extend / verify / draft extend per arch: 256 on sm90 with
@@ -106,9 +110,11 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"page {variant.page_size})",
             ),
             (
-                variant.kv_dtype is not FP8_KV or shape.gqa_group <= FP8_DECODE_MAX_GROUP,
-                f"fp8_e4m3 KV cache in CuTe DSL: decode puts each query head in two rows of its "
-                f"64-row tile, so GQA groups up to {FP8_DECODE_MAX_GROUP} (got {shape.gqa_group})",
+                variant.kv_dtype is not FP8_KV
+                or shape.gqa_group <= FP8_DECODE_GROUPS.get(arch, 0),
+                f"fp8_e4m3 KV cache in CuTe DSL on {arch.value}: GQA groups up to "
+                f"{FP8_DECODE_GROUPS.get(arch, 0)} (sm90 puts each query head's two e4m3 parts "
+                f"in two rows of its 64-row tile; got {shape.gqa_group})",
             ),
             (kind in MASKS, f"mask {kind.value} is not lowered in CuTe DSL yet"),
             (

@@ -51,12 +51,17 @@ def gqa_packs(arch: str, group: int, tile_m: int) -> bool:
     return arch in PACK_GQA_ARCHS and tile_m % group == 0
 
 
-def sm100_fwd_shared_bytes(head_dim: int, v_head_dim: int, tile_n: int, stages: int) -> int:
+def sm100_fwd_shared_bytes(
+    head_dim: int, v_head_dim: int, tile_n: int, stages: int, kv_bytes: int = ELEMENT_BYTES
+) -> int:
     """Shared memory of one sm100 forward or decode CTA (``kernels/fwd_sm100.shared_bytes``):
-    the Q and P tiles (128 rows) and ``stages`` K and V tiles, 16-bit. d 256 with 64-key
-    tiles: 209 KiB at two stages."""
+    the Q and P tiles (128 rows) and ``stages`` K and V tiles, 16-bit (d 256 with 64-key
+    tiles: 209 KiB at two stages); over an fp8 cache (``kv_bytes`` 1, decode) Q as two e4m3
+    parts, e4m3 stages and one V tile converted to 16 bits."""
     q_p = TILE_M * (head_dim + tile_n) * ELEMENT_BYTES
-    return BARRIER_BYTES + q_p + stages * tile_n * (head_dim + v_head_dim) * ELEMENT_BYTES
+    converted = tile_n * v_head_dim * ELEMENT_BYTES if kv_bytes < ELEMENT_BYTES else 0
+    kv = stages * tile_n * (head_dim + v_head_dim) * kv_bytes
+    return BARRIER_BYTES + q_p + kv + converted
 
 
 SM100_TMEM_COLS = 512  # fp32 columns of an SM's tensor memory: S (tile_n) + O (Dv) must fit

@@ -55,9 +55,10 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
             )
     if c.arch == "sm100" and c.fwd_tile_n != 64:
         problems.append(f"fwd_tile_n={c.fwd_tile_n}: sm100 rows of S hold 64 keys (128 spill)")
+    kv_bytes = 1 if c.kv_dtype.startswith("float8") else 2
     if c.arch == "sm100":
         stages = max(c.fwd_num_stages, c.decode_num_stages if "decode" in phases else 0)
-        smem = sm100_fwd_shared_bytes(c.head_dim, c.v_head_dim, c.fwd_tile_n, stages)
+        smem = sm100_fwd_shared_bytes(c.head_dim, c.v_head_dim, c.fwd_tile_n, stages, kv_bytes)
         if smem > SM90_SHARED_BYTES:  # Blackwell's per-CTA limit is Hopper's
             problems.append(
                 f"{stages} stages of {c.fwd_tile_n}-key tiles at head dims {c.head_dim}/"
@@ -80,8 +81,6 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
     if "decode" in phases:
         if c.arch not in ("sm90", "sm100"):
             problems.append(f"split-KV decode is not lowered for {c.arch}")
-        if c.arch == "sm100" and c.kv_dtype != c.dtype:
-            problems.append(f"kv_dtype={c.kv_dtype}: sm100 decodes caches of {c.dtype} only")
         if c.gqa_group > DECODE_TILE_ROWS:
             problems.append(f"gqa_group={c.gqa_group}: decode packs the group in one "
                             f"{DECODE_TILE_ROWS}-row tile")  # fmt: skip
@@ -89,7 +88,6 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
             problems.append(f"max_splits={c.max_splits} is not in 1 .. 64")
         if not 1 <= c.decode_num_stages <= 4:
             problems.append(f"decode_num_stages={c.decode_num_stages} is not in 1 .. 4")
-        kv_bytes = 1 if c.kv_dtype.startswith("float8") else 2
         smem = sm90_decode_shared_bytes(
             c.head_dim, c.v_head_dim, c.decode_block_n, c.decode_num_stages, kv_bytes
         )
@@ -104,18 +102,18 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
             c.kv_dtype == "float8_e4m3fn"
             and c.kv_scale == "per_tensor"
             and set(phases) <= {"decode"}
-            and c.arch == "sm90"
+            and c.arch in ("sm90", "sm100")
             and c.page_size in PAGE_SIZES
         )
         if not fp8_ok:
             problems.append(
                 f"kv_dtype={c.kv_dtype} ({c.kv_scale} scales): only float8_e4m3fn with "
-                f"per_tensor scales, decode only, sm90, pages of {PAGE_SIZES}"
+                f"per_tensor scales, decode only, sm90 or sm100, pages of {PAGE_SIZES}"
             )
-        if c.gqa_group > FP8_DECODE_MAX_GROUP:
+        if c.arch == "sm90" and c.gqa_group > FP8_DECODE_MAX_GROUP:
             problems.append(
-                f"gqa_group={c.gqa_group} over an fp8 cache: decode puts two e4m3 parts of "
-                f"each query head in its 64-row tile, {FP8_DECODE_MAX_GROUP} heads at most"
+                f"gqa_group={c.gqa_group} over an fp8 cache: sm90 decode puts two e4m3 parts "
+                f"of each query head in its 64-row tile, {FP8_DECODE_MAX_GROUP} heads at most"
             )
     if not 1 <= c.fwd_num_stages <= 4:
         problems.append(f"fwd_num_stages={c.fwd_num_stages} is not in 1 .. 4")

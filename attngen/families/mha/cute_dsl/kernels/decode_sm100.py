@@ -20,9 +20,15 @@ fewer than 16 tokens), the MMAs and the masks are :class:`~.fwd_sm100.MhaFwdSm10
 - each split writes its normalised output rows (fp32) and their base-2 log-sum-exps to
   ``partial_o [B, Hq, max_splits, Dv]`` / ``partial_lse [B, Hq, max_splits]``, as the sm90
   decode does, for the same combine (:mod:`.combine`), which adds the sinks.
+- over an fp8 e4m3 cache (``FwdShape.kv_dtype``, per-tensor k_scale / v_scale, pages of 16+
+  tokens read by TMA): the softmax warps write each head's q as two e4m3 parts under a
+  power-of-two scale (one row each: the group may fill the 64 planned rows), the MMA warp
+  runs Q K^T as two accumulating e4m3 MMAs on the K stages as TMA wrote them, the softmax
+  warps convert each V stage to fp16 for the P V MMA (fp16 P), K's scale folds into the
+  softmax scale and V's into the output.
 
 Layouts: q ``[B, Hq, D]``, paged K/V ``[num_pages, page_size, Hkv, D]`` read through
-``page_table[b, j]``, K/V in the activation dtype (an fp8 cache is decoded on sm90 only).
+``page_table[b, j]``, K/V in the activation dtype or fp8 e4m3.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Optional
 
 import cuda.bindings.driver as cuda
 import cutlass.cute as cute
-from cutlass import Float32, Int32
+from cutlass import Float32, Int32, const_expr
 
 from attngen.families.mha.cute_dsl.kernels import fwd_sm100
 from attngen.families.mha.cute_dsl.kernels.common import FwdShape, mode_select, rows_aligned
@@ -55,7 +61,7 @@ class MhaDecodeSm100(MhaFwdSm100):
     """The split-KV decode kernel of one :class:`FwdShape` (``decode_group`` > 0) for sm_100a."""
 
     def __init__(self, shape: FwdShape):
-        assert shape.decode and shape.paged and not shape.sinks and not shape.kv_fp8
+        assert shape.decode and shape.paged and not shape.sinks
         assert shape.decode_group <= shape.tile_m, "the group's heads fill the planned rows"
         super().__init__(padded(shape))
 
@@ -70,7 +76,7 @@ class MhaDecodeSm100(MhaFwdSm100):
         mNumSplits: cute.Tensor,
         mPageTable: cute.Tensor,
         mPartialLSE: cute.Tensor,
-        mKScale: Optional[cute.Tensor],  # an fp8 cache's scales: None (16-bit caches only)
+        mKScale: Optional[cute.Tensor],  # fp8 cache: [1] fp32 dequant scales, else None
         mVScale: Optional[cute.Tensor],
         softmax_scale: Float32,
         stream: cuda.CUstream,
@@ -84,10 +90,12 @@ class MhaDecodeSm100(MhaFwdSm100):
             cute.size(mK.shape[2]),  # kv heads
             cute.size(mQ.shape[2]),  # requests
         )
+        # over an fp8 cache the softmax warps read q's rows themselves (no Q TMA)
+        q_arg = mQ if const_expr(self.shape.kv_fp8) else tma[0]
         self.kernel(
-            tma[0], tma[1], tma[2], mK, mV, mPartialO, mSeqLens, None, mPageTable, None,
-            mNumSplits, mPartialLSE, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
-            Int32(0), *layouts, *mmas, SharedStorage,
+            q_arg, tma[1], tma[2], mK, mV, mPartialO, mSeqLens, None, mPageTable, None,
+            mNumSplits, mPartialLSE, mKScale, mVScale, *tma[3:], softmax_scale,
+            self.scale_log2(softmax_scale), Int32(0), *layouts, *mmas, SharedStorage,
         ).launch(
             grid=grid, block=[NUM_THREADS, 1, 1], smem=SharedStorage.size_in_bytes(),
             stream=stream,

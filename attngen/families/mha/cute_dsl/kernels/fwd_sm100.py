@@ -41,6 +41,7 @@ from cutlass.experimental.primitives.nvvm_wrapper import tcgen05_fence
 
 from attngen.families.mha.cute_dsl.kernels.common import (
     DTYPES,
+    KV_DTYPES,
     LN2,
     LOG2_E,
     SMEM_ALIGN,
@@ -67,12 +68,19 @@ REQUIRES = {
 # gathered K/V: 16-byte cp.async copies, and the proxy fence before the MMA reads them
 GATHER_REQUIRES = ("cp.async.ca.shared.global", "fence.proxy.async")
 CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
+# an fp8 e4m3 cache (decode): Q K^T on e4m3 MMAs (kind::f8f6f4) straight on the TMA-written K
+# stages, q as two e4m3 parts; the softmax warps convert each V stage to fp16 for P V
+FP8_REQUIRES = ("kind::f8f6f4", "cvt.rn.f16x2.e4m3x2")
+E4M3_MAX = 448.0
+FP8_CHUNK = 16  # e4m3 values per 16-byte vector (the V conversion, the q parts' stores)
 
 
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
     """Instructions the compiled kernel of ``shape`` must contain (PTX, SASS)."""
     if shape.gather:
         return {**REQUIRES, "ptx": REQUIRES["ptx"] + GATHER_REQUIRES}
+    if shape.kv_fp8:
+        return {**REQUIRES, "ptx": REQUIRES["ptx"] + FP8_REQUIRES}
     return REQUIRES
 
 
@@ -87,11 +95,13 @@ def tmem_cols(shape: FwdShape) -> int:
 
 def shared_bytes(shape: FwdShape) -> int:
     """Dynamic shared memory of one CTA: barriers (padded to SMEM_ALIGN), the Q and P tiles
-    and ``num_stages`` K and V tiles; checked at compile time."""
+    and ``num_stages`` K and V tiles; checked at compile time. Over an fp8 cache: Q as two
+    e4m3 parts, the K and V stages in e4m3, and one V tile converted to fp16."""
     elem = 2  # bf16 / fp16
-    q_p = shape.tile_m * (shape.head_dim + shape.tile_n) * elem
-    kv = shape.num_stages * shape.tile_n * (shape.head_dim + shape.v_head_dim) * elem
-    return SMEM_ALIGN + q_p + kv
+    q_p = shape.tile_m * (shape.head_dim + shape.tile_n) * elem  # two e4m3 parts: Q's bytes
+    kv = shape.num_stages * shape.tile_n * (shape.head_dim + shape.v_head_dim)
+    converted = shape.tile_n * shape.v_head_dim * elem if shape.kv_fp8 else 0
+    return SMEM_ALIGN + q_p + kv * shape.kv_elem_bytes + converted
 
 
 @cute.jit
@@ -117,6 +127,13 @@ class MhaFwdSm100:
         assert tmem_cols(shape) <= SM_TMEM_COLS, "S and O share the SM's tensor memory"
         self.shape = shape
         self.dtype = DTYPES[shape.dtype]
+        self.kv_dtype = KV_DTYPES[shape.kv_dtype or shape.dtype]
+        # over an fp8 cache: Q K^T on e4m3 (q's two parts against the K stages as TMA wrote
+        # them) and P V on fp16 (V converted in shared memory, P in [0, 1] loses nothing)
+        self.qk_dtype = cutlass.Float8E4M3FN if shape.kv_fp8 else self.dtype
+        self.mma_dtype = cutlass.Float16 if shape.kv_fp8 else self.dtype
+        if shape.kv_fp8:  # the softmax warps write Q and convert V: whole-page TMA tiles
+            assert shape.decode and not shape.gather and not shape.sinks
         self.tile_m, self.tile_n = shape.tile_m, shape.tile_n
 
     # -- host side: layouts, TMA descriptors, launch ----
@@ -148,8 +165,8 @@ class MhaFwdSm100:
         grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
         self.kernel(
             tma[0], tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
-            None, mLSE, *tma[3:], softmax_scale, self.scale_log2(softmax_scale), write_lse,
-            *layouts, *mmas, SharedStorage,
+            None, mLSE, None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
+            write_lse, *layouts, *mmas, SharedStorage,
         ).launch(
             grid=grid, block=[NUM_THREADS, 1, 1], smem=SharedStorage.size_in_bytes(),
             stream=stream,
@@ -167,13 +184,14 @@ class MhaFwdSm100:
         (QK and PV tiled MMAs), SharedStorage."""
         shape = self.shape
         d, dv = shape.head_dim, shape.v_head_dim
-        sQ_layout = smem_layout(self.dtype, self.tile_m, d, None)
-        sK_layout = smem_layout(self.dtype, self.tile_n, d, shape.num_stages)
-        sV_layout = smem_layout(self.dtype, self.tile_n, dv, shape.num_stages)
-        sP_layout = smem_layout(self.dtype, self.tile_m, self.tile_n, None)
+        # over an fp8 cache, Q's two e4m3 parts as the layout's two "stages"
+        sQ_layout = smem_layout(self.qk_dtype, self.tile_m, d, 2 if shape.kv_fp8 else None)
+        sK_layout = smem_layout(self.kv_dtype, self.tile_n, d, shape.num_stages)
+        sV_layout = smem_layout(self.kv_dtype, self.tile_n, dv, shape.num_stages)
+        sP_layout = smem_layout(self.mma_dtype, self.tile_m, self.tile_n, None)
         tiled_mma_qk = sm100.make_trivial_tiled_mma(
-            self.dtype,
-            self.dtype,
+            self.qk_dtype,
+            self.qk_dtype,
             tcgen05.OperandMajorMode.K,
             tcgen05.OperandMajorMode.K,
             Float32,
@@ -181,8 +199,8 @@ class MhaFwdSm100:
             (self.tile_m, self.tile_n),
         )
         tiled_mma_pv = sm100.make_trivial_tiled_mma(
-            self.dtype,
-            self.dtype,
+            self.mma_dtype,
+            self.mma_dtype,
             tcgen05.OperandMajorMode.K,
             tcgen05.OperandMajorMode.MN,
             Float32,
@@ -190,7 +208,9 @@ class MhaFwdSm100:
             (self.tile_m, dv),
         )
         load = cpasync.CopyBulkTensorTileG2SOp()
-        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load, mQ, sQ_layout, (self.tile_m, d))
+        # Q's atom in q's own type (over an fp8 cache the softmax warps write sQ: unused)
+        sQ_tma = smem_layout(self.dtype, self.tile_m, d, None)
+        tma_atom_Q, tma_Q = cpasync.make_tiled_tma_atom(load, mQ, sQ_tma, (self.tile_m, d))
         sK_one, sV_one = (cute.select(s, mode=[0, 1]) for s in (sK_layout, sV_layout))
         rows = shape.page_rows  # rows of the tile one TMA copy fills (a page, or the tile)
         sK_box, sV_box = sK_one, sV_one
@@ -200,14 +220,14 @@ class MhaFwdSm100:
             sK_box, sV_box = (page_slice(s, rows) for s in (sK_one, sV_one))
         tma_atom_K, tma_K = cpasync.make_tiled_tma_atom(load, mK, sK_box, (rows, d), 1)
         tma_atom_V, tma_V = cpasync.make_tiled_tma_atom(load, mV, sV_box, (rows, dv), 1)
-        self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_layout)
-        self.tx_bytes_k = cute.size_in_bytes(self.dtype, sK_one)
-        self.tx_bytes_v = cute.size_in_bytes(self.dtype, sV_one)
+        self.tx_bytes_q = cute.size_in_bytes(self.dtype, sQ_tma)
+        self.tx_bytes_k = cute.size_in_bytes(self.kv_dtype, sK_one)
+        self.tx_bytes_v = cute.size_in_bytes(self.kv_dtype, sV_one)
 
         stages = shape.num_stages
 
-        def tile(layout: cute.ComposedLayout) -> type:
-            return cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(layout)], 1024]
+        def tile(layout: cute.ComposedLayout, dtype: type) -> type:
+            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
         # built from a dict: this module's annotations are strings (PEP 563), and cute.struct
         # reads the class's __annotations__ as given
@@ -218,11 +238,14 @@ class MhaFwdSm100:
             "mbar_s": cute.struct.MemRange[cutlass.Int64, 2],
             "mbar_p": cute.struct.MemRange[cutlass.Int64, 2],
             "tmem_holding_buf": Int32,
-            "sQ": tile(sQ_layout),
-            "sK": tile(sK_layout),
-            "sV": tile(sV_layout),
-            "sP": tile(sP_layout),
+            "sQ": tile(sQ_layout, self.qk_dtype),
+            "sK": tile(sK_layout, self.kv_dtype),
+            "sV": tile(sV_layout, self.kv_dtype),
+            "sP": tile(sP_layout, self.mma_dtype),
         }
+        if const_expr(shape.kv_fp8):  # the converted V tile the P V MMA reads
+            members["sV16"] = tile(smem_layout(self.mma_dtype, self.tile_n, dv, None),
+                                   self.mma_dtype)  # fmt: skip
         SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": members}))
 
         assert SharedStorage.size_in_bytes() == shared_bytes(shape), "shared_bytes() is stale"
@@ -251,6 +274,8 @@ class MhaFwdSm100:
         mNumSplits: Optional[cute.Tensor],  # decode: [B] KV splits per request
         mLSE: cute.Tensor,  # [T, Hq] fp32, written when write_lse != 0; decode: [B, Hq,
         # max_splits] fp32 base-2 log-sum-exps of the splits (mO: [B, Hq, max_splits, Dv])
+        mKScale: Optional[cute.Tensor],  # fp8 cache: [1] fp32 dequant scales of K and V
+        mVScale: Optional[cute.Tensor],
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -295,10 +320,16 @@ class MhaFwdSm100:
         one = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
         rows = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32 * SOFTMAX_WARPS)
         stages = self.shape.num_stages
-        pipe_q = pipeline.PipelineTmaUmma.create(
-            num_stages=1, producer_group=one, consumer_group=one, tx_count=self.tx_bytes_q,
-            barrier_storage=storage.mbar_q.data_ptr(), defer_sync=True,
-        )  # fmt: skip
+        if const_expr(shape.kv_fp8):  # the softmax warps write Q's e4m3 parts
+            pipe_q = pipeline.PipelineAsyncUmma.create(
+                num_stages=1, producer_group=rows, consumer_group=one,
+                barrier_storage=storage.mbar_q.data_ptr(), defer_sync=True,
+            )  # fmt: skip
+        else:
+            pipe_q = pipeline.PipelineTmaUmma.create(
+                num_stages=1, producer_group=one, consumer_group=one, tx_count=self.tx_bytes_q,
+                barrier_storage=storage.mbar_q.data_ptr(), defer_sync=True,
+            )  # fmt: skip
         if const_expr(self.shape.gather):  # the load warp's 32 threads arrive after copying
             lanes = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
             pipe_k = pipeline.PipelineAsyncUmma.create(
@@ -310,15 +341,21 @@ class MhaFwdSm100:
                 barrier_storage=storage.mbar_v.data_ptr(), defer_sync=True,
             )  # fmt: skip
         else:
-            pipe_k = pipeline.PipelineTmaUmma.create(
-                num_stages=stages, producer_group=one, consumer_group=one,
-                tx_count=self.tx_bytes_k, barrier_storage=storage.mbar_k.data_ptr(),
-                defer_sync=True,
-            )  # fmt: skip
-            pipe_v = pipeline.PipelineTmaUmma.create(
-                num_stages=stages, producer_group=one, consumer_group=one,
-                tx_count=self.tx_bytes_v, barrier_storage=storage.mbar_v.data_ptr(),
-                defer_sync=True,
+            # TMA stages the MMA warp reads; over an fp8 cache the softmax warps read the V
+            # stages (they convert them; one arrive a warp releases a stage)
+            v_kind, v_readers = pipeline.PipelineTmaUmma, one
+            if const_expr(shape.kv_fp8):
+                v_kind = pipeline.PipelineTmaAsync
+                v_readers = pipeline.CooperativeGroup(pipeline.Agent.Thread, SOFTMAX_WARPS)
+            pipe_k, pipe_v = (
+                kind.create(
+                    num_stages=stages, producer_group=one, consumer_group=readers,
+                    tx_count=tx, barrier_storage=bar.data_ptr(), defer_sync=True,
+                )
+                for kind, readers, tx, bar in (
+                    (pipeline.PipelineTmaUmma, one, self.tx_bytes_k, storage.mbar_k),
+                    (v_kind, v_readers, self.tx_bytes_v, storage.mbar_v),
+                )
             )  # fmt: skip
         # S ready (MMA -> softmax) and P ready / PV done (softmax <-> MMA)
         pipe_s = pipeline.PipelineUmmaAsync.create(
@@ -336,6 +373,16 @@ class MhaFwdSm100:
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
         sP = storage.sP.get_tensor(sP_layout.outer, swizzle=sP_layout.inner)
+        sV16, v_scale = None, Float32(1.0)
+        if const_expr(shape.kv_fp8):
+            sV16_layout = smem_layout(self.mma_dtype, self.tile_n, shape.v_head_dim, None)
+            sV16 = storage.sV16.get_tensor(sV16_layout.outer, swizzle=sV16_layout.inner)
+            # exp(s * k_scale * scale): K's scale folds into the softmax scale (and into the
+            # softcap's argument); V's into the output
+            k_scale, v_scale = Float32(mKScale[0]), Float32(mVScale[0])
+            softmax_scale = softmax_scale * k_scale
+            if const_expr(shape.logit_softcap is None):
+                scale_log2 = scale_log2 * k_scale
         tmem = cutlass.memory.TmemAllocator(
             storage.tmem_holding_buf.ptr,
             barrier_for_retrieve=pipeline.NamedBarrier(
@@ -394,7 +441,7 @@ class MhaFwdSm100:
                 tOtO = cute.make_tensor(tmem_ptr + self.tile_n, tOtO_fake.layout)
                 self.mma(
                     tiled_mma_qk, tiled_mma_pv, sQ, sK, sV, sP, tStS, tOtO,
-                    pipe_q, pipe_k, pipe_v, pipe_s, pipe_p, n_block_max - n_block_min,
+                    pipe_q, pipe_k, pipe_v, pipe_s, pipe_p, n_block_max - n_block_min, sV16,
                 )  # fmt: skip
                 tmem.relinquish_alloc_permit()
                 tmem.wait_for_alloc()  # the softmax warps are done with tensor memory
@@ -405,10 +452,14 @@ class MhaFwdSm100:
                 tmem_ptr = tmem.retrieve_ptr(Float32)
                 tStS = cute.make_tensor(tmem_ptr, tStS_fake.layout)
                 tOtO = cute.make_tensor(tmem_ptr + self.tile_n, tOtO_fake.layout)
+                q_inv = Float32(1.0)  # over an fp8 cache: 1 / the row's q part scale
+                if const_expr(shape.kv_fp8):  # Q's e4m3 parts, for the MMA warp
+                    q_inv = self.write_q_parts(mQ, sQ, pipe_q, tidx, head, batch)
                 self.softmax(
                     mO_rows, mSinks, sP, tStS, tOtO, tiled_mma_qk, tiled_mma_pv, pipe_s, pipe_p,
                     tidx, softmax_scale, scale_log2, q_row, seqlen_q, seqlen_k, head, m_block,
-                    n_block_min, n_block_max, mLSE_rows, write_lse,
+                    n_block_min, n_block_max, mLSE_rows, write_lse, sV, sV16, pipe_v, q_inv,
+                    v_scale,
                 )  # fmt: skip
                 tcgen05_fence("before_thread_sync")  # the last O loads are complete
                 tmem.wait_for_alloc()  # tell the MMA warp tensor memory may be freed
@@ -429,6 +480,32 @@ class MhaFwdSm100:
         return n_block_min, n_block_max
 
     # -- load warp: TMA ----
+
+    @cute.jit
+    def load_q(
+        self,
+        mQ: cute.Tensor,
+        sQ: cute.Tensor,
+        tma_atom_Q: cute.CopyAtom,
+        pipe_q: pipeline.PipelineAsync,
+        q_start: Int32,
+        head: Int32,
+        m_block: Int32,
+    ):
+        """The Q tile by TMA (over an fp8 cache the softmax warps write it instead)."""
+        if const_expr(not self.shape.kv_fp8):
+            gQ = cute.local_tile(
+                cute.domain_offset((q_start, 0), mQ[None, None, head]),
+                (self.tile_m, self.shape.head_dim),
+                (m_block, 0),
+            )
+            tQsQ, tQgQ = cpasync.tma_partition(
+                tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2),
+                cute.group_modes(gQ, 0, 2),
+            )  # fmt: skip
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            pipe_q.producer_acquire(q_state)
+            cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
 
     @cute.jit
     def load(
@@ -455,12 +532,6 @@ class MhaFwdSm100:
         n_block_max: Int32,
     ):
         d, dv = self.shape.head_dim, self.shape.v_head_dim
-        gQ = cute.local_tile(
-            cute.domain_offset((q_start, 0), mQ[None, None, head]), (self.tile_m, d), (m_block, 0)
-        )
-        tQsQ, tQgQ = cpasync.tma_partition(
-            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
-        )  # fmt: skip
         if const_expr(self.shape.paged):  # (tile_n, D, tile in page, page)
             gK = cute.local_tile(mK[None, None, head_kv, None], (self.tile_n, d), (None, 0, None))
             gV = cute.local_tile(mV[None, None, head_kv, None], (self.tile_n, dv), (None, 0, None))
@@ -475,9 +546,7 @@ class MhaFwdSm100:
         tVsV, tVgV = cpasync.tma_partition(
             tma_atom_V, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2)
         )  # fmt: skip
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        pipe_q.producer_acquire(q_state)
-        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        self.load_q(mQ, sQ, tma_atom_Q, pipe_q, q_start, head, m_block)
         state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.shape.num_stages
         )
@@ -530,12 +599,6 @@ class MhaFwdSm100:
         bounds (coordinates outside the cache are zero-filled) and those keys are masked."""
         d, dv = self.shape.head_dim, self.shape.v_head_dim
         rows, ppt = self.shape.page_rows, self.shape.pages_per_tile
-        gQ = cute.local_tile(
-            cute.domain_offset((q_start, 0), mQ[None, None, head]), (self.tile_m, d), (m_block, 0)
-        )
-        tQsQ, tQgQ = cpasync.tma_partition(
-            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
-        )  # fmt: skip
         gK = cute.local_tile(mK[None, None, head_kv, None], (rows, d), (0, 0, None))
         gV = cute.local_tile(mV[None, None, head_kv, None], (rows, dv), (0, 0, None))
         # smem: (rows, D, (page of the tile, 1, stage))
@@ -550,9 +613,7 @@ class MhaFwdSm100:
             cute.group_modes(gV, 0, 2),
         )  # fmt: skip
         last_page = mPageTable.shape[1] - 1
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        pipe_q.producer_acquire(q_state)
-        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        self.load_q(mQ, sQ, tma_atom_Q, pipe_q, q_start, head, m_block)
         state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.shape.num_stages
         )
@@ -597,16 +658,7 @@ class MhaFwdSm100:
         t // chunks, + the rows of later passes); each lane waits for its copies, fences
         them into the async proxy (the MMA reads shared memory through it) and arrives.
         Keys past the sequence read its last key (finite, masked)."""
-        d = self.shape.head_dim
-        gQ = cute.local_tile(
-            cute.domain_offset((q_start, 0), mQ[None, None, head]), (self.tile_m, d), (m_block, 0)
-        )
-        tQsQ, tQgQ = cpasync.tma_partition(
-            tma_atom_Q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
-        )  # fmt: skip
-        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-        pipe_q.producer_acquire(q_state)
-        cute.copy(tma_atom_Q, tQgQ, tQsQ, tma_bar_ptr=pipe_q.producer_get_barrier(q_state))
+        self.load_q(mQ, sQ, tma_atom_Q, pipe_q, q_start, head, m_block)
         atom = cute.make_copy_atom(cpasync.CopyG2SOp(), self.dtype, num_bits_per_copy=128)
         lane = cute.arch.lane_idx()
         last_page = mPageTable.shape[1] - 1
@@ -672,12 +724,20 @@ class MhaFwdSm100:
         pipe_s: pipeline.PipelineAsync,
         pipe_p: pipeline.PipelineAsync,
         num_blocks: Int32,
+        sV16: Optional[cute.Tensor] = None,  # fp8 cache: the V tile the softmax warps convert
     ):
+        """S = Q K^T per key tile into tensor memory, then O += P V once the softmax warps
+        wrote P. Over an fp8 cache S is the sum of two e4m3 MMAs (q's high and low parts
+        against the K stage), and P V reads the fp16 V tile the softmax warps converted (the
+        P pipeline orders it: they convert after the last P V and before committing P)."""
+        fp8 = self.shape.kv_fp8
         thr_qk, thr_pv = tiled_mma_qk.get_slice(0), tiled_mma_pv.get_slice(0)
         tSrQ = tiled_mma_qk.make_fragment_A(thr_qk.partition_A(sQ))
         tSrK = tiled_mma_qk.make_fragment_B(thr_qk.partition_B(sK))
         tOrP = tiled_mma_pv.make_fragment_A(thr_pv.partition_A(sP))
-        tOrV = tiled_mma_pv.make_fragment_B(thr_pv.partition_B(transpose_smem(sV)))
+        tOrV = tiled_mma_pv.make_fragment_B(
+            thr_pv.partition_B(transpose_smem(sV16 if const_expr(fp8) else sV))
+        )
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         kv_state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Consumer, self.shape.num_stages
@@ -690,18 +750,27 @@ class MhaFwdSm100:
             pipe_k.consumer_wait(kv_state)
             pipe_s.producer_acquire(s_state)
             tcgen05_fence("after_thread_sync")  # the softmax warps' S loads come first
-            _umma(tiled_mma_qk, tStS, tSrQ, tSrK[None, None, None, kv_state.index], False)
+            k_stage = tSrK[None, None, None, kv_state.index]
+            if const_expr(fp8):  # q = hi + lo: two e4m3 MMAs into one S
+                _umma(tiled_mma_qk, tStS, tSrQ[None, None, None, 0], k_stage, False)
+                _umma(tiled_mma_qk, tStS, tSrQ[None, None, None, 1], k_stage, True)
+            else:
+                _umma(tiled_mma_qk, tStS, tSrQ, k_stage, False)
             pipe_s.producer_commit(s_state)
             s_state.advance()
             pipe_k.consumer_release(kv_state)
             # -- O += P V once the softmax warps wrote P and rescaled O ----
             pipe_p.consumer_wait(p_state)
             tcgen05_fence("after_thread_sync")  # the softmax warps' O stores come first
-            pipe_v.consumer_wait(kv_state)
-            _umma(tiled_mma_pv, tOtO, tOrP, tOrV[None, None, None, kv_state.index], i > 0)
-            pipe_p.consumer_release(p_state)  # PV done: P's buffer and O are free again
+            if const_expr(fp8):  # the converted tile (the softmax warps release the stage)
+                _umma(tiled_mma_pv, tOtO, tOrP, tOrV, i > 0)
+                pipe_p.consumer_release(p_state)  # PV done: P, V16 and O are free again
+            else:
+                pipe_v.consumer_wait(kv_state)
+                _umma(tiled_mma_pv, tOtO, tOrP, tOrV[None, None, None, kv_state.index], i > 0)
+                pipe_p.consumer_release(p_state)  # PV done: P's buffer and O are free again
+                pipe_v.consumer_release(kv_state)
             p_state.advance()
-            pipe_v.consumer_release(kv_state)
             kv_state.advance()
 
     # -- softmax warps: one row each ----
@@ -730,6 +799,11 @@ class MhaFwdSm100:
         n_block_max: Int32,
         mLSE: cute.Tensor,
         write_lse: Int32,
+        sV: Optional[cute.Tensor] = None,  # fp8 cache: the V stages (e4m3) ...
+        sV16: Optional[cute.Tensor] = None,  # ... converted here into the P V MMA's tile
+        pipe_v: Optional[pipeline.PipelineAsync] = None,
+        q_inv: Float32 = 1.0,  # fp8 cache: 1 / this row's q part scale
+        v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
     ):
         shape = self.shape
         thr_qk, thr_pv = tiled_mma_qk.get_slice(0), tiled_mma_pv.get_slice(0)
@@ -774,6 +848,7 @@ class MhaFwdSm100:
         row_sum = Float32(0.0)
         s_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         p_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        v_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, shape.num_stages)
         for i in cutlass.range(n_block_max - n_block_min, unroll=1):
             n_block = n_block_max - 1 - i
             pipe_s.consumer_wait(s_state)
@@ -786,6 +861,8 @@ class MhaFwdSm100:
             # -- score_mod, mask_mod ----
             for j in cutlass.range_constexpr(cute.size(tSrS)):
                 s = tSrS[j]
+                if const_expr(shape.kv_fp8):  # undo q's part scale (K's is in the scale)
+                    s = s * q_inv
                 if const_expr(shape.logit_softcap is not None):
                     cap = shape.logit_softcap
                     s = cap * cute.math.tanh(s * (softmax_scale / cap), fastmath=True)
@@ -802,6 +879,12 @@ class MhaFwdSm100:
             # -- once PV of the last tile is done: rescale O, write P ----
             pipe_p.producer_acquire(p_state)
             tcgen05_fence("after_thread_sync")  # PV of the last tile is complete
+            if const_expr(shape.kv_fp8):  # V16 is free too: convert this tile's V into it
+                pipe_v.consumer_wait(v_state)
+                rows_valid = seqlen_k - n_block * self.tile_n
+                self.convert_tile(sV[None, None, v_state.index], sV16, tidx, rows_valid)
+                pipe_v.consumer_release(v_state)
+                v_state.advance()
             if i > 0:
                 for c in cutlass.range_constexpr(num_chunks):
                     tOtO_c = cute.local_tile(tOAcc, chunk, (0, c))
@@ -812,7 +895,7 @@ class MhaFwdSm100:
                 cute.arch.fence_view_async_tmem_store()
             tSrS.store(p_row)  # P over S's registers, converted as it is stored
             for j in cutlass.range_constexpr(cute.size(tSrS)):
-                sP[row, tScS_t2r[j][1]] = self.dtype(tSrS[j])
+                sP[row, tScS_t2r[j][1]] = self.mma_dtype(tSrS[j])
             cute.arch.fence_view_async_shared()  # P visible to the tensor cores
             tcgen05_fence("before_thread_sync")  # O stores ordered before the PV MMA
             pipe_p.producer_commit(p_state)
@@ -823,10 +906,76 @@ class MhaFwdSm100:
         tcgen05_fence("after_thread_sync")
         if const_expr(shape.decode):
             self.store_partial(tOAcc, tOcO, load_o, tOrO, row, row_sum, row_max, scale_log2,
-                               mO, mLSE)  # fmt: skip
+                               mO, mLSE, v_scale)  # fmt: skip
         else:
             self.epilogue(tOAcc, tOcO, load_o, tOrO, row, row_sum, row_max, scale_log2, mO,
                           mSinks, q_start, seqlen_q, head, m_block, mLSE, write_lse)  # fmt: skip
+
+    @cute.jit
+    def write_q_parts(
+        self,
+        mQ: cute.Tensor,
+        sQ: cute.Tensor,
+        pipe_q: pipeline.PipelineAsync,
+        tidx: Int32,
+        head: Int32,
+        batch: Int32,
+    ) -> Float32:
+        """Decode over an fp8 cache: softmax thread t writes row t of Q (query head ``head +
+        t`` of ``mQ`` (Hq, D, B) at the request; zeros past the group) as two e4m3 parts of
+        q * s, s a power of two that puts the row's largest magnitude at most at 448 (the
+        scaling is exact): hi = e4m3(q s) into part 0, lo = e4m3(q s - hi) into part 1, so
+        hi + lo holds a bf16 q to about 2^-18 of its largest element; then fences them for
+        the MMA and commits Q. Returns 1 / s (the thread's row of S is scaled by it)."""
+        group = self.shape.decode_group
+        src = mQ[cutlass.min(head + tidx, head + group - 1), None, batch]
+        live = Float32(1.0)
+        if tidx >= group:
+            live = Float32(0.0)
+        q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        pipe_q.producer_acquire(q_state)
+        chunks = self.shape.head_dim // FP8_CHUNK
+        amax = Float32(0.0)
+        for c in cutlass.range_constexpr(chunks):
+            x = cute.local_tile(src, (FP8_CHUNK,), (c,)).load().to(Float32)
+            for e in cutlass.range_constexpr(FP8_CHUNK):
+                amax = cutlass.max(amax, cute.math.absf(x[e]))
+        s = Float32(1.0)
+        if amax > 0.0:
+            s = cute.math.exp2(cute.math.floor(cute.math.log2(E4M3_MAX / amax)))
+        for c in cutlass.range_constexpr(chunks):
+            y = cute.local_tile(src, (FP8_CHUNK,), (c,)).load().to(Float32) * (s * live)
+            hi = y.to(cutlass.Float8E4M3FN)
+            lo = (y - hi.to(Float32)).to(cutlass.Float8E4M3FN)
+            cute.local_tile(sQ[tidx, None, 0], (FP8_CHUNK,), (c,)).store(hi)
+            cute.local_tile(sQ[tidx, None, 1], (FP8_CHUNK,), (c,)).store(lo)
+        cute.arch.fence_view_async_shared()  # visible to the MMA (async proxy)
+        pipe_q.producer_commit(q_state)
+        return Float32(1.0) / s
+
+    @cute.jit
+    def convert_tile(self, src: cute.Tensor, dst: cute.Tensor, tidx: Int32, rows_valid: Int32):
+        """fp8 cache: the softmax warps convert one (keys, Dv) e4m3 V stage (as TMA wrote it)
+        into the fp16 tile the P V MMA reads, 16 values per thread and pass; rows from
+        ``rows_valid`` on (slots past the sequence in its last page: stale, possibly NaN
+        bytes) become zeros, so a masked key's zero probability never meets a NaN. The
+        caller orders it: after the last P V (P's pipeline), fenced with P before commit."""
+        threads = 32 * SOFTMAX_WARPS
+        chunks = cute.size(src, mode=[1]) // FP8_CHUNK
+        passes = self.tile_n * chunks // threads
+        # eight consecutive threads take one chunk of eight consecutive rows (each quarter
+        # warp's 16-byte accesses then fall in distinct bank groups of the 128-byte swizzle)
+        rows, cols, vals = [], [], []
+        for p in cutlass.range_constexpr(passes):  # every load first: their latencies overlap
+            idx = p * threads + tidx
+            rows.append((idx // (8 * chunks)) * 8 + idx % 8)
+            cols.append((idx // 8) % chunks)
+            vals.append(cute.local_tile(src[rows[p], None], (FP8_CHUNK,), (cols[p],)).load())
+        for p in cutlass.range_constexpr(passes):
+            out = cute.local_tile(dst[rows[p], None], (FP8_CHUNK,), (cols[p],))
+            out.store(vals[p].to(self.mma_dtype))
+            if rows[p] >= rows_valid:
+                out.fill(0.0)
 
     @cute.jit
     def epilogue(
@@ -883,15 +1032,17 @@ class MhaFwdSm100:
         scale_log2: Float32,
         mO: cute.Tensor,
         mLSE: cute.Tensor,
+        v_scale: Float32,
     ):
-        """Decode: this split's normalised output row (fp32) and its log-sum-exp (base 2, of
-        the scaled scores; -inf when the split saw no key) for the combine, when the row is
-        a head of the group (``mO``: [group heads.., Dv], ``mLSE``: [group heads..])."""
+        """Decode: this split's normalised output row (fp32, times V's dequant scale) and
+        its log-sum-exp (base 2, of the scaled scores; -inf when the split saw no key) for
+        the combine, when the row is a head of the group (``mO``: [group heads.., Dv],
+        ``mLSE``: [group heads..])."""
         live = row < self.shape.decode_group
         inv = Float32(0.0)
         lse = -Float32.inf
         if row_sum > 0.0:
-            inv = Float32(1.0) / row_sum
+            inv = v_scale / row_sum
             lse = row_max * scale_log2 + cute.math.log2(row_sum, fastmath=True)
         if live:
             mLSE[row] = lse

@@ -6,7 +6,7 @@ and variant configs, bound to the MHA CuTe DSL kernel library (attngen.families.
 
 Covers (mha on cute_dsl sm90; one line per docs column):
   yes:           Page Size > 1 (native): 16, 32
-  not lowered:   FP8 KV Cache (fp8_e4m3 KV cache in CuTe DSL: decode only, on sm90, per-tensor scales, pages of [16, 32, 64, 128] tokens (got extend, decode on sm90, per_tensor scales, page 1))
+  not lowered:   FP8 KV Cache (fp8_e4m3 KV cache in CuTe DSL: decode only, on sm100, sm90, per-tensor scales, pages of [16, 32, 64, 128] tokens (got extend, decode on sm90, per_tensor scales, page 1))
   not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered in CuTe DSL yet (the activation dtype; fp8_e4m3 for decode))
   not here:      Spec topk=1 (lowered for this target; not in this spec)
   not lowered:   Spec topk>1 (mask custom is not lowered in CuTe DSL yet)
