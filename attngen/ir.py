@@ -134,3 +134,31 @@ def check_unique_uris(plan: ModulePlan) -> list[str]:
     uris = [k.uri for k in plan.kernels]
     dupes = sorted({u for u in uris if uris.count(u) > 1})
     return [f"{plan.spec.name}: duplicate variant uris {dupes}"] if dupes else []
+
+
+SHOWN_URIS = 3  # variants a plan error names per problem before it counts the rest
+
+
+def check_plan(plan: ModulePlan, problems: list[str]) -> None:
+    """Raise one PlanError for ``problems`` (each ``"<variant uri>: <what>"`` or plan-wide)
+    and duplicate uris, if any: each distinct <what> once, after the variants it concerns
+    (the first SHOWN_URIS, then how many more), so a refused tuning value of a 72-variant
+    spec reads as one problem, not 72."""
+    problems = problems + check_unique_uris(plan)
+    if not problems:
+        return
+    uris = {k.uri for k in plan.kernels}
+    named: dict[str, list[str]] = {}
+    for problem in problems:
+        uri, sep, what = problem.partition(": ")
+        if sep and uri in uris:
+            named.setdefault(what, []).append(uri)
+        else:
+            named.setdefault(problem, [])
+    parts = []
+    for what, names in named.items():
+        shown = ", ".join(names[:SHOWN_URIS])
+        if len(names) > SHOWN_URIS:
+            shown += f" and {len(names) - SHOWN_URIS} more"
+        parts.append(f"{shown}: {what}" if names else what)
+    raise PlanError(f"{plan.spec.path} ({plan.arch.value}): " + "; ".join(parts))

@@ -168,6 +168,17 @@ def test_plan_checks_raise_with_the_spec(tmp_path) -> None:
     with pytest.raises(PlanError, match="gqa_prefill.yaml.*fwd_tile_n=256"):
         verify.verify_plan(bad)
     assert lower.traits(plan) == MhaCuteTraits(MaskHooks(causal=True), ("prefill", "extend"))
+    # one refused tile in every variant reads as one problem naming three variants and a count
+    every = dataclasses.replace(
+        plan, kernels=tuple(dataclasses.replace(k, config=dataclasses.replace(
+            k.config, fwd_tile_n=256)) for k in plan.kernels)  # fmt: skip
+    )
+    with pytest.raises(PlanError) as refused:
+        verify.verify_plan(every)
+    message = str(refused.value)
+    first = ", ".join(k.uri for k in plan.kernels[:3])
+    assert message.count("fwd_tile_n=256 is not one of") == 1, message
+    assert f"{first} and {len(plan.kernels) - 3} more: fwd_tile_n=256" in message, message
 
 
 # -- launcher checks: everything is refused before a kernel is compiled or launched ----

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attngen.families.dsa.triton.config import DsaTritonConfig
-from attngen.ir import ModulePlan, PlanError, check_unique_uris
+from attngen.ir import ModulePlan, check_plan
 
 POW2_TILES = (
     "sparse_block_h",
@@ -48,6 +48,4 @@ def config_problems(c: DsaTritonConfig, arch: str = "sm90") -> list[str]:
 
 def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config, plan.arch.value)]
-    problems += check_unique_uris(plan)
-    if problems:
-        raise PlanError(f"{plan.spec.path} ({plan.arch.value}): " + "; ".join(problems))
+    check_plan(plan, problems)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attngen.families.gdn.triton.config import GdnTritonConfig
-from attngen.ir import ModulePlan, PlanError, check_unique_uris
+from attngen.ir import ModulePlan, check_plan
 from attngen.spec.enums import Arch
 
 WARP_COUNTS = (1, 2, 4, 8, 16)
@@ -64,6 +64,4 @@ def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config)]
     if plan.arch is Arch.SM90:
         problems += [p for k in plan.kernels for p in miscompiled(k.config)]
-    problems += check_unique_uris(plan)
-    if problems:
-        raise PlanError(f"{plan.spec.path} ({plan.arch.value}): " + "; ".join(problems))
+    check_plan(plan, problems)

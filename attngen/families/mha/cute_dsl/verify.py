@@ -13,7 +13,7 @@ from attngen.families.mha.cute_dsl.tiles import (
     sm100_fwd_shared_bytes,
     sm90_fwd_shared_bytes,
 )
-from attngen.ir import ModulePlan, PlanError, check_unique_uris
+from attngen.ir import ModulePlan, check_plan
 
 WGMMA_ROWS = 64  # rows per consumer warpgroup
 TILE_N = (64, 128)  # keys per stage: the MMA's N (and the page, for extend over large pages)
@@ -123,6 +123,4 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
 def verify_plan(plan: ModulePlan) -> None:
     phases = tuple(p.value for p in plan.spec.phases)
     problems = [p for k in plan.kernels for p in config_problems(k.config, phases)]
-    problems += check_unique_uris(plan)
-    if problems:
-        raise PlanError(f"{plan.spec.path} ({plan.arch.value}): " + "; ".join(problems))
+    check_plan(plan, problems)

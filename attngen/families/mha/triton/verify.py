@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attngen.families.mha.triton.config import MhaTritonConfig
-from attngen.ir import ModulePlan, PlanError, check_unique_uris
+from attngen.ir import ModulePlan, check_plan
 
 POW2_TILES = ("decode_block_n", "decode_block_h", "extend_block_m", "extend_block_n", "max_splits")
 WARP_COUNTS = (1, 2, 4, 8, 16)
@@ -31,6 +31,4 @@ def config_problems(c: MhaTritonConfig) -> list[str]:
 
 def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config)]
-    problems += check_unique_uris(plan)
-    if problems:
-        raise PlanError(f"{plan.spec.path} ({plan.arch.value}): " + "; ".join(problems))
+    check_plan(plan, problems)

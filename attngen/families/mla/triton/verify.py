@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attngen.families.mla.triton.config import MlaTritonConfig
-from attngen.ir import ModulePlan, PlanError, check_unique_uris
+from attngen.ir import ModulePlan, check_plan
 
 POW2_TILES = ("decode_block_h", "decode_block_n", "max_splits", "ragged_block_m", "ragged_block_n")
 WARP_COUNTS = (1, 2, 4, 8, 16)
@@ -30,6 +30,4 @@ def config_problems(c: MlaTritonConfig) -> list[str]:
 
 def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config)]
-    problems += check_unique_uris(plan)
-    if problems:
-        raise PlanError(f"{plan.spec.path} ({plan.arch.value}): " + "; ".join(problems))
+    check_plan(plan, problems)
