@@ -89,6 +89,29 @@ def test_docs_cells_follow_the_probe_verdicts() -> None:
                         assert not cell.startswith(NOT_LOWERED), where
 
 
+def test_docs_example_of_accepted_values_is_lowered_and_generated_by_no_spec() -> None:
+    """The matrix's prose names GQA 3 and 32 and page size 8 as values a lowering supports
+    that no spec generates (so no test ran them): both halves hold."""
+    text = (ROOT / "generated/docs/support_matrix.md").read_text(encoding="utf-8")
+    assert "(say GQA 3 or 32, page size 8) are **accepted, not verified**" in text
+    v = base_variant(Family.MHA)
+    examples = [
+        dataclasses.replace(v, shape=dataclasses.replace(v.shape, gqa_group=3)),
+        dataclasses.replace(v, shape=dataclasses.replace(v.shape, gqa_group=32)),
+        dataclasses.replace(v, page_size=8),
+    ]
+    for variant in examples:
+        assert all(supports(variant, backend, Arch.SM90).ok for backend in Backend)
+    generated = [
+        k.variant
+        for p in build(ROOT, ROOT / "specs", verbose=False).plans
+        if p.family is Family.MHA
+        for k in p.kernels
+    ]
+    assert not {3, 32} & {x.shape.gqa_group for x in generated}
+    assert 8 not in {x.page_size for x in generated}
+
+
 def test_a_pair_without_a_lowering_is_not_lowered_with_a_reason(monkeypatch) -> None:
     """The registry decides: take MHA x Triton's lowering away and the same variant is
     NOT_LOWERED, naming the pair; hardware limits still come first."""

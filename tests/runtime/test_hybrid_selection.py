@@ -7,6 +7,7 @@ kernel runs). Selection is checked against the capability model's own reasons.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from types import SimpleNamespace
 from typing import Any
@@ -659,6 +660,40 @@ def test_docs_hybrid_pairs_are_accepted_by_the_runtime() -> None:
                 **extra,
             )
             assert isinstance(hybrid, HybridAttnBackend), pair
+
+
+def test_docs_hybrid_example_runs_as_written() -> None:
+    """The support matrix's make_backend example runs as printed (on the CPU instead of
+    "cuda"), given the pools and the batch it names but does not build: imports included."""
+    for ext in ("md", "mdx"):
+        text = (ROOT / f"generated/docs/support_matrix.{ext}").read_text(encoding="utf-8")
+        section = text.split("### Hybrid prefill/decode backends", 1)[1]
+        source = section.split("```python\n", 1)[1].split("```", 1)[0]
+        call = next(
+            n
+            for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "make_backend"
+        )
+        kw = {k.arg: k.value for k in call.keywords}
+        shape = {
+            name: ast.literal_eval(kw[name]) for name in ("num_kv_heads", "head_dim", "page_size")
+        }
+        v_head_dim = ast.literal_eval(kw["v_head_dim"]) if "v_head_dim" in kw else None
+        kv_dtype = kw.get("kv_cache_dtype", kw["dtype"])
+        req_pool, kv_pool = make_pools(
+            num_layers=1,
+            max_reqs=4,
+            max_context_len=64,
+            num_pages=8,
+            v_head_dim=v_head_dim,
+            dtype=getattr(torch, kv_dtype.attr),
+            device="cpu",
+            **shape,
+        )
+        batch = PagedBatchBuilder(req_pool, kv_pool).extend([0, 5], [4, 3]).batch
+        scope = {"req_to_token_pool": req_pool, "kv_pool": kv_pool, "forward_batch": batch}
+        exec(compile(source.replace('"cuda"', '"cpu"'), f"support_matrix.{ext}", "exec"), scope)
+        assert isinstance(scope["backend"], HybridAttnBackend)
 
 
 def test_docs_hybrid_pairs_compute_one_attention() -> None:

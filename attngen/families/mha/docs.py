@@ -20,6 +20,7 @@ def layer_keys(plan: ModulePlan) -> set[MhaKey]:
 def hybrid_example(prefill: str, decode: str, arch: Arch, key: object) -> str:
     assert isinstance(key, MhaKey)
     lines = [
+        "import torch",
         "from attngen.runtime.select import make_backend",
         "",
         "backend = make_backend(",
