@@ -117,11 +117,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except OSError as err:  # writing the tree (a spec that cannot be read is a GenerateError)
         print(f"error: {err.filename}: {err.strerror or err}", file=sys.stderr)
         return 1
-    if args.check and not drift.clean:
-        print(drift.report(regenerate_command("all")), file=sys.stderr)
+    out = Path(args.out)
+    default_out = out.resolve() == (REPO_ROOT / "generated").resolve()
+    tree = "generated/" if default_out else f"{out}/"
+    if args.check and not drift.clean:  # every arch is checked, whichever was asked for
+        again = regenerate_command("all")
+        if not default_out:
+            again = f"python -m attngen generate --arch all --out {out}"
+        print(drift.report(again, tree), file=sys.stderr)
         return 1
     if args.check:
-        log(f"generated/ is up to date for {', '.join(ALL_ARCHS)} and the docs")
+        log(f"{tree} is up to date for {', '.join(ALL_ARCHS)} and the docs")
     return 0
 
 

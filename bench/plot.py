@@ -239,11 +239,23 @@ def plot(result: dict, out: Path) -> None:
     plt.close(fig)
 
 
+def newest_run(results: Path) -> Path | None:
+    """The newest bench run in ``results``: ``h200-<UTC timestamp>-....json`` files sort by
+    their timestamp (other JSONs there are checks and sweeps, not runs)."""
+    runs = sorted(results.glob("h200-*.json"))
+    return runs[-1] if runs else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("result", type=Path, nargs="?", help="a bench JSON (default: newest)")
+    parser.add_argument(
+        "result", type=Path, nargs="?", help="a bench JSON (default: the newest h200-* run)"
+    )
     args = parser.parse_args(argv)
-    path = args.result or max(Path("bench/results").glob("*.json"), key=lambda p: p.name[5:])
+    path = args.result or newest_run(Path("bench/results"))
+    if path is None:
+        print("bench/results: no h200-<date>-*.json run to plot; name one")
+        return 1
     result = json.loads(path.read_text())
     out = path.with_suffix(".png")
     try:

@@ -43,7 +43,7 @@ class Drift:
     def clean(self) -> bool:
         return not (self.missing or self.changed or self.stale or self.stale_dirs or self.modes)
 
-    def report(self, regenerate: str) -> str:
+    def report(self, regenerate: str, tree: str = "generated/") -> str:
         lines = []
         for label, paths in (
             ("missing", self.missing),
@@ -59,7 +59,7 @@ class Drift:
             lines += [f"    {line}" for line in diff]
         if len(self.diffs) > len(shown):
             lines.append(f"  ... and {len(self.diffs) - len(shown)} more changed files")
-        lines.append(f"generated/ is out of date: run `{regenerate}` and commit the result")
+        lines.append(f"{tree} is out of date: run `{regenerate}` and commit the result")
         return "\n".join(lines)
 
 

@@ -76,9 +76,13 @@ def test_check_names_missing_changed_and_stale_files(tmp_path: Path) -> None:
     )
     assert "--- diff of generated/sm100/triton/mha/mha_gqa_paged/kernels.py" in result.stderr
     assert "    -# hand edit" in result.stderr  # the diff shows the edit
-    assert "run `make generate ARCH=all`" in result.stderr
+    # the tree checked, and the command that regenerates it (make writes generated/ only)
+    assert f"{out}/ is out of date: run `python -m attngen generate --arch all --out {out}`" in (
+        result.stderr
+    )
     assert run_cli("generate", "--arch", "all", "--out", str(out)).returncode == 0
-    assert run_cli("generate", "--arch", "sm80", "--out", str(out), "--check").returncode == 0
+    check = run_cli("generate", "--arch", "sm80", "--out", str(out), "--check")
+    assert check.returncode == 0 and f"{out}/ is up to date" in check.stdout + check.stderr
 
 
 def test_single_arch_generation_touches_only_its_subtree(tmp_path: Path) -> None:
