@@ -272,5 +272,6 @@ def generate(
     drift = write_tree(out, result.files, archs)
     changed = len(drift.missing) + len(drift.changed)
     stale, total = len(drift.stale), len(result.files)
-    log(f"generated/: {changed} files written, {stale} stale removed, {total} in total")
+    tree = "generated/" if out.resolve() == (root / "generated").resolve() else f"{out}/"
+    log(f"{tree}: {changed} files written, {stale} stale removed, {total} in total")
     return drift

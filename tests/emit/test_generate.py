@@ -42,7 +42,9 @@ def test_checked_in_tree_has_no_drift() -> None:
 
 def test_generating_twice_gives_identical_trees(tmp_path: Path) -> None:
     for out in ("a", "b"):
-        assert run_cli("generate", "--arch", "all", "--out", str(tmp_path / out)).returncode == 0
+        result = run_cli("generate", "--arch", "all", "--out", str(tmp_path / out))
+        assert result.returncode == 0
+        assert f"{tmp_path / out}/: " in result.stdout + result.stderr  # the tree it wrote
     a = {
         p.relative_to(tmp_path / "a"): p.read_bytes()
         for p in (tmp_path / "a").rglob("*")
