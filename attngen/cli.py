@@ -15,6 +15,7 @@ from attngen.generate import (
     generate,
     log,
     misplaced,
+    tree_label,
     warn_many_variants,
 )
 from attngen.emit.writer import DuplicateWrite
@@ -118,11 +119,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"error: {err.filename}: {err.strerror or err}", file=sys.stderr)
         return 1
     out = Path(args.out)
-    default_out = out.resolve() == (REPO_ROOT / "generated").resolve()
-    tree = "generated/" if default_out else f"{out}/"
+    tree = tree_label(REPO_ROOT, out)
     if args.check and not drift.clean:  # every arch is checked, whichever was asked for
         again = regenerate_command("all")
-        if not default_out:
+        if tree != "generated/":
             again = f"python -m attngen generate --arch all --out {out}"
         print(drift.report(again, tree), file=sys.stderr)
         return 1

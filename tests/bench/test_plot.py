@@ -111,8 +111,13 @@ def test_paired_rows_plot_with_their_interquartile_ranges(tmp_path: Path) -> Non
 def test_the_default_is_the_newest_run_not_the_newest_named_file(tmp_path: Path) -> None:
     """Without an argument the newest h200-<timestamp> run is plotted; checks and sweeps
     whose names sort later (cute_mha_decode_check_...) are not runs."""
-    for name in ("h200-20261201T0101Z-aaa.json", "h200-20261203T2142Z-bbb.json",
-                 "cute_mha_decode_check_2026-12-03-eager.json", "mla-h200-20261203T0802Z.json"):  # fmt: skip
+    names = (
+        "h200-20261201T0101Z-aaa.json",
+        "h200-20261203T2142Z-bbb.json",
+        "cute_mha_decode_check_2026-12-03-eager.json",
+        "mla-h200-20261203T0802Z.json",
+    )
+    for name in names:
         (tmp_path / name).write_text("{}")
     assert plot.newest_run(tmp_path) == tmp_path / "h200-20261203T2142Z-bbb.json"
     assert plot.newest_run(tmp_path / "missing") is None

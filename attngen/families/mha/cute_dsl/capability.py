@@ -4,12 +4,12 @@ kernel's pipeline on tiles of a GQA group's heads, then a combine), on sm90 with
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
 and a cache of the same dtype, or (decode, pages of 16 .. 128 tokens, GQA groups up to 32 on
-sm90 and 64 on sm100) an fp8 e4m3 cache with per-tensor scales; head dims 64 and 128, 192 / 128 and 256
-(sm90: pages up to 64 tokens), decode 64 and 128 only; causal, bidirectional and
-sliding-window masks, logit softcap and attention sinks; any GQA group (decode: up to 64,
-one tile); extend and decode over pages of 16, 32, 64 or 128 tokens (read by TMA, one copy
-per page) and of 1, 2, 4 or 8 tokens (K/V rows gathered with cp.async). Everything else is
-"not lowered" with the reason."""
+sm90 and 64 on sm100) an fp8 e4m3 cache with per-tensor scales; head dims 64 and 128,
+192 / 128 and 256 (sm90: pages up to 64 tokens), decode 64 and 128 only; causal,
+bidirectional and sliding-window masks, logit softcap and attention sinks; any GQA group
+(decode: up to 64, one tile); extend and decode over pages of 16, 32, 64 or 128 tokens
+(read by TMA, one copy per page) and of 1, 2, 4 or 8 tokens (K/V rows gathered with
+cp.async). Everything else is "not lowered" with the reason."""
 
 from __future__ import annotations
 
@@ -110,8 +110,7 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"page {variant.page_size})",
             ),
             (
-                variant.kv_dtype is not FP8_KV
-                or shape.gqa_group <= FP8_DECODE_GROUPS.get(arch, 0),
+                variant.kv_dtype is not FP8_KV or shape.gqa_group <= FP8_DECODE_GROUPS.get(arch, 0),
                 f"fp8_e4m3 KV cache in CuTe DSL on {arch.value}: GQA groups up to "
                 f"{FP8_DECODE_GROUPS.get(arch, 0)} (sm90 puts each query head's two e4m3 parts "
                 f"in two rows of its 64-row tile; got {shape.gqa_group})",
