@@ -18,7 +18,7 @@ from attngen.evidence import kernel_identity, library_sha256
 from attngen.hooks import MaskHooks
 from attngen.ir import GraphBuffer, KernelPlan, MetadataPlan, ModulePlan
 from attngen.probes import feature_lines
-from attngen.spec.enums import Arch, Backend, Family
+from attngen.spec.enums import Arch, Backend, Family, Phase
 from attngen.spec.fields import Int
 from attngen.spec.model import Spec
 from attngen.spec.variant import Variant
@@ -35,6 +35,8 @@ class LibraryLowering:
     backend: Backend
     package_file: str  # the registering package's ``__file__``: library and template beside it
     tuning_keys: Mapping[str, Int]  # what tuning.<backend>.<arch> may set, and its values
+    # {tuning key: the phases whose kernels read it}; every tuning key has an entry
+    tuning_phases: Mapping[str, frozenset[Phase]]
     check: Callable[[Variant, Arch], Verdict]  # SUPPORTED or NOT_LOWERED with the reason
     plan: Callable[[Spec, tuple[Variant, ...], Arch], ModulePlan]
     verify: Callable[[ModulePlan], None]  # raises on a plan the library cannot run
@@ -96,6 +98,24 @@ def tuning_values(
         return stages if key.endswith("num_stages") else other(key)
 
     return {key: value(key) for key in keys}
+
+
+def phases_by_key(
+    keys: tuple[str, ...] | frozenset[str] | Mapping[str, object],
+    groups: Mapping[frozenset[Phase], tuple[str, ...]],
+) -> dict[str, frozenset[Phase]]:
+    """{key: the phases whose kernels read it} from ``{phases: keys}``: a lowering's
+    ``tuning_phases``. Every tuning key in exactly one group (checked on import)."""
+    table: dict[str, frozenset[Phase]] = {}
+    for phases, names in groups.items():
+        for name in names:
+            if name in table or name not in keys:
+                raise ValueError(f"tuning key {name!r}: listed twice or not a tuning key")
+            table[name] = phases
+    missing = [k for k in keys if k not in table]
+    if missing:
+        raise ValueError(f"tuning keys with no phases: {', '.join(missing)}")
+    return table
 
 
 def plan_module(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from attngen.arch import ArchFacts
 from attngen.spec.family import FamilySpec
 from attngen.spec.fields import Int
-from attngen.spec.enums import Arch, Backend, Family
+from attngen.spec.enums import Arch, Backend, Family, Phase
 
 if TYPE_CHECKING:
     from attngen.features import Feature
@@ -71,6 +71,9 @@ class Lowering(Protocol):
     backend: Backend
     # what a spec's tuning.<backend>.<arch> may override, and the values each key takes
     tuning_keys: Mapping[str, Int]
+    # which phases' kernels read each tuning key (a spec tuning a key none of its phases
+    # reads is refused: the value would apply to nothing)
+    tuning_phases: Mapping[str, frozenset[Phase]]
 
     def supports(self, variant: Variant, arch: Arch) -> Verdict:
         """SUPPORTED, or NOT_LOWERED with the reason (hardware limits are asked before)."""

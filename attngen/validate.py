@@ -8,7 +8,8 @@ from attngen.ir import PlanError
 from attngen.lower import lower_module
 from attngen.spec.errors import SpecError
 from attngen.spec.expand import expand
-from attngen.spec.model import Spec
+from attngen.spec.enums import Phase
+from attngen.spec.model import Spec, Tuning
 from attngen.spec.variant import Variant
 
 
@@ -101,6 +102,28 @@ def _check_tuning_applies(spec: Spec, variants: tuple[Variant, ...]) -> None:
                 f"tuning.{tuning.backend.value}.{tuning.arch.value}",
                 f"{target} lowers no variant of this spec (e.g. {variants[0].uri}: "
                 f"{verdicts[0].reason}), so this tuning would apply to nothing: remove it",
+            )
+        _check_tuned_phases(spec, tuning)
+
+
+def _check_tuned_phases(spec: Spec, tuning: Tuning) -> None:
+    """A tuning key that only kernels of phases the spec does not generate read (an extend
+    tile in a decode-only spec) would tune nothing: refused, not silently dropped. Which
+    phases read a key is its lowering's knowledge (``tuning_phases``)."""
+    lowering = registry.lowering(spec.family, tuning.backend)
+    assert lowering is not None, "the loader refuses tuning for a pair with no lowering"
+    generated = set(spec.phases)
+    for key, _ in tuning.values:
+        readers = lowering.tuning_phases[key]
+        if not readers & generated:
+            names = ", ".join(p.value for p in Phase if p in readers)
+            have = ", ".join(p.value for p in spec.phases)
+            phase, add = ("phases", "one of phases") if len(readers) > 1 else ("phase",) * 2
+            raise SpecError(
+                tuning.location,
+                f"tuning.{tuning.backend.value}.{tuning.arch.value}.{key}",
+                f"only the kernels of {phase} {names} read it, and this spec generates "
+                f"{have}: it would tune nothing; remove it (or add {add} {names})",
             )
 
 

@@ -234,6 +234,17 @@ EXPECTED = {
         "64-token pages, not 1 (the default): the indexer's key cache packs 64 fp8 keys and "
         "their scales per page, and sparse MLA reads the latent cache in the same pages"
     ),
+    "mha_tuning_phase_not_generated": (
+        "tests/spec/bad_specs/mha_tuning_phase_not_generated.yaml:16: "
+        "tuning.cute_dsl.sm90.fwd_num_stages: only the kernels of phases prefill, extend, "
+        "verify, draft_extend read it, and this spec generates decode: it would tune nothing; "
+        "remove it (or add one of phases prefill, extend, verify, draft_extend)"
+    ),
+    "mla_tuning_phase_not_generated": (
+        "tests/spec/bad_specs/mla_tuning_phase_not_generated.yaml:18: "
+        "tuning.triton.sm90.ragged_block_m: only the kernels of phase extend read it, and this "
+        "spec generates decode: it would tune nothing; remove it (or add phase extend)"
+    ),
     "mha_tuning_target_lowers_nothing": (
         "tests/spec/bad_specs/mha_tuning_target_lowers_nothing.yaml:17: tuning.cute_dsl.sm90: "
         "cute_dsl sm90 lowers no variant of this spec (e.g. d128_g4_ps16_bf16_kvnvfp4_causal: "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from attngen.families.dsa.triton import capability, lower, verify
 from attngen.families.dsa.triton.config import TUNING_KEYS
-from attngen.library_lowering import LibraryLowering, tuning_values
+from attngen.library_lowering import LibraryLowering, phases_by_key, tuning_values
 from attngen.registry import register_lowering
 from attngen.spec.enums import Backend, Family
 from attngen.spec.fields import Int
@@ -38,11 +38,16 @@ TUNING_VALUES: dict[str, Int] = tuning_values(
     TUNING_KEYS, warps=Int(1, 16, choices=(1, 2, 4, 8, 16)), stages=Int(1, 8), other=_tile_values
 )
 
+# Which phases' kernels read each key: every phase runs the indexer, the top-k pass and the
+# sparse MLA over the picked keys (one query row or several), so every key tunes them all.
+TUNING_PHASES = phases_by_key(TUNING_KEYS, {capability.PHASES: TUNING_KEYS})
+
 LOWERING = LibraryLowering(
     family=Family.DSA,
     backend=Backend.TRITON,
     package_file=__file__,
     tuning_keys=TUNING_VALUES,
+    tuning_phases=TUNING_PHASES,
     check=capability.supports,
     plan=lower.lower,
     verify=verify.verify_plan,

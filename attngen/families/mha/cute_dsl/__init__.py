@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from attngen.families.mha.cute_dsl import capability, lower, verify
 from attngen.families.mha.cute_dsl.config import TUNING_KEYS
-from attngen.library_lowering import LibraryLowering
+from attngen.library_lowering import LibraryLowering, phases_by_key
 from attngen.registry import register_lowering
-from attngen.spec.enums import Backend, Family
+from attngen.spec.enums import Backend, Family, Phase
 from attngen.spec.fields import Int
 
 # What each tile key a spec may tune takes (verify.py checks the combination).
@@ -29,11 +29,28 @@ TUNING_VALUES: dict[str, Int] = {
 }
 assert set(TUNING_VALUES) == set(TUNING_KEYS)
 
+# Which phases' kernels read each key: the forward kernel runs every phase but decode, whose
+# split kernel reads only the key tile (host/compile.py's specializations).
+TUNING_PHASES = phases_by_key(
+    TUNING_KEYS,
+    {
+        capability.PHASES - {Phase.DECODE}: (
+            "fwd_tile_m",
+            "fwd_num_stages",
+            "fwd_intra_wg_overlap",
+            "fwd_pack_gqa",
+        ),
+        capability.PHASES: ("fwd_tile_n",),
+        frozenset({Phase.DECODE}): ("max_splits", "decode_num_stages"),
+    },
+)
+
 LOWERING = LibraryLowering(
     family=Family.MHA,
     backend=Backend.CUTE_DSL,
     package_file=__file__,
     tuning_keys=TUNING_VALUES,
+    tuning_phases=TUNING_PHASES,
     check=capability.supports,
     plan=lower.lower,
     verify=verify.verify_plan,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from attngen.families.mha.triton import capability, lower, verify
 from attngen.families.mha.triton.config import TUNING_KEYS
-from attngen.library_lowering import LibraryLowering, tuning_values
+from attngen.library_lowering import LibraryLowering, phases_by_key, tuning_values
 from attngen.registry import register_lowering
-from attngen.spec.enums import Backend, Family
+from attngen.spec.enums import Backend, Family, Phase
 from attngen.spec.fields import Int
 
 # What each tile key a spec may tune takes (config.TUNING_KEYS): Triton's warp counts, the
@@ -26,11 +26,31 @@ TUNING_VALUES: dict[str, Int] = tuning_values(
     other=lambda key: SPLITS if key == "max_splits" else TILE_ROWS,
 )
 
+# Which phases' kernels read each key: split-KV decode and its combine; the extend kernel
+# (prefill, extend, draft extend); verify's GQA-packed tiles, which take extend's stages.
+EXTEND_PHASES = frozenset({Phase.PREFILL, Phase.EXTEND, Phase.DRAFT_EXTEND})
+TUNING_PHASES = phases_by_key(
+    TUNING_KEYS,
+    {
+        frozenset({Phase.DECODE}): (
+            "decode_block_n",
+            "decode_num_warps",
+            "decode_num_stages",
+            "max_splits",
+            "combine_num_warps",
+        ),
+        EXTEND_PHASES: ("extend_block_m", "extend_block_n", "extend_num_warps"),
+        EXTEND_PHASES | {Phase.VERIFY}: ("extend_num_stages",),
+        frozenset({Phase.VERIFY}): ("verify_block_m", "verify_block_n", "verify_num_warps"),
+    },
+)
+
 LOWERING = LibraryLowering(
     family=Family.MHA,
     backend=Backend.TRITON,
     package_file=__file__,
     tuning_keys=TUNING_VALUES,
+    tuning_phases=TUNING_PHASES,
     check=lambda variant, arch: capability.supports(variant),
     plan=lower.lower,
     verify=verify.verify_plan,

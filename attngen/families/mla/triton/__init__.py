@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from attngen.families.mla.triton import capability, lower, verify
 from attngen.families.mla.triton.config import TUNING_KEYS
-from attngen.library_lowering import LibraryLowering, tuning_values
+from attngen.library_lowering import LibraryLowering, phases_by_key, tuning_values
 from attngen.registry import register_lowering
-from attngen.spec.enums import Backend, Family
+from attngen.spec.enums import Backend, Family, Phase
 from attngen.spec.fields import Int
 
 # What each tile key a spec may tune takes (config.TUNING_KEYS): Triton's warp counts, the
@@ -38,11 +38,23 @@ TUNING_VALUES: dict[str, Int] = tuning_values(
     other=lambda key: CHOICES.get(key, TILE_ROWS),
 )
 
+# Which phases' kernels read each key: the absorbed kernel (and its combine) serves every
+# phase, its query rows one token (decode) or several (extend, verify, draft extend); the
+# ragged prefill kernel runs extend's new tokens.
+TUNING_PHASES = phases_by_key(
+    TUNING_KEYS,
+    {
+        frozenset({Phase.EXTEND}): tuple(k for k in TUNING_KEYS if k.startswith("ragged_")),
+        capability.PHASES: tuple(k for k in TUNING_KEYS if not k.startswith("ragged_")),
+    },
+)
+
 LOWERING = LibraryLowering(
     family=Family.MLA,
     backend=Backend.TRITON,
     package_file=__file__,
     tuning_keys=TUNING_VALUES,
+    tuning_phases=TUNING_PHASES,
     check=capability.supports,
     plan=lower.lower,
     verify=verify.verify_plan,
