@@ -53,6 +53,11 @@ class FwdShape:
     # ``dtype`` tile for the wgmma; the per-tensor scales fold into the softmax scale (K)
     # and into the output (V)
     kv_dtype: str = ""
+    # speculative verify of draft trees (paged, not causal): a request's rows are its drafts,
+    # its last seqlen_q keys; every row sees the keys before them (the cached prefix), and
+    # draft row i sees draft j when bit i * seqlen_q + j of the request's bit-packed mask
+    # (uint8, little-endian bits, from byte tree_indptr[b]) is set
+    tree: bool = False
 
     @property
     def decode(self) -> bool:

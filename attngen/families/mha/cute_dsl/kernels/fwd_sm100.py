@@ -149,6 +149,8 @@ class MhaFwdSm100:
         mPrefixLens: Optional[cute.Tensor],
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
+        mTreeMask: Optional[cute.Tensor],  # draft trees: uint8 bit-packed masks, back to back
+        mTreeIndptr: Optional[cute.Tensor],  # draft trees: [B] int32 byte offset of each
         mLSE: cute.Tensor,
         softmax_scale: Float32,
         max_seqlen_q: Int32,
@@ -165,8 +167,8 @@ class MhaFwdSm100:
         grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
         self.kernel(
             tma[0], tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
-            None, mLSE, None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
-            write_lse, *layouts, *mmas, SharedStorage,
+            None, mLSE, None, None, mTreeMask, mTreeIndptr, *tma[3:], softmax_scale,
+            self.scale_log2(softmax_scale), write_lse, *layouts, *mmas, SharedStorage,
         ).launch(
             grid=grid, block=[NUM_THREADS, 1, 1], smem=SharedStorage.size_in_bytes(),
             stream=stream,
@@ -276,6 +278,8 @@ class MhaFwdSm100:
         # max_splits] fp32 base-2 log-sum-exps of the splits (mO: [B, Hq, max_splits, Dv])
         mKScale: Optional[cute.Tensor],  # fp8 cache: [1] fp32 dequant scales of K and V
         mVScale: Optional[cute.Tensor],
+        mTreeMask: Optional[cute.Tensor],  # draft trees: the bit-packed masks (uint8)
+        mTreeIndptr: Optional[cute.Tensor],  # draft trees: [B] byte offset of each request's
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -398,7 +402,9 @@ class MhaFwdSm100:
 
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
         active = m_block * self.tile_m < seqlen_q
-        mO_rows, mLSE_rows = mO, mLSE
+        mO_rows, mLSE_rows, mTree = mO, mLSE, None
+        if const_expr(shape.tree):  # the request's seqlen_q x seqlen_q bits
+            mTree = cute.domain_offset((mTreeIndptr[batch],), mTreeMask)
         if const_expr(shape.decode):
             # split `split` of num_splits takes its share of the visible key tiles (none when
             # they run out, or when the request has no key: it writes an empty partial, zeros
@@ -459,7 +465,7 @@ class MhaFwdSm100:
                     mO_rows, mSinks, sP, tStS, tOtO, tiled_mma_qk, tiled_mma_pv, pipe_s, pipe_p,
                     tidx, softmax_scale, scale_log2, q_row, seqlen_q, seqlen_k, head, m_block,
                     n_block_min, n_block_max, mLSE_rows, write_lse, sV, sV16, pipe_v, q_inv,
-                    v_scale,
+                    v_scale, mTree,
                 )  # fmt: skip
                 tcgen05_fence("before_thread_sync")  # the last O loads are complete
                 tmem.wait_for_alloc()  # tell the MMA warp tensor memory may be freed
@@ -804,6 +810,7 @@ class MhaFwdSm100:
         pipe_v: Optional[pipeline.PipelineAsync] = None,
         q_inv: Float32 = 1.0,  # fp8 cache: 1 / this row's q part scale
         v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
+        mTree: Optional[cute.Tensor] = None,  # draft trees: the request's mask bytes
     ):
         shape = self.shape
         thr_qk, thr_pv = tiled_mma_qk.get_slice(0), tiled_mma_pv.get_slice(0)
@@ -844,6 +851,9 @@ class MhaFwdSm100:
         key_start = Int32(0)
         if const_expr(shape.window_left is not None):
             key_start = pos - shape.window_left
+        if const_expr(shape.tree):  # the row's draft (rows past the request: its last)
+            first_draft = seqlen_k - seqlen_q
+            draft = cutlass.min(pos - first_draft, seqlen_q - 1)
         row_max = -Float32.inf
         row_sum = Float32(0.0)
         s_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
@@ -868,6 +878,11 @@ class MhaFwdSm100:
                     s = cap * cute.math.tanh(s * (softmax_scale / cap), fastmath=True)
                 key = n_block * self.tile_n + tScS_t2r[j][1]
                 tSrS[j] = s if key < key_end and key >= key_start else -Float32.inf
+                if const_expr(shape.tree):
+                    if key >= first_draft and key < seqlen_k:
+                        bit = draft * seqlen_q + key - first_draft
+                        if (Int32(mTree[bit // 8]) >> (bit % 8)) & 1 == 0:
+                            tSrS[j] = -Float32.inf
             # -- online softmax over this thread's row ----
             s_row = tSrS.load()
             m_new = s_row.reduce(cute.ReductionOp.MAX, row_max, 0)

@@ -35,9 +35,11 @@ Layouts (what ``__call__`` takes; the host passes torch tensors through DLPack):
 Mask (attngen.hooks.MaskHooks, compile-time): a query row ``i`` of a request with key
 length ``Lk`` and query length ``Lq`` sits at position ``p = i + Lk - Lq``; it sees key ``k``
 when ``k < Lk``, ``k <= p`` if causal and ``k >= p - window_left`` with a window (key tiles
-wholly outside are never loaded). Scores ``s = q.k * sm_scale`` become ``cap * tanh(s / cap)``
-with a softcap; with sinks, ``exp(sinks[h])`` joins each row's softmax denominator. A row
-that sees no key gives zeros.
+wholly outside are never loaded). Verify of draft trees (``FwdShape.tree``, not causal):
+the request's rows are its drafts, its last ``Lq`` keys; row ``i`` sees every key before
+them and draft ``j`` when bit ``i * Lq + j`` of its mask is set. Scores ``s = q.k *
+sm_scale`` become ``cap * tanh(s / cap)`` with a softcap; with sinks, ``exp(sinks[h])``
+joins each row's softmax denominator. A row that sees no key gives zeros.
 """
 
 from __future__ import annotations
@@ -175,6 +177,8 @@ class MhaFwdSm90:
         mPrefixLens: Optional[cute.Tensor],
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
+        mTreeMask: Optional[cute.Tensor],  # draft trees: uint8 bit-packed masks, back to back
+        mTreeIndptr: Optional[cute.Tensor],  # draft trees: [B] int32 byte offset of each
         mLSE: cute.Tensor,
         softmax_scale: Float32,
         max_seqlen_q: Int32,
@@ -195,8 +199,8 @@ class MhaFwdSm90:
         q_arg = mQ if const_expr(self.pack > 1) else tma[0]
         self.kernel(
             q_arg, tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
-            None, mLSE, None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
-            write_lse, *smem, *mmas, SharedStorage,
+            None, mLSE, None, None, mTreeMask, mTreeIndptr, *tma[3:], softmax_scale,
+            self.scale_log2(softmax_scale), write_lse, *smem, *mmas, SharedStorage,
         ).launch(
             grid=grid,
             block=[self.num_threads, 1, 1],
@@ -306,6 +310,8 @@ class MhaFwdSm90:
         # prefill / extend: [T, Hq] fp32, written when write_lse != 0
         mKScale: Optional[cute.Tensor],  # fp8 cache: [1] fp32 dequant scales of K and V
         mVScale: Optional[cute.Tensor],
+        mTreeMask: Optional[cute.Tensor],  # draft trees: the bit-packed masks (uint8)
+        mTreeIndptr: Optional[cute.Tensor],  # draft trees: [B] byte offset of each request's
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -424,6 +430,9 @@ class MhaFwdSm90:
 
             n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
             mO_rows, mLSE_rows, mQ_rows = mO, mLSE, None
+            mTree = None
+            if const_expr(shape.tree):  # the request's seqlen_q x seqlen_q bits
+                mTree = cute.domain_offset((mTreeIndptr[batch],), mTreeMask)
             if const_expr(shape.decode):
                 # split `split` of num_splits takes its share of the visible key tiles (none
                 # when they run out, or when the request has no key: it writes an empty
@@ -464,7 +473,7 @@ class MhaFwdSm90:
                     mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
                     pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
                     seqlen_k, head, m_block, n_block_min, n_block_max, mQ_rows, mLSE_rows,
-                    sQScale, sV16, v_scale, write_lse,
+                    sQScale, sV16, v_scale, write_lse, mTree,
                 )  # fmt: skip
 
     @cute.jit
@@ -730,6 +739,7 @@ class MhaFwdSm90:
         sV16: Optional[cute.Tensor] = None,  # fp8 cache: the converted V tile
         v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
         write_lse: Int32 = 0,
+        mTree: Optional[cute.Tensor] = None,  # draft trees: the request's mask bytes
     ):
         shape = self.shape
         wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
@@ -773,7 +783,7 @@ class MhaFwdSm90:
             self.mainloop_overlapped(
                 acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, tiled_mma_qk,
                 tiled_mma_pv, pipe_k, pipe_v, softmax_scale, scale_log2, seqlen_k, offset,
-                m_block, n_block_min, n_block_max,
+                m_block, n_block_min, n_block_max, mTree,
             )  # fmt: skip
         else:
             state = pipeline.make_pipeline_state(
@@ -809,9 +819,9 @@ class MhaFwdSm90:
                         acc_S_rc[j] = cap * cute.math.tanh(
                             acc_S_rc[j] * (softmax_scale / cap), fastmath=True
                         )
-                # -- mask_mod: key length, causal, window ----
+                # -- mask_mod: key length, causal, window, draft tree ----
                 if self.needs_mask(n_block, m_block, seqlen_k, offset):
-                    self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+                    self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset, mTree)
                 # -- online softmax ----
                 for r in cutlass.range_constexpr(num_rows):
                     s_row = acc_S_rc[r, None].load()
@@ -1100,6 +1110,7 @@ class MhaFwdSm90:
         m_block: Int32,
         n_block_min: Int32,
         n_block_max: Int32,
+        mTree: Optional[cute.Tensor],
     ):
         """The serial loop's attention with S_j = Q K_j^T issued before O += P_{j-1} V_{j-1},
         and S_j's score/mask/softmax computed while that PV runs; O and P_{j-1} (registers
@@ -1117,7 +1128,7 @@ class MhaFwdSm90:
         pipe_k.consumer_release(state)
         self.scores_to_probs(
             rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
-            n_block_max - 1, m_block, seqlen_k, offset,
+            n_block_max - 1, m_block, seqlen_k, offset, None, mTree,
         )  # fmt: skip
         tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
         state_v = state.clone()
@@ -1133,7 +1144,7 @@ class MhaFwdSm90:
         b_lo = cutlass.max(cutlass.min(lo, a_lo), n_block_min)
         args = (acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, rescale, tiled_mma_qk,
                 tiled_mma_pv, pipe_k, pipe_v, softmax_scale, scale_log2, seqlen_k, offset,
-                m_block)  # fmt: skip
+                m_block, mTree)  # fmt: skip
         for i in cutlass.range(top - a_lo, unroll=1):
             self.overlapped_tile(*args, state, state_v, top - 1 - i, True)
             state_v = state.clone()
@@ -1171,6 +1182,7 @@ class MhaFwdSm90:
         seqlen_k: Int32,
         offset: Int32,
         m_block: Int32,
+        mTree: Optional[cute.Tensor],
         state: pipeline.PipelineState,
         state_v: pipeline.PipelineState,
         n_block: Int32,
@@ -1190,7 +1202,7 @@ class MhaFwdSm90:
         pipe_k.consumer_release(state)  # S_j is done (PV may still run)
         self.scores_to_probs(
             rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
-            n_block, m_block, seqlen_k, offset, masked,
+            n_block, m_block, seqlen_k, offset, masked, mTree,
         )  # fmt: skip
         warpgroup.wait_group(0)  # PV of the previous tile: O and P are free
         pipe_v.consumer_release(state_v)
@@ -1202,11 +1214,14 @@ class MhaFwdSm90:
     def unmasked_blocks(self, m_block: Int32, seqlen_k: Int32, offset: Int32):
         """[lo, hi): the key tiles no row of the query tile masks (``needs_mask`` is false
         for exactly these): keys below seqlen_k, at or left of the first row's diagonal
-        (causal), at or right of the last row's window edge (sliding window)."""
+        (causal), at or right of the last row's window edge (sliding window), before the
+        drafts (draft tree)."""
         shape = self.shape
         hi = seqlen_k // self.tile_n
         if const_expr(shape.causal):
             hi = cutlass.min(hi, (m_block * self.rows_tok + offset + 1) // self.tile_n)
+        if const_expr(shape.tree):
+            hi = cutlass.min(hi, offset // self.tile_n)
         lo = Int32(0)
         if const_expr(shape.window_left is not None):
             edge = (m_block + 1) * self.rows_tok - 1 + offset - shape.window_left
@@ -1228,6 +1243,7 @@ class MhaFwdSm90:
         seqlen_k: Int32,
         offset: Int32,
         masked: cutlass.Constexpr = None,
+        mTree: Optional[cute.Tensor] = None,
     ):
         """score_mod, mask_mod and the online-softmax update of one key tile, in place (S
         becomes unnormalised P); ``rescale[r]`` is what row r of O must be multiplied by.
@@ -1241,9 +1257,9 @@ class MhaFwdSm90:
                 )
         if const_expr(masked is None):
             if self.needs_mask(n_block, m_block, seqlen_k, offset):
-                self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+                self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset, mTree)
         elif const_expr(masked):
-            self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+            self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset, mTree)
         for r in cutlass.range_constexpr(cute.size(row_max)):
             s_row = acc_S_rc[r, None].load()
             # a Float32 reduces over the quad with fmax (FMNMX), not compare-and-select
@@ -1265,6 +1281,8 @@ class MhaFwdSm90:
         need = end_key > seqlen_k
         if const_expr(shape.causal):
             need = need or end_key - 1 > m_block * self.rows_tok + offset
+        if const_expr(shape.tree):  # the tile reaches the drafts
+            need = need or end_key > offset
         if const_expr(shape.window_left is not None):
             need = (
                 need or first_key < (m_block + 1) * self.rows_tok - 1 + offset - shape.window_left
@@ -1280,7 +1298,10 @@ class MhaFwdSm90:
         m_block: Int32,
         seqlen_k: Int32,
         offset: Int32,
+        mTree: Optional[cute.Tensor] = None,
     ):
+        """-inf where a row may not see a key: past seqlen_k, right of the row's position
+        (causal), left of its window, or (draft tree) a draft its tree mask hides."""
         shape = self.shape
         for r in cutlass.range_constexpr(cute.size(acc_S_rc, mode=[0])):
             row = tScS[r, 0][0]
@@ -1293,10 +1314,18 @@ class MhaFwdSm90:
             key_start = Int32(0)
             if const_expr(shape.window_left is not None):
                 key_start = pos - shape.window_left
+            if const_expr(shape.tree):  # the row's draft (rows past the request: its last)
+                drafts = seqlen_k - offset
+                draft = cutlass.min(pos - offset, drafts - 1)
             for c in cutlass.range_constexpr(cute.size(acc_S_rc, mode=[1])):
                 key = n_block * self.tile_n + tScS[r, c][1]
                 if key >= key_end or key < key_start:
                     acc_S_rc[r, c] = -Float32.inf
+                if const_expr(shape.tree):
+                    if key >= offset and key < seqlen_k:
+                        bit = draft * drafts + key - offset
+                        if (Int32(mTree[bit // 8]) >> (bit % 8)) & 1 == 0:
+                            acc_S_rc[r, c] = -Float32.inf
 
 
 KERNEL = MhaFwdSm90  # what host/compile.py builds for sm90
