@@ -189,7 +189,7 @@ def extend(
     k_scale / v_scale: None (this backend reads caches of the activation dtype)."""
     _check_int("max_extend_len", max_extend_len)
     _paged_forward(
-        q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out,
+        (q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out),
         fwd_shape(config, traits, paged=True), max_rows=max_extend_len, config=config,
         traits=traits, sm_scale=sm_scale, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
         trusted_metadata=trusted_metadata,
@@ -197,13 +197,7 @@ def extend(
 
 
 def _paged_forward(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    page_table: torch.Tensor,
-    qo_indptr: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    out: torch.Tensor,
+    tensors: tuple[torch.Tensor, ...],
     shape: Any,
     *,
     max_rows: int,
@@ -216,8 +210,10 @@ def _paged_forward(
     trusted_metadata: bool,
     tree: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
 ) -> None:
-    """Extend and verify: check the tensors they share, then launch ``shape``'s kernel
-    (``tree``: a tree verify's masks and their offsets, checked by the caller)."""
+    """Extend and verify: check the tensors they share (``tensors``: q, k_cache, v_cache,
+    page_table, qo_indptr, prefix_lens, out), then launch ``shape``'s kernel (``tree``: a
+    tree verify's masks and their offsets, checked by the caller)."""
+    q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out = tensors
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if scale is not None:
             fail(name, f"None (a {config.kv_dtype} cache has no scales)", "a tensor")
@@ -280,7 +276,7 @@ def verify(
     elif tree_mask is not None or tree_mask_indptr is not None:
         fail("tree_mask", "None for a draft chain (spec_topk 1: causal drafts)", "a tensor")
     _paged_forward(
-        q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out,
+        (q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out),
         verify_shape(config, traits), max_rows=config.num_draft_tokens, config=config,
         traits=traits, sm_scale=sm_scale, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
         trusted_metadata=trusted_metadata, tree=(tree_mask, tree_mask_indptr),

@@ -127,3 +127,39 @@ def rows_aligned(t: cute.Tensor) -> cute.Tensor:
 
 def mode_select(t: cute.Tensor, modes: list[int]) -> cute.Tensor:
     return cute.make_tensor(t.iterator, cute.select(t.layout, mode=modes))
+
+
+FP8_VECTOR = 16  # e4m3 values per 16-byte vector
+
+
+@cute.jit
+def convert_fp8_rows(
+    src: cute.Tensor,
+    dst: cute.Tensor,
+    tidx: cutlass.Int32,
+    rows_valid: cutlass.Int32,
+    threads: cutlass.Constexpr[int],
+    out_dtype: cutlass.Constexpr[type],
+):
+    """An fp8 cache's (keys, D) e4m3 tile in shared memory (as TMA wrote it) into the 16-bit
+    tile ``dst`` an MMA reads, by ``threads`` threads (``tidx`` < threads), 16 values a thread
+    and pass; rows from ``rows_valid`` on (slots past the sequence in its last page: stale,
+    possibly NaN bytes) become zeros, so a masked key's zero probability never meets a NaN.
+    No barrier or fence: the caller orders the reads before and the MMA after."""
+    chunks = cute.size(src, mode=[1]) // FP8_VECTOR
+    # eight consecutive threads take one chunk of eight consecutive rows: each quarter warp's
+    # 16-byte stores then land in eight distinct bank groups of the 128-byte swizzle (one
+    # row's chunks would put chunk c and c + 4 of a row, in the two 64-column halves, on the
+    # same banks: two wavefronts a store)
+    passes = cute.size(src, mode=[0]) * chunks // threads
+    rows, cols, vals = [], [], []
+    for p in cutlass.range_constexpr(passes):  # every load first: their latencies overlap
+        idx = p * threads + tidx
+        rows.append((idx // (8 * chunks)) * 8 + idx % 8)
+        cols.append((idx // 8) % chunks)
+        vals.append(cute.local_tile(src[rows[p], None], (FP8_VECTOR,), (cols[p],)).load())
+    for p in cutlass.range_constexpr(passes):
+        out = cute.local_tile(dst[rows[p], None], (FP8_VECTOR,), (cols[p],))
+        out.store(vals[p].to(out_dtype))
+        if rows[p] >= rows_valid:
+            out.fill(0.0)

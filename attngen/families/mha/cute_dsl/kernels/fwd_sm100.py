@@ -45,7 +45,9 @@ from attngen.families.mha.cute_dsl.kernels.common import (
     LN2,
     LOG2_E,
     SMEM_ALIGN,
+    FP8_VECTOR,
     FwdShape,
+    convert_fp8_rows,
     mode_select,
     page_slice,
     rows_aligned,
@@ -72,7 +74,6 @@ CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
 # stages, q as two e4m3 parts; the softmax warps convert each V stage to fp16 for P V
 FP8_REQUIRES = ("kind::f8f6f4", "cvt.rn.f16x2.e4m3x2")
 E4M3_MAX = 448.0
-FP8_CHUNK = 16  # e4m3 values per 16-byte vector (the V conversion, the q parts' stores)
 
 
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
@@ -897,7 +898,9 @@ class MhaFwdSm100:
             if const_expr(shape.kv_fp8):  # V16 is free too: convert this tile's V into it
                 pipe_v.consumer_wait(v_state)
                 rows_valid = seqlen_k - n_block * self.tile_n
-                self.convert_tile(sV[None, None, v_state.index], sV16, tidx, rows_valid)
+                # (ordered: after the last P V by P's pipeline, fenced with P before commit)
+                convert_fp8_rows(sV[None, None, v_state.index], sV16, tidx, rows_valid,
+                                 32 * SOFTMAX_WARPS, self.mma_dtype)  # fmt: skip
                 pipe_v.consumer_release(v_state)
                 v_state.advance()
             if i > 0:
@@ -949,48 +952,24 @@ class MhaFwdSm100:
             live = Float32(0.0)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
         pipe_q.producer_acquire(q_state)
-        chunks = self.shape.head_dim // FP8_CHUNK
+        chunks = self.shape.head_dim // FP8_VECTOR
         amax = Float32(0.0)
         for c in cutlass.range_constexpr(chunks):
-            x = cute.local_tile(src, (FP8_CHUNK,), (c,)).load().to(Float32)
-            for e in cutlass.range_constexpr(FP8_CHUNK):
+            x = cute.local_tile(src, (FP8_VECTOR,), (c,)).load().to(Float32)
+            for e in cutlass.range_constexpr(FP8_VECTOR):
                 amax = cutlass.max(amax, cute.math.absf(x[e]))
         s = Float32(1.0)
         if amax > 0.0:
             s = cute.math.exp2(cute.math.floor(cute.math.log2(E4M3_MAX / amax)))
         for c in cutlass.range_constexpr(chunks):
-            y = cute.local_tile(src, (FP8_CHUNK,), (c,)).load().to(Float32) * (s * live)
+            y = cute.local_tile(src, (FP8_VECTOR,), (c,)).load().to(Float32) * (s * live)
             hi = y.to(cutlass.Float8E4M3FN)
             lo = (y - hi.to(Float32)).to(cutlass.Float8E4M3FN)
-            cute.local_tile(sQ[tidx, None, 0], (FP8_CHUNK,), (c,)).store(hi)
-            cute.local_tile(sQ[tidx, None, 1], (FP8_CHUNK,), (c,)).store(lo)
+            cute.local_tile(sQ[tidx, None, 0], (FP8_VECTOR,), (c,)).store(hi)
+            cute.local_tile(sQ[tidx, None, 1], (FP8_VECTOR,), (c,)).store(lo)
         cute.arch.fence_view_async_shared()  # visible to the MMA (async proxy)
         pipe_q.producer_commit(q_state)
         return Float32(1.0) / s
-
-    @cute.jit
-    def convert_tile(self, src: cute.Tensor, dst: cute.Tensor, tidx: Int32, rows_valid: Int32):
-        """fp8 cache: the softmax warps convert one (keys, Dv) e4m3 V stage (as TMA wrote it)
-        into the fp16 tile the P V MMA reads, 16 values per thread and pass; rows from
-        ``rows_valid`` on (slots past the sequence in its last page: stale, possibly NaN
-        bytes) become zeros, so a masked key's zero probability never meets a NaN. The
-        caller orders it: after the last P V (P's pipeline), fenced with P before commit."""
-        threads = 32 * SOFTMAX_WARPS
-        chunks = cute.size(src, mode=[1]) // FP8_CHUNK
-        passes = self.tile_n * chunks // threads
-        # eight consecutive threads take one chunk of eight consecutive rows (each quarter
-        # warp's 16-byte accesses then fall in distinct bank groups of the 128-byte swizzle)
-        rows, cols, vals = [], [], []
-        for p in cutlass.range_constexpr(passes):  # every load first: their latencies overlap
-            idx = p * threads + tidx
-            rows.append((idx // (8 * chunks)) * 8 + idx % 8)
-            cols.append((idx // 8) % chunks)
-            vals.append(cute.local_tile(src[rows[p], None], (FP8_CHUNK,), (cols[p],)).load())
-        for p in cutlass.range_constexpr(passes):
-            out = cute.local_tile(dst[rows[p], None], (FP8_CHUNK,), (cols[p],))
-            out.store(vals[p].to(self.mma_dtype))
-            if rows[p] >= rows_valid:
-                out.fill(0.0)
 
     @cute.jit
     def epilogue(

@@ -62,6 +62,7 @@ from attngen.families.mha.cute_dsl.kernels.common import (
     LOG2_E,
     SMEM_ALIGN,
     FwdShape,
+    convert_fp8_rows,
     mode_select,
     page_slice,
     rows_aligned,
@@ -966,24 +967,7 @@ class MhaFwdSm90:
         never meets a NaN value. Barriers before (every warp's last wgmma read of ``dst`` is
         done) and after (all of ``dst`` written, and fenced for the async proxy)."""
         cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
-        elems = 16  # fp8 elements per 16-byte vector
-        chunks = cute.size(src, mode=[1]) // elems
-        # eight consecutive threads take one chunk of eight consecutive rows: each quarter
-        # warp's 16-byte stores then land in eight distinct bank groups of the 128-byte
-        # swizzle (one row's chunks would put chunk c and c + 4 of a row, in the two 64-column
-        # halves, on the same banks: two wavefronts a store)
-        passes = self.tile_n * chunks // WARPGROUP
-        rows, cols, vals = [], [], []
-        for p in cutlass.range_constexpr(passes):  # every load first: their latencies overlap
-            idx = p * WARPGROUP + tidx
-            rows.append((idx // (8 * chunks)) * 8 + idx % 8)
-            cols.append((idx // 8) % chunks)
-            vals.append(cute.local_tile(src[rows[p], None], (elems,), (cols[p],)).load())
-        for p in cutlass.range_constexpr(passes):
-            out = cute.local_tile(dst[rows[p], None], (elems,), (cols[p],))
-            out.store(vals[p].to(self.mma_dtype))
-            if rows[p] >= rows_valid:
-                out.fill(0.0)
+        convert_fp8_rows(src, dst, tidx, rows_valid, WARPGROUP, self.mma_dtype)
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
 
