@@ -44,6 +44,7 @@ joins each row's softmax denominator. A row that sees no key gives zeros.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import cuda.bindings.driver as cuda
@@ -92,6 +93,33 @@ REQUIRES = {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor"), "sass": ("HGMMA"
 # gathered K/V: 16-byte cp.async copies that arrive on the stage's mbarrier, and the proxy
 # fence before wgmma reads what they wrote
 GATHER_REQUIRES = ("cp.async.ca.shared.global", "cp.async.mbarrier.arrive", "fence.proxy.async")
+
+
+@dataclass(frozen=True)
+class OverlapLoop:
+    """What every step of the overlapped loop reads (``MhaFwdSm90.mainloop_overlapped``):
+    one consumer warpgroup's fragments, accumulators (updated in place), MMAs, K/V
+    pipelines, scales and the query tile's place in the request."""
+
+    acc_O: cute.Tensor
+    tOrP: cute.Tensor
+    tSrQ: cute.Tensor
+    tSrK: cute.Tensor
+    tOrV: cute.Tensor
+    tScS: cute.Tensor
+    row_max: cute.Tensor
+    row_sum: cute.Tensor
+    rescale: Optional[cute.Tensor]  # what O's rows are multiplied by (the loop makes it)
+    tiled_mma_qk: cute.TiledMma
+    tiled_mma_pv: cute.TiledMma
+    pipe_k: pipeline.PipelineAsync
+    pipe_v: pipeline.PipelineAsync
+    softmax_scale: Float32
+    scale_log2: Float32
+    seqlen_k: Int32
+    offset: Int32
+    m_block: Int32
+    mTree: Optional[cute.Tensor]
 
 
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
@@ -781,11 +809,12 @@ class MhaFwdSm90:
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             pipe_q.consumer_wait(q_state)
         if const_expr(shape.overlap):
-            self.mainloop_overlapped(
-                acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, tiled_mma_qk,
+            loop = OverlapLoop(
+                acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, None, tiled_mma_qk,
                 tiled_mma_pv, pipe_k, pipe_v, softmax_scale, scale_log2, seqlen_k, offset,
-                m_block, n_block_min, n_block_max, mTree,
+                m_block, mTree,
             )  # fmt: skip
+            self.mainloop_overlapped(loop, n_block_min, n_block_max)
         else:
             state = pipeline.make_pipeline_state(
                 pipeline.PipelineUserType.Consumer, shape.num_stages
@@ -1073,48 +1102,23 @@ class MhaFwdSm90:
         cute.arch.barrier(barrier_id=1, number_of_threads=WARPGROUP)
 
     @cute.jit
-    def mainloop_overlapped(
-        self,
-        acc_O: cute.Tensor,
-        tOrP: cute.Tensor,
-        tSrQ: cute.Tensor,
-        tSrK: cute.Tensor,
-        tOrV: cute.Tensor,
-        tScS: cute.Tensor,
-        row_max: cute.Tensor,
-        row_sum: cute.Tensor,
-        tiled_mma_qk: cute.TiledMma,
-        tiled_mma_pv: cute.TiledMma,
-        pipe_k: pipeline.PipelineAsync,
-        pipe_v: pipeline.PipelineAsync,
-        softmax_scale: Float32,
-        scale_log2: Float32,
-        seqlen_k: Int32,
-        offset: Int32,
-        m_block: Int32,
-        n_block_min: Int32,
-        n_block_max: Int32,
-        mTree: Optional[cute.Tensor],
-    ):
+    def mainloop_overlapped(self, loop: OverlapLoop, n_block_min: Int32, n_block_max: Int32):
         """The serial loop's attention with S_j = Q K_j^T issued before O += P_{j-1} V_{j-1},
         and S_j's score/mask/softmax computed while that PV runs; O and P_{j-1} (registers
         the PV reads) are touched only after it is waited for."""
         shape = self.shape
-        acc_O_rc = rows_cols(acc_O)
-        num_rows = cute.size(acc_O_rc, mode=[0])
-        rescale = cute.make_rmem_tensor(num_rows, Float32)
-        s_shape = tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
+        num_rows = cute.size(rows_cols(loop.acc_O), mode=[0])
+        loop = replace(loop, rescale=cute.make_rmem_tensor(num_rows, Float32))
+        s_shape = loop.tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, shape.num_stages)
         # -- the first (newest) key tile: S, softmax, P; O is zero, nothing to rescale ----
         acc_S = cute.make_rmem_tensor(s_shape, Float32)
-        self.wait_kv(pipe_k, state)
-        _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, 0)
-        pipe_k.consumer_release(state)
-        self.scores_to_probs(
-            rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
-            n_block_max - 1, m_block, seqlen_k, offset, None, mTree,
-        )  # fmt: skip
-        tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
+        self.wait_kv(loop.pipe_k, state)
+        k_stage = loop.tSrK[None, None, None, state.index]
+        _wgmma(loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True, 0)
+        loop.pipe_k.consumer_release(state)
+        self.scores_to_probs(acc_S, loop, n_block_max - 1, None)
+        loop.tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
         state_v = state.clone()
         state.advance()
         # the other tiles, newest first, in three loops: [a_lo, top) and [n_block_min, b_lo)
@@ -1123,50 +1127,30 @@ class MhaFwdSm90:
         # wait for P V after the row maxima (it puts the wait at the top of a block; FA4's
         # loops are split alike)
         top = n_block_max - 1
-        lo, hi = self.unmasked_blocks(m_block, seqlen_k, offset)
+        lo, hi = self.unmasked_blocks(loop.m_block, loop.seqlen_k, loop.offset)
         a_lo = cutlass.max(cutlass.min(hi, top), n_block_min)
         b_lo = cutlass.max(cutlass.min(lo, a_lo), n_block_min)
-        args = (acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, rescale, tiled_mma_qk,
-                tiled_mma_pv, pipe_k, pipe_v, softmax_scale, scale_log2, seqlen_k, offset,
-                m_block, mTree)  # fmt: skip
         for i in cutlass.range(top - a_lo, unroll=1):
-            self.overlapped_tile(*args, state, state_v, top - 1 - i, True)
+            self.overlapped_tile(loop, state, state_v, top - 1 - i, True)
             state_v = state.clone()
             state.advance()
         for i in cutlass.range(a_lo - b_lo, unroll=1):
-            self.overlapped_tile(*args, state, state_v, a_lo - 1 - i, False)
+            self.overlapped_tile(loop, state, state_v, a_lo - 1 - i, False)
             state_v = state.clone()
             state.advance()
         for i in cutlass.range(b_lo - n_block_min, unroll=1):
-            self.overlapped_tile(*args, state, state_v, b_lo - 1 - i, True)
+            self.overlapped_tile(loop, state, state_v, b_lo - 1 - i, True)
             state_v = state.clone()
             state.advance()
-        self.wait_kv(pipe_v, state_v)
-        _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 0)
-        pipe_v.consumer_release(state_v)
+        self.wait_kv(loop.pipe_v, state_v)
+        v_stage = loop.tOrV[None, None, None, state_v.index]
+        _wgmma(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, 0)
+        loop.pipe_v.consumer_release(state_v)
 
     @cute.jit
     def overlapped_tile(
         self,
-        acc_O: cute.Tensor,
-        tOrP: cute.Tensor,
-        tSrQ: cute.Tensor,
-        tSrK: cute.Tensor,
-        tOrV: cute.Tensor,
-        tScS: cute.Tensor,
-        row_max: cute.Tensor,
-        row_sum: cute.Tensor,
-        rescale: cute.Tensor,
-        tiled_mma_qk: cute.TiledMma,
-        tiled_mma_pv: cute.TiledMma,
-        pipe_k: pipeline.PipelineAsync,
-        pipe_v: pipeline.PipelineAsync,
-        softmax_scale: Float32,
-        scale_log2: Float32,
-        seqlen_k: Int32,
-        offset: Int32,
-        m_block: Int32,
-        mTree: Optional[cute.Tensor],
+        loop: OverlapLoop,
         state: pipeline.PipelineState,
         state_v: pipeline.PipelineState,
         n_block: Int32,
@@ -1175,24 +1159,23 @@ class MhaFwdSm90:
         """One step of the overlapped loop: S_j = Q K_j^T (K stage ``state``), then
         O += P_{j-1} V_{j-1} (V stage ``state_v``); S_j's softmax while that PV runs, then O's
         rescale and P_j. ``masked``: apply the mask to S_j (no test)."""
-        acc_O_rc = rows_cols(acc_O)
+        acc_O_rc = rows_cols(loop.acc_O)
         acc_S = cute.make_rmem_tensor(
-            tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
+            loop.tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
         )
-        self.wait_kv(pipe_k, state)
-        _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, -1)
-        self.wait_kv(pipe_v, state_v)
-        _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 1)
-        pipe_k.consumer_release(state)  # S_j is done (PV may still run)
-        self.scores_to_probs(
-            rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
-            n_block, m_block, seqlen_k, offset, masked, mTree,
-        )  # fmt: skip
+        self.wait_kv(loop.pipe_k, state)
+        k_stage = loop.tSrK[None, None, None, state.index]
+        _wgmma(loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True, -1)
+        self.wait_kv(loop.pipe_v, state_v)
+        v_stage = loop.tOrV[None, None, None, state_v.index]
+        _wgmma(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, 1)
+        loop.pipe_k.consumer_release(state)  # S_j is done (PV may still run)
+        self.scores_to_probs(acc_S, loop, n_block, masked)
         warpgroup.wait_group(0)  # PV of the previous tile: O and P are free
-        pipe_v.consumer_release(state_v)
+        loop.pipe_v.consumer_release(state_v)
         for r in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[0])):
-            acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale[r])
-        tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
+            acc_O_rc[r, None].store(acc_O_rc[r, None].load() * loop.rescale[r])
+        loop.tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
 
     @cute.jit
     def unmasked_blocks(self, m_block: Int32, seqlen_k: Int32, offset: Int32):
@@ -1215,35 +1198,31 @@ class MhaFwdSm90:
     @cute.jit
     def scores_to_probs(
         self,
-        acc_S_rc: cute.Tensor,
-        tScS: cute.Tensor,
-        row_max: cute.Tensor,
-        row_sum: cute.Tensor,
-        rescale: cute.Tensor,
-        softmax_scale: Float32,
-        scale_log2: Float32,
+        acc_S: cute.Tensor,
+        loop: OverlapLoop,
         n_block: Int32,
-        m_block: Int32,
-        seqlen_k: Int32,
-        offset: Int32,
         masked: cutlass.Constexpr = None,
-        mTree: Optional[cute.Tensor] = None,
     ):
         """score_mod, mask_mod and the online-softmax update of one key tile, in place (S
-        becomes unnormalised P); ``rescale[r]`` is what row r of O must be multiplied by.
-        ``masked``: None tests whether the tile needs the mask, True / False apply it or not."""
+        becomes unnormalised P); ``loop.rescale[r]`` is what row r of O must be multiplied
+        by. ``masked``: None tests whether the tile needs the mask, True / False apply it or
+        not."""
         shape = self.shape
+        acc_S_rc = rows_cols(acc_S)
+        row_max, row_sum, rescale = loop.row_max, loop.row_sum, loop.rescale
+        scale_log2 = loop.scale_log2
         if const_expr(shape.logit_softcap is not None):
             cap = shape.logit_softcap
             for j in cutlass.range_constexpr(cute.size(acc_S_rc)):
                 acc_S_rc[j] = cap * cute.math.tanh(
-                    acc_S_rc[j] * (softmax_scale / cap), fastmath=True
+                    acc_S_rc[j] * (loop.softmax_scale / cap), fastmath=True
                 )
+        where = (n_block, loop.m_block, loop.seqlen_k, loop.offset)
         if const_expr(masked is None):
-            if self.needs_mask(n_block, m_block, seqlen_k, offset):
-                self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset, mTree)
+            if self.needs_mask(*where):
+                self.apply_mask(acc_S_rc, loop.tScS, *where, loop.mTree)
         elif const_expr(masked):
-            self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset, mTree)
+            self.apply_mask(acc_S_rc, loop.tScS, *where, loop.mTree)
         for r in cutlass.range_constexpr(cute.size(row_max)):
             s_row = acc_S_rc[r, None].load()
             # a Float32 reduces over the quad with fmax (FMNMX), not compare-and-select
