@@ -129,6 +129,25 @@ def mode_select(t: cute.Tensor, modes: list[int]) -> cute.Tensor:
     return cute.make_tensor(t.iterator, cute.select(t.layout, mode=modes))
 
 
+@cute.jit
+def split_blocks(
+    split: cutlass.Int32,
+    num_splits: cutlass.Int32,
+    n_block_min: cutlass.Int32,
+    n_block_max: cutlass.Int32,
+    seqlen_k: cutlass.Int32,
+    tile_n: cutlass.Constexpr[int],
+):
+    """Split-KV decode: [lo, hi) of the visible key tiles [n_block_min, n_block_max) that
+    split ``split`` of ``num_splits`` takes (none when they run out, or when the request has
+    no key: it writes an empty partial, zeros and lse -inf; splits past num_splits do
+    nothing, the combine reads num_splits partials)."""
+    n_block_max = cutlass.min(n_block_max, (seqlen_k + tile_n - 1) // tile_n)
+    per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
+    first = n_block_min + split * per_split
+    return cutlass.min(first, n_block_max), cutlass.min(first + per_split, n_block_max)
+
+
 FP8_VECTOR = 16  # e4m3 values per 16-byte vector
 
 

@@ -68,6 +68,7 @@ from attngen.families.mha.cute_dsl.kernels.common import (
     page_slice,
     rows_aligned,
     smem_layout,
+    split_blocks,
 )
 from attngen.families.mha.cute_dsl.kernels.fragments import (
     mma_a,
@@ -463,15 +464,9 @@ class MhaFwdSm90:
             if const_expr(shape.tree):  # the request's seqlen_q x seqlen_q bits
                 mTree = cute.domain_offset((mTreeIndptr[batch],), mTreeMask)
             if const_expr(shape.decode):
-                # split `split` of num_splits takes its share of the visible key tiles (none
-                # when they run out, or when the request has no key: it writes an empty
-                # partial, zeros and lse -inf); splits past num_splits do nothing (the
-                # combine reads num_splits partials)
-                n_block_max = cutlass.min(n_block_max, (seqlen_k + self.tile_n - 1) // self.tile_n)
-                per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
-                first = n_block_min + split * per_split
-                n_block_min = cutlass.min(first, n_block_max)
-                n_block_max = cutlass.min(first + per_split, n_block_max)
+                n_block_min, n_block_max = split_blocks(
+                    split, num_splits, n_block_min, n_block_max, seqlen_k, self.tile_n
+                )
                 mO_rows = cute.domain_offset((head, 0), mO[batch, None, split, None])
                 mLSE_rows = cute.domain_offset((head,), mLSE[batch, None, split])
                 mQ_rows = cute.domain_offset((head, 0), mQ[batch, None, None])
