@@ -5,12 +5,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from attngen.spec.enums import MaskKind
 from attngen.spec.errors import Location, SpecError
 from attngen.spec.family import FamilySpec
 from attngen.spec.fields import Field, Int
 from attngen.spec.model import Section, Spec
+
+if TYPE_CHECKING:
+    from attngen.spec.variant import Variant
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,25 @@ def check(spec: Spec) -> None:
             "speculative decoding needs a causal (or sliding-window) base mask; mask.kind is "
             "none (bidirectional: drafts would see later drafts)",
         )
+
+
+def draft_tree_rules(variant: Variant) -> list[tuple[bool, str]]:
+    """What every MHA backend's ``supports()`` asks of a variant's speculative settings and
+    custom mask (a custom mask is the speculative tree's), as (holds, reason) pairs."""
+    topk = variant.spec_topk or 0
+    kind = variant.mask.kind
+    return [
+        (
+            kind is not MaskKind.CUSTOM or topk > 1,
+            "custom masks are lowered for speculative draft trees (topk > 1) only",
+        ),
+        (
+            topk <= 1 or kind is not MaskKind.SLIDING_WINDOW,
+            "draft trees with a sliding window are not lowered (tree rows sit at depths, "
+            "not at consecutive positions)",
+        ),
+        (topk <= 1 or kind is not MaskKind.NONE, "draft trees need a causal base mask"),
+    ]
 
 
 SPEC = FamilySpec({"heads": MhaHeads}, shapes, check=check)

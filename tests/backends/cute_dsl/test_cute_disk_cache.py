@@ -4,6 +4,7 @@ the MHA launchers' path (a kernel compiled from the launchers' argument types on
 use is loaded, not compiled, by the next process). Running a loaded kernel needs a GPU:
 tests/families/mha/gpu/test_cute_dsl_gpu.py does that."""
 
+import importlib
 import os
 import subprocess
 import sys
@@ -220,8 +221,15 @@ def test_a_loaded_kernel_that_fails_its_first_call_is_recompiled(
     assert ok(1) == 5 and host_compile._COMPILED[key] is ok.fn  # the guard steps aside
 
 
+@pytest.mark.parametrize(
+    "module,uri,phase",
+    [
+        ("mha_gqa_prefill_page1", "d64_g4_ps1_bf16_causal", "extend"),  # cp.async gathers
+        ("mha_spec_tree", "d64_g8_ps1_bf16_custom_topk4", "verify"),  # + tree masks (uint8)
+    ],
+)
 def test_a_loaded_mha_kernel_takes_the_launchers_arguments(
-    cache_root: Path, monkeypatch: pytest.MonkeyPatch
+    cache_root: Path, monkeypatch: pytest.MonkeyPatch, module: str, uri: str, phase: str
 ) -> None:
     """Called with the launchers' argument types, a kernel loaded from the cache converts
     every argument and gets as far as the CUDA runtime: on a machine without a driver, the
@@ -235,13 +243,12 @@ def test_a_loaded_mha_kernel_takes_the_launchers_arguments(
     if torch.cuda.is_available():
         pytest.skip("would launch on fake (null) tensors: the GPU suite runs loaded kernels")
     sys.path.insert(0, str(REPO_ROOT))
-    from generated.sm90.cute_dsl.mha.mha_gqa_prefill_page1 import kernels
-
-    config = kernels.CONFIGS["d64_g4_ps1_bf16_causal"]  # the cp.async-gathering kernel
+    kernels = importlib.import_module(f"generated.sm90.cute_dsl.mha.{module}.kernels")
+    config = kernels.CONFIGS[uri]
     monkeypatch.setattr(host_compile, "_COMPILED", {})
     with fake_cuda():
-        arch, shape, args = fake_launch(config, kernels.TRAITS, "extend")
-        assert shape.gather
+        arch, shape, args = fake_launch(config, kernels.TRAITS, phase)
+        assert shape.gather and shape.tree == (phase == "verify")
         host_compile.compiled_fwd(arch, shape, args)  # compile + store
         monkeypatch.setattr(host_compile, "_COMPILED", {})
         loaded = host_compile.compiled_fwd(arch, shape, args)

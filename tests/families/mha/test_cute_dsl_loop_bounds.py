@@ -3,7 +3,8 @@
 ``MhaFwdSm90.mainloop_overlapped`` runs the tiles no row masks (``unmasked_blocks``) in a
 loop without mask code, so a tile wrongly counted unmasked would attend to keys past the
 sequence, above the causal diagonal or left of the window, and only on shapes a GPU test
-happens to hit. Here every query tile of many (mask, tile, GQA packing, lengths, prefix)
+happens to hit (or, in a draft-tree verify, attend to a draft its tree mask hides). Here
+every query tile of many (mask, tile, GQA packing, lengths, prefix)
 cases is checked on CPU: the kernel's own bound methods run as plain Python on ints (the
 ``cute.jit`` functions' undecorated bodies), and each tile is compared with the mask of
 every (row, key) pair it covers."""
@@ -25,11 +26,12 @@ def plain(name: str):
     return getattr(Kernel, name).__wrapped__
 
 
-def stub(tile_m: int, tile_n: int, pack: int, causal: bool, window: int | None):
+def stub(tile_m: int, tile_n: int, pack: int, causal: bool, window: int | None,
+         tree: bool = False):  # fmt: skip
     shape = FwdShape(
         dtype="bfloat16", head_dim=64, v_head_dim=64, tile_m=tile_m, tile_n=tile_n,
         num_stages=2, causal=causal, window_left=window, logit_softcap=None, sinks=False,
-        paged=False, overlap=True, pack_gqa=pack,
+        paged=tree, overlap=True, pack_gqa=pack, tree=tree,
     )  # fmt: skip
     return types.SimpleNamespace(shape=shape, tile_m=tile_m, tile_n=tile_n, pack=pack,
                                  rows_tok=tile_m // pack)  # fmt: skip
@@ -50,13 +52,16 @@ def loops(k, m_block: int, seqlen_q: int, seqlen_k: int):
 
 
 def tile_is_unmasked(k, n: int, m_block: int, seqlen_q: int, seqlen_k: int) -> bool:
-    """Brute force: every row the tile holds sees every key of key tile n."""
+    """Brute force: every row the tile holds sees every key of key tile n (in a tree verify
+    the drafts, keys from ``offset`` on, may be hidden by a row's tree mask)."""
     offset = seqlen_k - seqlen_q
     w = k.shape.window_left
     for r in range(k.tile_m):  # row r: (token, head) pair m_block * tile_m + r, token-major
         pos = (m_block * k.tile_m + r) // k.pack + offset
         for key in range(n * k.tile_n, (n + 1) * k.tile_n):
             if key >= seqlen_k or (k.shape.causal and key > pos):
+                return False
+            if k.shape.tree and key >= offset:
                 return False
             if w is not None and key < pos - w:
                 return False
@@ -74,17 +79,30 @@ CASES = list(
 )
 
 
-@pytest.mark.parametrize("tile_m,causal,window,tile_n,pack", CASES)
-def test_unmasked_tiles_need_no_mask_and_every_tile_runs_once(tile_m, causal, window, tile_n, pack):
-    k = stub(tile_m, tile_n, pack, causal, window)
-    for seqlen_q, prefix in ((1, 0), (37, 0), (128, 0), (300, 0), (129, 70), (64, 1000),
-                             (257, 128), (500, 3)):  # fmt: skip
+# draft-tree verify (not causal, no window): a request's rows are its drafts
+TREE_CASES = [
+    (tile_m, False, None, tile_n, pack, True)
+    for tile_m, tile_n, pack in itertools.product((128, 192), (64, 128), (1, 2, 4, 8))
+]
+LENGTHS = ((1, 0), (37, 0), (128, 0), (300, 0), (129, 70), (64, 1000), (257, 128), (500, 3))
+TREE_LENGTHS = ((1, 0), (8, 0), (8, 120), (8, 128), (16, 1000), (64, 64), (4, 255), (33, 3))
+
+
+@pytest.mark.parametrize(
+    "tile_m,causal,window,tile_n,pack,tree",
+    [(*c, False) for c in CASES] + TREE_CASES,
+)
+def test_unmasked_tiles_need_no_mask_and_every_tile_runs_once(
+    tile_m, causal, window, tile_n, pack, tree
+):
+    k = stub(tile_m, tile_n, pack, causal, window, tree)
+    for seqlen_q, prefix in TREE_LENGTHS if tree else LENGTHS:
         seqlen_k = seqlen_q + prefix
         for m_block in range((seqlen_q * pack + tile_m - 1) // tile_m):
             (n_min, n_max), masked, unmasked, order = loops(k, m_block, seqlen_q, seqlen_k)
             where = (
                 f"tile_m={tile_m} causal={causal} window={window} tile_n={tile_n} pack={pack} "
-                f"seqlen_q={seqlen_q} prefix={prefix} m_block={m_block}"
+                f"tree={tree} seqlen_q={seqlen_q} prefix={prefix} m_block={m_block}"
             )
             assert order == list(range(n_max - 1, n_min - 1, -1)), where
             for n in unmasked:

@@ -61,7 +61,17 @@ def test_what_is_not_lowered_says_why() -> None:
     assert "fp8_e4m3 KV cache" in reason(fp8)
     tree = prefill_extend()
     tree = dataclasses.replace(tree, mask=dataclasses.replace(tree.mask, kind=MaskKind.CUSTOM))
-    assert "mask custom" in reason(tree)
+    assert "custom masks are lowered for speculative draft trees" in reason(tree)
+    spec_tree = dataclasses.replace(
+        tree, phases=(*tree.phases, Phase.VERIFY), spec_topk=4, num_draft_tokens=8
+    )
+    for arch in (Arch.SM90, Arch.SM100):
+        assert supports(spec_tree, Backend.CUTE_DSL, arch).ok
+    windowed = dataclasses.replace(
+        spec_tree, mask=dataclasses.replace(tree.mask, kind=MaskKind.SLIDING_WINDOW,
+                                            window_left=64)  # fmt: skip
+    )
+    assert "draft trees with a sliding window" in reason(windowed)
     assert supports(prefill_extend(), Backend.CUTE_DSL, Arch.SM80).status is Status.UNSUPPORTED
     assert registry.lowering(Family.MHA, Backend.CUTE_DSL).supports is not None
 
@@ -312,22 +322,23 @@ def chain(page: int = 64, topk: int = 1, phases=(Phase.VERIFY, Phase.DRAFT_EXTEN
     return dataclasses.replace(v, spec_topk=topk, num_draft_tokens=4)
 
 
-def test_draft_chains_are_lowered_trees_are_not() -> None:
+def test_draft_chains_and_trees_are_lowered() -> None:
     for arch in (Arch.SM90, Arch.SM100):
         assert supports(chain(), Backend.CUTE_DSL, arch).ok
         assert supports(chain(128, phases=(Phase.EXTEND, Phase.VERIFY)), Backend.CUTE_DSL, arch).ok
-    assert "draft trees (topk > 1)" in reason(chain(topk=2))
+        assert supports(chain(topk=2), Backend.CUTE_DSL, arch).ok
     assert "page size 12" in reason(chain(page=12), Arch.SM100)  # verify reads the cache too
     c = lower.kernel_config(chain(page=64), Arch.SM90)
     assert (c.fwd_tile_n, c.spec_topk, c.num_draft_tokens) == (128, 1, 4)
     assert verify.config_problems(c, ("verify", "draft_extend")) == []
-    tree = dataclasses.replace(c, spec_topk=2)
-    assert "only draft chains" in verify.config_problems(tree, ("verify",))[0]
+    assert verify.config_problems(dataclasses.replace(c, spec_topk=4), ("verify",)) == []
     no_drafts = dataclasses.replace(c, num_draft_tokens=0)
     assert "num_draft_tokens >= 1" in verify.config_problems(no_drafts, ("verify",))[0]
 
 
 def test_verify_and_draft_extend_compile_the_extend_kernel() -> None:
+    """Chains verify on the extend kernel; trees on its tree specialization (not causal:
+    the masks decide among the drafts), which no other phase launches."""
     pytest.importorskip("cutlass")
     from attngen.families.mha.cute_dsl.library import compile_specs
 
@@ -335,9 +346,17 @@ def test_verify_and_draft_extend_compile_the_extend_kernel() -> None:
     for phases in (("verify",), ("draft_extend",), ("extend", "verify", "draft_extend")):
         specs = compile_specs(c, traits=MhaCuteTraits(MaskHooks(causal=True), phases))
         assert [(s.name, s.shape.paged) for s in specs] == [("extend", True)], phases
+    tree = dataclasses.replace(c, spec_topk=4)
+    hooks = MaskHooks(causal=True, tree=True)
+    specs = compile_specs(tree, traits=MhaCuteTraits(hooks, ("verify",)))
+    assert [(s.name, s.shape.tree, s.shape.causal) for s in specs] == [("verify", True, False)]
+    specs = compile_specs(tree, traits=MhaCuteTraits(hooks, ("extend", "verify", "decode")))
+    names = [(s.name, getattr(s.shape, "tree", None)) for s in specs]
+    assert names[:2] == [("extend", False), ("verify", True)], names
+    assert all(s.shape.causal for s in specs if s.name in ("extend", "decode"))
 
 
-def test_verify_refuses_trees_before_any_gpu_work() -> None:
+def test_verify_checks_tree_masks_before_any_gpu_work() -> None:
     pytest.importorskip("cutlass")
     from attngen.families.mha.cute_dsl.library import verify as verify_launch
 
@@ -350,11 +369,29 @@ def test_verify_refuses_trees_before_any_gpu_work() -> None:
     with pytest.raises(AttngenInputError, match="tree_mask: expected None"):
         verify_launch(*args, config=c, traits=traits, sm_scale=0.1,
                       tree_mask=torch.zeros(4, dtype=torch.uint8))  # fmt: skip
-    with pytest.raises(AttngenInputError, match="config.spec_topk: expected 1"):
+    with pytest.raises(AttngenInputError, match="config.spec_topk: expected >= 1"):
         verify_launch(*args, config=dataclasses.replace(c, spec_topk=0), traits=traits,
                       sm_scale=0.1)  # fmt: skip
     with pytest.raises(AttngenInputError, match="q: expected a CUDA tensor"):
         verify_launch(*args, config=c, traits=traits, sm_scale=0.1)
+    tree, tree_traits = dataclasses.replace(c, spec_topk=4), MhaCuteTraits(
+        MaskHooks(causal=True, tree=True), ("verify",)
+    )
+    mask, indptr = torch.zeros(8, dtype=torch.uint8), torch.zeros(2, dtype=torch.int32)
+    for bad, match in (
+        (dict(tree_mask_indptr=indptr), "tree_mask: expected a torch.Tensor"),
+        (dict(tree_mask=mask), "tree_mask_indptr: expected a torch.Tensor"),
+        (dict(tree_mask=mask.int(), tree_mask_indptr=indptr), "tree_mask: expected dtype"),
+        (dict(tree_mask=mask, tree_mask_indptr=indptr.long()), "tree_mask_indptr: expected"),
+        (dict(tree_mask=mask.view(2, 4), tree_mask_indptr=indptr), "tree_mask: expected"),
+        (dict(tree_mask=mask[::2], tree_mask_indptr=indptr), "tree_mask: expected"),
+    ):
+        with pytest.raises(AttngenInputError, match=match):
+            verify_launch(*args, config=tree, traits=tree_traits, sm_scale=0.1, **bad)
+    # a well-formed tree verify gets as far as the device check
+    with pytest.raises(AttngenInputError, match="q: expected a CUDA tensor"):
+        verify_launch(*args, config=tree, traits=tree_traits, sm_scale=0.1, tree_mask=mask,
+                      tree_mask_indptr=indptr)  # fmt: skip
 
 
 # -- split-KV decode: the forward pipeline on tiles of a group's heads (sm90: 64 rows,

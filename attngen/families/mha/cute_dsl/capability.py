@@ -1,5 +1,6 @@
 """What the CuTe DSL MHA lowering covers: prefill and extend (and, through the extend kernel,
-speculative verify of draft chains and draft extend), split-KV paged decode (the forward
+speculative verify of draft chains and draft extend; verify of draft trees through its
+specialization that reads each request's bit-packed tree mask), split-KV paged decode (the forward
 kernel's pipeline on tiles of a GQA group's heads, then a combine), on sm90 with the
 Hopper forward kernel (TMA + wgmma, warp-specialized; GPU-verified) and on sm100 with the
 Blackwell one (TMA + tcgen05 + tensor memory; compile-only so far); bf16/fp16 activations
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from attngen.spec.enums import Arch, DType, MaskKind, Phase, ScaleGranularity
 from attngen.families.mha.cute_dsl.tiles import FP8_DECODE_MAX_GROUP, sm90_tile_n
-from attngen.families.mha.spec import MhaShape
+from attngen.families.mha.spec import MhaShape, draft_tree_rules
 from attngen.spec.variant import Variant
 from attngen.verdict import Verdict, first_failure
 
@@ -47,7 +48,7 @@ HEAD_DIMS = {
 }
 DECODE_HEAD_DIMS = frozenset({(64, 64), (128, 128)})
 DTYPES = frozenset({DType.BF16, DType.FP16})
-MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW})
+MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW, MaskKind.CUSTOM})
 # extend: TMA reads K/V one box per page: pages of 16 / 32 / 64 tokens fill a 128-key (sm90)
 # tile with one copy each, a page of 128 tokens is the sm90 tile (tiles.sm90_paged_tile_n);
 # sm100: 64-key tiles, one or two per page, or filled by 16 / 32-token pages. Smaller
@@ -116,11 +117,7 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"in two rows of its 64-row tile; got {shape.gqa_group})",
             ),
             (kind in MASKS, f"mask {kind.value} is not lowered in CuTe DSL yet"),
-            (
-                (variant.spec_topk or 0) <= 1,
-                "speculative verify of draft trees (topk > 1) is not lowered in CuTe DSL yet "
-                "(draft chains, topk 1, are)",
-            ),
+            *draft_tree_rules(variant),
             (
                 dims in HEAD_DIMS.get(arch, ()),
                 f"head dims {shape.head_dim}/{shape.v_head_dim} are not lowered in CuTe DSL on "

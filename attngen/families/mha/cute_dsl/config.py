@@ -36,7 +36,7 @@ class MhaCuteConfig:
     dtype: str  # torch dtype name of q, k, v and o: "bfloat16" | "float16"
     kv_dtype: str  # the cache's (the activations' dtype in this backend so far)
     kv_scale: str  # "none" (no quantized caches in this backend so far)
-    spec_topk: int  # 0 (no speculative decoding) or 1 (verify of draft chains)
+    spec_topk: int  # 0 (no speculative decoding), 1 (draft chains) or more (draft trees)
     num_draft_tokens: int  # verify rows per request (0 without speculative decoding)
     arch: str  # "sm90": the kernel family the launchers compile (wgmma + TMA)
     # -- prefill / extend forward (TMA producer warpgroup + 2 wgmma consumer warpgroups) ----

@@ -19,10 +19,11 @@ on the device by the runtime.
 
 Phases so far: prefill (ragged q/k/v, no cache) and extend (ragged new tokens over a paged
 cache read by TMA, one copy per page: page sizes 16, 32, 64 and 128; pages of 1, 2, 4 and 8
-tokens: K/V rows gathered with cp.async); speculative verify of
-draft chains
+tokens: K/V rows gathered with cp.async); speculative verify of draft chains
 (``verify``: num_draft_tokens causal rows per request) and draft extend run the extend
-kernel, with grids fixed by the config and the batch, so they are CUDA-graph capturable.
+kernel, verify of draft trees its specialization that reads each request's bit-packed tree
+mask instead of the causal rule among the drafts, with grids fixed by the config and the
+batch, so they are CUDA-graph capturable.
 KV in the activation dtype (bf16, fp16), or for decode an fp8 e4m3 cache with per-tensor
 k_scale / v_scale (TMA reads fp8 pages of 16+ tokens, the consumers convert each tile in
 shared memory); head dims 64 and 128.
@@ -35,7 +36,8 @@ backends check them in eager mode, in one host sync per forward).
 
 Mask (MhaCuteTraits.mask, attngen.hooks.MaskHooks; compile-time branches of the kernel): a
 query at position p sees key k when k <= p (causal) and k >= p - window_left (window; key
-tiles wholly left of it are not loaded); scores become cap * tanh(s / cap) with a logit
+tiles wholly left of it are not loaded), or in a tree verify when k is before the request's
+drafts or a draft its row of the tree mask allows; scores become cap * tanh(s / cap) with a logit
 softcap; with sinks, exp(sinks[h]) joins the softmax denominator. A row with no visible key
 gives zeros.
 """

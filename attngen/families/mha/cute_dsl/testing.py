@@ -41,8 +41,9 @@ def fake_cuda() -> Iterator[None]:
 def fake_launch(
     config: MhaCuteConfig, traits: MhaCuteTraits, phase: str, *, kv_heads: int = 2
 ) -> tuple[str, FwdShape, tuple[Any, ...]]:
-    """(arch, shape, args) of ``phase`` ("prefill" | "extend") as the launchers build them;
-    call inside :func:`fake_cuda`."""
+    """(arch, shape, args) of ``phase`` ("prefill" | "extend" | "verify": a tree verify
+    when ``config.spec_topk`` > 1) as the launchers build them; call inside
+    :func:`fake_cuda`."""
     import cuda.bindings.driver as cuda
 
     dtype, dev = getattr(torch, config.dtype), torch.device("cuda", 0)
@@ -52,16 +53,19 @@ def fake_launch(
     out = torch.empty(tokens, heads, dv, dtype=dtype, device=dev)
     sinks = torch.empty(heads, dtype=torch.float32, device=dev) if traits.mask.sinks else None
     indptr = torch.empty(3, **i32)
+    tree = phase == "verify" and config.spec_topk > 1
     if phase == "prefill":
         k = torch.empty(tokens, kv_heads, d, dtype=dtype, device=dev)
         v = torch.empty(tokens, kv_heads, dv, dtype=dtype, device=dev)
-        small = (indptr, None, None, sinks)
+        small = (indptr, None, None, sinks, None, None)
     else:
         pages, ps = 8, config.page_size
         k = torch.empty(pages, ps, kv_heads, d, dtype=dtype, device=dev)
         v = torch.empty(pages, ps, kv_heads, dv, dtype=dtype, device=dev)
-        small = (indptr, torch.empty(2, **i32), torch.empty(2, 4, **i32), sinks)
-    shape = fwd_shape(config, traits, paged=phase != "prefill")
+        masks = (torch.empty(16, dtype=torch.uint8, device=dev), torch.empty(2, **i32))
+        small = (indptr, torch.empty(2, **i32), torch.empty(2, 4, **i32), sinks,
+                 *(masks if tree else (None, None)))  # fmt: skip
+    shape = fwd_shape(config, traits, paged=phase != "prefill", tree=tree)
     lse = torch.empty(tokens, heads, dtype=torch.float32, device=dev)
     args = launch_args((q, k, v, out), small, lse, 1.0, tokens, True, cuda.CUstream(0))
     return config.arch, shape, args

@@ -74,8 +74,6 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
                         f"fwd_tile_m={c.fwd_tile_m}")  # fmt: skip
     if c.fwd_intra_wg_overlap and c.arch != "sm90":
         problems.append("fwd_intra_wg_overlap is a Hopper (wgmma) schedule: sm90 only")
-    if c.spec_topk > 1:
-        problems.append(f"spec_topk={c.spec_topk}: only draft chains (topk 1) are lowered")
     if ("verify" in phases or "draft_extend" in phases) and c.num_draft_tokens < 1:
         problems.append("verify / draft_extend need num_draft_tokens >= 1")
     if "decode" in phases:

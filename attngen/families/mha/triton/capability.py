@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from attngen.verdict import Verdict, first_failure
 from attngen.spec.enums import DType, MaskKind, Phase, ScaleGranularity
-from attngen.families.mha.spec import MhaShape
+from attngen.families.mha.spec import MhaShape, draft_tree_rules
 from attngen.spec.variant import Variant
 
 PHASES = frozenset(Phase)
@@ -23,7 +23,6 @@ def supports(variant: Variant) -> Verdict:
     shape = variant.shape
     assert isinstance(shape, MhaShape)
     extra_phases = set(variant.phases) - PHASES
-    topk = variant.spec_topk or 0
     kind = variant.mask.kind
     kv_name = variant.kv_dtype.value if variant.kv_dtype is not None else "no"
     return first_failure(
@@ -49,16 +48,7 @@ def supports(variant: Variant) -> Verdict:
                 "NVFP4 KV needs power-of-two head dims (its packed rows are not lane-padded)",
             ),
             (kind in MASKS, f"mask {kind.value} is not lowered yet"),
-            (
-                kind is not MaskKind.CUSTOM or topk > 1,
-                "custom masks are lowered for speculative draft trees (topk > 1) only",
-            ),
-            (
-                topk <= 1 or kind is not MaskKind.SLIDING_WINDOW,
-                "draft trees with a sliding window are not lowered (tree rows sit at depths, "
-                "not at consecutive positions)",
-            ),
-            (topk <= 1 or kind is not MaskKind.NONE, "draft trees need a causal base mask"),
+            *draft_tree_rules(variant),
             (shape.head_dim in HEAD_DIMS, f"head_dim {shape.head_dim} is not lowered yet"),
             (
                 shape.v_head_dim in HEAD_DIMS,

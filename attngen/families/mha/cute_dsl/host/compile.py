@@ -31,8 +31,11 @@ DECODE_TILE_M = 64  # decode: one consumer warpgroup; the group's heads are its 
 Shape = FwdShape | CombineShape
 
 
-def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> FwdShape:
-    """The forward kernel's specialization for one config of a module, prefill or extend."""
+def fwd_shape(
+    config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool, tree: bool = False
+) -> FwdShape:
+    """The forward kernel's specialization for one config of a module: prefill, extend, or
+    (``tree``) verify of draft trees, which replaces the causal rule by the trees' masks."""
     hooks = traits.mask
     return FwdShape(
         dtype=config.dtype,
@@ -41,7 +44,7 @@ def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> F
         tile_m=config.fwd_tile_m,
         tile_n=config.fwd_tile_n,
         num_stages=config.fwd_num_stages,
-        causal=hooks.causal,
+        causal=hooks.causal and not tree,
         window_left=hooks.window_left,
         logit_softcap=hooks.logit_softcap,
         sinks=hooks.sinks,
@@ -49,7 +52,14 @@ def fwd_shape(config: MhaCuteConfig, traits: MhaCuteTraits, *, paged: bool) -> F
         overlap=bool(config.fwd_intra_wg_overlap),
         pack_gqa=config.gqa_group if config.fwd_pack_gqa else 1,
         pages_per_tile=max(1, config.fwd_tile_n // config.page_size) if paged else 1,
+        tree=tree,
     )
+
+
+def verify_shape(config: MhaCuteConfig, traits: MhaCuteTraits) -> FwdShape:
+    """Speculative verify: extend's kernel for draft chains (causal drafts), its tree
+    specialization for draft trees (config.spec_topk > 1)."""
+    return fwd_shape(config, traits, paged=True, tree=config.spec_topk > 1)
 
 
 def decode_shape(config: MhaCuteConfig, traits: MhaCuteTraits) -> FwdShape:
@@ -125,8 +135,11 @@ def compile_specs(config: MhaCuteConfig, *, traits: MhaCuteTraits) -> list[Compi
     specs = []
     if "prefill" in traits.phases:
         specs.append(CompileSpec("prefill", config.arch, fwd_shape(config, traits, paged=False)))
-    if any(p in traits.phases for p in PAGED_PHASES):  # verify and draft extend: extend's
+    tree = config.spec_topk > 1  # verify of draft trees has a kernel of its own
+    if any(p in traits.phases for p in PAGED_PHASES if not (tree and p == "verify")):
         specs.append(CompileSpec("extend", config.arch, fwd_shape(config, traits, paged=True)))
+    if tree and "verify" in traits.phases:
+        specs.append(CompileSpec("verify", config.arch, verify_shape(config, traits)))
     if "decode" in traits.phases:
         specs.append(CompileSpec("decode", config.arch, decode_shape(config, traits)))
         specs.append(CompileSpec("decode_combine", config.arch, combine_shape(config, traits)))
@@ -190,10 +203,14 @@ def fake_args(shape: Shape) -> tuple[Any, ...]:
     if shape.sinks:
         sinks = make_fake_tensor(cutlass.Float32, (heads,), (1,), assumed_align=4)
     cu_seqlens = ints(cute.sym_int32())
+    tree = (None, None)
+    if shape.tree:
+        tree_mask = make_fake_tensor(cutlass.Uint8, (cute.sym_int32(),), (1,), assumed_align=1)
+        tree = (tree_mask, ints(cute.sym_int32()))
     lse = floats(cute.sym_int32(), heads)  # [T, Hq] or the one-element stand-in
     scalars = (cutlass.Float32(1.0), cutlass.Int32(1), cutlass.Int32(0))
     return (
-        q, k, v, out, cu_seqlens, prefix_lens, page_table, sinks, lse, *scalars,
+        q, k, v, out, cu_seqlens, prefix_lens, page_table, sinks, *tree, lse, *scalars,
         make_fake_stream(),
     )  # fmt: skip
 
@@ -212,7 +229,7 @@ _COMPILED: dict[tuple[str, Shape], Any] = {}
 _LOCK = threading.Lock()
 # How the launchers type a kernel's arguments (host/launch.py: launch_args). Part of the
 # on-disk identity: a kernel compiled for other argument types cannot be called with these.
-LAUNCH_ARGS = "launch_args/2"
+LAUNCH_ARGS = "launch_args/3"
 
 
 def disk_identity(arch: str, shape: Shape) -> dict[str, str]:

@@ -14,6 +14,7 @@ from attngen.families.mha.cute_dsl.host.compile import (
     compiled_fwd,
     decode_shape,
     fwd_shape,
+    verify_shape,
 )
 from attngen.runtime.checks import check_at_least, check_tensor, fail
 
@@ -76,15 +77,16 @@ def _cute_small(t: torch.Tensor | None) -> Any:
         return None
     from cutlass.cute.runtime import from_dlpack
 
-    return from_dlpack(t, assumed_align=4).mark_layout_dynamic(leading_dim=t.dim() - 1)
+    align = min(4, t.element_size())  # int32 / fp32 tensors; the trees' uint8 masks
+    return from_dlpack(t, assumed_align=align).mark_layout_dynamic(leading_dim=t.dim() - 1)
 
 
 def launch_args(tensors: tuple, small: tuple, lse: torch.Tensor, sm_scale: float,
                 max_rows: int, write_lse: bool, stream: Any) -> tuple:  # fmt: skip
     """The compiled kernel's arguments: row tensors (q, k, v, out), small ones (lengths,
-    page table, sinks; None where absent), the LSE rows (written when write_lse), scalars
-    and the stream. Their types are part of the compiled kernel's on-disk identity
-    (host.compile.LAUNCH_ARGS)."""
+    page table, sinks, a tree verify's masks and offsets; None where absent), the LSE rows
+    (written when write_lse), scalars and the stream. Their types are part of the compiled
+    kernel's on-disk identity (host.compile.LAUNCH_ARGS)."""
     import cutlass
 
     return (
@@ -158,7 +160,7 @@ def prefill(
     if cu_seqlens.shape[0] < 2 or max_seq_len == 0 or tokens == 0:
         return
     shape = fwd_shape(config, traits, paged=False)
-    small = (cu_seqlens, None, None, sinks)
+    small = (cu_seqlens, None, None, sinks, None, None)
     _launch(config.arch, shape, (q, k, v, out), small, sm_scale, max_seq_len, lse)
 
 
@@ -186,6 +188,32 @@ def extend(
     page_table[b, j] (whole key tiles out of each page). max_extend_len (host int) sizes the grid.
     k_scale / v_scale: None (this backend reads caches of the activation dtype)."""
     _check_int("max_extend_len", max_extend_len)
+    _paged_forward(
+        (q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out),
+        fwd_shape(config, traits, paged=True), max_rows=max_extend_len, config=config,
+        traits=traits, sm_scale=sm_scale, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
+        trusted_metadata=trusted_metadata,
+    )  # fmt: skip
+
+
+def _paged_forward(
+    tensors: tuple[torch.Tensor, ...],
+    shape: Any,
+    *,
+    max_rows: int,
+    config: MhaCuteConfig,
+    traits: MhaCuteTraits,
+    sm_scale: float,
+    sinks: torch.Tensor | None,
+    k_scale: torch.Tensor | None,
+    v_scale: torch.Tensor | None,
+    trusted_metadata: bool,
+    tree: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+) -> None:
+    """Extend and verify: check the tensors they share (``tensors``: q, k_cache, v_cache,
+    page_table, qo_indptr, prefix_lens, out), then launch ``shape``'s kernel (``tree``: a
+    tree verify's masks and their offsets, checked by the caller)."""
+    q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out = tensors
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if scale is not None:
             fail(name, f"None (a {config.kv_dtype} cache has no scales)", "a tensor")
@@ -203,11 +231,12 @@ def extend(
     if not trusted_metadata:
         check_at_least("page_table rows", page_table.shape[0], batch)
         check_at_least("prefix_lens rows", prefix_lens.shape[0], batch)
-    if batch < 1 or max_extend_len == 0 or tokens == 0:
+        if tree[1] is not None:
+            check_at_least("tree_mask_indptr rows", tree[1].shape[0], batch)
+    if batch < 1 or max_rows == 0 or tokens == 0:
         return
-    shape = fwd_shape(config, traits, paged=True)
-    small = (qo_indptr, prefix_lens, page_table, sinks)
-    _launch(config.arch, shape, (q, k_cache, v_cache, out), small, sm_scale, max_extend_len)
+    small = (qo_indptr, prefix_lens, page_table, sinks, *tree)
+    _launch(config.arch, shape, (q, k_cache, v_cache, out), small, sm_scale, max_rows)
 
 
 def verify(
@@ -229,20 +258,28 @@ def verify(
     tree_mask_indptr: torch.Tensor | None = None,
     trusted_metadata: bool = False,
 ) -> None:
-    """Speculative target verify of draft chains: config.num_draft_tokens rows per request,
-    causal over the drafts, every draft row seeing the whole cached prefix. That is an
-    extend whose rows per request are at most num_draft_tokens, so it runs the extend
-    kernel with a grid fixed by the config and the batch (CUDA-graph capturable).
-    tree_mask / tree_mask_indptr: None (draft trees are not lowered in CuTe DSL)."""
-    if config.spec_topk != 1:
-        fail("config.spec_topk", "1 (a draft-chain config)", config.spec_topk)
-    if tree_mask is not None or tree_mask_indptr is not None:
+    """Speculative target verify: at most config.num_draft_tokens rows per request, every
+    draft row seeing the whole cached prefix, with a grid fixed by the config and the batch
+    (CUDA-graph capturable). Draft chains (config.spec_topk == 1) are causal over the drafts
+    and run the extend kernel. Draft trees (spec_topk > 1) need tree_mask (uint8,
+    bit-packed, contiguous) and tree_mask_indptr (int32 [>= B], the byte where each
+    request's mask starts): draft row i of a request with n rows sees draft j when bit
+    i * n + j of its mask is set (little-endian bits within a byte); the offsets and mask
+    bytes are the caller's promise, as the page table is (not read on the host)."""
+    if config.spec_topk < 1:
+        fail("config.spec_topk", ">= 1 (a speculative config)", config.spec_topk)
+    tree = config.spec_topk > 1
+    if tree:
+        check_tensor("tree_mask", tree_mask, dtype=torch.uint8, shape=[None], device=q.device,
+                     contiguous=True)  # fmt: skip
+        _check_index("tree_mask_indptr", tree_mask_indptr, 1, q.device)
+    elif tree_mask is not None or tree_mask_indptr is not None:
         fail("tree_mask", "None for a draft chain (spec_topk 1: causal drafts)", "a tensor")
-    extend(
-        q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out,
-        max_extend_len=config.num_draft_tokens, config=config, traits=traits,
-        sm_scale=sm_scale, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
-        trusted_metadata=trusted_metadata,
+    _paged_forward(
+        (q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out),
+        verify_shape(config, traits), max_rows=config.num_draft_tokens, config=config,
+        traits=traits, sm_scale=sm_scale, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
+        trusted_metadata=trusted_metadata, tree=(tree_mask, tree_mask_indptr),
     )  # fmt: skip
 
 

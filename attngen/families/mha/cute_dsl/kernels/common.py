@@ -53,6 +53,11 @@ class FwdShape:
     # ``dtype`` tile for the wgmma; the per-tensor scales fold into the softmax scale (K)
     # and into the output (V)
     kv_dtype: str = ""
+    # speculative verify of draft trees (paged, not causal): a request's rows are its drafts,
+    # its last seqlen_q keys; every row sees the keys before them (the cached prefix), and
+    # draft row i sees draft j when bit i * seqlen_q + j of the request's bit-packed mask
+    # (uint8, little-endian bits, from byte tree_indptr[b]) is set
+    tree: bool = False
 
     @property
     def decode(self) -> bool:
@@ -122,3 +127,58 @@ def rows_aligned(t: cute.Tensor) -> cute.Tensor:
 
 def mode_select(t: cute.Tensor, modes: list[int]) -> cute.Tensor:
     return cute.make_tensor(t.iterator, cute.select(t.layout, mode=modes))
+
+
+@cute.jit
+def split_blocks(
+    split: cutlass.Int32,
+    num_splits: cutlass.Int32,
+    n_block_min: cutlass.Int32,
+    n_block_max: cutlass.Int32,
+    seqlen_k: cutlass.Int32,
+    tile_n: cutlass.Constexpr[int],
+):
+    """Split-KV decode: [lo, hi) of the visible key tiles [n_block_min, n_block_max) that
+    split ``split`` of ``num_splits`` takes (none when they run out, or when the request has
+    no key: it writes an empty partial, zeros and lse -inf; splits past num_splits do
+    nothing, the combine reads num_splits partials)."""
+    n_block_max = cutlass.min(n_block_max, (seqlen_k + tile_n - 1) // tile_n)
+    per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
+    first = n_block_min + split * per_split
+    return cutlass.min(first, n_block_max), cutlass.min(first + per_split, n_block_max)
+
+
+FP8_VECTOR = 16  # e4m3 values per 16-byte vector
+
+
+@cute.jit
+def convert_fp8_rows(
+    src: cute.Tensor,
+    dst: cute.Tensor,
+    tidx: cutlass.Int32,
+    rows_valid: cutlass.Int32,
+    threads: cutlass.Constexpr[int],
+    out_dtype: cutlass.Constexpr[type],
+):
+    """An fp8 cache's (keys, D) e4m3 tile in shared memory (as TMA wrote it) into the 16-bit
+    tile ``dst`` an MMA reads, by ``threads`` threads (``tidx`` < threads), 16 values a thread
+    and pass; rows from ``rows_valid`` on (slots past the sequence in its last page: stale,
+    possibly NaN bytes) become zeros, so a masked key's zero probability never meets a NaN.
+    No barrier or fence: the caller orders the reads before and the MMA after."""
+    chunks = cute.size(src, mode=[1]) // FP8_VECTOR
+    # eight consecutive threads take one chunk of eight consecutive rows: each quarter warp's
+    # 16-byte stores then land in eight distinct bank groups of the 128-byte swizzle (one
+    # row's chunks would put chunk c and c + 4 of a row, in the two 64-column halves, on the
+    # same banks: two wavefronts a store)
+    passes = cute.size(src, mode=[0]) * chunks // threads
+    rows, cols, vals = [], [], []
+    for p in cutlass.range_constexpr(passes):  # every load first: their latencies overlap
+        idx = p * threads + tidx
+        rows.append((idx // (8 * chunks)) * 8 + idx % 8)
+        cols.append((idx // 8) % chunks)
+        vals.append(cute.local_tile(src[rows[p], None], (FP8_VECTOR,), (cols[p],)).load())
+    for p in cutlass.range_constexpr(passes):
+        out = cute.local_tile(dst[rows[p], None], (FP8_VECTOR,), (cols[p],))
+        out.store(vals[p].to(out_dtype))
+        if rows[p] >= rows_valid:
+            out.fill(0.0)

@@ -94,7 +94,7 @@ class MhaDecodeSm100(MhaFwdSm100):
         q_arg = mQ if const_expr(self.shape.kv_fp8) else tma[0]
         self.kernel(
             q_arg, tma[1], tma[2], mK, mV, mPartialO, mSeqLens, None, mPageTable, None,
-            mNumSplits, mPartialLSE, mKScale, mVScale, *tma[3:], softmax_scale,
+            mNumSplits, mPartialLSE, mKScale, mVScale, None, None, *tma[3:], softmax_scale,
             self.scale_log2(softmax_scale), Int32(0), *layouts, *mmas, SharedStorage,
         ).launch(
             grid=grid, block=[NUM_THREADS, 1, 1], smem=SharedStorage.size_in_bytes(),

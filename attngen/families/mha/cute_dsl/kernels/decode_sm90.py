@@ -114,7 +114,7 @@ class MhaDecodeSm90(MhaFwdSm90):
         )
         self.kernel(
             mQ, tma[1], tma[2], mK, mV, mPartialO, mSeqLens, None, mPageTable, None,
-            mNumSplits, mPartialLSE, mKScale, mVScale, *tma[3:], softmax_scale,
+            mNumSplits, mPartialLSE, mKScale, mVScale, None, None, *tma[3:], softmax_scale,
             self.scale_log2(softmax_scale), Int32(0), *smem, *mmas, SharedStorage,
         ).launch(
             grid=grid,

@@ -45,11 +45,14 @@ from attngen.families.mha.cute_dsl.kernels.common import (
     LN2,
     LOG2_E,
     SMEM_ALIGN,
+    FP8_VECTOR,
     FwdShape,
+    convert_fp8_rows,
     mode_select,
     page_slice,
     rows_aligned,
     smem_layout,
+    split_blocks,
 )
 from attngen.families.mha.cute_dsl.kernels.fragments import transpose_smem
 
@@ -72,7 +75,6 @@ CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
 # stages, q as two e4m3 parts; the softmax warps convert each V stage to fp16 for P V
 FP8_REQUIRES = ("kind::f8f6f4", "cvt.rn.f16x2.e4m3x2")
 E4M3_MAX = 448.0
-FP8_CHUNK = 16  # e4m3 values per 16-byte vector (the V conversion, the q parts' stores)
 
 
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
@@ -149,6 +151,8 @@ class MhaFwdSm100:
         mPrefixLens: Optional[cute.Tensor],
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
+        mTreeMask: Optional[cute.Tensor],  # draft trees: uint8 bit-packed masks, back to back
+        mTreeIndptr: Optional[cute.Tensor],  # draft trees: [B] int32 byte offset of each
         mLSE: cute.Tensor,
         softmax_scale: Float32,
         max_seqlen_q: Int32,
@@ -165,8 +169,8 @@ class MhaFwdSm100:
         grid = (num_m_blocks, cute.size(mQ.shape[2]), cute.size(mCuSeqlensQ.shape[0]) - 1)
         self.kernel(
             tma[0], tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
-            None, mLSE, None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
-            write_lse, *layouts, *mmas, SharedStorage,
+            None, mLSE, None, None, mTreeMask, mTreeIndptr, *tma[3:], softmax_scale,
+            self.scale_log2(softmax_scale), write_lse, *layouts, *mmas, SharedStorage,
         ).launch(
             grid=grid, block=[NUM_THREADS, 1, 1], smem=SharedStorage.size_in_bytes(),
             stream=stream,
@@ -276,6 +280,8 @@ class MhaFwdSm100:
         # max_splits] fp32 base-2 log-sum-exps of the splits (mO: [B, Hq, max_splits, Dv])
         mKScale: Optional[cute.Tensor],  # fp8 cache: [1] fp32 dequant scales of K and V
         mVScale: Optional[cute.Tensor],
+        mTreeMask: Optional[cute.Tensor],  # draft trees: the bit-packed masks (uint8)
+        mTreeIndptr: Optional[cute.Tensor],  # draft trees: [B] byte offset of each request's
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -398,19 +404,15 @@ class MhaFwdSm100:
 
         n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
         active = m_block * self.tile_m < seqlen_q
-        mO_rows, mLSE_rows = mO, mLSE
+        mO_rows, mLSE_rows, mTree = mO, mLSE, None
+        if const_expr(shape.tree):  # the request's seqlen_q x seqlen_q bits
+            mTree = cute.domain_offset((mTreeIndptr[batch],), mTreeMask)
         if const_expr(shape.decode):
-            # split `split` of num_splits takes its share of the visible key tiles (none when
-            # they run out, or when the request has no key: it writes an empty partial, zeros
-            # and lse -inf); splits past num_splits do nothing (the combine reads
-            # num_splits partials)
             num_splits = cutlass.max(cutlass.min(mNumSplits[batch], mLSE.shape[2]), 1)
             active = split < num_splits
-            n_block_max = cutlass.min(n_block_max, (seqlen_k + self.tile_n - 1) // self.tile_n)
-            per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
-            first = n_block_min + split * per_split
-            n_block_min = cutlass.min(first, n_block_max)
-            n_block_max = cutlass.min(first + per_split, n_block_max)
+            n_block_min, n_block_max = split_blocks(
+                split, num_splits, n_block_min, n_block_max, seqlen_k, self.tile_n
+            )
             mO_rows = cute.domain_offset((head, 0), mO[batch, None, split, None])
             mLSE_rows = cute.domain_offset((head,), mLSE[batch, None, split])
         if active:
@@ -459,7 +461,7 @@ class MhaFwdSm100:
                     mO_rows, mSinks, sP, tStS, tOtO, tiled_mma_qk, tiled_mma_pv, pipe_s, pipe_p,
                     tidx, softmax_scale, scale_log2, q_row, seqlen_q, seqlen_k, head, m_block,
                     n_block_min, n_block_max, mLSE_rows, write_lse, sV, sV16, pipe_v, q_inv,
-                    v_scale,
+                    v_scale, mTree,
                 )  # fmt: skip
                 tcgen05_fence("before_thread_sync")  # the last O loads are complete
                 tmem.wait_for_alloc()  # tell the MMA warp tensor memory may be freed
@@ -804,6 +806,7 @@ class MhaFwdSm100:
         pipe_v: Optional[pipeline.PipelineAsync] = None,
         q_inv: Float32 = 1.0,  # fp8 cache: 1 / this row's q part scale
         v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
+        mTree: Optional[cute.Tensor] = None,  # draft trees: the request's mask bytes
     ):
         shape = self.shape
         thr_qk, thr_pv = tiled_mma_qk.get_slice(0), tiled_mma_pv.get_slice(0)
@@ -844,6 +847,9 @@ class MhaFwdSm100:
         key_start = Int32(0)
         if const_expr(shape.window_left is not None):
             key_start = pos - shape.window_left
+        if const_expr(shape.tree):  # the row's draft (rows past the request: its last)
+            first_draft = seqlen_k - seqlen_q
+            draft = cutlass.min(pos - first_draft, seqlen_q - 1)
         row_max = -Float32.inf
         row_sum = Float32(0.0)
         s_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
@@ -868,6 +874,11 @@ class MhaFwdSm100:
                     s = cap * cute.math.tanh(s * (softmax_scale / cap), fastmath=True)
                 key = n_block * self.tile_n + tScS_t2r[j][1]
                 tSrS[j] = s if key < key_end and key >= key_start else -Float32.inf
+                if const_expr(shape.tree):
+                    if key >= first_draft and key < seqlen_k:
+                        bit = draft * seqlen_q + key - first_draft
+                        if (Int32(mTree[bit // 8]) >> (bit % 8)) & 1 == 0:
+                            tSrS[j] = -Float32.inf
             # -- online softmax over this thread's row ----
             s_row = tSrS.load()
             m_new = s_row.reduce(cute.ReductionOp.MAX, row_max, 0)
@@ -882,7 +893,9 @@ class MhaFwdSm100:
             if const_expr(shape.kv_fp8):  # V16 is free too: convert this tile's V into it
                 pipe_v.consumer_wait(v_state)
                 rows_valid = seqlen_k - n_block * self.tile_n
-                self.convert_tile(sV[None, None, v_state.index], sV16, tidx, rows_valid)
+                # (ordered: after the last P V by P's pipeline, fenced with P before commit)
+                convert_fp8_rows(sV[None, None, v_state.index], sV16, tidx, rows_valid,
+                                 32 * SOFTMAX_WARPS, self.mma_dtype)  # fmt: skip
                 pipe_v.consumer_release(v_state)
                 v_state.advance()
             if i > 0:
@@ -934,48 +947,24 @@ class MhaFwdSm100:
             live = Float32(0.0)
         q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
         pipe_q.producer_acquire(q_state)
-        chunks = self.shape.head_dim // FP8_CHUNK
+        chunks = self.shape.head_dim // FP8_VECTOR
         amax = Float32(0.0)
         for c in cutlass.range_constexpr(chunks):
-            x = cute.local_tile(src, (FP8_CHUNK,), (c,)).load().to(Float32)
-            for e in cutlass.range_constexpr(FP8_CHUNK):
+            x = cute.local_tile(src, (FP8_VECTOR,), (c,)).load().to(Float32)
+            for e in cutlass.range_constexpr(FP8_VECTOR):
                 amax = cutlass.max(amax, cute.math.absf(x[e]))
         s = Float32(1.0)
         if amax > 0.0:
             s = cute.math.exp2(cute.math.floor(cute.math.log2(E4M3_MAX / amax)))
         for c in cutlass.range_constexpr(chunks):
-            y = cute.local_tile(src, (FP8_CHUNK,), (c,)).load().to(Float32) * (s * live)
+            y = cute.local_tile(src, (FP8_VECTOR,), (c,)).load().to(Float32) * (s * live)
             hi = y.to(cutlass.Float8E4M3FN)
             lo = (y - hi.to(Float32)).to(cutlass.Float8E4M3FN)
-            cute.local_tile(sQ[tidx, None, 0], (FP8_CHUNK,), (c,)).store(hi)
-            cute.local_tile(sQ[tidx, None, 1], (FP8_CHUNK,), (c,)).store(lo)
+            cute.local_tile(sQ[tidx, None, 0], (FP8_VECTOR,), (c,)).store(hi)
+            cute.local_tile(sQ[tidx, None, 1], (FP8_VECTOR,), (c,)).store(lo)
         cute.arch.fence_view_async_shared()  # visible to the MMA (async proxy)
         pipe_q.producer_commit(q_state)
         return Float32(1.0) / s
-
-    @cute.jit
-    def convert_tile(self, src: cute.Tensor, dst: cute.Tensor, tidx: Int32, rows_valid: Int32):
-        """fp8 cache: the softmax warps convert one (keys, Dv) e4m3 V stage (as TMA wrote it)
-        into the fp16 tile the P V MMA reads, 16 values per thread and pass; rows from
-        ``rows_valid`` on (slots past the sequence in its last page: stale, possibly NaN
-        bytes) become zeros, so a masked key's zero probability never meets a NaN. The
-        caller orders it: after the last P V (P's pipeline), fenced with P before commit."""
-        threads = 32 * SOFTMAX_WARPS
-        chunks = cute.size(src, mode=[1]) // FP8_CHUNK
-        passes = self.tile_n * chunks // threads
-        # eight consecutive threads take one chunk of eight consecutive rows (each quarter
-        # warp's 16-byte accesses then fall in distinct bank groups of the 128-byte swizzle)
-        rows, cols, vals = [], [], []
-        for p in cutlass.range_constexpr(passes):  # every load first: their latencies overlap
-            idx = p * threads + tidx
-            rows.append((idx // (8 * chunks)) * 8 + idx % 8)
-            cols.append((idx // 8) % chunks)
-            vals.append(cute.local_tile(src[rows[p], None], (FP8_CHUNK,), (cols[p],)).load())
-        for p in cutlass.range_constexpr(passes):
-            out = cute.local_tile(dst[rows[p], None], (FP8_CHUNK,), (cols[p],))
-            out.store(vals[p].to(self.mma_dtype))
-            if rows[p] >= rows_valid:
-                out.fill(0.0)
 
     @cute.jit
     def epilogue(

@@ -35,13 +35,16 @@ Layouts (what ``__call__`` takes; the host passes torch tensors through DLPack):
 Mask (attngen.hooks.MaskHooks, compile-time): a query row ``i`` of a request with key
 length ``Lk`` and query length ``Lq`` sits at position ``p = i + Lk - Lq``; it sees key ``k``
 when ``k < Lk``, ``k <= p`` if causal and ``k >= p - window_left`` with a window (key tiles
-wholly outside are never loaded). Scores ``s = q.k * sm_scale`` become ``cap * tanh(s / cap)``
-with a softcap; with sinks, ``exp(sinks[h])`` joins each row's softmax denominator. A row
-that sees no key gives zeros.
+wholly outside are never loaded). Verify of draft trees (``FwdShape.tree``, not causal):
+the request's rows are its drafts, its last ``Lq`` keys; row ``i`` sees every key before
+them and draft ``j`` when bit ``i * Lq + j`` of its mask is set. Scores ``s = q.k *
+sm_scale`` become ``cap * tanh(s / cap)`` with a softcap; with sinks, ``exp(sinks[h])``
+joins each row's softmax denominator. A row that sees no key gives zeros.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import cuda.bindings.driver as cuda
@@ -60,10 +63,12 @@ from attngen.families.mha.cute_dsl.kernels.common import (
     LOG2_E,
     SMEM_ALIGN,
     FwdShape,
+    convert_fp8_rows,
     mode_select,
     page_slice,
     rows_aligned,
     smem_layout,
+    split_blocks,
 )
 from attngen.families.mha.cute_dsl.kernels.fragments import (
     mma_a,
@@ -89,6 +94,33 @@ REQUIRES = {"ptx": ("wgmma.mma_async", "cp.async.bulk.tensor"), "sass": ("HGMMA"
 # gathered K/V: 16-byte cp.async copies that arrive on the stage's mbarrier, and the proxy
 # fence before wgmma reads what they wrote
 GATHER_REQUIRES = ("cp.async.ca.shared.global", "cp.async.mbarrier.arrive", "fence.proxy.async")
+
+
+@dataclass(frozen=True)
+class OverlapLoop:
+    """What every step of the overlapped loop reads (``MhaFwdSm90.mainloop_overlapped``):
+    one consumer warpgroup's fragments, accumulators (updated in place), MMAs, K/V
+    pipelines, scales and the query tile's place in the request."""
+
+    acc_O: cute.Tensor
+    tOrP: cute.Tensor
+    tSrQ: cute.Tensor
+    tSrK: cute.Tensor
+    tOrV: cute.Tensor
+    tScS: cute.Tensor
+    row_max: cute.Tensor
+    row_sum: cute.Tensor
+    rescale: Optional[cute.Tensor]  # what O's rows are multiplied by (the loop makes it)
+    tiled_mma_qk: cute.TiledMma
+    tiled_mma_pv: cute.TiledMma
+    pipe_k: pipeline.PipelineAsync
+    pipe_v: pipeline.PipelineAsync
+    softmax_scale: Float32
+    scale_log2: Float32
+    seqlen_k: Int32
+    offset: Int32
+    m_block: Int32
+    mTree: Optional[cute.Tensor]
 
 
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
@@ -175,6 +207,8 @@ class MhaFwdSm90:
         mPrefixLens: Optional[cute.Tensor],
         mPageTable: Optional[cute.Tensor],
         mSinks: Optional[cute.Tensor],
+        mTreeMask: Optional[cute.Tensor],  # draft trees: uint8 bit-packed masks, back to back
+        mTreeIndptr: Optional[cute.Tensor],  # draft trees: [B] int32 byte offset of each
         mLSE: cute.Tensor,
         softmax_scale: Float32,
         max_seqlen_q: Int32,
@@ -195,8 +229,8 @@ class MhaFwdSm90:
         q_arg = mQ if const_expr(self.pack > 1) else tma[0]
         self.kernel(
             q_arg, tma[1], tma[2], mK, mV, mO, mCuSeqlensQ, mPrefixLens, mPageTable, mSinks,
-            None, mLSE, None, None, *tma[3:], softmax_scale, self.scale_log2(softmax_scale),
-            write_lse, *smem, *mmas, SharedStorage,
+            None, mLSE, None, None, mTreeMask, mTreeIndptr, *tma[3:], softmax_scale,
+            self.scale_log2(softmax_scale), write_lse, *smem, *mmas, SharedStorage,
         ).launch(
             grid=grid,
             block=[self.num_threads, 1, 1],
@@ -306,6 +340,8 @@ class MhaFwdSm90:
         # prefill / extend: [T, Hq] fp32, written when write_lse != 0
         mKScale: Optional[cute.Tensor],  # fp8 cache: [1] fp32 dequant scales of K and V
         mVScale: Optional[cute.Tensor],
+        mTreeMask: Optional[cute.Tensor],  # draft trees: the bit-packed masks (uint8)
+        mTreeIndptr: Optional[cute.Tensor],  # draft trees: [B] byte offset of each request's
         tma_atom_Q: cute.CopyAtom,
         tma_atom_K: cute.CopyAtom,
         tma_atom_V: cute.CopyAtom,
@@ -424,16 +460,13 @@ class MhaFwdSm90:
 
             n_block_min, n_block_max = self.key_blocks(m_block, seqlen_q, seqlen_k)
             mO_rows, mLSE_rows, mQ_rows = mO, mLSE, None
+            mTree = None
+            if const_expr(shape.tree):  # the request's seqlen_q x seqlen_q bits
+                mTree = cute.domain_offset((mTreeIndptr[batch],), mTreeMask)
             if const_expr(shape.decode):
-                # split `split` of num_splits takes its share of the visible key tiles (none
-                # when they run out, or when the request has no key: it writes an empty
-                # partial, zeros and lse -inf); splits past num_splits do nothing (the
-                # combine reads num_splits partials)
-                n_block_max = cutlass.min(n_block_max, (seqlen_k + self.tile_n - 1) // self.tile_n)
-                per_split = (n_block_max - n_block_min + num_splits - 1) // num_splits
-                first = n_block_min + split * per_split
-                n_block_min = cutlass.min(first, n_block_max)
-                n_block_max = cutlass.min(first + per_split, n_block_max)
+                n_block_min, n_block_max = split_blocks(
+                    split, num_splits, n_block_min, n_block_max, seqlen_k, self.tile_n
+                )
                 mO_rows = cute.domain_offset((head, 0), mO[batch, None, split, None])
                 mLSE_rows = cute.domain_offset((head,), mLSE[batch, None, split])
                 mQ_rows = cute.domain_offset((head, 0), mQ[batch, None, None])
@@ -464,7 +497,7 @@ class MhaFwdSm90:
                     mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
                     pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
                     seqlen_k, head, m_block, n_block_min, n_block_max, mQ_rows, mLSE_rows,
-                    sQScale, sV16, v_scale, write_lse,
+                    sQScale, sV16, v_scale, write_lse, mTree,
                 )  # fmt: skip
 
     @cute.jit
@@ -730,6 +763,7 @@ class MhaFwdSm90:
         sV16: Optional[cute.Tensor] = None,  # fp8 cache: the converted V tile
         v_scale: Float32 = 1.0,  # fp8 cache: V's dequant scale, applied to the output
         write_lse: Int32 = 0,
+        mTree: Optional[cute.Tensor] = None,  # draft trees: the request's mask bytes
     ):
         shape = self.shape
         wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
@@ -770,11 +804,12 @@ class MhaFwdSm90:
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             pipe_q.consumer_wait(q_state)
         if const_expr(shape.overlap):
-            self.mainloop_overlapped(
-                acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, tiled_mma_qk,
+            loop = OverlapLoop(
+                acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, None, tiled_mma_qk,
                 tiled_mma_pv, pipe_k, pipe_v, softmax_scale, scale_log2, seqlen_k, offset,
-                m_block, n_block_min, n_block_max,
+                m_block, mTree,
             )  # fmt: skip
+            self.mainloop_overlapped(loop, n_block_min, n_block_max)
         else:
             state = pipeline.make_pipeline_state(
                 pipeline.PipelineUserType.Consumer, shape.num_stages
@@ -809,9 +844,9 @@ class MhaFwdSm90:
                         acc_S_rc[j] = cap * cute.math.tanh(
                             acc_S_rc[j] * (softmax_scale / cap), fastmath=True
                         )
-                # -- mask_mod: key length, causal, window ----
+                # -- mask_mod: key length, causal, window, draft tree ----
                 if self.needs_mask(n_block, m_block, seqlen_k, offset):
-                    self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+                    self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset, mTree)
                 # -- online softmax ----
                 for r in cutlass.range_constexpr(num_rows):
                     s_row = acc_S_rc[r, None].load()
@@ -956,24 +991,7 @@ class MhaFwdSm90:
         never meets a NaN value. Barriers before (every warp's last wgmma read of ``dst`` is
         done) and after (all of ``dst`` written, and fenced for the async proxy)."""
         cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
-        elems = 16  # fp8 elements per 16-byte vector
-        chunks = cute.size(src, mode=[1]) // elems
-        # eight consecutive threads take one chunk of eight consecutive rows: each quarter
-        # warp's 16-byte stores then land in eight distinct bank groups of the 128-byte
-        # swizzle (one row's chunks would put chunk c and c + 4 of a row, in the two 64-column
-        # halves, on the same banks: two wavefronts a store)
-        passes = self.tile_n * chunks // WARPGROUP
-        rows, cols, vals = [], [], []
-        for p in cutlass.range_constexpr(passes):  # every load first: their latencies overlap
-            idx = p * WARPGROUP + tidx
-            rows.append((idx // (8 * chunks)) * 8 + idx % 8)
-            cols.append((idx // 8) % chunks)
-            vals.append(cute.local_tile(src[rows[p], None], (elems,), (cols[p],)).load())
-        for p in cutlass.range_constexpr(passes):
-            out = cute.local_tile(dst[rows[p], None], (elems,), (cols[p],))
-            out.store(vals[p].to(self.mma_dtype))
-            if rows[p] >= rows_valid:
-                out.fill(0.0)
+        convert_fp8_rows(src, dst, tidx, rows_valid, WARPGROUP, self.mma_dtype)
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=2, number_of_threads=WARPGROUP)
 
@@ -1079,47 +1097,23 @@ class MhaFwdSm90:
         cute.arch.barrier(barrier_id=1, number_of_threads=WARPGROUP)
 
     @cute.jit
-    def mainloop_overlapped(
-        self,
-        acc_O: cute.Tensor,
-        tOrP: cute.Tensor,
-        tSrQ: cute.Tensor,
-        tSrK: cute.Tensor,
-        tOrV: cute.Tensor,
-        tScS: cute.Tensor,
-        row_max: cute.Tensor,
-        row_sum: cute.Tensor,
-        tiled_mma_qk: cute.TiledMma,
-        tiled_mma_pv: cute.TiledMma,
-        pipe_k: pipeline.PipelineAsync,
-        pipe_v: pipeline.PipelineAsync,
-        softmax_scale: Float32,
-        scale_log2: Float32,
-        seqlen_k: Int32,
-        offset: Int32,
-        m_block: Int32,
-        n_block_min: Int32,
-        n_block_max: Int32,
-    ):
+    def mainloop_overlapped(self, loop: OverlapLoop, n_block_min: Int32, n_block_max: Int32):
         """The serial loop's attention with S_j = Q K_j^T issued before O += P_{j-1} V_{j-1},
         and S_j's score/mask/softmax computed while that PV runs; O and P_{j-1} (registers
         the PV reads) are touched only after it is waited for."""
         shape = self.shape
-        acc_O_rc = rows_cols(acc_O)
-        num_rows = cute.size(acc_O_rc, mode=[0])
-        rescale = cute.make_rmem_tensor(num_rows, Float32)
-        s_shape = tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
+        num_rows = cute.size(rows_cols(loop.acc_O), mode=[0])
+        loop = replace(loop, rescale=cute.make_rmem_tensor(num_rows, Float32))
+        s_shape = loop.tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, shape.num_stages)
         # -- the first (newest) key tile: S, softmax, P; O is zero, nothing to rescale ----
         acc_S = cute.make_rmem_tensor(s_shape, Float32)
-        self.wait_kv(pipe_k, state)
-        _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, 0)
-        pipe_k.consumer_release(state)
-        self.scores_to_probs(
-            rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
-            n_block_max - 1, m_block, seqlen_k, offset,
-        )  # fmt: skip
-        tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
+        self.wait_kv(loop.pipe_k, state)
+        k_stage = loop.tSrK[None, None, None, state.index]
+        _wgmma(loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True, 0)
+        loop.pipe_k.consumer_release(state)
+        self.scores_to_probs(acc_S, loop, n_block_max - 1, None)
+        loop.tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
         state_v = state.clone()
         state.advance()
         # the other tiles, newest first, in three loops: [a_lo, top) and [n_block_min, b_lo)
@@ -1128,49 +1122,30 @@ class MhaFwdSm90:
         # wait for P V after the row maxima (it puts the wait at the top of a block; FA4's
         # loops are split alike)
         top = n_block_max - 1
-        lo, hi = self.unmasked_blocks(m_block, seqlen_k, offset)
+        lo, hi = self.unmasked_blocks(loop.m_block, loop.seqlen_k, loop.offset)
         a_lo = cutlass.max(cutlass.min(hi, top), n_block_min)
         b_lo = cutlass.max(cutlass.min(lo, a_lo), n_block_min)
-        args = (acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, rescale, tiled_mma_qk,
-                tiled_mma_pv, pipe_k, pipe_v, softmax_scale, scale_log2, seqlen_k, offset,
-                m_block)  # fmt: skip
         for i in cutlass.range(top - a_lo, unroll=1):
-            self.overlapped_tile(*args, state, state_v, top - 1 - i, True)
+            self.overlapped_tile(loop, state, state_v, top - 1 - i, True)
             state_v = state.clone()
             state.advance()
         for i in cutlass.range(a_lo - b_lo, unroll=1):
-            self.overlapped_tile(*args, state, state_v, a_lo - 1 - i, False)
+            self.overlapped_tile(loop, state, state_v, a_lo - 1 - i, False)
             state_v = state.clone()
             state.advance()
         for i in cutlass.range(b_lo - n_block_min, unroll=1):
-            self.overlapped_tile(*args, state, state_v, b_lo - 1 - i, True)
+            self.overlapped_tile(loop, state, state_v, b_lo - 1 - i, True)
             state_v = state.clone()
             state.advance()
-        self.wait_kv(pipe_v, state_v)
-        _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 0)
-        pipe_v.consumer_release(state_v)
+        self.wait_kv(loop.pipe_v, state_v)
+        v_stage = loop.tOrV[None, None, None, state_v.index]
+        _wgmma(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, 0)
+        loop.pipe_v.consumer_release(state_v)
 
     @cute.jit
     def overlapped_tile(
         self,
-        acc_O: cute.Tensor,
-        tOrP: cute.Tensor,
-        tSrQ: cute.Tensor,
-        tSrK: cute.Tensor,
-        tOrV: cute.Tensor,
-        tScS: cute.Tensor,
-        row_max: cute.Tensor,
-        row_sum: cute.Tensor,
-        rescale: cute.Tensor,
-        tiled_mma_qk: cute.TiledMma,
-        tiled_mma_pv: cute.TiledMma,
-        pipe_k: pipeline.PipelineAsync,
-        pipe_v: pipeline.PipelineAsync,
-        softmax_scale: Float32,
-        scale_log2: Float32,
-        seqlen_k: Int32,
-        offset: Int32,
-        m_block: Int32,
+        loop: OverlapLoop,
         state: pipeline.PipelineState,
         state_v: pipeline.PipelineState,
         n_block: Int32,
@@ -1179,34 +1154,36 @@ class MhaFwdSm90:
         """One step of the overlapped loop: S_j = Q K_j^T (K stage ``state``), then
         O += P_{j-1} V_{j-1} (V stage ``state_v``); S_j's softmax while that PV runs, then O's
         rescale and P_j. ``masked``: apply the mask to S_j (no test)."""
-        acc_O_rc = rows_cols(acc_O)
+        acc_O_rc = rows_cols(loop.acc_O)
         acc_S = cute.make_rmem_tensor(
-            tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
+            loop.tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
         )
-        self.wait_kv(pipe_k, state)
-        _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True, -1)
-        self.wait_kv(pipe_v, state_v)
-        _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state_v.index], False, 1)
-        pipe_k.consumer_release(state)  # S_j is done (PV may still run)
-        self.scores_to_probs(
-            rows_cols(acc_S), tScS, row_max, row_sum, rescale, softmax_scale, scale_log2,
-            n_block, m_block, seqlen_k, offset, masked,
-        )  # fmt: skip
+        self.wait_kv(loop.pipe_k, state)
+        k_stage = loop.tSrK[None, None, None, state.index]
+        _wgmma(loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True, -1)
+        self.wait_kv(loop.pipe_v, state_v)
+        v_stage = loop.tOrV[None, None, None, state_v.index]
+        _wgmma(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, 1)
+        loop.pipe_k.consumer_release(state)  # S_j is done (PV may still run)
+        self.scores_to_probs(acc_S, loop, n_block, masked)
         warpgroup.wait_group(0)  # PV of the previous tile: O and P are free
-        pipe_v.consumer_release(state_v)
+        loop.pipe_v.consumer_release(state_v)
         for r in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[0])):
-            acc_O_rc[r, None].store(acc_O_rc[r, None].load() * rescale[r])
-        tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
+            acc_O_rc[r, None].store(acc_O_rc[r, None].load() * loop.rescale[r])
+        loop.tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
 
     @cute.jit
     def unmasked_blocks(self, m_block: Int32, seqlen_k: Int32, offset: Int32):
         """[lo, hi): the key tiles no row of the query tile masks (``needs_mask`` is false
         for exactly these): keys below seqlen_k, at or left of the first row's diagonal
-        (causal), at or right of the last row's window edge (sliding window)."""
+        (causal), at or right of the last row's window edge (sliding window), before the
+        drafts (draft tree)."""
         shape = self.shape
         hi = seqlen_k // self.tile_n
         if const_expr(shape.causal):
             hi = cutlass.min(hi, (m_block * self.rows_tok + offset + 1) // self.tile_n)
+        if const_expr(shape.tree):
+            hi = cutlass.min(hi, offset // self.tile_n)
         lo = Int32(0)
         if const_expr(shape.window_left is not None):
             edge = (m_block + 1) * self.rows_tok - 1 + offset - shape.window_left
@@ -1216,34 +1193,31 @@ class MhaFwdSm90:
     @cute.jit
     def scores_to_probs(
         self,
-        acc_S_rc: cute.Tensor,
-        tScS: cute.Tensor,
-        row_max: cute.Tensor,
-        row_sum: cute.Tensor,
-        rescale: cute.Tensor,
-        softmax_scale: Float32,
-        scale_log2: Float32,
+        acc_S: cute.Tensor,
+        loop: OverlapLoop,
         n_block: Int32,
-        m_block: Int32,
-        seqlen_k: Int32,
-        offset: Int32,
         masked: cutlass.Constexpr = None,
     ):
         """score_mod, mask_mod and the online-softmax update of one key tile, in place (S
-        becomes unnormalised P); ``rescale[r]`` is what row r of O must be multiplied by.
-        ``masked``: None tests whether the tile needs the mask, True / False apply it or not."""
+        becomes unnormalised P); ``loop.rescale[r]`` is what row r of O must be multiplied
+        by. ``masked``: None tests whether the tile needs the mask, True / False apply it or
+        not."""
         shape = self.shape
+        acc_S_rc = rows_cols(acc_S)
+        row_max, row_sum, rescale = loop.row_max, loop.row_sum, loop.rescale
+        scale_log2 = loop.scale_log2
         if const_expr(shape.logit_softcap is not None):
             cap = shape.logit_softcap
             for j in cutlass.range_constexpr(cute.size(acc_S_rc)):
                 acc_S_rc[j] = cap * cute.math.tanh(
-                    acc_S_rc[j] * (softmax_scale / cap), fastmath=True
+                    acc_S_rc[j] * (loop.softmax_scale / cap), fastmath=True
                 )
+        where = (n_block, loop.m_block, loop.seqlen_k, loop.offset)
         if const_expr(masked is None):
-            if self.needs_mask(n_block, m_block, seqlen_k, offset):
-                self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+            if self.needs_mask(*where):
+                self.apply_mask(acc_S_rc, loop.tScS, *where, loop.mTree)
         elif const_expr(masked):
-            self.apply_mask(acc_S_rc, tScS, n_block, m_block, seqlen_k, offset)
+            self.apply_mask(acc_S_rc, loop.tScS, *where, loop.mTree)
         for r in cutlass.range_constexpr(cute.size(row_max)):
             s_row = acc_S_rc[r, None].load()
             # a Float32 reduces over the quad with fmax (FMNMX), not compare-and-select
@@ -1265,6 +1239,8 @@ class MhaFwdSm90:
         need = end_key > seqlen_k
         if const_expr(shape.causal):
             need = need or end_key - 1 > m_block * self.rows_tok + offset
+        if const_expr(shape.tree):  # the tile reaches the drafts
+            need = need or end_key > offset
         if const_expr(shape.window_left is not None):
             need = (
                 need or first_key < (m_block + 1) * self.rows_tok - 1 + offset - shape.window_left
@@ -1280,7 +1256,10 @@ class MhaFwdSm90:
         m_block: Int32,
         seqlen_k: Int32,
         offset: Int32,
+        mTree: Optional[cute.Tensor] = None,
     ):
+        """-inf where a row may not see a key: past seqlen_k, right of the row's position
+        (causal), left of its window, or (draft tree) a draft its tree mask hides."""
         shape = self.shape
         for r in cutlass.range_constexpr(cute.size(acc_S_rc, mode=[0])):
             row = tScS[r, 0][0]
@@ -1293,10 +1272,18 @@ class MhaFwdSm90:
             key_start = Int32(0)
             if const_expr(shape.window_left is not None):
                 key_start = pos - shape.window_left
+            if const_expr(shape.tree):  # the row's draft (rows past the request: its last)
+                drafts = seqlen_k - offset
+                draft = cutlass.min(pos - offset, drafts - 1)
             for c in cutlass.range_constexpr(cute.size(acc_S_rc, mode=[1])):
                 key = n_block * self.tile_n + tScS[r, c][1]
                 if key >= key_end or key < key_start:
                     acc_S_rc[r, c] = -Float32.inf
+                if const_expr(shape.tree):
+                    if key >= offset and key < seqlen_k:
+                        bit = draft * drafts + key - offset
+                        if (Int32(mTree[bit // 8]) >> (bit % 8)) & 1 == 0:
+                            acc_S_rc[r, c] = -Float32.inf
 
 
 KERNEL = MhaFwdSm90  # what host/compile.py builds for sm90

@@ -9,7 +9,7 @@ Covers (mha on cute_dsl sm100; one line per docs column):
   not lowered:   FP8 KV Cache (fp8_e4m3 KV cache in CuTe DSL: decode only, on sm100, sm90, per-tensor scales, pages of [16, 32, 64, 128] tokens (got extend, decode on sm100, per_tensor scales, page 1))
   not lowered:   FP4 KV Cache (nvfp4 KV cache is not lowered in CuTe DSL yet (the activation dtype; fp8_e4m3 for decode))
   not here:      Spec topk=1 (lowered for this target; not in this spec)
-  not lowered:   Spec topk>1 (mask custom is not lowered in CuTe DSL yet)
+  not here:      Spec topk>1 (lowered for this target; not in this spec)
   not here:      Sliding Window (lowered for this target; not in this spec)
   not here:      MultiModal (bidirectional prefill) (lowered for this target; not in this spec)
   yes:           Logit softcap
@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm100"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "864c16f520f54fea680aa38b560376e3ddde7ee7f5fbd8f766b90907e328e23e"
+LIBRARY_SHA256 = "65684bc17dd5dbe004e43500e4e08f339ebf509e457cee5b650a3b37d687c471"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
