@@ -168,8 +168,9 @@ class GdnBackend(AttentionBackendBase):
     # -- per-forward metadata ----
 
     def _check_slots(self, fb: ForwardBatch) -> None:
-        """Request rows inside the slot table and mapped to slots 1..size, and the device
-        extend lengths equal to the host ones (one sync)."""
+        """Request rows inside the slot table and mapped to slots 1..size, the device extend
+        lengths equal to the host ones, and a tree verify's parents each an earlier draft or
+        -1 (one sync)."""
         table = self.state_pool.req_to_slot
         rows = fb.req_pool_indices.long()
         bad_row = (rows < 1) | (rows >= table.shape[0])
@@ -179,7 +180,12 @@ class GdnBackend(AttentionBackendBase):
         if fb.extend_seq_lens is not None:  # chunk plans come from the host lengths
             host = torch.tensor(fb.extend_seq_lens_cpu, device=self.device)
             checks.append((fb.extend_seq_lens.long() != host).any())
+        bad_parent = self._bad_parents(fb)
+        checks.append(torch.zeros((), dtype=torch.bool, device=self.device))
+        if bad_parent is not None:
+            checks[-1] = bad_parent.any()
         flags = torch.stack(checks).tolist()
+        parent_flag = flags.pop()
         if flags[0]:
             b = int(bad_row.nonzero()[0, 0])
             what = f"a request row 1..{table.shape[0] - 1} (row 0 pads)"
@@ -194,6 +200,34 @@ class GdnBackend(AttentionBackendBase):
                 f"extend_seq_lens_cpu = {fb.extend_seq_lens_cpu} (the two must agree)",
                 fb.extend_seq_lens.tolist(),
             )
+        if parent_flag:
+            assert bad_parent is not None
+            b, i = (int(x) for x in bad_parent.nonzero()[0])
+            parent = int(fb.spec_info.parents[b, i])
+            fail(f"spec_info.parents[{b}, {i}]", f"an earlier draft 0..{i - 1} or -1", parent)
+
+    def _bad_parents(self, fb: ForwardBatch) -> torch.Tensor | None:
+        """A tree verify's well-formed parents (int32 [>= B, T] on the device; a malformed
+        tensor is refused by name when the metadata is built): True where draft i's parent
+        is not -1 .. i - 1 (a later draft, or one outside the request, would read another
+        request's step states)."""
+        parents = getattr(fb.spec_info, "parents", None)
+        n = self.config.num_draft_tokens
+        ok = (
+            fb.forward_mode is ForwardMode.TARGET_VERIFY
+            and self.config.spec_topk > 1
+            and isinstance(parents, torch.Tensor)
+            and parents.dtype == torch.int32
+            and parents.device == self.device
+            and parents.dim() == 2
+            and parents.shape[1] == n
+            and parents.shape[0] >= fb.batch_size
+        )
+        if not ok:
+            return None
+        rows = parents[: fb.batch_size]
+        steps = torch.arange(n, dtype=torch.int32, device=self.device)
+        return (rows < -1) | (rows >= steps)
 
     def _decode_metadata(self, fb: ForwardBatch) -> GdnMetadata:
         bs = fb.batch_size
@@ -345,6 +379,12 @@ class GdnBackend(AttentionBackendBase):
             fail("accept", "the metadata of a TARGET_VERIFY forward", meta.mode.name)
         accepted = check_graph_rows("accepted", accepted, meta.batch_size, self.device)
         accepted = accepted.to(torch.int32).contiguous()
+        if self.validate_slots and not _capturing(self.device):  # eager: one sync
+            n = meta.tokens_per_request
+            bad = (accepted[: meta.batch_size] < -1) | (accepted[: meta.batch_size] >= n)
+            if bool(bad.any()):
+                b = int(bad.nonzero()[0, 0])
+                fail(f"accepted[{b}]", f"a draft 0..{n - 1} or -1 (keep)", int(accepted[b]))
         ids = range(self.state_pool.num_layers) if layer_ids is None else layer_ids
         for layer_id in ids:
             temporal, conv_states = self.state_pool.layer(layer_id)
@@ -450,3 +490,9 @@ class GdnBackend(AttentionBackendBase):
             parents=parents,
             out=bufs.out,
         )
+
+
+def _capturing(device: torch.device) -> bool:
+    """Whether a CUDA graph is being captured on ``device``'s current stream (no host sync
+    may run then)."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()

@@ -68,6 +68,34 @@ def test_bad_inputs_are_named() -> None:
         )
 
 
+def test_tree_parents_and_accepted_drafts_are_range_checked() -> None:
+    """Eager verify refuses a parent that is not an earlier draft of the request (it would
+    read another request's step states), and accept a draft index past the drafts (it
+    would copy another request's state into the pool), naming the element."""
+    torch.manual_seed(5)
+    n = 3
+    cls = backend_class([small_config(2, topk=4, drafts=n)])
+    rig = make_rig(cls, num_k_heads=1, dtype=torch.float16, device="cpu", spec_topk=4)
+    rig.run_extend([1, 2], [4, 6], [False, False])
+    for bad, where in (([[-1, 0, 0], [-1, 2, 1]], r"parents\[1, 1\]"),
+                       ([[-1, 0, 1], [-1, 0, -2]], r"parents\[1, 2\]"),
+                       ([[-1, 0, 5], [-1, 0, 1]], r"parents\[0, 2\]")):  # fmt: skip
+        parents = torch.tensor(bad, dtype=torch.int32)
+        with pytest.raises(AttngenInputError, match=where + ": expected an earlier draft"):
+            rig.backend.init_forward_metadata(rig.verify_batch([1, 2], parents))
+    good = torch.tensor([[-1, 0, 0], [-1, 0, 1]], dtype=torch.int32)
+    fb = rig.verify_batch([1, 2], good)
+    rig.backend.init_forward_metadata(fb)
+    x, a, b = rig.inputs(2 * n)
+    rig.backend.forward_extend(rig.layer, fb, x, a, b)
+    temporal = rig.pool.layer(0)[0].clone()
+    for accepted in ([0, n], [-2, 0]):
+        with pytest.raises(AttngenInputError, match=r"accepted\[\d\]: expected a draft"):
+            rig.backend.accept(torch.tensor(accepted, dtype=torch.int32))
+    assert torch.equal(rig.pool.layer(0)[0], temporal)  # nothing copied
+    rig.backend.accept(torch.tensor([n - 1, -1], dtype=torch.int32))
+
+
 @pytest.mark.parametrize("topk", [1, 4])
 def test_graph_metadata_paths(topk: int) -> None:
     """The CUDA-graph metadata paths on CPU (no graph: each "replay" runs the forward on
