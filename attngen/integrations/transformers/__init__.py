@@ -20,6 +20,16 @@ over its request state pool (``gdn.py``); DeepSeek-V3.2 attention modules (DSA) 
 attngen's fp8 lightning indexer and sparse MLA with the module's own indexer weights
 (``dsa.py``).
 
+The registered mask function does not build a mask: it returns a description of the mask
+transformers asks each layer type for (``masks.py``: causal, a sliding window, a chunk
+size), and the attention function serves the layer with that window (also when the layer
+passes no ``sliding_window``, as Qwen2-MoE's and PhiMoE's sliding layers do) or refuses it,
+naming the layer, where attngen's kernels cannot apply the mask: bidirectional / non-causal
+attention, packed sequences, ``or_mask_function`` overlays, custom 4-D masks, masks the model
+computes with, chunked attention past the first chunk (Llama-4), a ``sliding_window`` its
+mask does not apply. ``enable`` refuses a model whose attention does not go through
+transformers' AttentionInterface (Falcon, Bloom, MPT: attngen would never run).
+
 ``observers`` (a list on the :class:`Runtime`) are called after every plain-generate layer
 with ``(module, query, key, value, kwargs, output, runtime)``: tests use it to judge each
 layer against the model's own eager attention; ``mla_observers``, ``gdn_observers`` and
@@ -33,10 +43,11 @@ from typing import Any, Callable
 
 import torch
 
-from attngen.integrations.transformers import dsa, gdn, mla
+from attngen.integrations.transformers import dsa, gdn, masks, mla
 from attngen.integrations.transformers.generate import GenerateState
+from attngen.integrations.transformers.masks import LayerMask
 from attngen.integrations.transformers.options import Options
-from attngen.integrations.transformers.paged import PagedState
+from attngen.integrations.transformers.paged import PagedState, layer_window
 from attngen.integrations.transformers.select import LayerFeatures, choose
 from attngen.runtime.checks import AttngenInputError
 
@@ -72,10 +83,18 @@ def enable(model: torch.nn.Module, **options: Any) -> Runtime:
     runtime = Runtime(config or model.config, Options(**options))
     for cfg in {id(c): c for c in (model.config, config) if c is not None}.values():
         _RUNTIMES[id(cfg)] = runtime
+    model.set_attn_implementation(NAME)
+    if (config or model.config)._attn_implementation != NAME:
+        # transformers only warns: the model's attention code does not go through its
+        # AttentionInterface (e.g. Falcon, Bloom, MPT), so attngen would never run
+        raise AttngenInputError(
+            f"{type(model).__name__} does not run its attention through transformers' "
+            "AttentionInterface, so attngen cannot serve it (its implementation stayed "
+            f"{(config or model.config)._attn_implementation!r})"
+        )
     mla.patch(model, runtime, NAME)
     gdn.patch(model, runtime, NAME)
     dsa.patch(model, runtime, NAME)
-    model.set_attn_implementation(NAME)
     return runtime
 
 
@@ -108,20 +127,24 @@ def padding_mask(
     attention_mask: torch.Tensor | None = None,
     config: Any = None,
     device: Any = None,
+    mask_function: Callable[..., Any] | None = None,
     **kwargs: Any,
-) -> None:
+) -> LayerMask:
     """The mask function registered for ``"attngen"``: hands the 2-D padding mask and the
-    cached length to attngen's per-forward bookkeeping; the kernels apply causality and
-    windows themselves, so the layers get no mask (None)."""
+    cached length to attngen's per-forward bookkeeping and returns, instead of a mask tensor,
+    a :class:`~attngen.integrations.transformers.masks.LayerMask`: the kernels apply
+    causality and windows themselves, and the layers that get it check that they can
+    (``masks.py``: a chunked, bidirectional or custom mask is refused, not served as causal)."""
     offset = int(q_offset) if not isinstance(q_offset, torch.Tensor) else int(q_offset.item())
-    runtime_of(config).generate.begin(
+    generate = runtime_of(config).generate
+    generate.begin(
         attention_mask,
         batch_size=int(batch_size),
         q_length=int(q_length),
         q_offset=offset,
         device=device if device is not None else "cpu",
     )
-    return None
+    return LayerMask(masks.classify(mask_function), mask_function, generate.forward)
 
 
 def attention(
@@ -137,16 +160,53 @@ def attention(
     s_aux: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """The attention function of both registered names: ``[B, Sq, H, Dv]``, no weights."""
+    """The attention function of both registered names: ``[B, Sq, H, Dv]``, no weights. A
+    layer attngen cannot serve as transformers would run it fails with an error that names
+    the layer."""
+    try:
+        return _attention(
+            module, query, key, value, attention_mask, scaling, dropout, sliding_window,
+            softcap, s_aux, kwargs,
+        )  # fmt: skip
+    except AttngenInputError as error:
+        raise AttngenInputError(f"{layer_name(module)}: {error}") from None
+
+
+def layer_name(module: torch.nn.Module) -> str:
+    """``layer 3 (Qwen3Attention)``, as errors name a layer."""
+    index = getattr(module, "layer_idx", None)
+    return f"layer {index} ({type(module).__name__})"
+
+
+def _attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    scaling: float | None,
+    dropout: float,
+    sliding_window: int | None,
+    softcap: float | None,
+    s_aux: torch.Tensor | None,
+    kwargs: dict[str, Any],
+) -> tuple[torch.Tensor, None]:
     if dropout:
-        raise AttngenInputError(f"attngen serves inference only: dropout={dropout}")
+        raise AttngenInputError(
+            f"attngen serves inference only: dropout={dropout} (call model.eval())"
+        )
     if kwargs.get("indices") is not None:
         raise AttngenInputError("sparse attention indices (DSA) are not served by this path")
+    paged = kwargs.get("cache") is not None  # continuous batching: transformers' paged cache
+    _refuse_unserved(module, kwargs, paged)
     runtime = runtime_of(module.config)
-    features = LayerFeatures.of_call(query, key, value, sliding_window, softcap, s_aux)
     if scaling is None:
         scaling = float(query.shape[-1]) ** -0.5
-    if kwargs.get("cache") is not None:  # continuous batching: transformers' paged cache
+    if paged:
+        if attention_mask is not None:
+            raise AttngenInputError(_custom_mask(attention_mask))
+        window = layer_window(module, kwargs["cache"], sliding_window)
+        features = LayerFeatures.of_call(query, key, value, window, softcap, s_aux)
         out = runtime.paged.attend(
             module,
             query,
@@ -164,15 +224,96 @@ def attention(
             max_seqlen_k=_either(kwargs, "max_seqlen_k", "max_length_k"),
         )
         return out, None
+    mask = _layer_mask(attention_mask, runtime)
+    window = _window(sliding_window, mask.pattern.window)
+    if mask.pattern.chunk is not None:
+        runtime.generate.check_within_chunk(mask.pattern.chunk)
+    features = LayerFeatures.of_call(query, key, value, window, softcap, s_aux)
     out = runtime.generate.attend(
         module, query, key, value, scaling=scaling, features=features, sinks=s_aux
     )
     for observe in runtime.observers:
         features_kw = dict(sliding_window=sliding_window, softcap=softcap, s_aux=s_aux)
         observe(
-            module, query, key, value, dict(kwargs, scaling=scaling, **features_kw), out, runtime
+            module,
+            query,
+            key,
+            value,
+            dict(kwargs, scaling=scaling, attention_mask=mask, **features_kw),
+            out,
+            runtime,
         )
     return out, None
+
+
+def _refuse_unserved(module: torch.nn.Module, kwargs: dict[str, Any], paged: bool) -> None:
+    """Call arguments (and module flags) that change what attention computes and that
+    attngen's kernels do not apply: refused, not ignored."""
+    if kwargs.get("is_causal") is False or getattr(module, "is_causal", True) is False:
+        raise AttngenInputError(
+            "non-causal attention (is_causal=False, e.g. use_bidirectional_attention): "
+            "attngen's kernels are causal"
+        )
+    for name, what in (
+        ("position_bias", "an additive position bias"),
+        ("block_indices", "block-sparse attention indices"),
+    ):
+        if kwargs.get(name) is not None:
+            raise AttngenInputError(f"{what} ({name}): attngen's kernels do not apply it")
+    if not paged and kwargs.get("cu_seq_lens_q") is not None:
+        raise AttngenInputError(
+            "packed sequences (cu_seq_lens_q / cu_seq_lens_k): attngen's plain-generate path "
+            "serves one sequence per row of the padded batch"
+        )
+
+
+def _layer_mask(attention_mask: Any, runtime: Runtime) -> LayerMask:
+    """The layer's mask as attngen's mask function described it this forward."""
+    if not isinstance(attention_mask, LayerMask):
+        if attention_mask is None:
+            raise AttngenInputError(
+                "the layer got no mask from attngen's mask function this forward (the model "
+                "did not build it with transformers' create_*_mask functions); attngen cannot "
+                "tell which mask the layer needs"
+            )
+        raise AttngenInputError(_custom_mask(attention_mask))
+    if attention_mask.forward is not runtime.generate.forward:
+        raise AttngenInputError(
+            "the layer's mask was built for an earlier forward (masks reused across "
+            "forwards are not served: attngen's bookkeeping is per forward)"
+        )
+    if attention_mask.pattern.refused is not None:
+        raise AttngenInputError(
+            f"transformers built this layer {attention_mask.pattern.refused}; attngen's "
+            "kernels apply causal masks with an optional sliding window only"
+        )
+    return attention_mask
+
+
+def _custom_mask(attention_mask: Any) -> str:
+    shape = list(attention_mask.shape) if hasattr(attention_mask, "shape") else None
+    what = f"{type(attention_mask).__name__}" + (f" of shape {shape}" if shape else "")
+    return (
+        f"the layer got an attention mask attngen did not build ({what}: a custom mask "
+        "passed to the model, or one the layer made itself); attngen's kernels cannot "
+        "express it"
+    )
+
+
+def _window(sliding_window: int | None, mask_window: int | None) -> int | None:
+    """The layer's window: what its mask applies; the ``sliding_window`` it passes must agree
+    (eager and sdpa apply the mask, flash attention the argument)."""
+    if sliding_window is None or mask_window == int(sliding_window):
+        return mask_window
+    if mask_window is None:
+        raise AttngenInputError(
+            f"the layer passes sliding_window={sliding_window} but transformers built it a "
+            "mask without that window; attngen cannot tell which one the model means"
+        )
+    raise AttngenInputError(
+        f"the layer passes sliding_window={sliding_window} but transformers built it a mask "
+        f"with a window of {mask_window} keys"
+    )
 
 
 def _either(kwargs: dict[str, Any], name: str, other: str) -> Any:

@@ -115,6 +115,21 @@ class GenerateState:
             )
         self.forward = Forward(prefix, new, int(q_length), mask)
 
+    def check_within_chunk(self, chunk: int) -> None:
+        """A chunked causal mask (Llama-4's ``attention_chunk_size``: each token sees the
+        earlier tokens of its own chunk of ``chunk`` positions) is the plain causal mask while
+        every row fits in its first chunk; attngen's kernels have no chunked mask, so past
+        that this layer is refused (as transformers refuses flash attention there)."""
+        fwd = self.forward
+        assert fwd is not None
+        longest = max(p + n for p, n in zip(fwd.prefix, fwd.new))
+        if longest > chunk:
+            raise AttngenInputError(
+                f"chunked attention (attention_chunk_size={chunk}): a row reaches {longest} "
+                "tokens; attngen's kernels have no chunked mask and serve a chunked layer only "
+                f"while every row fits in one chunk (up to {chunk} tokens, as causal attention)"
+            )
+
     def _build(self, fwd: Forward, device: torch.device) -> None:
         """Slots, pools and the ForwardBatch of this forward (at its first layer)."""
         assert self.page_size is not None

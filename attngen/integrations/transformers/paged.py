@@ -149,6 +149,30 @@ class PagedState:
         return out.to(model_dtype).unsqueeze(0)
 
 
+def layer_window(module: torch.nn.Module, cache: Any, sliding_window: int | None) -> int | None:
+    """The window (keys) of one layer in continuous batching: the one transformers' paged
+    cache keeps for it (its mask there, and the ring the cache reads), which the
+    ``sliding_window`` the layer passes must agree with (some models, e.g. Qwen2-MoE and
+    PhiMoE, pass none for their sliding layers). A layer type the paged cache does not know
+    (Llama-4's ``chunked_attention``: the cache keeps it as full attention) is refused."""
+    layer_idx = int(module.layer_idx)
+    types = getattr(module.config, "layer_types", None)
+    kind = types[layer_idx] if types is not None and layer_idx < len(types) else None
+    if kind is not None and kind not in (FULL, SLIDING):
+        raise AttngenInputError(
+            f"a {kind!r} layer: continuous batching on attngen serves {FULL!r} and {SLIDING!r} "
+            "layers (transformers' paged cache keeps any other type as full attention)"
+        )
+    kept = int(cache.sliding_windows[layer_idx])
+    window = None if kept == 1 else kept
+    if sliding_window is not None and window != int(sliding_window):
+        raise AttngenInputError(
+            f"the layer passes sliding_window={sliding_window} but transformers' paged cache "
+            f"keeps it as {'full attention' if window is None else f'a {window}-key window'}"
+        )
+    return window
+
+
 def _page_table(
     cu_k: torch.Tensor, width: int, slots: torch.Tensor | None, num_rows: int
 ) -> torch.Tensor:

@@ -326,7 +326,12 @@ class LayerJudge:
         self._last_layer = layer
         fwd = runtime.generate.forward
         window = kwargs.get("sliding_window")
-        mask = self._mask(fwd.padding_mask, query.shape[2], key.shape[2], window)
+        # transformers' own mask function for this layer (what eager / sdpa apply), not
+        # what attngen read from it; the window only names the layer's features
+        layer_mask = kwargs["attention_mask"]
+        mask = self._model_mask(fwd.padding_mask, query.shape[2], key.shape[2], layer_mask)
+        if window is None:
+            window = layer_mask.pattern.window
         eager = eager_of(module)
         extra = {
             k: kwargs[k]
@@ -369,6 +374,28 @@ class LayerJudge:
             query, key, value, window, kwargs.get("softcap"), kwargs.get("s_aux")
         ).describe()
         self.records.append(LayerRecord(self.step, layer, features, error, bound))
+
+    @staticmethod
+    def _model_mask(padding: torch.Tensor, q_len: int, k_len: int, layer_mask: Any) -> torch.Tensor:
+        """The additive mask ``[B, 1, q_len, k_len]`` transformers' sdpa would build from the
+        layer's ``mask_function`` and the padding mask (the last ``q_len`` / ``k_len`` of the
+        ``total`` positions)."""
+        from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+        total = int(padding.shape[1])
+        visible = sdpa_mask(
+            batch_size=int(padding.shape[0]),
+            q_length=q_len,
+            kv_length=k_len,
+            q_offset=total - q_len,
+            kv_offset=total - k_len,
+            mask_function=layer_mask.mask_function or causal_mask_function,
+            attention_mask=padding,
+            allow_is_causal_skip=False,
+            device=padding.device,
+        )
+        zero = torch.zeros((), device=padding.device)
+        return torch.where(visible, zero, torch.finfo(torch.float32).min)
 
     @staticmethod
     def _mask(padding: torch.Tensor, q_len: int, k_len: int, window: int | None) -> torch.Tensor:
