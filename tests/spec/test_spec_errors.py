@@ -130,7 +130,7 @@ EXPECTED = {
         "tests/spec/bad_specs/gdn_empty_section.yaml:5: gdn.key_dim: required field is missing"
     ),
     "dsa_page_16": (
-        "tests/spec/bad_specs/dsa_page_16.yaml:9: kv_cache.page_size: dsa needs 64-token pages, not 16: the indexer's key cache packs 64 fp8 keys and their scales per page, and sparse MLA reads the latent cache in the same pages"
+        "tests/spec/bad_specs/dsa_page_16.yaml:9: kv_cache.page_size: dsa needs 64-token pages, not 16: the indexer's key cache packs 64 keys per page, and sparse MLA reads the latent cache in the same pages"
     ),
     # scalars are read by the spec language's rules, never YAML 1.1's
     "mha_value_equals": (
@@ -231,8 +231,8 @@ EXPECTED = {
     ),
     "dsa_default_page_size": (
         "tests/spec/bad_specs/dsa_default_page_size.yaml:1: kv_cache.page_size: dsa needs "
-        "64-token pages, not 1 (the default): the indexer's key cache packs 64 fp8 keys and "
-        "their scales per page, and sparse MLA reads the latent cache in the same pages"
+        "64-token pages, not 1 (the default): the indexer's key cache packs 64 keys per page, "
+        "and sparse MLA reads the latent cache in the same pages"
     ),
     "mha_tuning_phase_not_generated": (
         "tests/spec/bad_specs/mha_tuning_phase_not_generated.yaml:16: "

@@ -6,7 +6,9 @@
   ``amax / 448``; value = e4m3 * scale), 64 bf16 rope values; ``[pages, 64, 1, 656]``
   float8_e4m3fn as SGLang and FlashMLA view it.
 - The indexer's key pool (:class:`IndexKeyPool`): uint8 ``[pages, 64 * 132]`` per layer:
-  the page's 64 keys of 128 e4m3 values, then their 64 fp32 scales (``amax / 448``).
+  the page's 64 keys of 128 e4m3 values, then their 64 fp32 scales (``amax / 448``); or,
+  for an indexer that scores in bf16 / fp16 / fp32, the page's 64 keys in that dtype
+  (``[pages, 64 * 128 * itemsize]`` bytes, no scales).
 
 Writes quantize (saturating) and scatter without reading device values on the host, so
 they are CUDA-graph capturable.
@@ -172,9 +174,13 @@ def latent_pool(
     )
 
 
+INDEX_KEY_DTYPES = (FP8, torch.bfloat16, torch.float16, torch.float32)
+
+
 class IndexKeyPool:
-    """The lightning indexer's fp8 key cache: uint8 ``[pages, page_size * (D + 4)]`` per
-    layer (``page_size`` keys of D e4m3 values, then their fp32 scales)."""
+    """The lightning indexer's key cache, uint8 ``[pages, page_bytes]`` per layer: with
+    ``dtype`` float8_e4m3fn (DeepSeek-V3.2's), ``page_size`` keys of D e4m3 values, then
+    their fp32 scales; with bf16 / fp16 / fp32, ``page_size`` keys of D values of it."""
 
     def __init__(
         self,
@@ -183,6 +189,7 @@ class IndexKeyPool:
         num_pages: int,
         page_size: int,
         index_head_dim: int = 128,
+        dtype: torch.dtype = FP8,
         device: torch.device | str,
     ) -> None:
         for name, value in (
@@ -192,16 +199,26 @@ class IndexKeyPool:
             ("index_head_dim", index_head_dim),
         ):
             check_at_least(name, value, 1)
+        if dtype not in INDEX_KEY_DTYPES:
+            fail("dtype", f"one of {', '.join(map(str, INDEX_KEY_DTYPES))}", dtype)
         self.page_size = page_size
         self.index_head_dim = index_head_dim
+        self.dtype = dtype
         shape = (num_pages, self.page_bytes)
         self.buffer = [
             torch.zeros(shape, dtype=torch.uint8, device=device) for _ in range(num_layers)
         ]
 
     @property
+    def scaled(self) -> bool:
+        """fp8 keys, each with an fp32 scale."""
+        return self.dtype == FP8
+
+    @property
     def page_bytes(self) -> int:
-        return self.page_size * (self.index_head_dim + 4)
+        if self.scaled:
+            return self.page_size * (self.index_head_dim + 4)
+        return self.page_size * self.index_head_dim * self.dtype.itemsize
 
     @property
     def num_layers(self) -> int:
@@ -222,7 +239,7 @@ class IndexKeyPool:
         return self.buffer[layer_id]
 
     def _byte_offsets(self, loc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Flat byte offsets of slots' keys ``[N, D]`` and scales ``[N, 4]``."""
+        """Flat byte offsets of fp8 slots' keys ``[N, D]`` and scales ``[N, 4]``."""
         loc = loc.long()
         page, j = loc // self.page_size, loc % self.page_size
         base = page * self.page_bytes
@@ -231,18 +248,27 @@ class IndexKeyPool:
         scales = (base + self.page_size * d + 4 * j)[:, None] + torch.arange(4, device=loc.device)
         return keys, scales
 
+    def keys(self, layer_id: int) -> torch.Tensor:
+        """A bf16 / fp16 / fp32 pool's keys as ``[slots, D]`` of its dtype (a view)."""
+        assert not self.scaled, "fp8 keys interleave with their scales: use gather()"
+        buf = self.get_index_k_with_scale_buffer(layer_id)
+        return buf.view(self.dtype).view(-1, self.index_head_dim)
+
     def set_index_k(self, layer_id: int, loc: torch.Tensor, index_k: torch.Tensor) -> None:
-        """Quantize new tokens' indexer keys ``index_k [T, D]`` (one scale per key) into
-        token slots ``loc``."""
+        """Write new tokens' indexer keys ``index_k [T, D]`` into token slots ``loc``:
+        quantized with one scale per key (fp8), else converted to the pool's dtype."""
         buf = self.get_index_k_with_scale_buffer(layer_id)
         check_tensor("loc", loc, dtype=INDEX_DTYPES, shape=[None], device=self.device)
         check_tensor(
             "index_k",
             index_k,
-            dtype=ACTIVATION_DTYPES,
+            dtype=(*ACTIVATION_DTYPES, torch.float32),
             shape=[loc.shape[0], self.index_head_dim],
             device=self.device,
         )
+        if not self.scaled:
+            self.keys(layer_id)[loc.long()] = index_k.to(self.dtype)
+            return
         codes, scale = quantize_blocks(index_k, self.index_head_dim)
         keys, scales = self._byte_offsets(loc)
         flat = buf.view(-1)
@@ -250,7 +276,11 @@ class IndexKeyPool:
         flat[scales] = scale.contiguous().view(torch.uint8).view(-1, 4)
 
     def gather(self, layer_id: int, loc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(e4m3 keys ``[N, D]``, fp32 scales ``[N]``) of token slots ``loc``."""
+        """(keys ``[N, D]`` in the pool's dtype, fp32 scales ``[N]``: ones unless fp8) of
+        token slots ``loc``."""
+        if not self.scaled:
+            keys = self.keys(layer_id)[loc.long()]
+            return keys, torch.ones(keys.shape[0], dtype=torch.float32, device=keys.device)
         flat = self.get_index_k_with_scale_buffer(layer_id).view(-1)
         keys, scales = self._byte_offsets(loc)
         return flat[keys].view(FP8), flat[scales].contiguous().view(torch.float32).view(-1)

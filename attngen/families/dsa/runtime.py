@@ -8,9 +8,11 @@ the token itself) and a page-table row per query row. Per layer:
 
 1. the caller writes the new tokens' indexer keys (``index_pool.set_index_k``, or
    ``index_k=`` to :meth:`DsaBackend.indexer`) and :meth:`DsaBackend.indexer` scores every
-   visible key (fp8 q ``[T, 64, 128]``, weights ``[T, 64]`` fp32 with q's scale folded in)
-   and returns ``topk_indices [T, 2048]`` int32: logical positions in the request, -1
-   padded (SGLang's convention); the matching token slots stay in the metadata;
+   visible key (q ``[T, 64, 128]`` in the index dtype, weights ``[T, 64]`` fp32: fp8 q with
+   its scale folded into the weights, or an unquantized indexer's bf16 / fp16 / fp32 q; the
+   index pool's dtype says which) and returns ``topk_indices [T, 2048]`` int32: logical
+   positions in the request, -1 padded (SGLang's convention); the matching token slots
+   stay in the metadata;
 2. ``forward_decode`` / ``forward_extend(q, k, v, layer, forward_batch, save_kv_cache,
    q_rope, k_rope, topk_indices=...)`` writes the new latent rows (``k`` the latent ``[T,
    1, 512]`` or ``[T, 512]``, ``k_rope [T, 1, 64]``; the fp8 pool quantizes them into
@@ -123,6 +125,8 @@ class DsaBackend(AttentionBackendBase):
         self.dtype = dtype
         self.kv_cache_dtype = dtype if kv_cache_dtype is None else kv_cache_dtype
         self.device = canonical_device(device)
+        if not isinstance(index_pool, IndexKeyPool):
+            fail("index_pool", "an IndexKeyPool", type(index_pool).__name__)
         self.config = select_config(
             self.kernels.CONFIGS,
             DsaKey(
@@ -132,6 +136,7 @@ class DsaBackend(AttentionBackendBase):
                 index_heads=None,  # type: ignore[arg-type]
                 index_head_dim=None,  # type: ignore[arg-type]
                 index_topk=None,  # type: ignore[arg-type]
+                index_dtype=dtype_name(index_pool.dtype),  # the pool's keys say what it scores in
                 page_size=page_size,
                 dtype=dtype_name(dtype),
                 kv_dtype=dtype_name(self.kv_cache_dtype),
@@ -243,8 +248,9 @@ class DsaBackend(AttentionBackendBase):
         index_k: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Top-k selection of every query row of this forward: writes ``index_k [T, 128]``
-        (the new tokens' indexer keys, quantized) when given, scores the visible keys with
-        q float8_e4m3fn ``[T, 64, 128]`` and weights fp32 ``[T, 64]``, and returns
+        (the new tokens' indexer keys, quantized for an fp8 pool) when given, scores the
+        visible keys with q ``[T, 64, 128]`` in the index pool's dtype and weights fp32
+        ``[T, 64]``, and returns
         ``topk_indices [T, topk]`` int32 logical positions (ascending, -1 padded)."""
         meta = self._meta()
         if index_k is not None:

@@ -20,6 +20,15 @@ FP8 = torch.float8_e4m3fn
 # (commit 0445985) the worst error was 0.015 of 2^-10 of the sum, 1/16 of this bound; the
 # interpreter (fp32 throughout) is far inside it.
 SCORE_ABS_FACTOR = 2.0**-12
+# An unquantized indexer (bf16 / fp16 products exact in fp32, or IEEE fp32 products) sums
+# 128 products and then 64 heads in fp32: (128 + 64 + 1) x 2^-24 < 2^-16 of the sum of
+# |terms| (the kernel's own inputs, so the rounding of q and k to the index dtype is not in
+# it: that is the model's arithmetic, not the kernel's).
+SCORE_ABS_FACTOR_UNSCALED = 2.0**-16
+
+
+def score_abs_factor(index_pool: IndexKeyPool) -> float:
+    return SCORE_ABS_FACTOR if index_pool.scaled else SCORE_ABS_FACTOR_UNSCALED
 
 
 @dataclass
@@ -38,6 +47,7 @@ def make_rig(
     dtype: torch.dtype,
     device: str | torch.device,
     kv_cache_dtype: torch.dtype | None = None,
+    index_dtype: torch.dtype = FP8,
     max_reqs: int = 64,
     max_context_len: int = 4096,
     num_pages: int | None = None,
@@ -51,7 +61,9 @@ def make_rig(
     kv_pool = latent_pool(
         num_layers=1, num_pages=num_pages, page_size=ps, dtype=kv_dtype, device=device
     )
-    index_pool = IndexKeyPool(num_layers=1, num_pages=num_pages, page_size=ps, device=device)
+    index_pool = IndexKeyPool(
+        num_layers=1, num_pages=num_pages, page_size=ps, dtype=index_dtype, device=device
+    )
     # fresh random bytes everywhere: a kernel reading an unwritten slot sees garbage, not 0
     buf = kv_pool.kv_buffer[0]
     if kv_dtype == FP8:  # random finite rows, quantized through the pool
@@ -87,7 +99,7 @@ class DsaBatch:
     new_rope: torch.Tensor  # [T, 1, 64]
     new_index_k: torch.Tensor  # [T, 128]
     q: torch.Tensor  # [T, H, 576]
-    q_index: torch.Tensor  # [T, 64, 128] e4m3
+    q_index: torch.Tensor  # [T, 64, 128] in the index dtype (e4m3 by default)
     weights: torch.Tensor  # [T, 64] fp32
 
     @property
@@ -164,7 +176,7 @@ def rig_batch(
         randn(rows, 1, 64).to(dtype),
         randn(rows, 128).to(dtype),
         randn(rows, heads, 576).to(dtype),
-        randn(rows, 64, 128, scale=3.0).to(FP8),
+        randn(rows, 64, 128, scale=3.0).to(rig.index_pool.dtype),
         randn(rows, 64, scale=0.1).float(),
     )
 
@@ -179,11 +191,12 @@ def oracle_rows(rig: DsaRig) -> torch.Tensor:
 
 def oracle_scores(rig: DsaRig, db: DsaBatch, row: int) -> tuple[torch.Tensor, torch.Tensor]:
     """float64 indexer scores of query row ``row`` over its visible keys, and the largest
-    error allowed on each (SCORE_ABS_FACTOR x the sum of |terms|)."""
+    error allowed on each (``score_abs_factor`` x the sum of |terms|)."""
     b, n = db.rows_req[row]
     k8, ks = rig.index_pool.gather(0, db.slots[b][:n])
     args = (db.q_index[row : row + 1].float(), db.weights[row : row + 1], k8.float(), ks)
-    return ref.indexer_logits(*args)[0], SCORE_ABS_FACTOR * ref.indexer_abs_sum(*args)[0]
+    factor = score_abs_factor(rig.index_pool)
+    return ref.indexer_logits(*args)[0], factor * ref.indexer_abs_sum(*args)[0]
 
 
 def check_scores(got: torch.Tensor, scores: torch.Tensor, bound: torch.Tensor, what: str) -> float:

@@ -12,21 +12,25 @@ weights and transformers' conventions:
   ``weights_proj(x) * index_n_heads ** -0.5``; the score of key s for token t is
   ``sum_h w[t, h] * relu(softmax_scale * q[t, h] . k[s])`` (``softmax_scale = 128 **
   -0.5``), causal;
-- attngen's indexer scores them in fp8, as DeepSeek-V3.2's own inference code does (and as
-  transformers' docstring describes it, which skips both steps in its bf16/fp32 version):
-  q and k are rotated by the orthonormal 128-point Hadamard transform (dot products
-  unchanged; it spreads outliers over the dims), q is quantized to e4m3 with one scale per
-  (token, head) (``amax / 448``), folded with ``softmax_scale * n_heads ** -0.5`` into the
-  fp32 weights (relu commutes with a positive scale), and k goes to attngen's
-  :class:`~attngen.families.dsa.pool.IndexKeyPool` in the activations' dtype (the pool
-  quantizes it with one scale per key); the top-``index_topk`` keys (ties: lower position)
-  are logical positions in each request;
+- attngen's indexer scores them in the model's own dtype by default (``dsa_index_dtype``
+  None), as transformers does: q and k as the model computed them (fp32 products of fp32
+  or bf16 values, fp32 sums), ``softmax_scale * n_heads ** -0.5`` folded into the fp32
+  weights (relu commutes with a positive scale), k kept in an
+  :class:`~attngen.families.dsa.pool.IndexKeyPool` of that dtype. With ``dsa_index_dtype=
+  torch.float8_e4m3fn`` it scores in fp8 as DeepSeek-V3.2's own inference code does (and as
+  transformers' docstring describes it, which skips both steps): q and k are rotated by the
+  orthonormal 128-point Hadamard transform (dot products unchanged; it spreads outliers
+  over the dims), q is quantized to e4m3 with one scale per (token, head) (``amax /
+  448``), folded into the weights too, and the fp8 pool quantizes k with one scale per key.
+  Either way the top-``index_topk`` keys (ties: lower position) are logical positions in
+  each request;
 - the absorbed sparse MLA of those keys over attngen's latent pool, with q_latent = W_UK^T
   q_nope and o = W_UV o_latent as in ``mla.py``.
 
 fp8 scoring moves scores by a few percent, so keys near the top-k boundary can be picked
-differently from transformers' fp32 indexer; the tests measure how often (see
-``tests/integrations/transformers``). The per-forward bookkeeping is the MHA path's
+differently from transformers' own indexer; the tests measure how often (see
+``tests/integrations/transformers``). In the model's dtype the scores differ from
+transformers' by the order of fp32 sums only. The per-forward bookkeeping is the MHA path's
 :class:`~attngen.integrations.transformers.generate.GenerateState` (64-token pages, the
 page size of every DSA spec). transformers' cache is updated with the latent only (its
 length drives the positions).
@@ -54,6 +58,9 @@ from attngen.runtime.checks import AttngenInputError
 
 FAMILY = "dsa"
 PAGE_SIZE = 64  # every DSA spec's (the indexer's key pages)
+FP8 = torch.float8_e4m3fn
+# how a spec's dsa.index_dtype names a torch dtype (for the error that says what to add)
+SPEC_DTYPE = {FP8: "fp8_e4m3", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 MODULE_CLASSES = ("DeepseekV32Attention",)
 
 
@@ -113,6 +120,7 @@ def choose_dsa(
     arch: str,
     dtype: torch.dtype,
     kv_dtype: torch.dtype,
+    index_dtype: torch.dtype,
     backend: str | None = None,
 ) -> Choice:
     """The generated DSA config serving a DeepSeek-V3.2 layer; an error naming what to add."""
@@ -124,6 +132,7 @@ def choose_dsa(
         index_heads=int(ix.n_heads),
         index_head_dim=int(ix.head_dim),
         index_topk=int(ix.index_topk),
+        index_dtype=dtype_name(index_dtype),
         page_size=PAGE_SIZE,
         dtype=dtype_name(dtype),
         kv_dtype=dtype_name(kv_dtype),
@@ -135,8 +144,8 @@ def choose_dsa(
         raise AttngenInputError(
             f"no generated DSA config{on} for {arch} serves a DeepSeek-V3.2 attention layer "
             f"with {fields}; add a spec (specs/dsa/*.yaml: phases [extend, decode], mla dims, "
-            f"num_heads {shape.num_heads}, dsa index_topk {int(ix.index_topk)}) and run `make "
-            "generate`"
+            f"num_heads {shape.num_heads}, dsa index_topk {int(ix.index_topk)}, index_dtype "
+            f"{SPEC_DTYPE.get(index_dtype, index_dtype)}) and run `make generate`"
         )
     return choice
 
@@ -155,6 +164,7 @@ class DsaGenerate:
         self.choice: Choice | None = None
         self.layers: dict[int, AttentionLayer] = {}
         self.rotation: torch.Tensor | None = None
+        self.index_dtype: torch.dtype | None = None  # what the indexer scores in
         self._ready: Any = None  # the Forward whose metadata is built
         self.last_topk: torch.Tensor | None = None  # [T, topk] positions of the last layer
 
@@ -205,17 +215,22 @@ class DsaGenerate:
         rows, batch = fwd.q_rows, fwd.batch
         layer = self._layer(module, shape)
 
-        # the lightning indexer: fp8 scores of every visible key, top-k positions
+        # the lightning indexer: scores of every visible key, top-k positions
         ix = module.indexer
         q_ix, k_ix, weights = indexer_inputs(module, hidden, q_resid, position_embeddings)
         q_ix = q_ix.reshape(bs * q_len, ix.n_heads, ix.head_dim).index_select(0, rows)
         weights = weights.reshape(bs * q_len, ix.n_heads).index_select(0, rows)
         k_ix = k_ix.reshape(bs * q_len, ix.head_dim).index_select(0, rows)
-        if self.rotation is None or self.rotation.device != device:
-            self.rotation = hadamard(int(ix.head_dim), device)
-        q8, w = quantize_query(q_ix, weights, float(ix.softmax_scale), self.rotation)
-        k_act = (k_ix.float() @ self.rotation).to(dtype).contiguous()
-        topk = self.backend.indexer(q8, w, layer, batch, index_k=k_act)
+        if self.index_dtype == FP8:
+            if self.rotation is None or self.rotation.device != device:
+                self.rotation = hadamard(int(ix.head_dim), device)
+            q_in, w = quantize_query(q_ix, weights, float(ix.softmax_scale), self.rotation)
+            k_in = (k_ix.float() @ self.rotation).to(dtype).contiguous()
+        else:  # the model's own values: its dtype, unrotated, the scale in the weights
+            q_in = q_ix.to(self.index_dtype).contiguous()
+            w = (weights.float() * float(ix.softmax_scale)).contiguous()
+            k_in = k_ix.to(self.index_dtype).contiguous()
+        topk = self.backend.indexer(q_in, w, layer, batch, index_k=k_in)
         self.last_topk = topk
 
         # sparse absorbed MLA over the selected keys
@@ -247,12 +262,15 @@ class DsaGenerate:
                     f"kv_cache_dtype {self.options.kv_cache_dtype}: the DSA path of this "
                     f"integration serves a {dtype} latent cache only"
                 )
+            model_dtype = module.indexer.wq_b.weight.dtype
+            self.index_dtype = self.options.dsa_index_dtype or model_dtype
             self.choice = choose_dsa(
                 shape,
                 module,
                 arch=self.options.arch_for(device),
                 dtype=dtype,
                 kv_dtype=dtype,
+                index_dtype=self.index_dtype,
                 backend=self.options.backend,
             )
         return self.choice
@@ -298,6 +316,7 @@ class DsaGenerate:
                 num_pages=pages,
                 page_size=PAGE_SIZE,
                 index_head_dim=choice.config.index_head_dim,
+                dtype=self.index_dtype,
                 device=device,
             )
             if self.pool is not None:

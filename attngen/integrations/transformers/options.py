@@ -10,6 +10,7 @@ from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.select import ARCHS, detect_arch
 
 KV_DTYPES = (None, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
+DSA_INDEX_DTYPES = (None, torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
@@ -23,7 +24,10 @@ class Options:
     (None: the arch's preference order); ``arch``: None detects the device's;
     ``initial_tokens``: first size of the pool and of each request row (both grow);
     ``mla_prefill``: how MLA layers run a prompt, ``"ragged"`` (decompressed 192/128 heads
-    over the new tokens, SGLang's prefill) or ``"absorbed"`` (the absorbed extend kernel)."""
+    over the new tokens, SGLang's prefill) or ``"absorbed"`` (the absorbed extend kernel);
+    ``dsa_index_dtype``: what DeepSeek-V3.2's lightning indexer scores in (None: the model's
+    own dtype, transformers' formula as the model computes it; ``torch.float8_e4m3fn``:
+    DeepSeek-V3.2's inference path, q and keys Hadamard-rotated and quantized)."""
 
     page_size: int | None = None
     kv_cache_dtype: torch.dtype | None = None
@@ -33,6 +37,7 @@ class Options:
     arch: str | None = None
     initial_tokens: int = 4096
     mla_prefill: str = "ragged"
+    dsa_index_dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
         if self.page_size is not None and self.page_size < 1:
@@ -50,6 +55,10 @@ class Options:
         if self.mla_prefill not in ("ragged", "absorbed"):
             raise AttngenInputError(
                 f"mla_prefill: expected 'ragged' or 'absorbed', got {self.mla_prefill!r}"
+            )
+        if self.dsa_index_dtype not in DSA_INDEX_DTYPES:
+            raise AttngenInputError(
+                f"dsa_index_dtype: expected one of {DSA_INDEX_DTYPES}, got {self.dsa_index_dtype}"
             )
         if self.initial_tokens < 1:
             raise AttngenInputError(f"initial_tokens: expected >= 1, got {self.initial_tokens}")

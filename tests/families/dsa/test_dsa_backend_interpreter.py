@@ -76,14 +76,15 @@ def run(r, db):
 
 
 def check(r, db, topk, out, lse, what):
-    meta = r.backend.forward_metadata
+    meta, k = r.backend.forward_metadata, r.backend.config.index_topk
     for t, (b, n) in enumerate(db.rows_req):
         scores, bound = oracle_scores(r, db, t)
         check_scores(meta.logits[t, :n], scores, bound, f"{what} row {t}")
         got = topk[t][topk[t] >= 0].tolist()
-        if n <= 2048:
+        if n <= k:
             assert got == list(range(n)), f"{what} row {t}"
-        _, gap = topk_agreement(scores, bound, got, 2048)
+        assert len(got) == min(n, k), f"{what} row {t}"
+        _, gap = topk_agreement(scores, bound, got, k)
         assert gap <= 1.0
         assert torch.equal(meta.topk_slots[t][: len(got)].long(), db.slots[b][got])
     want, want_lse = ref.sparse_mla(db.q, oracle_rows(r), meta.topk_slots.long(), 192**-0.5)
@@ -99,6 +100,45 @@ def test_decode_selects(kv):
     r.backend.init_forward_metadata(db.batch)
     topk, (out, lse) = run(r, db)
     check(r, db, topk, out, lse, f"decode {kv}")
+
+
+def e2e_backend() -> type:
+    """The small-model spec's fp16 configs (its index dtypes: fp8, bf16, fp16, fp32)."""
+    gen = importlib.import_module(PKG.format("dsa_e2e_deepseek_v32") + ".backend").Backend
+    k = gen.kernels
+    configs = {u: c for u, c in k.CONFIGS.items() if c.dtype == "float16"}
+    names = ("indexer_logits", "topk", "sparse_mla", "sparse_workspace", "choose_splits")
+    kernels = SimpleNamespace(CONFIGS=configs, PHASES=k.PHASES, **{n: getattr(k, n) for n in names})
+    attrs = {a: getattr(gen, a) for a in ("graph", "spec_name", "arch", "num_sms")}
+    return type("CpuDsaE2eBackend", (DsaBackend,), dict(kernels=kernels, **attrs))
+
+
+@pytest.mark.parametrize("index_dtype", [torch.float32, F16, torch.float8_e4m3fn])
+def test_index_dtypes_decode_and_extend(index_dtype):
+    """The indexer scoring in fp32 (IEEE products), fp16 or fp8, picked by the index pool's
+    dtype: scores within their bound, top-64 by the oracle's order up to ties at that
+    bound, sparse MLA over the picks; the backend chose the config of the pool's dtype."""
+    torch.manual_seed(3)
+    r = make_rig(
+        e2e_backend(),
+        num_heads=16,
+        dtype=F16,
+        device="cpu",
+        index_dtype=index_dtype,
+        max_reqs=8,
+        max_context_len=512,
+        num_pages=24,
+    )
+    want = str(index_dtype).removeprefix("torch.")
+    assert r.backend.config.index_dtype == want
+    db = rig_batch(r, [190, 3], [1, 1], ForwardMode.DECODE, seed=4)
+    r.backend.init_forward_metadata(db.batch)
+    topk, (out, lse) = run(r, db)
+    check(r, db, topk, out, lse, f"decode {want}")
+    db = rig_batch(r, [0, 100], [70, 2], ForwardMode.EXTEND, seed=5)
+    r.backend.init_forward_metadata(db.batch)
+    topk, (out, lse) = run(r, db)
+    check(r, db, topk, out, lse, f"extend {want}")
 
 
 def test_extend_verify_and_graph_rows():

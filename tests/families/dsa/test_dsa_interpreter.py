@@ -36,6 +36,7 @@ def config(num_heads=16, kv_dtype="float16", topk=64, **tiles) -> DsaTritonConfi
         index_heads=16,
         index_head_dim=32,
         index_topk=topk,
+        index_dtype="float8_e4m3fn",
         page_size=PAGE,
         dtype="float16",
         kv_dtype=kv_dtype,
@@ -86,31 +87,68 @@ def test_index_pool_roundtrip():
     assert pool.buffer[0].count_nonzero() == 0  # other layer untouched
 
 
+def test_index_pool_unscaled_roundtrip():
+    """A bf16 / fp16 / fp32 index pool keeps each key as its dtype rounds it, no scale."""
+    for dtype in (torch.float32, F16, torch.bfloat16):
+        pool = IndexKeyPool(
+            num_layers=2, num_pages=3, page_size=PAGE, index_head_dim=32, dtype=dtype, device="cpu"
+        )
+        assert pool.page_bytes == PAGE * 32 * dtype.itemsize
+        loc = torch.tensor([5, 70, 191, 64])
+        k = torch.randn(4, 32) * torch.tensor([1.0, 10.0, 0.01, 3.0])[:, None]
+        pool.set_index_k(1, loc, k)
+        keys, scale = pool.gather(1, loc)
+        assert keys.dtype == dtype and torch.equal(keys, k.to(dtype))
+        assert torch.equal(scale, torch.ones(4))
+        assert pool.buffer[0].count_nonzero() == 0  # other layer untouched
+    with pytest.raises(AttngenInputError, match="dtype"):
+        IndexKeyPool(num_layers=1, num_pages=1, page_size=PAGE, dtype=torch.int8, device="cpu")
+
+
+# index dtype -> (torch dtype, error allowed over the sum of |terms|): exact fp8 / fp16
+# products or IEEE fp32 ones, fp32 sums of 32 products then 16 heads (the interpreter runs
+# fp32 throughout): (32 + 16 + 1) x 2^-24 < 2^-18
+INDEX_CASES = {
+    "float8_e4m3fn": FP8,
+    "float16": F16,
+    "float32": torch.float32,
+}
+
+
+@pytest.mark.parametrize("index_dtype", sorted(INDEX_CASES))
 @pytest.mark.parametrize("paged", [True, False])
-def test_indexer_logits(paged):
+def test_indexer_logits(paged, index_dtype):
     torch.manual_seed(1)
-    cfg = config()
+    cfg = config(index_dtype=index_dtype)
+    dtype = INDEX_CASES[index_dtype]
     lens = [1, 63, 200]
-    q = (torch.randn(len(lens), 16, 32) * 2).to(FP8)
+    q = (torch.randn(len(lens), 16, 32) * 2).to(dtype)
     w = torch.randn(len(lens), 16)
     keys = torch.randn(sum(lens), 32)
     logits = torch.full((len(lens), 256), float("nan"))
     if paged:
         table = paged_slots(lens, 8, seed=2)
         pool = IndexKeyPool(
-            num_layers=1, num_pages=8, page_size=PAGE, index_head_dim=32, device="cpu"
+            num_layers=1, num_pages=8, page_size=PAGE, index_head_dim=32, dtype=dtype, device="cpu"
         )
         loc = torch.cat([slots_of(table, b, n) for b, n in enumerate(lens)])
         pool.set_index_k(0, loc, keys)
         launch.indexer_logits(
             q, w, pool.buffer[0], table, torch.tensor(lens, dtype=torch.int32), logits, config=cfg
         )
-    else:
+    elif dtype == FP8:
         pool = None
         k8, ks = (keys / 0.01).clamp(-448, 448).to(FP8), torch.full((sum(lens),), 0.01)
         starts = torch.tensor([0, 1, 64], dtype=torch.int32)
         launch.indexer_logits_ragged(
             q, w, k8, ks, starts, torch.tensor(lens, dtype=torch.int32), logits, config=cfg
+        )
+    else:
+        pool = None
+        k8, ks = keys.to(dtype), torch.ones(sum(lens))
+        starts = torch.tensor([0, 1, 64], dtype=torch.int32)
+        launch.indexer_logits_ragged(
+            q, w, k8, None, starts, torch.tensor(lens, dtype=torch.int32), logits, config=cfg
         )
     at = 0
     for b, n in enumerate(lens):
@@ -123,9 +161,10 @@ def test_indexer_logits(paged):
         at += n
         got = logits[b, :n].double()
         assert not torch.isnan(got).any()
-        # fp32 accumulation of 16 heads x 32 products of exact fp8 values: ~1e-6 relative
-        tol = 1e-5 * want.abs().max().clamp_min(1e-6)
-        assert (got - want).abs().max() <= tol, f"row {b}"
+        k_rows = pool.gather(0, slots_of(table, b, n)) if paged else (k8[sl], ks[sl])
+        args = (q[b : b + 1].float(), w[b : b + 1], k_rows[0].float(), k_rows[1])
+        bound = 2.0**-18 * ref.indexer_abs_sum(*args)[0]
+        assert ((got - want).abs() <= bound).all(), f"row {b}"
 
 
 def test_topk_tie_rule_and_padding():

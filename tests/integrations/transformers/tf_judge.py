@@ -107,10 +107,14 @@ def check_generate(
         pad_token_id=M.PAD,
     )
     dsa = any(type(m).__name__ == "DeepseekV32Attention" for m in model.modules())
+    fp8_index = dsa and options.get("dsa_index_dtype") == torch.float8_e4m3fn
     with torch.no_grad():
-        # DSA: the reference picks its top-k from DeepSeek-V3.2's fp8 indexer scores (float64
-        # sums), as attngen's indexer does; transformers' own fp32 pick is reported (recall)
-        restore = M.fp8_indexer(model, options.get("dtype") or torch.bfloat16) if dsa else None
+        # DSA over attngen's fp8 indexer: the reference picks its top-k from DeepSeek-V3.2's
+        # fp8 indexer scores (float64 sums), as attngen's indexer does; transformers' own
+        # fp32 pick is reported (recall). By default attngen scores in the model's dtype, and
+        # the reference is transformers' own indexer.
+        act_dtype = options.get("dtype") or torch.bfloat16
+        restore = M.fp8_indexer(model, act_dtype) if fp8_index else None
         try:
             ref = model.generate(input_ids=ids, attention_mask=mask, **kw)
         finally:
@@ -124,7 +128,7 @@ def check_generate(
         runtime.mla_observers.append(mla_judge)
         gdn_judge = M.GdnLayerJudge(kv_dtype, act)
         runtime.gdn_observers.append(gdn_judge)
-        dsa_judge = M.DsaLayerJudge(kv_dtype, act)
+        dsa_judge = M.DsaLayerJudge(kv_dtype, act, quantized=fp8_index)
         runtime.dsa_observers.append(dsa_judge)
         got = model.generate(input_ids=ids, attention_mask=mask, **kw)
     # one list: first failure by step

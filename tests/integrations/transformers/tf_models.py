@@ -827,12 +827,13 @@ def _fp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def dsa_scores(module, q, k, w, act: torch.dtype | None, quantized: bool, with_bound=True):
-    """Index scores ``[B, S, T]`` in float64 (and the rounding bound of attngen's fp8
-    kernel, ``SCORE_ABS_FACTOR`` x the sum of |terms|): transformers' formula
-    ``sum_h w * relu(softmax_scale * q . k)`` on q ``[B, S, H, D]``, k ``[B, T, D]``; with
-    ``quantized``, on DeepSeek-V3.2's fp8 inputs (Hadamard-rotated, q per (token, head), k
-    rounded to ``act`` then per key) as attngen's indexer receives them."""
-    from attngen.families.dsa.testing import SCORE_ABS_FACTOR
+    """Index scores ``[B, S, T]`` in float64 (and the rounding bound of attngen's kernel,
+    ``SCORE_ABS_FACTOR`` (fp8) or ``SCORE_ABS_FACTOR_UNSCALED`` x the sum of |terms|):
+    transformers' formula ``sum_h w * relu(softmax_scale * q . k)`` on q ``[B, S, H, D]``, k
+    ``[B, T, D]``; with ``quantized``, on DeepSeek-V3.2's fp8 inputs (Hadamard-rotated, q
+    per (token, head), k rounded to ``act`` then per key) as attngen's fp8 indexer receives
+    them, else on q and k as the model computed them (what the unquantized indexer takes)."""
+    from attngen.families.dsa.testing import SCORE_ABS_FACTOR, SCORE_ABS_FACTOR_UNSCALED
 
     scale = float(module.indexer.softmax_scale)
     if quantized:
@@ -849,26 +850,31 @@ def dsa_scores(module, q, k, w, act: torch.dtype | None, quantized: bool, with_b
         return scores, None
     absd = torch.einsum("bshd,btd->bsht", q.abs(), k.abs())
     abs_sum = torch.einsum("bsht,bsh->bst", absd * scale, w.abs()) * k_scale.abs()[:, None]
-    return scores, SCORE_ABS_FACTOR * abs_sum
+    return scores, (SCORE_ABS_FACTOR if quantized else SCORE_ABS_FACTOR_UNSCALED) * abs_sum
 
 
 class DsaLayerJudge(LayerJudge):
     """An attngen DSA observer, per DeepSeek-V3.2 layer call of plain generate:
 
     - indexer: attngen's top-k positions of every real query row against the top-k of the
-      float64 scores of transformers' indexer formula on the fp8 inputs DeepSeek-V3.2's
-      inference code feeds its fp8 kernel (computed here from the module's weights, not
-      by the integration): equal sets, or picks outside the oracle's set whose oracle score
-      is within the kernel's rounding bound of the k-th (``topk_agreement`` <= 1); and,
-      reported (``recall``), the share of transformers' own fp32 picks that attngen keeps;
+      float64 scores of transformers' indexer formula (computed here from the module's
+      weights, not by the integration) on the inputs attngen's indexer takes: the fp8
+      inputs DeepSeek-V3.2's inference code feeds its fp8 kernel (``quantized``, the
+      integration's ``dsa_index_dtype=float8_e4m3fn``), or the model's own q and k (its
+      default): equal sets, or picks outside the oracle's set whose oracle score is within
+      the kernel's rounding bound of the k-th (``topk_agreement`` <= 1); and, reported
+      (``recall``), the share of transformers' own picks that attngen keeps;
     - sparse attention: the layer's output (before o_proj) against the model's eager
       attention on its decompressed q/k/v (fp32) masked to attngen's picks (causal and
       padding too), bounded as ``MlaLayerJudge``'s absorbed path;
     - it records every real position's picks (as padded positions) so that the teacher-
       forced reference can replay them (``replay_dsa``)."""
 
-    def __init__(self, kv_dtype: torch.dtype, act: torch.dtype, scale: float = 1.0) -> None:
+    def __init__(
+        self, kv_dtype: torch.dtype, act: torch.dtype, scale: float = 1.0, quantized: bool = False
+    ) -> None:
         super().__init__(kv_dtype, act, scale)
+        self.quantized = quantized  # attngen's indexer scores in fp8 (else the model's dtype)
         self.history: dict[int, tuple[torch.Tensor, ...]] = {}
         self.picks: dict[int, dict[tuple[int, int], torch.Tensor]] = {}
         self.kept = [0, 0]  # (transformers' fp32 picks that attngen also picked, all of them)
@@ -899,7 +905,7 @@ class DsaLayerJudge(LayerJudge):
         pad = fwd.padding_mask
         real = pad.sum(dim=1).tolist()
         k_top = int(module.indexer.index_topk)
-        scores, bound = dsa_scores(module, q_ix, keys, w, self.act, quantized=True)
+        scores, bound = dsa_scores(module, q_ix, keys, w, self.act, quantized=self.quantized)
         exact, _ = dsa_scores(module, q_ix, keys, w, self.act, quantized=False, with_bound=False)
         rows = fwd.q_rows.tolist()
         topk = topk.cpu()
@@ -931,7 +937,7 @@ class DsaLayerJudge(LayerJudge):
             LayerRecord(
                 self.step,
                 layer,
-                f"DSA indexer (fp8, top-{k_top}): "
+                f"DSA indexer ({'fp8' if self.quantized else 'model dtype'}, top-{k_top}): "
                 + (
                     f"{len(failures)} rows pick beyond a tie, first (query {failures[0][0]}, "
                     f"row {failures[0][1]}): overlap {failures[0][2]:.3f}, worst "
@@ -1073,7 +1079,7 @@ def fp8_indexer(model: Any, act: torch.dtype) -> Callable[[], None]:
 CASES["deepseek_v32"] = Case(
     "deepseek_v32",
     deepseek_v32_config,
-    ("dsa top-64 (fp8 indexer)", "yarn mscale"),
+    ("dsa top-64 (indexer in the model's dtype)", "yarn mscale"),
     ((64, BF16),),
     switch_off={"sparse top-64": _dsa_dense, "yarn mscale": _yarn_scale_off},
     post_init=_moderate_mla,

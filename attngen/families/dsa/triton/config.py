@@ -25,6 +25,7 @@ class DsaKey:
     index_heads: int
     index_head_dim: int
     index_topk: int
+    index_dtype: str  # what the indexer scores in: "float8_e4m3fn" | "bfloat16" | ...
     page_size: int
     dtype: str
     kv_dtype: str  # the activations' dtype name, or "float8_e4m3fn": the 656-byte rows
@@ -49,6 +50,9 @@ class DsaTritonConfig:
     index_heads: int  # indexer heads: 64
     index_head_dim: int  # indexer head dim: 128
     index_topk: int  # keys kept per query token: 2048
+    # indexer q and keys: "float8_e4m3fn" (quantized, one fp32 scale per key, DeepSeek-V3.2)
+    # or "bfloat16" / "float16" / "float32" (as the model computes them, no scales)
+    index_dtype: str
     page_size: int  # tokens per page of both caches: 64
     dtype: str  # torch dtype name of q and out: "bfloat16" | "float16"
     kv_dtype: str  # latent cache: the activations' dtype name, or "float8_e4m3fn" (656 B)
@@ -79,6 +83,11 @@ class DsaTritonConfig:
     def fp8_cache(self) -> bool:
         return self.kv_dtype == "float8_e4m3fn"
 
+    @property
+    def fp8_index(self) -> bool:
+        """The indexer's keys are e4m3 codes with a scale each (else plain floats)."""
+        return self.index_dtype == "float8_e4m3fn"
+
     def gluon_shape_problems(self) -> list[str]:
         """What keeps the Gluon sparse kernels (``sparse_gluon``) from running this config
         on sm90: their fixed tile (64 heads x 64 slots on 8 warps) and, over fp8 rows, bf16
@@ -90,7 +99,9 @@ class DsaTritonConfig:
                 f"sparse_gluon=1 needs sparse_block_h 64, sparse_block_n 64 and 8 warps, got {tile}"
             )
         if self.fp8_cache and self.dtype != "bfloat16":
-            problems.append(f"sparse_gluon=1 over fp8 rows needs bf16 activations, got {self.dtype}")
+            problems.append(
+                f"sparse_gluon=1 over fp8 rows needs bf16 activations, got {self.dtype}"
+            )
         return problems
 
     @property

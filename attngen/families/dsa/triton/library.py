@@ -1,8 +1,8 @@
 """DSA in Triton: the kernels and launchers every DSA spec's kernels.py binds.
 
-- ``indexer_logits`` / ``indexer_logits_ragged``: the lightning indexer's fp8 scores of
-  each query row over its visible keys, from the paged index-key pool (decode, extend,
-  verify) or from contiguous keys (prefill);
+- ``indexer_logits`` / ``indexer_logits_ragged``: the lightning indexer's scores (fp8, or
+  the model's bf16 / fp16 / fp32) of each query row over its visible keys, from the paged
+  index-key pool (decode, extend, verify) or from contiguous keys (prefill);
 - ``topk``: the ``index_topk`` best keys of each row (higher score, then lower position),
   as logical positions and token slots, -1 padded;
 - ``sparse_mla``: absorbed MLA of each query row over its selected slots, bf16/fp16

@@ -38,8 +38,12 @@ FP8_SPARSE_TILES = {16: (16, 32, 8, 2), 32: (32, 16, 8, 2), 64: (64, 16, 8, 2)}
 # and on P for its value product (a first version that rounded e4m3 * scale to fp16 moved
 # the LSE past its 1e-3 bound).
 SM90_GLUON_TILE = (64, 64, 8, 1)
-# Indexer: one 64-key page per tensor-core tile (64 heads x 128 fp8), 1024 keys a program.
+# Indexer: one 64-key page per tensor-core tile (64 heads x 128 fp8, bf16 or fp16), 1024
+# keys a program. fp32 scores are IEEE FMA products (no tensor cores), their operand tiles
+# held in registers: 64-key tiles spilled 30 KB on sm_90a (Triton 3.6); 32 keys on 8 warps
+# take 62 registers, no spill.
 INDEXER = dict(indexer_block_n=64, indexer_block_s=1024, indexer_num_warps=4)
+INDEXER_FP32 = dict(indexer_block_n=32, indexer_block_s=1024, indexer_num_warps=8)
 # Top-k: 2048 scores per pass step on 8 warps.
 TOPK = dict(topk_block=2048, topk_num_warps=8)
 
@@ -81,6 +85,7 @@ def kernel_config(
         index_heads=shape.index_heads,
         index_head_dim=shape.index_head_dim,
         index_topk=shape.index_topk,
+        index_dtype=TORCH_DTYPE_NAME[shape.index_dtype],
         page_size=variant.page_size,
         dtype=TORCH_DTYPE_NAME[variant.dtype],
         kv_dtype=KV_DTYPE_NAME[variant.kv_dtype],
@@ -91,7 +96,7 @@ def kernel_config(
         **dataclasses.asdict(key),
         num_draft_tokens=variant.num_draft_tokens,
         **sparse_tiles(shape.mla.num_heads, variant.kv_dtype, arch, variant.dtype is DType.BF16),
-        **INDEXER,
+        **(INDEXER_FP32 if shape.index_dtype is DType.FP32 else INDEXER),
         **TOPK,
     )
     return dataclasses.replace(config, **(overrides or {}))

@@ -91,16 +91,17 @@ def check_rows(r, db, topk, out, lse, what, score_rows=None):
     its bound."""
     be = r.backend
     rows_req = db.rows_req
-    meta = be.forward_metadata
+    meta, k = be.forward_metadata, be.config.index_topk
     worst_overlap, worst_score = 1.0, 0.0
     for t in score_rows if score_rows is not None else range(len(rows_req)):
         b, n = rows_req[t]
         scores, bound = oracle_scores(r, db, t)
         worst_score = max(worst_score, check_scores(meta.logits[t, :n], scores, bound, what))
         got = topk[t][topk[t] >= 0].tolist()
-        if n <= TOPK:
+        if n <= k:
             assert got == list(range(n)), f"{what} row {t}: {n} keys must all be selected"
-        overlap, gap = topk_agreement(scores, bound, got, TOPK)
+        assert len(got) == min(n, k), f"{what} row {t}: {len(got)} picks"
+        overlap, gap = topk_agreement(scores, bound, got, k)
         assert gap <= 1.0, f"{what} row {t}: a pick {gap:.2g} x the bounds below the k-th"
         worst_overlap = min(worst_overlap, overlap)
         assert (topk[t][len(got) :] == -1).all()
@@ -138,6 +139,47 @@ def test_decode(kv, heads, evidence):
         "decode",
         topk_overlap=min(overlap, overlap2),
         score_err_over_bound=round(max(score, score2), 3),
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index_dtype", [torch.float32, BF16, torch.float16, FP8])
+def test_index_dtypes(index_dtype, evidence):
+    """The small-model spec's indexers (fp8, or unquantized bf16 / fp16 / fp32 scores, the
+    latter IEEE products) at top-64: decode over contexts past and below 64 keys, and
+    extend with and without a prefix; scores within their bound (2^-16 of the sum of
+    |terms| unquantized), picks by the oracle's order up to ties at it."""
+    torch.manual_seed(7)
+    r = make_rig(
+        backend("dsa_e2e_deepseek_v32"),
+        num_heads=16,
+        dtype=BF16,
+        device="cuda",
+        index_dtype=index_dtype,
+        max_context_len=4096,
+    )
+    name = str(index_dtype).removeprefix("torch.")
+    assert r.backend.config.index_dtype == name
+    lens = [1, 63, 64, 65, 300, 3000]
+    db = rig_batch(r, [n - 1 for n in lens], [1] * len(lens), ForwardMode.DECODE, seed=8)
+    topk, (out, lse) = run(r, db)
+    overlap, score = check_rows(r, db, topk, out, lse, f"decode index {name}")
+    evidence.record(
+        r.backend.kernels,
+        r.backend.config.uri,
+        "decode",
+        topk_overlap=overlap,
+        score_err_over_bound=round(score, 3),
+    )
+    db = rig_batch(r, [0, 500], [200, 90], ForwardMode.EXTEND, seed=9)
+    topk, (out, lse) = run(r, db)
+    overlap, score = check_rows(r, db, topk, out, lse, f"extend index {name}")
+    evidence.record(
+        r.backend.kernels,
+        r.backend.config.uri,
+        "extend",
+        topk_overlap=overlap,
+        score_err_over_bound=round(score, 3),
     )
 
 

@@ -7,6 +7,7 @@ import torch
 from attngen.families.dsa.triton.config import CompileSpec, DsaTraits, DsaTritonConfig
 from attngen.families.dsa.triton.host.launch import (
     combine_options,
+    index_dtype,
     indexer_options,
     io_dtype,
     kv_dtype,
@@ -24,13 +25,12 @@ POINTER_TYPES = {
     torch.bfloat16: "*bf16",
     torch.float16: "*fp16",
     torch.float8_e4m3fn: "*fp8e4nv",
+    torch.float32: "*fp32",
 }
 # Triton types of the runtime arguments that are not activations, caches or strides.
 ARG_TYPES = {
-    "Q": "*fp8e4nv",
     "W": "*fp32",
-    "K8": "*fp8e4nv",
-    "KF": "*fp32",
+    "KS": "*fp32",
     "KVF": "*fp32",
     "KV16": "*i16",
     "KVW": "*i32",
@@ -65,6 +65,8 @@ def _compile_spec(
             signature[arg] = POINTER_TYPES[io_dtype(config)]
         elif arg == "KV":
             signature[arg] = POINTER_TYPES[kv_dtype(config)]
+        elif arg in ("Q", "K"):  # the indexer's q and keys
+            signature[arg] = POINTER_TYPES[index_dtype(config)]
         elif arg.startswith("stride_"):
             signature[arg] = "i32"
         else:
@@ -83,19 +85,30 @@ def compile_specs(config: DsaTritonConfig, traits: DsaTraits) -> list[CompileSpe
     """Every kernel the spec's phases launch for ``config``, as the runtime launches it."""
     specs = []
     paged = indexer_options(config, paged=True)
+    unscaled = () if config.fp8_index else ("KS",)  # keys without scales pass KS=None
     specs.append(
-        _compile_spec("indexer_paged", indexer_logits_kernel, paged, config, ("ROW_START",))
+        _compile_spec(
+            "indexer_paged", indexer_logits_kernel, paged, config, ("ROW_START", *unscaled)
+        )
     )
     specs.append(
         _compile_spec(
-            "indexer_decode", indexer_logits_kernel, paged, config, ("ROW_START", "ROW_REQ")
+            "indexer_decode",
+            indexer_logits_kernel,
+            paged,
+            config,
+            ("ROW_START", "ROW_REQ", *unscaled),
         )
     )
     if "extend" in traits.phases:
         ragged = indexer_options(config, paged=False)
         specs.append(
             _compile_spec(
-                "indexer_ragged", indexer_logits_kernel, ragged, config, ("PAGE_TABLE", "ROW_REQ")
+                "indexer_ragged",
+                indexer_logits_kernel,
+                ragged,
+                config,
+                ("PAGE_TABLE", "ROW_REQ", *unscaled),
             )
         )
     specs.append(_compile_spec("topk", topk_kernel, topk_options(config), config))

@@ -25,7 +25,8 @@ I32 = torch.int32
 F32 = torch.float32
 FP8 = torch.float8_e4m3fn
 IO_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-SCALE_BYTES = 4  # one fp32 scale per index key
+INDEX_DTYPES = {**IO_DTYPES, "float32": F32, "float8_e4m3fn": FP8}
+SCALE_BYTES = 4  # one fp32 scale per fp8 index key
 
 
 def io_dtype(config: DsaTritonConfig) -> torch.dtype:
@@ -36,9 +37,17 @@ def kv_dtype(config: DsaTritonConfig) -> torch.dtype:
     return FP8 if config.fp8_cache else io_dtype(config)
 
 
+def index_dtype(config: DsaTritonConfig) -> torch.dtype:
+    """The indexer's q and key dtype."""
+    return INDEX_DTYPES[config.index_dtype]
+
+
 def index_page_bytes(config: DsaTritonConfig) -> int:
-    """Bytes of one index-key page: page_size fp8 keys, then their fp32 scales (8448)."""
-    return config.page_size * (config.index_head_dim + SCALE_BYTES)
+    """Bytes of one index-key page: page_size fp8 keys, then their fp32 scales (8448), or
+    page_size keys of the index dtype."""
+    if config.fp8_index:
+        return config.page_size * (config.index_head_dim + SCALE_BYTES)
+    return config.page_size * config.index_head_dim * index_dtype(config).itemsize
 
 
 def _index_vector(name: str, t: object, rows: int, device, trusted: bool) -> None:
@@ -57,6 +66,8 @@ def indexer_options(config: DsaTritonConfig, *, paged: bool) -> dict:
         PAGED=paged,
         BLOCK_N=config.indexer_block_n,
         BLOCK_S=config.indexer_block_s,
+        SCALED=config.fp8_index,
+        IEEE=config.index_dtype == "float32",
         num_warps=config.indexer_num_warps,
         num_stages=2,
     )
@@ -64,7 +75,7 @@ def indexer_options(config: DsaTritonConfig, *, paged: bool) -> dict:
 
 def _check_indexer_q(q, weights, logits, config: DsaTritonConfig) -> tuple[int, torch.device]:
     h, d = config.index_heads, config.index_head_dim
-    check_tensor("q", q, dtype=FP8, shape=[None, h, d], last_dim_contiguous=True)
+    check_tensor("q", q, dtype=index_dtype(config), shape=[None, h, d], last_dim_contiguous=True)
     rows, device = int(q.shape[0]), q.device
     check_tensor("weights", weights, dtype=F32, shape=[rows, h], device=device)
     if weights.stride(1) != 1:
@@ -89,8 +100,9 @@ def indexer_logits(
 ) -> torch.Tensor:
     """Indexer scores of ``T`` query rows over the paged index-key pool, into ``logits``.
 
-    q float8_e4m3fn ``[T, index_heads, index_head_dim]``; weights fp32 ``[T, index_heads]``
-    (q's dequant scale folded in); index_cache uint8 ``[pages, page_size * (D + 4)]``; row
+    q ``[T, index_heads, index_head_dim]`` in the index dtype (float8_e4m3fn, or the
+    bf16 / fp16 / fp32 of the model); weights fp32 ``[T, index_heads]`` (with fp8, q's
+    dequant scale folded in); index_cache uint8 ``[pages, index_page_bytes(config)]``; row
     t reads request ``row_req[t]`` (t when None) through ``page_table [>= B, pages]`` int32
     and scores its keys ``0 .. row_lens[t]-1`` (causal by position: the caller passes the
     token's own position + 1). logits fp32 ``[T, >= max row_lens]``: only visible entries
@@ -114,13 +126,14 @@ def indexer_logits(
     _index_vector("row_lens", row_lens, rows, device, trusted_metadata)
     if rows == 0:
         return logits
-    k8, kf = index_cache.view(FP8), index_cache.view(F32)
+    keys = index_cache.view(index_dtype(config))
+    scales = index_cache.view(F32) if config.fp8_index else None
     grid = (rows, triton.cdiv(logits.shape[1], config.indexer_block_s))
     indexer_logits_kernel[grid](
         q,
         weights,
-        k8,
-        kf,
+        keys,
+        scales,
         page_table,
         row_req,
         None,
@@ -129,8 +142,8 @@ def indexer_logits(
         q.stride(0),
         q.stride(1),
         weights.stride(0),
-        k8.stride(0),
-        kf.stride(0),
+        keys.stride(0),
+        0 if scales is None else scales.stride(0),
         page_table.stride(0),
         logits.stride(0),
         **indexer_options(config, paged=True),
@@ -142,7 +155,7 @@ def indexer_logits_ragged(
     q: torch.Tensor,
     weights: torch.Tensor,
     k: torch.Tensor,
-    k_scale: torch.Tensor,
+    k_scale: torch.Tensor | None,
     row_start: torch.Tensor,
     row_lens: torch.Tensor,
     logits: torch.Tensor,
@@ -150,16 +163,22 @@ def indexer_logits_ragged(
     config: DsaTritonConfig,
     trusted_metadata: bool = False,
 ) -> torch.Tensor:
-    """Indexer scores over contiguous keys (prefill): k float8_e4m3fn ``[S, D]``, k_scale
-    fp32 ``[S]``; row t scores keys ``row_start[t] .. row_start[t] + row_lens[t] - 1``,
-    written at ``logits[t, 0 .. row_lens[t]-1]`` (positions relative to row_start[t])."""
+    """Indexer scores over contiguous keys (prefill): k ``[S, D]`` in the index dtype,
+    k_scale fp32 ``[S]`` with fp8 keys (None otherwise); row t scores keys ``row_start[t] ..
+    row_start[t] + row_lens[t] - 1``, written at ``logits[t, 0 .. row_lens[t]-1]``
+    (positions relative to row_start[t])."""
     rows, device = _check_indexer_q(q, weights, logits, config)
-    check_tensor("k", k, dtype=FP8, shape=[None, config.index_head_dim], device=device)
+    check_tensor(
+        "k", k, dtype=index_dtype(config), shape=[None, config.index_head_dim], device=device
+    )
     if k.stride(1) != 1:
         fail("k", "stride 1 in the last dim", k.stride())
-    check_tensor("k_scale", k_scale, dtype=F32, shape=[k.shape[0]], device=device)
-    if k_scale.stride(0) != 1:
-        fail("k_scale", "a contiguous tensor", k_scale.stride())
+    if config.fp8_index:
+        check_tensor("k_scale", k_scale, dtype=F32, shape=[k.shape[0]], device=device)
+        if k_scale.stride(0) != 1:
+            fail("k_scale", "a contiguous tensor", k_scale.stride())
+    elif k_scale is not None:
+        fail("k_scale", f"None ({config.index_dtype} keys carry no scales)", type(k_scale).__name__)
     _index_vector("row_start", row_start, rows, device, trusted_metadata)
     _index_vector("row_lens", row_lens, rows, device, trusted_metadata)
     if rows == 0:

@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "e561b7bffeefae2b19bec85696140d7ba1af4cc00d6d7b9e9590baf1ca845bc3"
+LIBRARY_SHA256 = "ee5db89b8ae031bfdb3786e024c75f9455424158897151c1b53ebfbab7f3f268"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -45,6 +45,7 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         index_heads=64,
         index_head_dim=128,
         index_topk=2048,
+        index_dtype="float8_e4m3fn",
         page_size=64,
         dtype="bfloat16",
         kv_dtype="float8_e4m3fn",
@@ -70,6 +71,7 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         index_heads=64,
         index_head_dim=128,
         index_topk=2048,
+        index_dtype="float8_e4m3fn",
         page_size=64,
         dtype="bfloat16",
         kv_dtype="float8_e4m3fn",
@@ -96,6 +98,7 @@ CONFIGS: dict[str, DsaTritonConfig] = {
         index_heads=64,
         index_head_dim=128,
         index_topk=2048,
+        index_dtype="float8_e4m3fn",
         page_size=64,
         dtype="bfloat16",
         kv_dtype="float8_e4m3fn",
