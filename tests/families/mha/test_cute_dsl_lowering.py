@@ -301,7 +301,7 @@ def test_shared_memory_budget_matches_the_kernel() -> None:
     traits = MhaCuteTraits(MaskHooks(causal=True), ("prefill", "extend"))
     for d, dv in sorted(capability.HEAD_DIMS[Arch.SM90]):
         c = lower.kernel_config(wide(d, dv), Arch.SM90)
-        want = tiles.sm90_fwd_shared_bytes(d, dv, c.fwd_tile_n, c.fwd_num_stages)
+        want = tiles.sm90_fwd_shared_bytes(d, dv, c.fwd_tile_n, c.fwd_num_stages, c.fwd_tile_m)
         assert fwd_sm90.shared_bytes(fwd_shape(c, traits, paged=True)) == want, (d, dv)
     for d, dv in sorted(capability.HEAD_DIMS[Arch.SM100]):
         c = lower.kernel_config(wide(d, dv), Arch.SM100)

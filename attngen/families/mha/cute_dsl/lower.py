@@ -33,6 +33,11 @@ from attngen.spec.variant import Variant
 SEQ_LEN_FILL_VALUE = 1  # seq_len of padded rows in captured verify / draft-extend graphs
 RUNTIME_CLASS = "attngen.families.mha.runtime:PagedMhaBackend"
 FWD_TILE_M = 128
+# sm90, head dims <= 64: 192-row tiles on three consumer warpgroups (the kernel's
+# MAX_DIM_3WG; their S and O fit 160 registers a thread). H200, paired rounds against FA4
+# (ab_trees m192, 2026-12-05): d64 prefill 0.90-0.94x FA4 against 0.77-0.89x at 128 rows.
+FWD_TILE_M_3WG = 192
+MAX_DIM_3WG = 64
 FWD_TILE_N = {Arch.SM90: 128, Arch.SM100: 64}
 FWD_NUM_STAGES = 2
 FWD_INTRA_WG_OVERLAP = {Arch.SM90: 1, Arch.SM100: 0}  # a wgmma (sm90) schedule
@@ -56,11 +61,23 @@ def fwd_tile_n(variant: Variant, arch: Arch) -> int:
     return tile
 
 
-def pack_gqa(group: int, arch: Arch) -> bool:
+def fwd_tile_m(variant: Variant, arch: Arch) -> int:
+    """Query rows per CTA: 192 (three consumer warpgroups) on sm90 for head dims <= 64 where
+    a GQA group that packs into 128 rows packs into 192 too, else 128."""
+    shape = variant.shape
+    group = shape.gqa_group
+    three = arch is Arch.SM90 and max(shape.head_dim, shape.v_head_dim) <= MAX_DIM_3WG
+    if three and (group == 1 or not gqa_packs(arch.value, group, FWD_TILE_M)
+                  or gqa_packs(arch.value, group, FWD_TILE_M_3WG)):  # fmt: skip
+        return FWD_TILE_M_3WG
+    return FWD_TILE_M
+
+
+def pack_gqa(group: int, arch: Arch, tile_m: int = FWD_TILE_M) -> bool:
     """Whether the forward packs a GQA group's query heads into one CTA's rows, so that each
     K/V tile brought into shared memory serves the whole group (FA4 packs on sm90 whenever
-    the group exceeds 1): on sm90 for groups > 1 that divide the 128-row tile."""
-    return group > 1 and gqa_packs(arch.value, group, FWD_TILE_M)
+    the group exceeds 1): on sm90 for groups > 1 that divide the ``tile_m``-row tile."""
+    return group > 1 and gqa_packs(arch.value, group, tile_m)
 
 
 def kernel_config(
@@ -73,11 +90,11 @@ def kernel_config(
         **dataclasses.asdict(key),
         num_draft_tokens=variant.num_draft_tokens,
         arch=arch.value,
-        fwd_tile_m=FWD_TILE_M,
+        fwd_tile_m=fwd_tile_m(variant, arch),
         fwd_tile_n=fwd_tile_n(variant, arch),
         fwd_num_stages=FWD_NUM_STAGES,
         fwd_intra_wg_overlap=FWD_INTRA_WG_OVERLAP[arch],
-        fwd_pack_gqa=int(pack_gqa(key.gqa_group, arch)),
+        fwd_pack_gqa=int(pack_gqa(key.gqa_group, arch, fwd_tile_m(variant, arch))),
         max_splits=MAX_SPLITS,
     )
     return dataclasses.replace(config, **(overrides or {}))

@@ -24,8 +24,13 @@ GATHER_PAGE_SIZES = (1, 2, 4, 8)  # extend: K/V rows gathered with cp.async
 def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
     problems = []
     paged = any(p in phases for p in (*PAGED_PHASES, "decode"))
-    if c.fwd_tile_m != 2 * WGMMA_ROWS:
-        problems.append(f"fwd_tile_m={c.fwd_tile_m}: the kernel runs 2 consumer warpgroups")
+    if c.fwd_tile_m not in (2 * WGMMA_ROWS, 3 * WGMMA_ROWS):
+        problems.append(f"fwd_tile_m={c.fwd_tile_m}: the kernel runs 2 or 3 consumer warpgroups")
+    elif c.fwd_tile_m == 3 * WGMMA_ROWS and (
+        c.arch != "sm90" or max(c.head_dim, c.v_head_dim) > 64
+    ):
+        problems.append(f"fwd_tile_m={c.fwd_tile_m} (three consumer warpgroups): sm90, head "
+                        f"dims <= 64 (got {c.head_dim} / {c.v_head_dim} on {c.arch})")  # fmt: skip
     if c.fwd_tile_n not in TILE_N:
         problems.append(f"fwd_tile_n={c.fwd_tile_n} is not one of {TILE_N}")
     page_sizes = PAGE_SIZES + GATHER_PAGE_SIZES

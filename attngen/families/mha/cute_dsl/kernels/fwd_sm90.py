@@ -80,8 +80,12 @@ from attngen.families.mha.cute_dsl.tiles import FP8_DECODE_MAX_GROUP
 WARPGROUP = 128  # threads
 PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg (TMA issue only)
 CONSUMER_REGS = 240  # registers per consumer thread (S and O accumulators, P)
+# three consumer warpgroups (192-row tiles, head dims <= 64): 24 + 3 x 160 per 4 x 128 threads
+CONSUMER_REGS_3WG = 160
 # gathering producers compute a row address per copy: 40 + 2 x 232 warpgroups fit 64 Ki regs
 GATHER_PRODUCER_REGS, GATHER_CONSUMER_REGS = 40, 232
+GATHER_CONSUMER_REGS_3WG = 152
+MAX_DIM_3WG = 64  # a 192-row tile's consumer holds S (64 x tile_n) and O (64 x Dv) in 160 regs
 CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
 # an fp8 cache: query head j's two e4m3 parts go to rows 16 (j // 8) + j % 8 and that + 8 of
 # the 64-row tile (one thread's two accumulator rows), so FP8_DECODE_MAX_GROUP (32) at most
@@ -170,8 +174,11 @@ class MhaFwdSm90:
     """The kernel of one :class:`FwdShape`; ``cute.compile(obj, ...)`` builds it."""
 
     def __init__(self, shape: FwdShape):
-        # two consumer warpgroups of 64 rows; decode packs at most 64 rows: one
-        assert shape.tile_m == (64 if shape.decode else 2 * 64), "consumer warpgroups of 64 rows"
+        # two consumer warpgroups of 64 rows, or three at head dims <= 64; decode packs at
+        # most 64 rows: one
+        tiles_m = (64,) if shape.decode else (128, 192)
+        assert shape.tile_m in tiles_m, "consumer warpgroups of 64 rows"
+        assert shape.tile_m < 192 or max(shape.head_dim, shape.v_head_dim) <= MAX_DIM_3WG
         assert shape.head_dim % 16 == 0 and shape.v_head_dim % 16 == 0
         self.shape = shape
         self.dtype = DTYPES[shape.dtype]
@@ -192,7 +199,10 @@ class MhaFwdSm90:
         self.rows_tok = shape.tile_m // shape.pack_gqa  # tokens a CTA's rows hold
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
-        self.consumer_regs = CONSUMER_REGS  # after setmaxnreg, TMA producers
+        # after setmaxnreg (the producers give theirs up)
+        three = self.num_consumers == 3
+        self.consumer_regs = CONSUMER_REGS_3WG if three else CONSUMER_REGS
+        self.gather_consumer_regs = GATHER_CONSUMER_REGS_3WG if three else GATHER_CONSUMER_REGS
 
     # -- host side: layouts, TMA descriptors, launch ----
 
@@ -490,7 +500,7 @@ class MhaFwdSm90:
                         )  # fmt: skip
             else:
                 if const_expr(self.shape.gather):
-                    cute.arch.setmaxregister_increase(GATHER_CONSUMER_REGS)
+                    cute.arch.setmaxregister_increase(self.gather_consumer_regs)
                 else:
                     cute.arch.setmaxregister_increase(self.consumer_regs)
                 self.attend(
