@@ -32,10 +32,12 @@ PKG = "generated.sm90.triton.dsa.{}"
 
 
 def cpu_backend(spec: str) -> type:
+    """The generated package's backend over fp16 twins of its configs (a spec that
+    generates fp16 itself: its fp16 configs)."""
     gen = importlib.import_module(PKG.format(spec) + ".backend").Backend
     k = gen.kernels
-    configs = {}
-    for uri, c in k.CONFIGS.items():
+    configs = {u: c for u, c in k.CONFIGS.items() if c.dtype == "float16"}
+    for uri, c in k.CONFIGS.items() if not configs else ():
         kv = c.kv_dtype if c.fp8_cache else "float16"
         configs[uri] = dataclasses.replace(c, dtype="float16", kv_dtype=kv)
     names = ("indexer_logits", "topk", "sparse_mla", "sparse_workspace", "choose_splits")
@@ -44,8 +46,8 @@ def cpu_backend(spec: str) -> type:
     return type("CpuDsaBackend", (DsaBackend,), dict(kernels=kernels, **attrs))
 
 
-def rig(kv: str = "bf16"):
-    spec = "dsa_deepseek_v32_fp8" if kv == "fp8" else "dsa_deepseek_v32"
+def rig(kv: str = "bf16", spec: str | None = None, context: int = 2304, **kw):
+    spec = spec or ("dsa_deepseek_v32_fp8" if kv == "fp8" else "dsa_deepseek_v32")
     kv_dtype = torch.float8_e4m3fn if kv == "fp8" else None
     return make_rig(
         cpu_backend(spec),
@@ -54,8 +56,9 @@ def rig(kv: str = "bf16"):
         device="cpu",
         kv_cache_dtype=kv_dtype,
         max_reqs=8,
-        max_context_len=2304,
-        num_pages=80,
+        max_context_len=context,
+        num_pages=-(-context // 64) * 2 + 8,
+        **kw,
     )
 
 
@@ -102,33 +105,13 @@ def test_decode_selects(kv):
     check(r, db, topk, out, lse, f"decode {kv}")
 
 
-def e2e_backend() -> type:
-    """The small-model spec's fp16 configs (its index dtypes: fp8, bf16, fp16, fp32)."""
-    gen = importlib.import_module(PKG.format("dsa_e2e_deepseek_v32") + ".backend").Backend
-    k = gen.kernels
-    configs = {u: c for u, c in k.CONFIGS.items() if c.dtype == "float16"}
-    names = ("indexer_logits", "topk", "sparse_mla", "sparse_workspace", "choose_splits")
-    kernels = SimpleNamespace(CONFIGS=configs, PHASES=k.PHASES, **{n: getattr(k, n) for n in names})
-    attrs = {a: getattr(gen, a) for a in ("graph", "spec_name", "arch", "num_sms")}
-    return type("CpuDsaE2eBackend", (DsaBackend,), dict(kernels=kernels, **attrs))
-
-
 @pytest.mark.parametrize("index_dtype", [torch.float32, F16, torch.float8_e4m3fn])
 def test_index_dtypes_decode_and_extend(index_dtype):
     """The indexer scoring in fp32 (IEEE products), fp16 or fp8, picked by the index pool's
     dtype: scores within their bound, top-64 by the oracle's order up to ties at that
     bound, sparse MLA over the picks; the backend chose the config of the pool's dtype."""
     torch.manual_seed(3)
-    r = make_rig(
-        e2e_backend(),
-        num_heads=16,
-        dtype=F16,
-        device="cpu",
-        index_dtype=index_dtype,
-        max_reqs=8,
-        max_context_len=512,
-        num_pages=24,
-    )
+    r = rig(spec="dsa_e2e_deepseek_v32", context=512, index_dtype=index_dtype)
     want = str(index_dtype).removeprefix("torch.")
     assert r.backend.config.index_dtype == want
     db = rig_batch(r, [190, 3], [1, 1], ForwardMode.DECODE, seed=4)

@@ -135,11 +135,18 @@ def test_small_pages_fill_a_tile_one_copy_each() -> None:
 def test_bad_tiles_fail_before_emission() -> None:
     c = lower.kernel_config(prefill_extend(page=128), Arch.SM90)
     problems = verify.config_problems(
-        dataclasses.replace(c, fwd_tile_m=64, fwd_tile_n=64, fwd_num_stages=9), ("extend",)
+        dataclasses.replace(c, fwd_paged_tile_m=64, fwd_tile_n=64, fwd_num_stages=9), ("extend",)
     )
     assert len(problems) == 4, problems
-    assert "warpgroups" in problems[0] and "page_size=128" in problems[1]
+    assert "fwd_paged_tile_m=64" in problems[0] and "warpgroups" in problems[0]
+    assert "page_size=128" in problems[1]
     assert "shared memory" in problems[2] and "1 .. 4" in problems[3]
+    # the cache-free prefill's rows are checked where the module has a prefill
+    bad_m = dataclasses.replace(c, fwd_tile_m=64)
+    assert verify.config_problems(bad_m, ("extend",)) == []
+    assert "fwd_tile_m=64" in verify.config_problems(bad_m, ("prefill",))[0]
+    d128_192 = dataclasses.replace(c, fwd_tile_m=192)  # three warpgroups: head dims <= 64
+    assert "three consumer warpgroups" in verify.config_problems(d128_192, ("prefill",))[0]
     assert verify.config_problems(dataclasses.replace(c, fwd_tile_n=32), ()) == [
         f"{c.uri}: fwd_tile_n=32 is not one of (64, 128)"
     ]
@@ -301,7 +308,9 @@ def test_shared_memory_budget_matches_the_kernel() -> None:
     traits = MhaCuteTraits(MaskHooks(causal=True), ("prefill", "extend"))
     for d, dv in sorted(capability.HEAD_DIMS[Arch.SM90]):
         c = lower.kernel_config(wide(d, dv), Arch.SM90)
-        want = tiles.sm90_fwd_shared_bytes(d, dv, c.fwd_tile_n, c.fwd_num_stages, c.fwd_tile_m)
+        want = tiles.sm90_fwd_shared_bytes(
+            d, dv, c.fwd_tile_n, c.fwd_num_stages, c.fwd_paged_tile_m
+        )
         assert fwd_sm90.shared_bytes(fwd_shape(c, traits, paged=True)) == want, (d, dv)
     for d, dv in sorted(capability.HEAD_DIMS[Arch.SM100]):
         c = lower.kernel_config(wide(d, dv), Arch.SM100)

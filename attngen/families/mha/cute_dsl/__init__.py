@@ -20,6 +20,7 @@ from attngen.spec.fields import Int
 # What each tile key a spec may tune takes (verify.py checks the combination).
 TUNING_VALUES: dict[str, Int] = {
     "fwd_tile_m": Int(128, 192),
+    "fwd_paged_tile_m": Int(128, 192),
     "fwd_tile_n": Int(64, 128, power_of_two=True),
     "fwd_num_stages": Int(1, 4),
     "fwd_intra_wg_overlap": Int(0, 1),
@@ -34,8 +35,9 @@ assert set(TUNING_VALUES) == set(TUNING_KEYS)
 TUNING_PHASES = phases_by_key(
     TUNING_KEYS,
     {
+        frozenset({Phase.PREFILL}): ("fwd_tile_m",),
+        capability.PHASES - {Phase.DECODE, Phase.PREFILL}: ("fwd_paged_tile_m",),
         capability.PHASES - {Phase.DECODE}: (
-            "fwd_tile_m",
             "fwd_num_stages",
             "fwd_intra_wg_overlap",
             "fwd_pack_gqa",

@@ -40,13 +40,15 @@ class MhaCuteConfig:
     num_draft_tokens: int  # verify rows per request (0 without speculative decoding)
     arch: str  # "sm90": the kernel family the launchers compile (wgmma + TMA)
     # -- prefill / extend forward (TMA producer warpgroup + 2 wgmma consumer warpgroups) ----
-    fwd_tile_m: int  # query rows per CTA (64 per consumer warpgroup)
+    fwd_tile_m: int  # query rows per CTA of the cache-free prefill (64 per consumer warpgroup)
     fwd_tile_n: int  # keys per pipeline stage; == page_size for paged extend
     fwd_num_stages: int  # K/V ring depth in shared memory
     # sm90: 1 overlaps S_j's softmax with P_{j-1} V_{j-1} (the sm90 default since a3885ee)
     fwd_intra_wg_overlap: int = 0
     # sm90 prefill / extend: 1 packs the GQA group's query heads into one CTA's 128 rows
     fwd_pack_gqa: int = 0
+    # query rows per CTA of the paged phases (extend, verify, draft extend)
+    fwd_paged_tile_m: int = 128
     # -- split-KV decode (sm90: the forward's pipeline on 64-row tiles of the group's heads,
     # fwd_tile_n keys per tile, then a combine) ----
     max_splits: int = 16  # upper bound of KV splits per request (the split kernel's grid x)

@@ -33,9 +33,12 @@ from attngen.spec.variant import Variant
 SEQ_LEN_FILL_VALUE = 1  # seq_len of padded rows in captured verify / draft-extend graphs
 RUNTIME_CLASS = "attngen.families.mha.runtime:PagedMhaBackend"
 FWD_TILE_M = 128
-# sm90, head dims <= 64: 192-row tiles on three consumer warpgroups (the kernel's
-# MAX_DIM_3WG; their S and O fit 160 registers a thread). H200, paired rounds against FA4
-# (ab_trees m192, 2026-12-05): d64 prefill 0.90-0.94x FA4 against 0.77-0.89x at 128 rows.
+# sm90, head dims <= 64: the cache-free prefill runs 192-row tiles on three consumer
+# warpgroups (the kernel's MAX_DIM_3WG; their S and O fit 160 registers a thread). H200,
+# paired rounds against FA4 (2026-12-05): d64 prefill 0.90-0.94x FA4 against 0.77-0.89x at
+# 128 rows (ab_trees m192); the paged extend (bench/run.py head_dims, prefix 0) measured
+# 0.60-0.67x against 0.69-0.76x at S 1k and 0.82-0.84x against 0.77-0.78x at 4k, so the
+# paged phases keep 128 rows (fwd_paged_tile_m) until a per-call choice exists.
 FWD_TILE_M_3WG = 192
 MAX_DIM_3WG = 64
 FWD_TILE_N = {Arch.SM90: 128, Arch.SM100: 64}
@@ -62,8 +65,9 @@ def fwd_tile_n(variant: Variant, arch: Arch) -> int:
 
 
 def fwd_tile_m(variant: Variant, arch: Arch) -> int:
-    """Query rows per CTA: 192 (three consumer warpgroups) on sm90 for head dims <= 64 where
-    a GQA group that packs into 128 rows packs into 192 too, else 128."""
+    """Query rows per CTA of the cache-free prefill: 192 (three consumer warpgroups) on sm90
+    for head dims <= 64 where a GQA group that packs into 128 rows packs into 192 too, else
+    128."""
     shape = variant.shape
     group = shape.gqa_group
     three = arch is Arch.SM90 and max(shape.head_dim, shape.v_head_dim) <= MAX_DIM_3WG
@@ -91,6 +95,7 @@ def kernel_config(
         num_draft_tokens=variant.num_draft_tokens,
         arch=arch.value,
         fwd_tile_m=fwd_tile_m(variant, arch),
+        fwd_paged_tile_m=FWD_TILE_M,
         fwd_tile_n=fwd_tile_n(variant, arch),
         fwd_num_stages=FWD_NUM_STAGES,
         fwd_intra_wg_overlap=FWD_INTRA_WG_OVERLAP[arch],

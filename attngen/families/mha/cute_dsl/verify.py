@@ -21,16 +21,24 @@ PAGE_SIZES = (16, 32, 64, 128)  # extend: one TMA copy per page (a tile, part of
 GATHER_PAGE_SIZES = (1, 2, 4, 8)  # extend: K/V rows gathered with cp.async
 
 
+def tile_rows(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[tuple[str, int]]:
+    """(tuning key, query rows) of the forward tiles the module's phases run: the cache-free
+    prefill's and the paged phases'."""
+    rows = [("fwd_tile_m", c.fwd_tile_m)] if "prefill" in phases else []
+    if any(p in phases for p in PAGED_PHASES if p != "decode"):
+        rows.append(("fwd_paged_tile_m", c.fwd_paged_tile_m))
+    return rows
+
+
 def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
     problems = []
     paged = any(p in phases for p in (*PAGED_PHASES, "decode"))
-    if c.fwd_tile_m not in (2 * WGMMA_ROWS, 3 * WGMMA_ROWS):
-        problems.append(f"fwd_tile_m={c.fwd_tile_m}: the kernel runs 2 or 3 consumer warpgroups")
-    elif c.fwd_tile_m == 3 * WGMMA_ROWS and (
-        c.arch != "sm90" or max(c.head_dim, c.v_head_dim) > 64
-    ):
-        problems.append(f"fwd_tile_m={c.fwd_tile_m} (three consumer warpgroups): sm90, head "
-                        f"dims <= 64 (got {c.head_dim} / {c.v_head_dim} on {c.arch})")  # fmt: skip
+    for name, tile_m in tile_rows(c, phases):
+        if tile_m not in (2 * WGMMA_ROWS, 3 * WGMMA_ROWS):
+            problems.append(f"{name}={tile_m}: the kernel runs 2 or 3 consumer warpgroups")
+        elif tile_m == 3 * WGMMA_ROWS and (c.arch != "sm90" or max(c.head_dim, c.v_head_dim) > 64):
+            problems.append(f"{name}={tile_m} (three consumer warpgroups): sm90, head dims "
+                            f"<= 64 (got {c.head_dim} / {c.v_head_dim} on {c.arch})")  # fmt: skip
     if c.fwd_tile_n not in TILE_N:
         problems.append(f"fwd_tile_n={c.fwd_tile_n} is not one of {TILE_N}")
     page_sizes = PAGE_SIZES + GATHER_PAGE_SIZES
@@ -49,9 +57,8 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
             f"page_size={c.page_size} and fwd_tile_n={c.fwd_tile_n}: neither divides the other"
         )
     if c.arch == "sm90":
-        smem = sm90_fwd_shared_bytes(
-            c.head_dim, c.v_head_dim, c.fwd_tile_n, c.fwd_num_stages, c.fwd_tile_m
-        )
+        rows = max((tile_m for _, tile_m in tile_rows(c, phases)), default=2 * WGMMA_ROWS)
+        smem = sm90_fwd_shared_bytes(c.head_dim, c.v_head_dim, c.fwd_tile_n, c.fwd_num_stages, rows)
         if smem > SM90_SHARED_BYTES:
             problems.append(
                 f"fwd_tile_n={c.fwd_tile_n} x fwd_num_stages={c.fwd_num_stages} at head dims "
@@ -74,9 +81,10 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
                 f"fwd_tile_n={c.fwd_tile_n} + v_head_dim={c.v_head_dim} fp32 columns exceed "
                 f"the SM's {SM100_TMEM_COLS} of tensor memory"
             )
-    if c.fwd_pack_gqa and not gqa_packs(c.arch, c.gqa_group, c.fwd_tile_m):
-        problems.append(f"fwd_pack_gqa: sm90, and a GQA group ({c.gqa_group}) dividing "
-                        f"fwd_tile_m={c.fwd_tile_m}")  # fmt: skip
+    for name, tile_m in tile_rows(c, phases):
+        if c.fwd_pack_gqa and not gqa_packs(c.arch, c.gqa_group, tile_m):
+            problems.append(f"fwd_pack_gqa: sm90, and a GQA group ({c.gqa_group}) dividing "
+                            f"{name}={tile_m}")  # fmt: skip
     if c.fwd_intra_wg_overlap and c.arch != "sm90":
         problems.append("fwd_intra_wg_overlap is a Hopper (wgmma) schedule: sm90 only")
     if ("verify" in phases or "draft_extend" in phases) and c.num_draft_tokens < 1:

@@ -161,26 +161,20 @@ def test_index_dtypes(index_dtype, evidence):
     name = str(index_dtype).removeprefix("torch.")
     assert r.backend.config.index_dtype == name
     lens = [1, 63, 64, 65, 300, 3000]
-    db = rig_batch(r, [n - 1 for n in lens], [1] * len(lens), ForwardMode.DECODE, seed=8)
-    topk, (out, lse) = run(r, db)
-    overlap, score = check_rows(r, db, topk, out, lse, f"decode index {name}")
-    evidence.record(
-        r.backend.kernels,
-        r.backend.config.uri,
-        "decode",
-        topk_overlap=overlap,
-        score_err_over_bound=round(score, 3),
-    )
-    db = rig_batch(r, [0, 500], [200, 90], ForwardMode.EXTEND, seed=9)
-    topk, (out, lse) = run(r, db)
-    overlap, score = check_rows(r, db, topk, out, lse, f"extend index {name}")
-    evidence.record(
-        r.backend.kernels,
-        r.backend.config.uri,
-        "extend",
-        topk_overlap=overlap,
-        score_err_over_bound=round(score, 3),
-    )
+    for check, mode, prefix, new, seed in (
+        ("decode", ForwardMode.DECODE, [n - 1 for n in lens], [1] * len(lens), 8),
+        ("extend", ForwardMode.EXTEND, [0, 500], [200, 90], 9),
+    ):
+        db = rig_batch(r, prefix, new, mode, seed=seed)
+        topk, (out, lse) = run(r, db)
+        overlap, score = check_rows(r, db, topk, out, lse, f"{check} index {name}")
+        evidence.record(
+            r.backend.kernels,
+            r.backend.config.uri,
+            check,
+            topk_overlap=overlap,
+            score_err_over_bound=round(score, 3),
+        )
 
 
 @pytest.mark.gpu
