@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from attngen.arch import facts
 from attngen.families.mha.triton.config import MhaTritonConfig
 from attngen.ir import ModulePlan, check_plan
 
@@ -29,6 +30,45 @@ def config_problems(c: MhaTritonConfig) -> list[str]:
     return [f"{c.uri}: {p}" for p in problems]
 
 
+# Bytes of one K or V element in shared memory by cache dtype (NVFP4: two codes a byte).
+KV_BYTES = {"float8_e4m3fn": 1.0, "float8_e5m2": 1.0, "nvfp4": 0.5}
+
+
+def shared_floor(c: MhaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str, int]]:
+    """A floor under the shared memory each kernel the phases launch takes: the K and V
+    tiles of every pipeline stage but the one in registers ((stages - 1) x block_n x (D +
+    Dv) elements; split-KV decode keeps one such tile whatever its stages). Triton 3.6's
+    allocations over the repo's configs (evidence/compile/triton) sit at 2-8x it for extend
+    and 1.19-3.5x for decode and verify on sm80 / sm90 / sm100, so a tile over the arch's
+    limit by this floor cannot compile; one under it may still (the AOT check decides)."""
+    elt = KV_BYTES.get(c.kv_dtype, 2.0)
+    kv = (c.head_dim + c.v_head_dim) * elt
+    out = []
+    if "decode" in phases:
+        stages = min(c.decode_num_stages - 1, 1)
+        what = f"decode_block_n={c.decode_block_n} x decode_num_stages={c.decode_num_stages}"
+        out.append((what, int(stages * c.decode_block_n * kv)))
+    if {"prefill", "extend", "draft_extend"} & set(phases):
+        stages = c.extend_num_stages - 1
+        what = f"extend_block_n={c.extend_block_n} x extend_num_stages={c.extend_num_stages}"
+        out.append((what, int(stages * c.extend_block_n * kv)))
+    if "verify" in phases and c.verify_block_n:
+        stages = c.extend_num_stages - 1
+        what = f"verify_block_n={c.verify_block_n} x extend_num_stages={c.extend_num_stages}"
+        out.append((what, int(stages * c.verify_block_n * kv)))
+    return out
+
+
 def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config)]
+    limit = facts(plan.arch).smem_optin_bytes
+    phases = tuple(p.value for p in plan.spec.phases)
+    for k in plan.kernels:
+        c = k.config
+        problems += [
+            f"{c.uri}: {what} at head dims {c.head_dim}/{c.v_head_dim}: at least {need} B of "
+            f"shared memory (the K and V tiles of the pipeline), over {plan.arch.value}'s {limit}"
+            for what, need in shared_floor(c, phases)
+            if need > limit
+        ]
     check_plan(plan, problems)
