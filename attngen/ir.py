@@ -8,7 +8,7 @@ with its own fields) whose kernels carry that backend's frozen config dataclass.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Callable
 
 from attngen.hooks import MaskHooks
 from attngen.spec.enums import Arch, Backend, Family
@@ -137,6 +137,25 @@ def check_unique_uris(plan: ModulePlan) -> list[str]:
 
 
 SHOWN_URIS = 3  # variants a plan error names per problem before it counts the rest
+
+
+def shared_memory_problems(
+    plan: ModulePlan, floors: Callable[[Any, tuple[str, ...]], list[tuple[str, int]]]
+) -> list[str]:
+    """``check_plan`` problems for every kernel config of ``plan`` whose shared-memory floor
+    (``floors(config, phases)``: (what, bytes) per kernel the phases launch, what no compile
+    of those tiles can go below) exceeds what one block of the plan's arch may have."""
+    from attngen.arch import facts
+
+    limit = facts(plan.arch).smem_optin_bytes
+    phases = tuple(p.value for p in plan.spec.phases)
+    return [
+        f"{k.uri}: {what}: at least {need} B of shared memory (the K and V tiles of the "
+        f"pipeline), over {plan.arch.value}'s {limit}"
+        for k in plan.kernels
+        for what, need in floors(k.config, phases)
+        if need > limit
+    ]
 
 
 def check_plan(plan: ModulePlan, problems: list[str]) -> None:

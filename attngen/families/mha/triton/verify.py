@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from attngen.arch import facts
 from attngen.families.mha.triton.config import MhaTritonConfig
-from attngen.ir import ModulePlan, check_plan
+from attngen.ir import ModulePlan, check_plan, shared_memory_problems
 
 POW2_TILES = ("decode_block_n", "decode_block_h", "extend_block_m", "extend_block_n", "max_splits")
 WARP_COUNTS = (1, 2, 4, 8, 16)
@@ -43,32 +42,25 @@ def shared_floor(c: MhaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str,
     limit by this floor cannot compile; one under it may still (the AOT check decides)."""
     elt = KV_BYTES.get(c.kv_dtype, 2.0)
     kv = (c.head_dim + c.v_head_dim) * elt
-    out = []
+    tiles = []  # (tile key, keys, stages key, stages, stages buffered in shared memory)
     if "decode" in phases:
-        stages = min(c.decode_num_stages - 1, 1)
-        what = f"decode_block_n={c.decode_block_n} x decode_num_stages={c.decode_num_stages}"
-        out.append((what, int(stages * c.decode_block_n * kv)))
+        stages = c.decode_num_stages
+        tiles.append(("decode_block_n", c.decode_block_n, "decode_num_stages", stages, 1))
     if {"prefill", "extend", "draft_extend"} & set(phases):
-        stages = c.extend_num_stages - 1
-        what = f"extend_block_n={c.extend_block_n} x extend_num_stages={c.extend_num_stages}"
-        out.append((what, int(stages * c.extend_block_n * kv)))
+        stages = c.extend_num_stages
+        tiles.append(("extend_block_n", c.extend_block_n, "extend_num_stages", stages, stages - 1))
     if "verify" in phases and c.verify_block_n:
-        stages = c.extend_num_stages - 1
-        what = f"verify_block_n={c.verify_block_n} x extend_num_stages={c.extend_num_stages}"
-        out.append((what, int(stages * c.verify_block_n * kv)))
-    return out
+        stages = c.extend_num_stages
+        tiles.append(("verify_block_n", c.verify_block_n, "extend_num_stages", stages, stages - 1))
+    return [
+        (
+            f"{key}={n} x {skey}={st} at head dims {c.head_dim}/{c.v_head_dim}",
+            int(min(buffered, st - 1) * n * kv),
+        )
+        for key, n, skey, st, buffered in tiles
+    ]
 
 
 def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config)]
-    limit = facts(plan.arch).smem_optin_bytes
-    phases = tuple(p.value for p in plan.spec.phases)
-    for k in plan.kernels:
-        c = k.config
-        problems += [
-            f"{c.uri}: {what} at head dims {c.head_dim}/{c.v_head_dim}: at least {need} B of "
-            f"shared memory (the K and V tiles of the pipeline), over {plan.arch.value}'s {limit}"
-            for what, need in shared_floor(c, phases)
-            if need > limit
-        ]
-    check_plan(plan, problems)
+    check_plan(plan, problems + shared_memory_problems(plan, shared_floor))
