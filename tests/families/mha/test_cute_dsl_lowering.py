@@ -257,6 +257,26 @@ def test_capability_constants_agree_with_the_kernel() -> None:
     assert capability.HEAD_DIMS[Arch.SM100] == {(64, 64), (128, 128), (256, 256), (192, 128)}
 
 
+def test_every_group_plans_both_forward_tiles() -> None:
+    """The lowering's own config passes its plan check for every GQA group it supports, at
+    head dims 64 (192-row prefill tiles, 128-row paged ones) and 128: one packing decision
+    must hold for both tiles (a group of 3, 6 or 12 divides 192 rows, not 128; 32 the other
+    way round)."""
+    phases = ("prefill", "extend")
+    for arch in (Arch.SM90, Arch.SM100):
+        for head_dim in (64, 128):
+            for group in (*range(1, 17), 24, 32, 48, 64):
+                v = dataclasses.replace(
+                    prefill_extend(page=64), shape=MhaShape(head_dim, head_dim, group)
+                )
+                if not supports(v, Backend.CUTE_DSL, arch).ok:
+                    continue
+                c = lower.kernel_config(v, arch)
+                assert verify.config_problems(c, phases) == [], (arch, head_dim, group)
+                packed = c.fwd_tile_m % group == 0 and c.fwd_paged_tile_m % group == 0
+                assert not c.fwd_pack_gqa or packed, (arch, head_dim, group)
+
+
 def wide(head_dim: int, v_head_dim: int, page: int = 64, phases=(Phase.PREFILL, Phase.EXTEND)):
     v = dataclasses.replace(prefill_extend(page=page), phases=phases)
     return dataclasses.replace(v, shape=MhaShape(head_dim, v_head_dim, 2))

@@ -64,24 +64,24 @@ def fwd_tile_n(variant: Variant, arch: Arch) -> int:
     return tile
 
 
-def fwd_tile_m(variant: Variant, arch: Arch) -> int:
-    """Query rows per CTA of the cache-free prefill: 192 (three consumer warpgroups) on sm90
-    for head dims <= 64 where a GQA group that packs into 128 rows packs into 192 too, else
-    128."""
-    shape = variant.shape
-    group = shape.gqa_group
-    three = arch is Arch.SM90 and max(shape.head_dim, shape.v_head_dim) <= MAX_DIM_3WG
-    if three and (group == 1 or not gqa_packs(arch.value, group, FWD_TILE_M)
-                  or gqa_packs(arch.value, group, FWD_TILE_M_3WG)):  # fmt: skip
-        return FWD_TILE_M_3WG
-    return FWD_TILE_M
-
-
-def pack_gqa(group: int, arch: Arch, tile_m: int = FWD_TILE_M) -> bool:
+def pack_gqa(group: int, arch: Arch) -> bool:
     """Whether the forward packs a GQA group's query heads into one CTA's rows, so that each
     K/V tile brought into shared memory serves the whole group (FA4 packs on sm90 whenever
-    the group exceeds 1): on sm90 for groups > 1 that divide the ``tile_m``-row tile."""
-    return group > 1 and gqa_packs(arch.value, group, tile_m)
+    the group exceeds 1): on sm90 for groups > 1 that divide the paged phases' 128-row tile
+    (the cache-free prefill's rows then divide by the group too: ``fwd_tile_m``)."""
+    return group > 1 and gqa_packs(arch.value, group, FWD_TILE_M)
+
+
+def fwd_tile_m(variant: Variant, arch: Arch) -> int:
+    """Query rows per CTA of the cache-free prefill: 192 (three consumer warpgroups) on sm90
+    for head dims <= 64, unless the group packs into the paged phases' 128 rows and not into
+    192 (one packing decision serves both tiles), else 128."""
+    shape = variant.shape
+    three = arch is Arch.SM90 and max(shape.head_dim, shape.v_head_dim) <= MAX_DIM_3WG
+    packs_192 = gqa_packs(arch.value, shape.gqa_group, FWD_TILE_M_3WG)
+    if three and (not pack_gqa(shape.gqa_group, arch) or packs_192):
+        return FWD_TILE_M_3WG
+    return FWD_TILE_M
 
 
 def kernel_config(
@@ -99,7 +99,7 @@ def kernel_config(
         fwd_tile_n=fwd_tile_n(variant, arch),
         fwd_num_stages=FWD_NUM_STAGES,
         fwd_intra_wg_overlap=FWD_INTRA_WG_OVERLAP[arch],
-        fwd_pack_gqa=int(pack_gqa(key.gqa_group, arch, fwd_tile_m(variant, arch))),
+        fwd_pack_gqa=int(pack_gqa(key.gqa_group, arch)),
         max_splits=MAX_SPLITS,
     )
     return dataclasses.replace(config, **(overrides or {}))
