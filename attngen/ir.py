@@ -150,8 +150,7 @@ def shared_memory_problems(
     limit = facts(plan.arch).smem_optin_bytes
     phases = tuple(p.value for p in plan.spec.phases)
     return [
-        f"{k.uri}: {what}: at least {need} B of shared memory (the K and V tiles of the "
-        f"pipeline), over {plan.arch.value}'s {limit}"
+        f"{k.uri}: {what}: at least {need} B of shared memory, over {plan.arch.value}'s {limit}"
         for k in plan.kernels
         for what, need in floors(k.config, phases)
         if need > limit

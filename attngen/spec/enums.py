@@ -73,3 +73,12 @@ TORCH_DTYPE_NAME = {
 # what a generated config's kv_dtype field says: torch's name, or "nvfp4" (uint8 code pairs
 # plus separate e4m3 block scales; torch has no dtype for it)
 KV_DTYPE_NAME = {**TORCH_DTYPE_NAME, DType.NVFP4: "nvfp4"}
+# bytes one cache element takes, by that name (NVFP4: two e2m1 codes a byte, scales apart)
+KV_ELEMENT_BYTES = {
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "float32": 4.0,
+    "float8_e4m3fn": 1.0,
+    "float8_e5m2": 1.0,
+    "nvfp4": 0.5,
+}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attngen.families.mha.triton.config import MhaTritonConfig
 from attngen.ir import ModulePlan, check_plan, shared_memory_problems
+from attngen.spec.enums import KV_ELEMENT_BYTES
 
 POW2_TILES = ("decode_block_n", "decode_block_h", "extend_block_m", "extend_block_n", "max_splits")
 WARP_COUNTS = (1, 2, 4, 8, 16)
@@ -29,10 +30,6 @@ def config_problems(c: MhaTritonConfig) -> list[str]:
     return [f"{c.uri}: {p}" for p in problems]
 
 
-# Bytes of one K or V element in shared memory by cache dtype (NVFP4: two codes a byte).
-KV_BYTES = {"float8_e4m3fn": 1.0, "float8_e5m2": 1.0, "nvfp4": 0.5}
-
-
 def shared_floor(c: MhaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str, int]]:
     """A floor under the shared memory each kernel the phases launch takes: the K and V
     tiles of every pipeline stage but the one in registers ((stages - 1) x block_n x (D +
@@ -40,24 +37,21 @@ def shared_floor(c: MhaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str,
     allocations over the repo's configs (evidence/compile/triton) sit at 2-8x it for extend
     and 1.19-3.5x for decode and verify on sm80 / sm90 / sm100, so a tile over the arch's
     limit by this floor cannot compile; one under it may still (the AOT check decides)."""
-    elt = KV_BYTES.get(c.kv_dtype, 2.0)
-    kv = (c.head_dim + c.v_head_dim) * elt
+    row = (c.head_dim + c.v_head_dim) * KV_ELEMENT_BYTES[c.kv_dtype]  # one key's K and V
     tiles = []  # (tile key, keys, stages key, stages, stages buffered in shared memory)
     if "decode" in phases:
-        stages = c.decode_num_stages
-        tiles.append(("decode_block_n", c.decode_block_n, "decode_num_stages", stages, 1))
+        st = c.decode_num_stages
+        tiles.append(("decode_block_n", c.decode_block_n, "decode_num_stages", st, min(st - 1, 1)))
     if {"prefill", "extend", "draft_extend"} & set(phases):
-        stages = c.extend_num_stages
-        tiles.append(("extend_block_n", c.extend_block_n, "extend_num_stages", stages, stages - 1))
+        st = c.extend_num_stages
+        tiles.append(("extend_block_n", c.extend_block_n, "extend_num_stages", st, st - 1))
     if "verify" in phases and c.verify_block_n:
-        stages = c.extend_num_stages
-        tiles.append(("verify_block_n", c.verify_block_n, "extend_num_stages", stages, stages - 1))
+        st = c.extend_num_stages
+        tiles.append(("verify_block_n", c.verify_block_n, "extend_num_stages", st, st - 1))
+    dims = f"{c.head_dim}/{c.v_head_dim}"
     return [
-        (
-            f"{key}={n} x {skey}={st} at head dims {c.head_dim}/{c.v_head_dim}",
-            int(min(buffered, st - 1) * n * kv),
-        )
-        for key, n, skey, st, buffered in tiles
+        (f"{key}={n} x {skey}={st} (K and V tiles at head dims {dims})", int(kept * n * row))
+        for key, n, skey, st, kept in tiles
     ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attngen.families.mla.triton.config import MlaTritonConfig
 from attngen.ir import ModulePlan, check_plan, shared_memory_problems
+from attngen.spec.enums import KV_ELEMENT_BYTES
 
 POW2_TILES = ("decode_block_h", "decode_block_n", "max_splits", "ragged_block_m", "ragged_block_n")
 WARP_COUNTS = (1, 2, 4, 8, 16)
@@ -28,10 +29,6 @@ def config_problems(c: MlaTritonConfig) -> list[str]:
     return [f"{c.uri}: {p}" for p in problems]
 
 
-# Bytes of one latent element in shared memory by cache dtype (NVFP4: two codes a byte).
-LATENT_BYTES = {"float8_e4m3fn": 1.0, "nvfp4": 0.5}
-
-
 def shared_floor(c: MlaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str, int]]:
     """A floor under the shared memory of each kernel the phases launch: the absorbed
     kernel (every phase) keeps at least one tile of decode_block_n latent rows (lora +
@@ -39,12 +36,12 @@ def shared_floor(c: MlaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str,
     every buffered stage ((stages - 1) x ragged_block_n x (nope + rope + v)). Triton 3.6's
     allocations over the repo's configs (evidence/compile/triton, sm80 / sm90 / sm100) sit
     at 1.53-3.1x it for the absorbed kernels and 1.8-4.2x for the ragged ones."""
-    elt = LATENT_BYTES.get(c.kv_dtype, 2.0)
+    elt = KV_ELEMENT_BYTES[c.kv_dtype]
     absorbed = min(c.decode_num_stages - 1, 1) * c.decode_block_n
     out = [
         (
             f"decode_block_n={c.decode_block_n} x decode_num_stages={c.decode_num_stages} "
-            f"over {c.kv_lora_rank} + {c.qk_rope_head_dim}-wide latent rows",
+            f"({c.kv_lora_rank} + {c.qk_rope_head_dim}-wide latent rows)",
             int(absorbed * (c.kv_lora_rank + c.qk_rope_head_dim) * elt),
         )
     ]
@@ -52,8 +49,11 @@ def shared_floor(c: MlaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str,
         width = c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim
         out.append(
             (
-                f"ragged_block_n={c.ragged_block_n} x ragged_num_stages={c.ragged_num_stages}",
-                (c.ragged_num_stages - 1) * c.ragged_block_n * width * 2,
+                f"ragged_block_n={c.ragged_block_n} x ragged_num_stages={c.ragged_num_stages} "
+                "(K and V tiles)",
+                int(
+                    (c.ragged_num_stages - 1) * c.ragged_block_n * width * KV_ELEMENT_BYTES[c.dtype]
+                ),
             )
         )
     return out
