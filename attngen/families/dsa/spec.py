@@ -23,7 +23,7 @@ PAGE_SIZE = 64
 # What the indexer scores in: DeepSeek-V3.2's fp8 (q and keys quantized, one scale per key)
 # or the keys and q as they are in a 16- or 32-bit float (transformers' formula in the
 # model's own dtype: no quantization, products in that precision).
-INDEX_DTYPES = (DType.FP8_E4M3, DType.BF16, DType.FP16, DType.FP32)
+INDEXER_DTYPES = (DType.FP8_E4M3, DType.BF16, DType.FP16, DType.FP32)
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class DsaIndexer(Section):
         ),
         Field(
             "index_dtype",
-            OneOf(DType, INDEX_DTYPES),
+            OneOf(DType, INDEXER_DTYPES),
             "what the indexer scores in: fp8_e4m3 (DeepSeek-V3.2's; q and keys quantized, "
             "one scale per key) or the model's own bf16 / fp16 / fp32 (no quantization)",
             default=(DType.FP8_E4M3,),
