@@ -36,13 +36,16 @@ def generated_config(name: str):
     mod = importlib.import_module(f"generated.sm90.cute_dsl.mha.{name}.kernels")
     cfgs = [c for c in mod.CONFIGS.values() if (c.head_dim, c.gqa_group) == (D, HQ // HKV)]
     if not cfgs:  # another head dim or group: the spec's config with them swapped in
-        from attngen.families.mha.cute_dsl.lower import pack_gqa
+        from attngen.families.mha.cute_dsl.lower import MAX_DIM_3WG, pack_gqa
         from attngen.spec.enums import Arch
 
         group = HQ // HKV
+        same_dim = [c for c in mod.CONFIGS.values() if c.head_dim == D]
         swap = dict(head_dim=D, v_head_dim=D, gqa_group=group,
                     fwd_pack_gqa=int(pack_gqa(group, Arch.SM90)))  # fmt: skip
-        cfgs = [dataclasses.replace(c, **swap) for c in mod.CONFIGS.values()]
+        if not same_dim and D > MAX_DIM_3WG:  # a 192-row tile of a small head dim
+            swap["fwd_tile_m"] = 128
+        cfgs = [dataclasses.replace(c, **swap) for c in same_dim or mod.CONFIGS.values()]
     return mod, max(cfgs, key=lambda c: c.page_size)
 
 
