@@ -25,7 +25,7 @@ I32 = torch.int32
 F32 = torch.float32
 FP8 = torch.float8_e4m3fn
 IO_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-INDEX_DTYPES = {**IO_DTYPES, "float32": F32, "float8_e4m3fn": FP8}
+INDEXER_TORCH_DTYPES = {**IO_DTYPES, "float32": F32, "float8_e4m3fn": FP8}
 SCALE_BYTES = 4  # one fp32 scale per fp8 index key
 
 
@@ -39,7 +39,7 @@ def kv_dtype(config: DsaTritonConfig) -> torch.dtype:
 
 def index_dtype(config: DsaTritonConfig) -> torch.dtype:
     """The indexer's q and key dtype."""
-    return INDEX_DTYPES[config.index_dtype]
+    return INDEXER_TORCH_DTYPES[config.index_dtype]
 
 
 def index_page_bytes(config: DsaTritonConfig) -> int:
