@@ -117,7 +117,7 @@ class AttentionBackendBase:
         slots = torch.where(used, slots, 0)  # slot 0 exists: entries past seq_lens pass
         ranges = ((rows, table.shape[0]), (slots, num_slots), (loc, num_slots))
         present = [i for i, (t, _) in enumerate(ranges) if t.numel()]
-        extra = self._device_checks(fb)
+        extra = extend_length_checks(fb, self.device) + self._device_checks(fb)
         # each tensor's (min, max), the family's flags, then seq_lens: one sync for all
         bounds = [x.long() for i in present for x in torch.aminmax(ranges[i][0])]
         parts = [torch.stack(bounds)] if bounds else []
@@ -275,3 +275,30 @@ class AttentionBackendBase:
             raise AttngenInputError(f"cuda graph {phase}: call init_cuda_graph_state first")
         check_fits(bufs, bs, num_tokens)
         return bufs
+
+
+def extend_length_checks(
+    fb: ForwardBatch, device: torch.device
+) -> list[tuple[torch.Tensor, Callable[[], None]]]:
+    """Device ``extend_seq_lens`` / ``extend_prefix_lens`` equal to their host lists, as
+    checks for the one sync of eager metadata (a flag tensor, a function raising the error).
+    Builders take row offsets and initial states from the device tensors and row counts and
+    grids from the host lists: if they disagree, rows go to the wrong request or unwritten."""
+    pairs = (
+        ("extend_seq_lens", fb.extend_seq_lens, fb.extend_seq_lens_cpu),
+        ("extend_prefix_lens", fb.extend_prefix_lens, fb.extend_prefix_lens_cpu),
+    )
+    checks = []
+    for name, lens, host in pairs:
+        if lens is None or host is None:
+            continue
+        want = torch.tensor(list(host), dtype=torch.long, device=device)
+
+        def report(name: str = name, lens: torch.Tensor = lens, host: Any = host) -> None:
+            got = lens.tolist()
+            b = next(i for i, (g, h) in enumerate(zip(got, host)) if g != h)
+            what = f"{name}_cpu[{b}] = {host[b]} (the two must agree)"
+            fail(f"forward_batch.{name}[{b}]", what, got[b])
+
+        checks.append(((lens.long() != want).any(), report))
+    return checks

@@ -14,6 +14,8 @@ page_size`` is the physical page of its ``j``-th page.
 from __future__ import annotations
 
 import enum
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +89,12 @@ class ForwardBatch:
         _check_index("seq_lens", self.seq_lens, bs, device)
         _check_index("seq_lens_cpu", self.seq_lens_cpu, bs, torch.device("cpu"))
         check_max_seq_len(self.seq_lens_cpu, max_context_len)
+        if self.forward_mode.is_decode() and bs and int(self.seq_lens_cpu.min()) < 1:
+            fail(
+                "forward_batch.seq_lens_cpu",
+                "lengths >= 1 in DECODE mode (they count the new token, cached before the call)",
+                self.seq_lens_cpu.tolist(),
+            )
         num_new = self._check_extend(device) if self.forward_mode.is_extend() else bs
         _check_index("out_cache_loc", self.out_cache_loc, num_new, device)
         if self.forward_mode.is_target_verify():
@@ -118,6 +126,12 @@ class ForwardBatch:
                 f"two lists of {bs} ints",
                 (prefix, ext),
             )
+        for name, values in (("extend_prefix_lens_cpu", prefix), ("extend_seq_lens_cpu", ext)):
+            if not isinstance(values, (list, tuple)):
+                fail(f"forward_batch.{name}", "a list of Python ints", type(values).__name__)
+            odd = [v for v in values if not isinstance(v, int) or isinstance(v, bool)]
+            if odd:
+                fail(f"forward_batch.{name}", "Python ints", f"{type(odd[0]).__name__} {odd[0]!r}")
         if min(ext) < 1:
             fail("forward_batch.extend_seq_lens_cpu", "lengths >= 1", ext)
         if min(prefix) < 0:
@@ -210,6 +224,13 @@ class AttentionLayer:
     # cache = saturate(x / scale) on write, x ~= cache * scale on read. None otherwise.
     k_scale: torch.Tensor | None = None
     v_scale: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        scaling = self.scaling
+        if isinstance(scaling, bool) or not isinstance(scaling, numbers.Real):
+            fail("layer.scaling", "a real number (the softmax scale)", type(scaling).__name__)
+        if not math.isfinite(scaling):
+            fail("layer.scaling", "a finite softmax scale", scaling)
 
 
 class ReqToTokenPool:

@@ -410,6 +410,60 @@ def test_forward_batch_check() -> None:
     missing = ForwardBatch(**{**vars(batch), "extend_prefix_lens_cpu": None})
     with pytest.raises(AttngenInputError, match="two lists of 2 ints"):
         missing.check(device=torch.device("cpu"), max_context_len=64)
+    as_tensor = ForwardBatch(**{**vars(batch), "extend_seq_lens_cpu": torch.tensor([2, 5])})
+    with pytest.raises(AttngenInputError, match="extend_seq_lens_cpu: expected a list of Python"):
+        as_tensor.check(device=torch.device("cpu"), max_context_len=64)
+    floats = ForwardBatch(**{**vars(batch), "extend_prefix_lens_cpu": [3.0, 0]})
+    with pytest.raises(AttngenInputError, match="prefix_lens_cpu: expected Python ints.*float"):
+        floats.check(device=torch.device("cpu"), max_context_len=64)
+    decode = rig.builder.decode([4, 6]).batch
+    for lens in ([0, 6], [-3, 6], [-1, -2]):  # a decode row counts its new token: >= 1
+        bad = torch.tensor(lens, dtype=torch.int32)
+        empty = ForwardBatch(**{**vars(decode), "seq_lens": bad, "seq_lens_cpu": bad})
+        with pytest.raises(AttngenInputError, match="seq_lens_cpu: expected lengths >= 1 in DEC"):
+            empty.check(device=torch.device("cpu"), max_context_len=64)
+
+
+def test_eager_metadata_compares_device_and_host_extend_lengths() -> None:
+    """Row offsets come from the device lengths, row counts from the host lists: eager
+    metadata refuses a batch where they disagree (rows would go to the wrong request, or
+    stay unwritten), naming the first request that differs."""
+    rig = make_rig(CONFIGS[0])
+    batch = rig.builder.extend([0, 4], [3, 2]).batch
+    i32 = dict(dtype=torch.int32)
+    for field, lens, want in (
+        ("extend_prefix_lens", [0, 3], r"extend_prefix_lens\[1\]: expected .*\[1\] = 4 .*got 3"),
+        ("extend_seq_lens", [2, 3], r"extend_seq_lens\[0\]: expected .*\[0\] = 3 .*got 2"),
+        ("extend_seq_lens", [1, 2], r"extend_seq_lens\[0\]: expected"),
+    ):
+        bad = ForwardBatch(**{**vars(batch), field: torch.tensor(lens, **i32)})
+        with pytest.raises(AttngenInputError, match=want):
+            rig.backend.init_forward_metadata(bad)
+    rig.backend.init_forward_metadata(batch)
+
+
+def test_decode_reads_strided_seq_lens() -> None:
+    """An int32 ``seq_lens`` view with a stride (``.to(torch.int32)`` keeps it) is read
+    as its values, not as packed memory."""
+    rig = make_rig(CONFIGS[0])
+    pb = rig.builder.decode([5, 9, 13])
+    q, k, v = rig.builder.qkv(3, rig.layer)
+    want = reference(rig, pb, q, *expected_after_write(rig, pb, k, v))
+    lens = pb.batch.seq_lens.to(torch.int32)
+    strided = torch.stack([lens, torch.ones_like(lens)], dim=1)[:, 0]
+    assert strided.stride() == (2,)
+    batch = ForwardBatch(**{**vars(pb.batch), "seq_lens": strided})
+    rig.backend.init_forward_metadata(batch)
+    got = rig.backend.forward_decode(q, k, v, rig.layer, batch)
+    assert_matches(got, want, 0)
+
+
+def test_layer_scaling_is_a_finite_number() -> None:
+    base = dict(layer_id=0, num_q_heads=4, num_kv_heads=2, head_dim=32, v_head_dim=32)
+    for bad, want in ((float("nan"), "finite"), (float("inf"), "finite"), (None, "real number")):
+        with pytest.raises(AttngenInputError, match=f"layer.scaling: expected a {want}"):
+            AttentionLayer(**base, scaling=bad)
+    AttentionLayer(**base, scaling=-0.5)  # legal: a model may negate its scores
 
 
 # -- random batch builders ----

@@ -189,7 +189,7 @@ class DsaBackend(AttentionBackendBase):
     def _decode_metadata(self, fb: ForwardBatch) -> DsaMetadata:
         width = self._pages_for(fb.seq_lens_cpu)
         table = self._page_table(fb.req_pool_indices, width)
-        lens = fb.seq_lens.to(torch.int32)
+        lens = fb.seq_lens.to(torch.int32).contiguous()  # the kernels read it packed
         return self._rows("decode", fb.batch_size, table, lens, width * self.page_size)
 
     def _extend_metadata(self, fb: ForwardBatch) -> DsaMetadata:
@@ -287,7 +287,10 @@ class DsaBackend(AttentionBackendBase):
 
     def positions_to_slots(self, topk_indices: torch.Tensor) -> torch.Tensor:
         """Token slots ``[T, topk]`` of logical positions (-1 kept), through each row's
-        page table (on device, graph-capturable)."""
+        page table (on device, graph-capturable). A position outside the row's causal
+        range ``0 .. row_len - 1`` (-1, any negative, or a later token: what a top-k over
+        masked scores returns when a row has fewer keys than ``topk``) becomes -1, a pick
+        that attends nothing; a position listed twice counts twice."""
         meta = self._meta()
         check_tensor(
             "topk_indices",

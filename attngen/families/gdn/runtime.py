@@ -25,7 +25,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, canonical_device
+from attngen.runtime.backend_base import (
+    GRAPH_PHASES,
+    AttentionBackendBase,
+    canonical_device,
+    extend_length_checks,
+)
 from attngen.runtime.batch import ForwardBatch, ForwardMode, VerifyInfo
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
 from attngen.runtime.graph import check_graph_rows
@@ -168,18 +173,18 @@ class GdnBackend(AttentionBackendBase):
     # -- per-forward metadata ----
 
     def _check_slots(self, fb: ForwardBatch) -> None:
-        """Request rows inside the slot table and mapped to slots 1..size, the device extend
-        lengths equal to the host ones, and a tree verify's parents each an earlier draft or
-        -1 (one sync)."""
+        """Request rows inside the slot table and mapped to distinct slots 1..size, the device
+        extend and prefix lengths equal to the host ones, and a tree verify's parents each an
+        earlier draft or -1 (one sync)."""
         table = self.state_pool.req_to_slot
         rows = fb.req_pool_indices.long()
         bad_row = (rows < 1) | (rows >= table.shape[0])
         slots = table[rows.clamp(0, table.shape[0] - 1)]
         bad_slot = (slots < 1) | (slots > self.state_pool.size)
-        checks = [bad_row.any(), bad_slot.any()]
-        if fb.extend_seq_lens is not None:  # chunk plans come from the host lengths
-            host = torch.tensor(fb.extend_seq_lens_cpu, device=self.device)
-            checks.append((fb.extend_seq_lens.long() != host).any())
+        lengths = extend_length_checks(fb, self.device)  # chunk plans: the host lengths
+        ordered = slots.sort().values  # two requests on one state slot: a write race
+        shared = (ordered[1:] == ordered[:-1]).any()  # False for one request
+        checks = [bad_row.any(), bad_slot.any(), shared, *(flag for flag, _ in lengths)]
         bad_parent = self._bad_parents(fb)
         checks.append(torch.zeros((), dtype=torch.bool, device=self.device))
         if bad_parent is not None:
@@ -194,12 +199,19 @@ class GdnBackend(AttentionBackendBase):
             b = int(bad_slot.nonzero()[0, 0])
             what = f"a state slot 1..{self.state_pool.size} (RequestStatePool.assign)"
             fail(f"state_pool.req_to_slot[{int(rows[b])}] (request {b})", what, int(slots[b]))
-        if len(flags) > 2 and flags[2]:
-            fail(
-                "forward_batch.extend_seq_lens",
-                f"extend_seq_lens_cpu = {fb.extend_seq_lens_cpu} (the two must agree)",
-                fb.extend_seq_lens.tolist(),
-            )
+        if flags[2]:
+            owners: dict[int, int] = {}
+            for b, slot in enumerate(slots.tolist()):
+                if slot in owners:
+                    fail(
+                        f"state_pool.req_to_slot[{int(rows[b])}] (request {b})",
+                        f"a state slot of its own (request {owners[slot]} updates slot {slot})",
+                        slot,
+                    )
+                owners[slot] = b
+        for flag, (_, report) in zip(flags[3:], lengths):
+            if flag:
+                report()
         if parent_flag:
             assert bad_parent is not None
             b, i = (int(x) for x in bad_parent.nonzero()[0])

@@ -193,7 +193,7 @@ class PagedMhaBackend(AttentionBackendBase):
 
     def _decode_metadata(self, fb: ForwardBatch) -> DecodeMetadata:
         bs = fb.batch_size
-        seq_lens = fb.seq_lens.to(torch.int32)  # [B] 1-d: contiguous already
+        seq_lens = fb.seq_lens.to(torch.int32).contiguous()  # a strided view stays strided
         return DecodeMetadata(
             batch_size=bs,
             page_table=self._page_table(fb.req_pool_indices, self._pages_for(fb.seq_lens_cpu)),

@@ -339,7 +339,7 @@ class PagedMlaBackend(AttentionBackendBase):
 
     def _decode_metadata(self, fb: ForwardBatch) -> DecodeMetadata:
         bs = fb.batch_size
-        seq_lens = fb.seq_lens.to(torch.int32)
+        seq_lens = fb.seq_lens.to(torch.int32).contiguous()  # the kernels read it packed
         cap = self._split_cap(bs)
         split = cap > 1  # one split per request: no partials, no combine, no workspace
         return DecodeMetadata(

@@ -4,6 +4,7 @@ states of every request checked in the pool after every forward."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -49,6 +50,15 @@ def test_bad_inputs_are_named() -> None:
     rig = make_rig(cls, num_k_heads=1, dtype=torch.float16, device="cpu", spec_topk=0)
     with pytest.raises(AttngenInputError, match=r"req_pool_indices\[1\]"):
         rig.backend.init_forward_metadata(rig.decode_batch([1, 0]))
+    # two requests on one state slot would race on it
+    with pytest.raises(AttngenInputError, match=r"\(request 2\): expected a state slot of its"):
+        rig.backend.init_forward_metadata(rig.decode_batch([1, 2, 1]))
+    # the device prefix decides whether a request reads its pooled state
+    ext = rig.extend_batch([1, 2], [0, 4], [3, 2])
+    stale = dataclasses.replace(ext, extend_prefix_lens=torch.tensor([0, 0], dtype=torch.int32))
+    with pytest.raises(AttngenInputError, match=r"extend_prefix_lens\[1\]: expected .* = 4"):
+        rig.backend.init_forward_metadata(stale)
+    rig.backend.init_forward_metadata(ext)
     fb = rig.decode_batch([1])
     rig.backend.init_forward_metadata(fb)
     x, a, b = rig.inputs(1)
