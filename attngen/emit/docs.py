@@ -187,7 +187,7 @@ def variant_table(plan: ModulePlan, items: list[Lowered], ev: Evidence) -> Table
             for k in kernels
         )
         rows.append(row + [resources or "—"])
-    title = f"`{plan.spec.name}` on {plan.backend.value} {plan.arch.value} ({plan.spec.path})"
+    title = f"`{plan.spec.name}` on {plan.backend.value} {plan.arch.value} (`{plan.spec.path}`)"
     header = ["Variant"] + [c.replace("_", " ") for c in checks]
     return Table(title, header + ["compiled for " + plan.arch.value], rows)
 

@@ -22,7 +22,7 @@ def _kind_schema(kind: Any) -> dict[str, Any]:
             ]
         return out
     if isinstance(kind, Float):
-        return {"type": "number", "exclusiveMinimum": kind.minimum_exclusive}
+        return {"type": "number", "minimum": kind.minimum, "maximum": kind.maximum}
     if isinstance(kind, Bool):
         return {"type": "boolean"}
     if isinstance(kind, Text):

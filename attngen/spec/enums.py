@@ -82,3 +82,17 @@ KV_ELEMENT_BYTES = {
     "float8_e5m2": 1.0,
     "nvfp4": 0.5,
 }
+
+
+# The quantized KV cache dtypes and the scale granularities each takes.
+QUANTIZED_KV = {
+    # per_block: one scale per block of values (e.g. each 128 values of an fp8 latent row)
+    DType.FP8_E4M3: (
+        ScaleGranularity.PER_TENSOR,
+        ScaleGranularity.PER_HEAD,
+        ScaleGranularity.PER_BLOCK,
+    ),
+    DType.FP8_E5M2: (ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD),
+    DType.NVFP4: (ScaleGranularity.PER_BLOCK,),
+    DType.MXFP4: (ScaleGranularity.PER_BLOCK,),
+}

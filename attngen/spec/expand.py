@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from attngen.spec.enums import DType
+from attngen.spec.enums import QUANTIZED_KV, DType
 from attngen.spec.errors import SpecError
 from attngen.spec.model import SECTIONS, Spec
 from attngen.spec.variant import Variant
@@ -69,7 +69,8 @@ def expand(spec: Spec) -> tuple[Variant, ...]:
         shapes, spec.dtype, page_sizes, kv_dtypes, topks
     ):
         resolved = dtype if kv_dtype is DType.AUTO else kv_dtype
-        scale = kv.scale if kv is not None else None
+        # the scale is the quantized dtypes' ([bf16, fp8_e4m3]: the bf16 cache has none)
+        scale = kv.scale if kv is not None and resolved in QUANTIZED_KV else None
         drafts = spec.speculative.num_draft_tokens if spec.speculative else 0
         out.append(
             Variant(

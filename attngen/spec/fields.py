@@ -39,10 +39,14 @@ class Int:
 
 @dataclass(frozen=True)
 class Float:
-    minimum_exclusive: float
+    """A finite number in ``minimum..maximum`` (bounds included): fields are read in fp32
+    by the kernels, so a range keeps them far from fp32's overflow and underflow."""
+
+    minimum: float
+    maximum: float
 
     def describe(self) -> str:
-        return f"a number > {self.minimum_exclusive:g}"
+        return f"a number from {self.minimum:g} to {self.maximum:g}"
 
 
 @dataclass(frozen=True)
@@ -141,8 +145,8 @@ def _check_float(kind: Float, plain: str | None, loc: Location, name: str, raw: 
     value = float(plain)  # a string too large for a float reads as inf, never raises
     if not math.isfinite(value):
         raise SpecError(loc, name, f"{_cut(plain)} is not a finite number")
-    if value <= kind.minimum_exclusive:
-        raise SpecError(loc, name, f"{value:g} is out of range: expected {kind.describe()}")
+    if not kind.minimum <= value <= kind.maximum:
+        raise SpecError(loc, name, f"{_cut(plain)} is out of range: expected {kind.describe()}")
     return value
 
 
@@ -200,14 +204,20 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """``"; did you mean X?"`` when one choice is the closest to a misspelled ``word`` (case
     aside), else ``""``: no guess between two as close (``sm89``: sm80 or sm90?), and none
     for a word longer than any error repeats (no misspelling of a short name)."""
+    best = closest(word, choices)
+    return f"; did you mean {best}?" if best is not None else ""
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The one choice closest to ``word`` (see :func:`did_you_mean`), or None."""
     if len(word) > MAX_SHOWN:
-        return ""
+        return None
     scores = sorted(
         (difflib.SequenceMatcher(None, word.lower(), c.lower()).ratio(), c) for c in choices
     )
     best = scores[-1] if scores else (0.0, "")
     unique = len(scores) == 1 or scores[-2][0] < best[0]
-    return f"; did you mean {best[1]}?" if best[0] >= CLOSE and unique else ""
+    return best[1] if best[0] >= CLOSE and unique else None
 
 
 CLOSE = 0.6  # difflib's similarity cutoff (get_close_matches' default)

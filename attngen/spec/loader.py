@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import yaml
 
-from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
+from attngen.spec.enums import QUANTIZED_KV, Arch, Backend, Family, MaskKind, Phase
 from attngen.spec.document import compose_spec
 from attngen.spec.errors import Location, SpecError
 from attngen.spec.fields import OneOf, convert_scalar, did_you_mean, node_location
 from attngen.spec.family import FamilySpec
 from attngen.spec.model import (
     SCALAR_KEYS,
+    SECTIONS,
     TAIL_KEYS,
     KvCache,
     Mask,
@@ -23,18 +25,6 @@ from attngen.spec.model import (
     Tuning,
 )
 from attngen.spec.reader import REQUIRED, MapReader, default_section, is_null, read_section
-
-QUANTIZED_KV = {
-    # per_block: one scale per block of values (e.g. each 128 values of an fp8 latent row)
-    DType.FP8_E4M3: (
-        ScaleGranularity.PER_TENSOR,
-        ScaleGranularity.PER_HEAD,
-        ScaleGranularity.PER_BLOCK,
-    ),
-    DType.FP8_E5M2: (ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD),
-    DType.NVFP4: (ScaleGranularity.PER_BLOCK,),
-    DType.MXFP4: (ScaleGranularity.PER_BLOCK,),
-}
 
 
 def load_spec(path: Path, root: Path | None = None) -> Spec:
@@ -61,9 +51,15 @@ def _read(path: Path, rel: str) -> bytes:
     return raw
 
 
+# A spec's file name is printed in generated headers and as a Markdown / MDX heading of the
+# support matrix: letters, digits, '_', '-' and '.', starting with a letter or digit.
+FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 def _check_file_name(rel: str) -> None:
-    """Every file generated from a spec names it (its header, in UTF-8): a path with bytes
-    that are not UTF-8 (Python keeps them as lone surrogates) cannot be written there."""
+    """Every file generated from a spec names it (its header, in UTF-8; the docs, as a
+    heading): a path with bytes that are not UTF-8 (Python keeps them as lone surrogates)
+    cannot be written there, and a name with markup characters would be markup."""
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError:
@@ -73,6 +69,14 @@ def _check_file_name(rel: str) -> None:
             "",
             "the file name is not UTF-8 (generated files name their spec): rename the file",
         ) from None
+    name = rel.rsplit("/", 1)[-1]
+    if not FILE_NAME.fullmatch(name) or any(c in rel for c in "`\n\r"):
+        raise SpecError(
+            Location(repr(rel)[1:-1], 1),
+            "",
+            "the file name may hold letters, digits, '_', '-' and '.' only, starting with a "
+            "letter or digit (generated headers and the docs print it): rename the file",
+        )
 
 
 def _relative(path: Path, root: Path | None) -> str:
@@ -97,9 +101,24 @@ def spec_keys() -> tuple[str, ...]:
     return (*SCALAR_KEYS, *family_keys, *TAIL_KEYS)
 
 
+def section_keys() -> dict[str, list[str]]:
+    """Each key of a section -> where it is written (``kv_cache.page_size``; a family's
+    sections say whose), for a key written at the top level."""
+    owners = [(name, cls, "") for name, cls in SECTIONS.items()]
+    for family, fs in family_specs().items():
+        owners += [(name, cls, f" in {family.value} specs") for name, cls in fs.sections.items()]
+    places: dict[str, list[str]] = {}
+    for name, cls, note in owners:
+        for f in cls.FIELDS:
+            place = f"{name}.{f.key}{note}"
+            if place not in places.setdefault(f.key, []):
+                places[f.key].append(place)
+    return places
+
+
 def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
     reader = MapReader(node, path, "")
-    reader.check_known(spec_keys())
+    reader.check_known(spec_keys(), section_keys())
     top = {f.key: reader.pop(f) for f in Spec.FIELDS}
     family: Family = top["family"]
     fspec = family_specs()[family]

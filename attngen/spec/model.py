@@ -80,7 +80,7 @@ class Mask(Section):
     FIELDS = (
         Field("kind", OneOf(MaskKind, tuple(MaskKind)), "mask kind", default=MaskKind.CAUSAL),
         Field("window_left", Int(1, 1 << 20), "sliding window: keys visible to the left"),
-        Field("logit_softcap", Float(0.0), "softcap: scores become cap * tanh(score / cap)"),
+        Field("logit_softcap", Float(1e-6, 1e6), "softcap: scores become cap * tanh(score / cap)"),
         Field("sinks", Bool(), "per-head learned sink logit joins the softmax", default=False),
     )
     location: Location

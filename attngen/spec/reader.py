@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import yaml
 
 from attngen.spec.errors import Location, SpecError
-from attngen.spec.fields import Field, convert_scalar, did_you_mean, node_kind, node_location
+from attngen.spec.fields import Field, closest, convert_scalar, node_kind, node_location
 
 T = TypeVar("T")
 MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *anchor`
@@ -95,17 +95,28 @@ class MapReader:
             values.append(value)
         return tuple(values)
 
-    def check_known(self, allowed: Sequence[str]) -> None:
+    def check_known(
+        self, allowed: Sequence[str], nested: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
         """Name the first key (in file order) that is not ``allowed``, before any field is
-        read: a misspelled key is reported as itself, not as the right one missing."""
+        read: a misspelled key is reported as itself, not as the right one missing. A key
+        that is (or is closest to) a key of a section is pointed there: ``nested`` maps such
+        keys to where they are written (``page_size`` -> ``kv_cache.page_size``)."""
         unknown = [k for k in self.entries if k not in allowed]
         if not unknown:
             return
         key = min(unknown, key=lambda k: self.entries[k][0].start_mark.line)
+        nested = nested or {}
+        if key in nested:
+            hint = f"; it is written as {' or '.join(nested[key])}"
+        else:
+            best = closest(key, [*allowed, *nested])
+            shown = " or ".join(nested[best]) if best in nested else best
+            hint = f"; did you mean {shown}?" if best is not None else ""
         raise SpecError(
             node_location(self.path, self.entries[key][0]),
             self.name(key),
-            f"unknown key (allowed: {', '.join(allowed)}){did_you_mean(key, allowed)}",
+            f"unknown key (allowed: {', '.join(allowed)}){hint}",
         )
 
 

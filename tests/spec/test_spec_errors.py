@@ -173,7 +173,7 @@ EXPECTED = {
         "tests/spec/bad_specs/mha_base60_head_dim.yaml:6: heads.head_dim: expected an integer in 1..512, got '2:08'"
     ),
     "mha_base60_softcap": (
-        "tests/spec/bad_specs/mha_base60_softcap.yaml:8: mask.logit_softcap: expected a number > 0, got '1:30.5'"
+        "tests/spec/bad_specs/mha_base60_softcap.yaml:8: mask.logit_softcap: expected a number from 1e-06 to 1e+06, got '1:30.5'"
     ),
     "mha_hex_head_dim": (
         "tests/spec/bad_specs/mha_hex_head_dim.yaml:6: heads.head_dim: expected an integer in 1..512, got '0x80'"

@@ -80,11 +80,15 @@ def test_a_description_is_the_text_written(tmp_path, written, value) -> None:
         ("HEAD_DIM", "!!int 128", "heads.head_dim: YAML tags are not allowed, got !!int"),
         ("HEAD_DIM", "! 128", "heads.head_dim: YAML tags are not allowed, got !:"),
         ("HEAD_DIM", "1" + "0" * 5000, "head_dim: 1000000000000000000000000000000000000... is not"),
-        ("SOFTCAP", "'30'", "mask.logit_softcap: expected a number > 0, got '30'"),
-        ("SOFTCAP", ".5", "mask.logit_softcap: expected a number > 0, got '.5'"),
+        ("SOFTCAP", "'30'", "mask.logit_softcap: expected a number from 1e-06 to 1e+06, got '30'"),
+        ("SOFTCAP", ".5", "mask.logit_softcap: expected a number from 1e-06 to 1e+06, got '.5'"),
         ("SOFTCAP", "1e400", "mask.logit_softcap: 1e400 is not a finite number"),
         ("SOFTCAP", "-.inf", "mask.logit_softcap: -.inf is not a finite number"),
-        ("SOFTCAP", "-2", "mask.logit_softcap: -2 is out of range: expected a number > 0"),
+        ("SOFTCAP", "-2", "mask.logit_softcap: -2 is out of range: expected a number from 1e-06"),
+        # fp32 reads 1e300 as inf and 1e-300 as 0 (cap * tanh(s / cap) is NaN either way)
+        ("SOFTCAP", "1e300", "mask.logit_softcap: 1e300 is out of range: expected a number"),
+        ("SOFTCAP", "1e-300", "mask.logit_softcap: 1e-300 is out of range: expected a number"),
+        ("SOFTCAP", "0." + "0" * 400 + "1", "logit_softcap: 0.00000000000000000000000000000000"),
         ("SINKS", "yes", "mask.sinks: expected true or false, got 'yes'"),
         ("SINKS", "'true'", "mask.sinks: expected true or false, got 'true'"),
         ("DESCRIPTION", "=", "description: expected a string, got '=' (quote it to make it text)"),
@@ -228,3 +232,56 @@ def test_a_file_too_large_to_be_a_spec_is_refused_unread(tmp_path, capsys) -> No
     path = spec_file(tmp_path, "fz_large", text)
     assert main(["validate", str(path)]) == 1
     assert f"fz_large.yaml:1: not a spec: over {MAX_SPEC_BYTES} bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "name", ["x<img src=x onerror=alert(1)>", "x{y}", "a b", "x`y", "-lead", "caf\u00e9"]
+)
+def test_a_file_name_with_markup_characters_is_refused(tmp_path, capsys, name) -> None:
+    """The support matrix prints a spec's path in a Markdown / MDX heading: a name with
+    markup (HTML tags, JSX braces, backticks) would be markup there."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(spec_text("fz_markup"), encoding="utf-8")
+    assert main(["validate", str(path)]) == 1
+    assert (
+        "the file name may hold letters, digits, '_', '-' and '.' only" in capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    "line, hint",
+    [
+        ("page_size: 16", "it is written as kv_cache.page_size"),
+        ("window_left: 64", "it is written as mask.window_left"),
+        ("topk: 2", "it is written as speculative.topk"),
+        ("chunk_size: 64", "it is written as gdn.chunk_size in gdn specs"),
+        ("page_sizes: [16]", "did you mean kv_cache.page_size?"),
+        ("phasess: [decode]", "did you mean phases?"),
+    ],
+)
+def test_a_key_of_a_section_written_at_the_top_is_pointed_there(tmp_path, line, hint) -> None:
+    path = spec_file(tmp_path, "fz_level", spec_text("fz_level") + line + "\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path, tmp_path)
+    assert str(info.value).endswith(hint)
+
+
+def test_a_kv_scale_applies_to_the_quantized_dtypes_of_a_mixed_list(tmp_path) -> None:
+    """``dtype: [bf16, fp8_e4m3]`` with a scale: the bf16 cache variant has no scale (it was
+    built as a scaled cache, wanting k/v scales a bf16 cache does not have)."""
+    text = (ROOT / "specs" / "mha" / "fp8_kv.yaml").read_text()
+    text = text.replace("dtype: [fp8_e4m3, fp8_e5m2]", "dtype: [bf16, fp8_e4m3]")
+    path = spec_file(tmp_path, "fz_mixed_kv", text.replace("mha_fp8_kv", "fz_mixed_kv"))
+    scales = {(v.kv_dtype.value, v.kv_scale and v.kv_scale.value)
+              for v in validate(load_spec(path, tmp_path))}  # fmt: skip
+    assert scales == {("bf16", None), ("fp8_e4m3", "per_tensor")}
+
+
+def test_an_mha_draft_tree_is_spelled_as_a_custom_mask(tmp_path) -> None:
+    """topk > 1 builds tree kernels: with ``kind: causal`` the spec said one thing and the
+    kernels did another (HOOKS said no tree), so only ``kind: custom`` spells a tree."""
+    text = (ROOT / "specs" / "mha" / "spec_tree.yaml").read_text()
+    text = text.replace("mha_spec_tree", "fz_tree_causal").replace("kind: custom", "kind: causal")
+    path = spec_file(tmp_path, "fz_tree_causal", text)
+    with pytest.raises(SpecError, match="draft trees \\(topk > 1\\) are spelled mask.kind: custom"):
+        validate(load_spec(path, tmp_path))
