@@ -15,7 +15,11 @@ changes and survives a move; ``module`` says which generated file the check ran 
 de-duplicated. With ``ATTNGEN_EVIDENCE_KEEP=<earlier file>`` (same arch and device) the
 earlier run's records are kept beside this run's and its header is listed under
 ``earlier_runs``: each record still counts only while its identities hold. Under pytest-xdist each worker ships its records to the controller, which
-writes the one file. Nothing is written when no check passed.
+writes the one file. Nothing is written when no check passed. With
+``ATTNGEN_EVIDENCE_SPOOL=<dir>`` every record is also appended to ``<dir>/<pid>.jsonl`` as it
+passes and merged into the file at the end, so a run cut short keeps what passed (after a
+run that was killed outright, ``python tests/gpu_evidence.py`` with the same variables
+writes the file from the spool).
 """
 
 from __future__ import annotations
@@ -75,7 +79,13 @@ class Evidence:
         path = Path(kernels_module.__file__).resolve()
         runtime = package_runtime_identity(REPO_ROOT, path.parent)
         module = path.relative_to(REPO_ROOT).as_posix()
-        self.results.add(Result(identity, runtime, module, variant_uri, check, True, note))
+        result = Result(identity, runtime, module, variant_uri, check, True, note)
+        self.results.add(result)
+        spool = os.environ.get("ATTNGEN_EVIDENCE_SPOOL")
+        if spool:  # kept as it passes: a run cut short (timeout, a crash) loses nothing
+            Path(spool).mkdir(parents=True, exist_ok=True)
+            with open(Path(spool) / f"{os.getpid()}.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(asdict(result)) + "\n")
 
     def to_json(self) -> list[dict]:
         return [asdict(r) for r in sorted(self.results)]
@@ -130,9 +140,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(session.config, "workerinput"):  # xdist worker: hand records to the controller
         session.config.workeroutput[WORKER_KEY] = json.dumps(EVIDENCE.to_json())
         return
+    write_document()
+
+
+def read_spool(spool: str | None) -> None:
+    """Merge the records spooled by every process of the run (``ATTNGEN_EVIDENCE_SPOOL``)."""
+    for path in sorted(Path(spool).glob("*.jsonl")) if spool else ():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        EVIDENCE.merge_json([json.loads(line) for line in lines if line.strip()])
+
+
+def write_document() -> None:
+    read_spool(os.environ.get("ATTNGEN_EVIDENCE_SPOOL"))
     out = os.environ.get("ATTNGEN_EVIDENCE_OUT")
     if not out or not EVIDENCE.results:
         return
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(_document(), indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":  # after a run that was killed: write its spooled records
+    write_document()
