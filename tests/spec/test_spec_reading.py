@@ -276,12 +276,3 @@ def test_a_kv_scale_applies_to_the_quantized_dtypes_of_a_mixed_list(tmp_path) ->
               for v in validate(load_spec(path, tmp_path))}  # fmt: skip
     assert scales == {("bf16", None), ("fp8_e4m3", "per_tensor")}
 
-
-def test_an_mha_draft_tree_is_spelled_as_a_custom_mask(tmp_path) -> None:
-    """topk > 1 builds tree kernels: with ``kind: causal`` the spec said one thing and the
-    kernels did another (HOOKS said no tree), so only ``kind: custom`` spells a tree."""
-    text = (ROOT / "specs" / "mha" / "spec_tree.yaml").read_text()
-    text = text.replace("mha_spec_tree", "fz_tree_causal").replace("kind: custom", "kind: causal")
-    path = spec_file(tmp_path, "fz_tree_causal", text)
-    with pytest.raises(SpecError, match="draft trees \\(topk > 1\\) are spelled mask.kind: custom"):
-        validate(load_spec(path, tmp_path))

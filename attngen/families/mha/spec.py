@@ -87,11 +87,7 @@ def draft_tree_rules(variant: Variant) -> list[tuple[bool, str]]:
             "draft trees with a sliding window are not lowered (tree rows sit at depths, "
             "not at consecutive positions)",
         ),
-        (
-            topk <= 1 or kind is MaskKind.CUSTOM,
-            "draft trees (topk > 1) are spelled mask.kind: custom (the tree is the mask; "
-            "every draft also sees the cached prefix)",
-        ),
+        (topk <= 1 or kind is not MaskKind.NONE, "draft trees need a causal base mask"),
     ]
 
 
