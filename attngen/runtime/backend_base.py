@@ -105,9 +105,9 @@ class AttentionBackendBase:
         raise NotImplementedError
 
     def _check_slots(self, fb: ForwardBatch) -> None:
-        """Request rows, cached token slots and out_cache_loc inside the pools, ``seq_lens``
-        equal to ``seq_lens_cpu``, and the family's own device-side checks
-        (:meth:`_device_checks`): one host sync for all of them."""
+        """Request rows, cached token slots and out_cache_loc inside the pools, the device
+        lengths equal to their host copies (:func:`host_mirrors`), and the family's own
+        device-side checks (:meth:`_device_checks`): one host sync for all of them."""
         table = self.req_to_token_pool.req_to_token
         num_slots = self.kv_pool.num_slots
         rows, seq_lens, loc = fb.req_pool_indices, fb.seq_lens, fb.out_cache_loc
@@ -117,23 +117,16 @@ class AttentionBackendBase:
         slots = torch.where(used, slots, 0)  # slot 0 exists: entries past seq_lens pass
         ranges = ((rows, table.shape[0]), (slots, num_slots), (loc, num_slots))
         present = [i for i, (t, _) in enumerate(ranges) if t.numel()]
-        extra = extend_length_checks(fb, self.device) + self._device_checks(fb)
-        # each tensor's (min, max), the family's flags, then seq_lens: one sync for all
+        extra = self._device_checks(fb)
+        mirrors = host_mirrors(fb)
+        # each tensor's (min, max), the family's flags, then the mirrored lengths: one sync
         bounds = [x.long() for i in present for x in torch.aminmax(ranges[i][0])]
         parts = [torch.stack(bounds)] if bounds else []
         parts += [torch.stack([flag for flag, _ in extra]).long()] if extra else []
-        host = torch.cat([*parts, seq_lens.long()]).tolist()
+        host = torch.cat([*parts, *(t.long() for _, t, _ in mirrors)]).tolist()
         head = 2 * len(present)
-        device_lens, flags = host[head + len(extra) :], host[head : head + len(extra)]
-        if device_lens != fb.seq_lens_cpu.tolist():
-            b = next(
-                i for i, (d, c) in enumerate(zip(device_lens, fb.seq_lens_cpu.tolist())) if d != c
-            )
-            fail(
-                f"forward_batch.seq_lens[{b}]",
-                f"seq_lens_cpu[{b}] = {int(fb.seq_lens_cpu[b])} (the two must agree)",
-                device_lens[b],
-            )
+        flags = host[head : head + len(extra)]
+        check_mirrors(mirrors, host[head + len(extra) :])
         outside = {
             i for k, i in enumerate(present) if host[2 * k] < 0 or host[2 * k + 1] >= ranges[i][1]
         }
@@ -277,28 +270,26 @@ class AttentionBackendBase:
         return bufs
 
 
-def extend_length_checks(
-    fb: ForwardBatch, device: torch.device
-) -> list[tuple[torch.Tensor, Callable[[], None]]]:
-    """Device ``extend_seq_lens`` / ``extend_prefix_lens`` equal to their host lists, as
-    checks for the one sync of eager metadata (a flag tensor, a function raising the error).
-    Builders take row offsets and initial states from the device tensors and row counts and
+def host_mirrors(fb: ForwardBatch) -> list[tuple[str, torch.Tensor, list[int]]]:
+    """The batch's device tensors that have a host copy, as (name, tensor, host values):
+    ``seq_lens`` and, in extend modes, ``extend_seq_lens`` / ``extend_prefix_lens``. The
+    builders take offsets and initial states from the device tensors and row counts and
     grids from the host lists: if they disagree, rows go to the wrong request or unwritten."""
-    pairs = (
-        ("extend_seq_lens", fb.extend_seq_lens, fb.extend_seq_lens_cpu),
-        ("extend_prefix_lens", fb.extend_prefix_lens, fb.extend_prefix_lens_cpu),
-    )
-    checks = []
-    for name, lens, host in pairs:
-        if lens is None or host is None:
-            continue
-        want = torch.tensor(list(host), dtype=torch.long, device=device)
+    mirrors = [("seq_lens", fb.seq_lens, fb.seq_lens_cpu.tolist())]
+    for name in ("extend_seq_lens", "extend_prefix_lens"):
+        lens, host = getattr(fb, name), getattr(fb, f"{name}_cpu")
+        if lens is not None and host is not None:
+            mirrors.append((name, lens, list(host)))
+    return mirrors
 
-        def report(name: str = name, lens: torch.Tensor = lens, host: Any = host) -> None:
-            got = lens.tolist()
+
+def check_mirrors(mirrors: list[tuple[str, torch.Tensor, list[int]]], synced: list[int]) -> None:
+    """Refuse the first request whose device value (``synced``: the mirrors' tensors
+    concatenated, read in the one sync) differs from its host copy."""
+    at = 0
+    for name, _, host in mirrors:
+        got, at = synced[at : at + len(host)], at + len(host)
+        if got != host:
             b = next(i for i, (g, h) in enumerate(zip(got, host)) if g != h)
             what = f"{name}_cpu[{b}] = {host[b]} (the two must agree)"
             fail(f"forward_batch.{name}[{b}]", what, got[b])
-
-        checks.append(((lens.long() != want).any(), report))
-    return checks

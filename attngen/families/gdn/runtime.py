@@ -29,7 +29,8 @@ from attngen.runtime.backend_base import (
     GRAPH_PHASES,
     AttentionBackendBase,
     canonical_device,
-    extend_length_checks,
+    check_mirrors,
+    host_mirrors,
 )
 from attngen.runtime.batch import ForwardBatch, ForwardMode, VerifyInfo
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
@@ -181,15 +182,17 @@ class GdnBackend(AttentionBackendBase):
         bad_row = (rows < 1) | (rows >= table.shape[0])
         slots = table[rows.clamp(0, table.shape[0] - 1)]
         bad_slot = (slots < 1) | (slots > self.state_pool.size)
-        lengths = extend_length_checks(fb, self.device)  # chunk plans: the host lengths
+        mirrors = host_mirrors(fb)  # chunk plans come from the host lengths
         ordered = slots.sort().values  # two requests on one state slot: a write race
         shared = (ordered[1:] == ordered[:-1]).any()  # False for one request
-        checks = [bad_row.any(), bad_slot.any(), shared, *(flag for flag, _ in lengths)]
+        checks = [bad_row.any(), bad_slot.any(), shared]
         bad_parent = self._bad_parents(fb)
         checks.append(torch.zeros((), dtype=torch.bool, device=self.device))
         if bad_parent is not None:
             checks[-1] = bad_parent.any()
-        flags = torch.stack(checks).tolist()
+        parts = [torch.stack(checks).long(), *(t.long() for _, t, _ in mirrors)]
+        synced = torch.cat(parts).tolist()  # the one sync
+        flags, lengths = synced[: len(checks)], synced[len(checks) :]
         parent_flag = flags.pop()
         if flags[0]:
             b = int(bad_row.nonzero()[0, 0])
@@ -209,9 +212,7 @@ class GdnBackend(AttentionBackendBase):
                         slot,
                     )
                 owners[slot] = b
-        for flag, (_, report) in zip(flags[3:], lengths):
-            if flag:
-                report()
+        check_mirrors(mirrors, lengths)
         if parent_flag:
             assert bad_parent is not None
             b, i = (int(x) for x in bad_parent.nonzero()[0])
