@@ -26,11 +26,12 @@ def _kind_schema(kind: Any) -> dict[str, Any]:
     if isinstance(kind, Bool):
         return {"type": "boolean"}
     if isinstance(kind, Text):
-        return (
-            {"type": "string", "pattern": "^[a-z][a-z0-9_]*$"}
-            if kind.identifier
-            else {"type": "string"}
-        )
+        out = {"type": "string"}
+        if kind.identifier:
+            out["pattern"] = "^[a-z][a-z0-9_]*$"
+        if kind.max_length:
+            out["maxLength"] = kind.max_length
+        return out
     assert isinstance(kind, OneOf)
     return {"type": "string", "enum": [m.value for m in kind.allowed]}
 

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import Enum
 from typing import Any
 
@@ -58,6 +59,7 @@ class Bool:
 @dataclass(frozen=True)
 class Text:
     identifier: bool = False
+    max_length: int = 0  # characters; 0: no limit
 
     def describe(self) -> str:
         return "an identifier ([a-z][a-z0-9_]*)" if self.identifier else "a string"
@@ -145,6 +147,9 @@ def _check_float(kind: Float, plain: str | None, loc: Location, name: str, raw: 
     value = float(plain)  # a string too large for a float reads as inf, never raises
     if not math.isfinite(value):
         raise SpecError(loc, name, f"{_cut(plain)} is not a finite number")
+    if Decimal(plain) != Decimal(repr(value)):  # digits a float64 drops change the value
+        raise SpecError(loc, name, f"{_cut(plain)} has more digits than a float64 holds "
+                        f"(it reads as {value!r})")  # fmt: skip
     if not kind.minimum <= value <= kind.maximum:
         raise SpecError(loc, name, f"{_cut(plain)} is out of range: expected {kind.describe()}")
     return value
@@ -162,6 +167,8 @@ def _check_text(kind: Text, node: yaml.ScalarNode, loc: Location, name: str) -> 
         raise SpecError(loc, name, f"expected one line of text, got {value!r}")
     elif not value.isprintable():
         raise SpecError(loc, name, f"{value!r}: one line of printable text expected")
+    elif kind.max_length and len(value) > kind.max_length:
+        raise SpecError(loc, name, f"{len(value)} characters: at most {kind.max_length}")
     return value
 
 

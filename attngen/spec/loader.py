@@ -250,12 +250,19 @@ def _read_tuning(node: yaml.Node | None, path: str, family: Family) -> tuple[Tun
     if node is None:
         return ()
     MapReader(node, path, "tuning")  # shape and duplicate-key checks
+    _refuse_empty(node, path, "tuning", "a backend")
     backend_kind = OneOf(Backend, tuple(Backend))
     out = []
     for key_node, value_node in node.value:
         backend = convert_scalar(backend_kind, key_node, path, "tuning")
         out += _read_backend_tuning(value_node, path, family, backend)
     return tuple(out)
+
+
+def _refuse_empty(node: yaml.Node, path: str, name: str, what: str) -> None:
+    """A tuning level that names nothing tunes nothing: refused, not read as a no-op."""
+    if not node.value:
+        raise SpecError(node_location(path, node), name, f"empty: name {what}, or remove it")
 
 
 def _read_backend_tuning(
@@ -272,11 +279,13 @@ def _read_backend_tuning(
             f"no {backend.value} lowering of {family.value} to tune",
         )
     MapReader(node, path, prefix)
+    _refuse_empty(node, path, prefix, "an arch")
     arch_kind = OneOf(Arch, tuple(Arch))
     out = []
     for key_node, value_node in node.value:
         arch = convert_scalar(arch_kind, key_node, path, prefix)
         reader = MapReader(value_node, path, f"{prefix}.{arch.value}")
+        _refuse_empty(value_node, path, f"{prefix}.{arch.value}", "a tuning key")
         values = []
         for key in list(reader.entries):
             name = f"{prefix}.{arch.value}.{key}"

@@ -130,7 +130,7 @@ class Spec:
     FIELDS = (
         Field("name", Text(identifier=True), "spec name (module name)", required=True),
         Field("family", OneOf(Family, tuple(Family)), "attention family", required=True),
-        Field("description", Text(), "one line for the docs", required=True),
+        Field("description", Text(max_length=300), "one line for the docs", required=True),
         Field("phases", OneOf(Phase, tuple(Phase)), "phases to generate", required=True, many=True),
         Field(
             "dtype",

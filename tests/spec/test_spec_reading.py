@@ -89,6 +89,8 @@ def test_a_description_is_the_text_written(tmp_path, written, value) -> None:
         ("SOFTCAP", "1e300", "mask.logit_softcap: 1e300 is out of range: expected a number"),
         ("SOFTCAP", "1e-300", "mask.logit_softcap: 1e-300 is out of range: expected a number"),
         ("SOFTCAP", "0." + "0" * 400 + "1", "logit_softcap: 0.00000000000000000000000000000000"),
+        ("SOFTCAP", "30.000000000000000000000001", "has more digits than a float64 holds"),
+        ("DESCRIPTION", "x" * 301, "description: 301 characters: at most 300"),
         ("SINKS", "yes", "mask.sinks: expected true or false, got 'yes'"),
         ("SINKS", "'true'", "mask.sinks: expected true or false, got 'true'"),
         ("DESCRIPTION", "=", "description: expected a string, got '=' (quote it to make it text)"),
@@ -276,3 +278,14 @@ def test_a_kv_scale_applies_to_the_quantized_dtypes_of_a_mixed_list(tmp_path) ->
               for v in validate(load_spec(path, tmp_path))}  # fmt: skip
     assert scales == {("bf16", None), ("fp8_e4m3", "per_tensor")}
 
+
+@pytest.mark.parametrize(
+    "tuning, where",
+    [("tuning: {}", "tuning"), ("tuning:\n  triton: {}", "tuning.triton"),
+     ("tuning:\n  triton:\n    sm90: {}", "tuning.triton.sm90")],
+)  # fmt: skip
+def test_an_empty_tuning_level_is_refused(tmp_path, tuning, where) -> None:
+    """It tunes nothing: an author who meant to tune something hears so."""
+    path = spec_file(tmp_path, "fz_tuning", spec_text("fz_tuning") + tuning + "\n")
+    with pytest.raises(SpecError, match=f"{where}: empty: name"):
+        load_spec(path, tmp_path)
