@@ -245,9 +245,9 @@ def to_text(report: Report) -> str:
         out += [f"      {line}" for line in spec_lines(s)]
     out.append("")
     out.append(f"Support matrix: {len(r.cells)} cells change")
-    for where, move, why, cols in cell_groups(r.cells):
+    for where, move, reason, cols in cell_groups(r.cells):
         out.append(f"  {where}: {move} in {len(cols)} column(s): {', '.join(cols)}")
-        out.append(f"      why: {why}")
+        out.append(f"      why: {reason}")
     out.append("")
     out.append("Kernel code:")
     out += [f"  {line}" for line in code_lines(report)]
@@ -285,8 +285,8 @@ def to_markdown(report: Report) -> str:
     out += ["", "#### Support matrix", ""]
     if r.cells:
         out += ["| Row | Change | Columns | Why |", "|---|---|---|---|"]
-        for where, move, why, cols in cell_groups(r.cells):
-            out.append(f"| {_md(where)} | {move} | {_md(', '.join(cols))} | {_md(why)} |")
+        for where, move, reason, cols in cell_groups(r.cells):
+            out.append(f"| {_md(where)} | {move} | {_md(', '.join(cols))} | {_md(reason)} |")
     else:
         out.append("No cell changes.")
     out += ["", "#### Kernel code", ""]
