@@ -35,7 +35,10 @@ class MaskHooks:
     window_left: int | None = None  # None: no window
     logit_softcap: float | None = None  # None: no cap
     sinks: bool = False
-    tree: bool = False  # speculative draft trees: a bit-packed mask over the drafts
+    # the spec's mask is kind custom: the draft-tree mask (a bit-packed mask over the drafts).
+    # It describes the layer's mask, not which kernels exist: a causal spec with speculative
+    # topk > 1 builds tree verify kernels too, and their configs' ``spec_topk`` says so
+    tree: bool = False
 
     @classmethod
     def from_mask(cls, mask: Mask) -> MaskHooks:

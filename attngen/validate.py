@@ -70,9 +70,14 @@ def _check_lowered_somewhere(spec: Spec, variant: Variant) -> None:
         return
     target, arch, verdict = verdicts[0]
     where = [f"{b.value} {a.value}" for b, a in alternatives(variant) if supports(variant, b, a).ok]
+    location, field = target.location, f"targets.{target.backend.value}"
+    about = verdict.field
+    written = spec.field_at(about) if about else None
+    if about and written is not None:  # the refusal names a field the spec writes: point there
+        location, field = written, about
     raise SpecError(
-        target.location,
-        f"targets.{target.backend.value}",
+        location,
+        field,
         f"no target lowers variant {variant.uri}: {verdict.reason} ({target.backend.value} "
         f"{arch.value}; lowered on: {', '.join(where) or 'none yet'})",
     )

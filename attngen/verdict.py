@@ -1,10 +1,13 @@
 """The vocabulary of capability answers: a :class:`Verdict` is SUPPORTED, NOT_LOWERED or
 UNSUPPORTED, and a refusal always carries its reason. ``attngen.capabilities.supports``
-returns them; the registered lowerings build them (``first_failure``)."""
+returns them; the registered lowerings build them (``first_failure``). A refusal may name the
+spec field it is about (``mask.kind``, ``kv_cache.dtype``, ``heads.head_dim``: section and key
+as the YAML writes them), so a spec error points at that field's line, not the target's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -18,6 +21,7 @@ class Status(str, Enum):
 class Verdict:
     status: Status
     reason: str = ""
+    field: str | None = field(default=None, compare=False)  # the spec key it is about
 
     def __post_init__(self) -> None:
         if self.status is not Status.SUPPORTED and not self.reason:
@@ -31,13 +35,23 @@ class Verdict:
 SUPPORTED = Verdict(Status.SUPPORTED)
 
 
-def not_lowered(reason: str) -> Verdict:
-    return Verdict(Status.NOT_LOWERED, reason)
+def not_lowered(reason: str, field: str | None = None) -> Verdict:
+    return Verdict(Status.NOT_LOWERED, reason, field)
 
 
-def first_failure(checks: list[tuple[bool, str]]) -> Verdict:
-    """SUPPORTED, or NOT_LOWERED with the reason of the first check that fails."""
-    for ok, reason in checks:
+# (holds, reason) or (holds, reason, the spec field it is about)
+Check = tuple[bool, str] | tuple[bool, str, str]
+
+
+def first_failure(checks: Sequence[Check]) -> Verdict:
+    """SUPPORTED, or NOT_LOWERED with the reason (and field) of the first check that fails."""
+    for ok, reason, *about in checks:
         if not ok:
-            return not_lowered(reason)
+            return not_lowered(reason, about[0] if about else None)
     return SUPPORTED
+
+
+def first_off(names: Sequence[str], got: Sequence[object], want: Sequence[object]) -> str:
+    """The name of the first of ``names`` whose value in ``got`` is not the one in ``want``
+    (the field a check on a tuple of dims is about); the first name when all agree."""
+    return next((n for n, g, w in zip(names, got, want) if g != w), names[0])

@@ -119,6 +119,7 @@ def section_keys() -> dict[str, list[str]]:
 def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
     reader = MapReader(node, path, "")
     reader.check_known(spec_keys(), section_keys())
+    lines = tuple((k, node_location(path, key)) for k, (key, _) in reader.entries.items())
     top = {f.key: reader.pop(f) for f in Spec.FIELDS}
     family: Family = top["family"]
     fspec = family_specs()[family]
@@ -142,6 +143,8 @@ def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
         targets=_read_targets(targets_node, path),
         tuning=_read_tuning(tuning_node, path, family),
         sections=sections,
+        section_names=tuple(fspec.sections),
+        key_lines=lines,
         **top,
     )
     _check_spec(spec)

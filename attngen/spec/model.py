@@ -124,8 +124,8 @@ class Tuning:
 
 
 @dataclass(frozen=True)
-class Spec:
-    """One YAML spec file."""
+class Spec(Section):
+    """One YAML spec file (its ``key_lines``: the top-level keys it writes)."""
 
     FIELDS = (
         Field("name", Text(identifier=True), "spec name (module name)", required=True),
@@ -148,12 +148,26 @@ class Spec:
     phases: tuple[Phase, ...]
     dtype: tuple[DType, ...]
     sections: tuple[object, ...]  # the family's shape sections (its FamilySpec), read
+    section_names: tuple[str, ...]  # their keys in the spec, in the same order
     kv_cache: KvCache | None
     mask: Mask
     speculative: Speculative | None
     targets: tuple[Target, ...]
     tuning: tuple[Tuning, ...]
     sha256: str  # of the spec file's bytes: provenance and cache keys
+
+    def field_at(self, path: str) -> Location | None:
+        """The line of spec field ``path`` (``phases``, ``mask.kind``, ``heads.head_dim``)
+        when the spec writes it; None for a field left at its default."""
+        head, _, key = path.partition(".")
+        if not key:
+            return self.at(head) if self.given(head) else None
+        named = dict(zip(self.section_names, self.sections))
+        named.update(kv_cache=self.kv_cache, mask=self.mask, speculative=self.speculative)
+        section = named.get(head)
+        if not isinstance(section, Section) or not section.given(key):
+            return None
+        return section.at(key)
 
     def section(self, cls: type[T]) -> T:
         """The family section of type ``cls`` (the family's FamilySpec declares it)."""

@@ -143,3 +143,30 @@ def test_every_family_and_backend_is_registered() -> None:
 def test_a_verdict_that_refuses_must_say_why() -> None:
     with pytest.raises(ValueError, match="needs a reason"):
         Verdict(Status.NOT_LOWERED)
+
+
+def _field_paths() -> set[str]:
+    """Every ``section.key`` (and top-level key) a spec may write."""
+    from attngen.spec.loader import SECTIONS, family_specs
+    from attngen.spec.model import Spec
+
+    paths = {f.key for f in Spec.FIELDS}
+    owners = list(SECTIONS.items())
+    owners += [item for fs in family_specs().values() for item in fs.sections.items()]
+    paths |= {f"{name}.{f.key}" for name, cls in owners for f in cls.FIELDS}
+    return paths
+
+
+def test_refusals_name_fields_a_spec_writes() -> None:
+    """A NOT_LOWERED verdict's field is a real spec key (validate points the error at its
+    line): asked of every docs column's probe on every backend and arch."""
+    paths, named = _field_paths(), 0
+    for family in registry.families():
+        for feature in family_features(family):
+            for backend in Backend:
+                for arch in Arch:
+                    verdict = probe_verdict(feature, backend, arch)
+                    if verdict.field is not None:
+                        assert verdict.field in paths, (feature.label, verdict)
+                        named += 1
+    assert named >= 8  # the lowerings do name their fields (10 at this writing)

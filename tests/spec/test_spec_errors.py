@@ -64,10 +64,10 @@ EXPECTED = {
         "tests/spec/bad_specs/mha_fp8_no_scale.yaml:9: kv_cache.scale: required when kv_cache.dtype includes fp8_e4m3"
     ),
     "mha_head_dim": (
-        "tests/spec/bad_specs/mha_head_dim.yaml:8: targets.triton: no target lowers variant d100_g1_ps1_bf16_causal: head_dim 100 is not lowered yet (triton sm90; lowered on: none yet)"
+        "tests/spec/bad_specs/mha_head_dim.yaml:6: heads.head_dim: no target lowers variant d100_g1_ps1_bf16_causal: head_dim 100 is not lowered yet (triton sm90; lowered on: none yet)"
     ),
     "mha_gqa_group_not_lowered": (
-        "tests/spec/bad_specs/mha_gqa_group_not_lowered.yaml:9: targets.triton: no target lowers variant d128_g100_ps1_bf16_causal: gqa_group 100 > 64 is not lowered (triton sm80; lowered on: none yet)"
+        "tests/spec/bad_specs/mha_gqa_group_not_lowered.yaml:7: heads.gqa_group: no target lowers variant d128_g100_ps1_bf16_causal: gqa_group 100 > 64 is not lowered (triton sm80; lowered on: none yet)"
     ),
     "mha_name_keyword": (
         "tests/spec/bad_specs/mha_name_keyword.yaml:1: name: 'class' is a Python keyword (the generated package name)"
@@ -253,6 +253,25 @@ EXPECTED = {
     ),
     "mla_no_target_lowers": (
         "tests/spec/bad_specs/mla_no_target_lowers.yaml:12: targets: no target lowers any variant of this spec: cute_dsl sm90 skips 1 of 1 variants (e.g. r512_rope64_h16_ps1_bf16_causal: no CuTe DSL lowering for mla yet)"
+    ),
+    # a field no lowering takes: the error points at the field's line, not the target's
+    "gdn_key_dim_not_lowered": (
+        "tests/spec/bad_specs/gdn_key_dim_not_lowered.yaml:6: gdn.key_dim: no target lowers "
+        "variant k256_v128_gv2_sfp32_bf16_causal: key_dim 256 is not lowered (64, 128) (triton "
+        "sm90; lowered on: none yet)"
+    ),
+    "mla_nope_dim_not_lowered": (
+        "tests/spec/bad_specs/mla_nope_dim_not_lowered.yaml:8: mla.qk_nope_head_dim: no target "
+        "lowers variant r512_rope64_h16_ps1_bf16_causal: latent/rope/nope/v dims (512, 64, 64, "
+        "128) are not lowered (DeepSeek's (512, 64, 128, 128) are) (triton sm90; lowered on: "
+        "none yet)"
+    ),
+    "mha_cute_fp8_extend": (
+        "tests/spec/bad_specs/mha_cute_fp8_extend.yaml:10: kv_cache.dtype: no target lowers "
+        "variant d128_g4_ps16_bf16_kvfp8_e4m3_causal: fp8_e4m3 KV cache in CuTe DSL: decode "
+        "only, on sm100, sm90, per-tensor scales, pages of [16, 32, 64, 128] tokens (got extend "
+        "on sm90, per_tensor scales, page 16) (cute_dsl sm90; lowered on: triton sm90, triton "
+        "sm100)"
     ),
 }
 

@@ -289,3 +289,22 @@ def test_an_empty_tuning_level_is_refused(tmp_path, tuning, where) -> None:
     path = spec_file(tmp_path, "fz_tuning", spec_text("fz_tuning") + tuning + "\n")
     with pytest.raises(SpecError, match=f"{where}: empty: name"):
         load_spec(path, tmp_path)
+
+
+def test_field_at_gives_a_written_fields_line_or_none() -> None:
+    """Where validate points an error about a field (a verdict's ``field``): the key's own
+    line when the spec writes it, None when it is left at its default."""
+    spec = load_spec(ROOT / "specs/mha/spec_tree.yaml", ROOT)
+    lines = (ROOT / "specs/mha/spec_tree.yaml").read_text().splitlines()
+    for path, text in [
+        ("phases", "phases:"),
+        ("dtype", "dtype:"),
+        ("heads.gqa_group", "  gqa_group:"),
+        ("kv_cache.page_size", "  page_size:"),
+        ("mask.kind", "  kind:"),
+        ("speculative.topk", "  topk:"),
+    ]:
+        where = spec.field_at(path)
+        assert where is not None and lines[where.line - 1].startswith(text), path
+    for path in ("heads.v_head_dim", "kv_cache.dtype", "mask.window_left", "no_such.key"):
+        assert spec.field_at(path) is None, path

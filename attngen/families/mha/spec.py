@@ -72,22 +72,28 @@ def check(spec: Spec) -> None:
         )
 
 
-def draft_tree_rules(variant: Variant) -> list[tuple[bool, str]]:
+def draft_tree_rules(variant: Variant) -> list[tuple[bool, str, str]]:
     """What every MHA backend's ``supports()`` asks of a variant's speculative settings and
-    custom mask (a custom mask is the speculative tree's), as (holds, reason) pairs."""
+    custom mask (a custom mask is the speculative tree's), as (holds, reason, field)."""
     topk = variant.spec_topk or 0
     kind = variant.mask.kind
     return [
         (
             kind is not MaskKind.CUSTOM or topk > 1,
             "custom masks are lowered for speculative draft trees (topk > 1) only",
+            "mask.kind",
         ),
         (
             topk <= 1 or kind is not MaskKind.SLIDING_WINDOW,
             "draft trees with a sliding window are not lowered (tree rows sit at depths, "
             "not at consecutive positions)",
+            "speculative.topk",
         ),
-        (topk <= 1 or kind is not MaskKind.NONE, "draft trees need a causal base mask"),
+        (
+            topk <= 1 or kind is not MaskKind.NONE,
+            "draft trees need a causal base mask",
+            "mask.kind",
+        ),
     ]
 
 

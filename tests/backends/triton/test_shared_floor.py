@@ -1,4 +1,4 @@
-"""The Triton plan checks' shared-memory floors (``verify.shared_floor`` of MHA and MLA)
+"""The Triton plan checks' shared-memory floors (``verify.shared_floor`` of MHA, MLA, DSA)
 against what Triton allocated for every generated kernel they bound (evidence/compile/triton):
 a floor never exceeds a compiled kernel's shared memory, so the check cannot refuse a tile
 that compiles; and it is not vacuous (it reaches at least a third of the allocation
@@ -12,6 +12,7 @@ import json
 import pytest
 
 from attngen.families.mha.triton import verify
+from attngen.families.dsa.triton import verify as dsa_verify
 from attngen.families.mla.triton import verify as mla_verify
 from attngen.testing.paths import REPO_ROOT
 
@@ -37,12 +38,22 @@ FLOORS = {
             "verify_tree": ("verify", "decode_block_n"),
         },
     ),
+    "dsa": (
+        dsa_verify.shared_floor,
+        {
+            name: ("decode", "sparse_block_n")
+            for name in ("sparse", "sparse_lse", "sparse_split", "sparse_split_lse")
+        },
+    ),
 }
+NO_KERNELS = {("dsa", "sm80")}  # the fp8 indexer needs sm89+
 
 
 @pytest.mark.parametrize("family", sorted(FLOORS))
 @pytest.mark.parametrize("arch", ["sm80", "sm90", "sm100"])
 def test_floor_is_below_every_compiled_allocation(arch: str, family: str) -> None:
+    if (family, arch) in NO_KERNELS:
+        pytest.skip(f"no {family} kernels on {arch}")
     floors, kernels = FLOORS[family]
     rows = json.loads((REPO_ROOT / "evidence/compile/triton" / f"{arch}.json").read_text())
     checked, closest = 0, 0.0
@@ -104,4 +115,28 @@ def test_validate_refuses_latent_tiles_over_the_floor(tmp_path, capsys) -> None:
     )
     assert want in err, err
     spec.write_text(spec.read_text().replace("decode_block_n: 256", "decode_block_n: 128"))
+    assert main(["validate", str(spec)]) == 0
+
+
+def test_validate_refuses_sparse_tiles_over_the_floor(tmp_path, capsys) -> None:
+    """256 selected slots of 576 bf16 latent values in the DSA sparse kernel's pipeline
+    (295 KB) fail `attngen validate` on sm90 at the tuning entry; 64 pass."""
+    from attngen.cli import main
+
+    spec = tmp_path / "dsa_big.yaml"
+    spec.write_text(
+        "name: dsa_big\ndescription: sparse tiles over the limit\nfamily: dsa\n"
+        "phases: [decode]\nmla: {kv_lora_rank: 512, qk_rope_head_dim: 64, qk_nope_head_dim: "
+        "128, v_head_dim: 128, num_heads: 16}\ndsa: {index_heads: 64, index_head_dim: 128, "
+        "index_topk: 2048}\nkv_cache: {page_size: 64}\ntargets: {triton: [sm90]}\n"
+        "tuning:\n  triton:\n    sm90: {sparse_block_n: 256, sparse_num_stages: 2}\n"
+    )
+    assert main(["validate", str(spec)]) == 1
+    err = capsys.readouterr().err
+    want = (
+        "sparse_block_n=256 x sparse_num_stages=2 (1152-byte latent rows): at least 294912 B "
+        "of shared memory, over sm90's 232448"
+    )
+    assert want in err, err
+    spec.write_text(spec.read_text().replace("sparse_block_n: 256", "sparse_block_n: 64"))
     assert main(["validate", str(spec)]) == 0

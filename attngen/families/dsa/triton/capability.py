@@ -9,7 +9,7 @@ from __future__ import annotations
 from attngen.families.dsa.spec import PAGE_SIZE, DsaShape
 from attngen.spec.enums import Arch, DType, MaskKind, Phase, ScaleGranularity
 from attngen.spec.variant import Variant
-from attngen.verdict import Verdict, first_failure
+from attngen.verdict import Verdict, first_failure, first_off
 
 PHASES = frozenset({Phase.DECODE, Phase.EXTEND, Phase.VERIFY})
 DTYPES = frozenset({DType.BF16, DType.FP16})
@@ -30,28 +30,56 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
     index = (shape.index_heads, shape.index_head_dim)
     return first_failure(
         [
-            (not extra, f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet"),
-            (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+            (
+                not extra,
+                f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet",
+                "phases",
+            ),
+            (
+                variant.dtype in DTYPES,
+                f"activation dtype {variant.dtype.value} is not lowered",
+                "dtype",
+            ),
             (
                 kv in (variant.dtype, DType.FP8_E4M3),
                 f"{kv_name} latent cache is not lowered (the activations' dtype or the "
                 "656-byte fp8 rows are)",
+                "kv_cache.dtype",
             ),
             (
                 kv is not DType.FP8_E4M3 or variant.kv_scale is ScaleGranularity.PER_BLOCK,
                 "DSA's fp8 latent carries one scale per 128 values (kv_cache.scale: per_block)",
+                "kv_cache.scale",
             ),
             (
                 variant.page_size == PAGE_SIZE,
                 f"DSA's caches come in {PAGE_SIZE}-token pages",
+                "kv_cache.page_size",
             ),
             (
                 latent == LATENT_DIMS,
                 f"latent/rope dims {latent} are not lowered ({LATENT_DIMS} are)",
+                "mla." + first_off(("kv_lora_rank", "qk_rope_head_dim"), latent, LATENT_DIMS),
             ),
-            (index == INDEX_DIMS, f"indexer dims {index} are not lowered ({INDEX_DIMS} are)"),
-            (shape.mla.num_heads <= MAX_HEADS, f"num_heads {shape.mla.num_heads} > {MAX_HEADS}"),
-            ((variant.spec_topk or 0) <= 1, "DSA verifies draft chains (topk 1) only"),
-            (variant.mask.kind is MaskKind.CAUSAL, "DSA's indexer is causal by position"),
+            (
+                index == INDEX_DIMS,
+                f"indexer dims {index} are not lowered ({INDEX_DIMS} are)",
+                "dsa." + first_off(("index_heads", "index_head_dim"), index, INDEX_DIMS),
+            ),
+            (
+                shape.mla.num_heads <= MAX_HEADS,
+                f"num_heads {shape.mla.num_heads} > {MAX_HEADS}",
+                "mla.num_heads",
+            ),
+            (
+                (variant.spec_topk or 0) <= 1,
+                "DSA verifies draft chains (topk 1) only",
+                "speculative.topk",
+            ),
+            (
+                variant.mask.kind is MaskKind.CAUSAL,
+                "DSA's indexer is causal by position",
+                "mask.kind",
+            ),
         ]
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attngen.families.dsa.triton.config import DsaTritonConfig
-from attngen.ir import ModulePlan, check_plan
+from attngen.ir import ModulePlan, check_plan, shared_memory_problems
 
 POW2_TILES = (
     "sparse_block_h",
@@ -46,6 +46,22 @@ def config_problems(c: DsaTritonConfig, arch: str = "sm90") -> list[str]:
     return [f"{c.uri}: {p}" for p in problems]
 
 
+def shared_floor(c: DsaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str, int]]:
+    """A floor under the sparse kernel's shared memory (every phase launches it): the
+    latent rows of one tile of selected slots per buffered stage (at least one: the
+    product's operand), as the cache stores them (576 bf16/fp16 values or 656 bytes). Triton
+    3.6's allocations over the repo's configs (evidence/compile/triton, sm90 / sm100) sit at
+    1.49-9.8x it; a sparse_block_n of 256 over bf16 rows (295 KB) is refused here, not by
+    the first launch."""
+    row_bytes = c.kv_width * (1 if c.fp8_cache else 2)
+    stages = max(c.sparse_num_stages - 1, 1)
+    what = (
+        f"sparse_block_n={c.sparse_block_n} x sparse_num_stages={c.sparse_num_stages} "
+        f"({row_bytes}-byte latent rows)"
+    )
+    return [(what, stages * c.sparse_block_n * row_bytes)]
+
+
 def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config, plan.arch.value)]
-    check_plan(plan, problems)
+    check_plan(plan, problems + shared_memory_problems(plan, shared_floor))

@@ -25,28 +25,45 @@ def supports(variant: Variant) -> Verdict:
     extra = set(variant.phases) - PHASES
     return first_failure(
         [
-            (not extra, f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet"),
-            (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+            (
+                not extra,
+                f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet",
+                "phases",
+            ),
+            (
+                variant.dtype in DTYPES,
+                f"activation dtype {variant.dtype.value} is not lowered",
+                "dtype",
+            ),
             (
                 shape.state_dtype in STATE_DTYPES,
                 f"{shape.state_dtype.value} temporal state is not lowered yet (fp32 only)",
+                "gdn.state_dtype",
             ),
-            (shape.key_dim in HEAD_DIMS, f"key_dim {shape.key_dim} is not lowered (64, 128)"),
+            (
+                shape.key_dim in HEAD_DIMS,
+                f"key_dim {shape.key_dim} is not lowered (64, 128)",
+                "gdn.key_dim",
+            ),
             (
                 shape.value_dim in HEAD_DIMS,
                 f"value_dim {shape.value_dim} is not lowered (64, 128)",
+                "gdn.value_dim",
             ),
             (
                 shape.chunk_size in CHUNK_SIZES,
                 f"chunk_size {shape.chunk_size} is not lowered (16, 32, 64)",
+                "gdn.chunk_size",
             ),
             (
                 shape.conv_kernel == CONV_KERNEL,
                 f"conv_kernel {shape.conv_kernel} is not lowered (the conv kernels are width 4)",
+                "gdn.conv_kernel",
             ),
             (
                 variant.num_draft_tokens <= MAX_DRAFT_TOKENS,
                 f"{variant.num_draft_tokens} draft tokens > {MAX_DRAFT_TOKENS} are not lowered",
+                "speculative.num_draft_tokens",
             ),
         ]
     )

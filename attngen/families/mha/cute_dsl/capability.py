@@ -79,22 +79,30 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 not extra_phases,
                 f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered in "
                 "CuTe DSL yet",
+                "phases",
             ),
             (
                 Phase.DECODE not in variant.phases or arch in DECODE_ARCHS,
                 f"decode is not lowered in CuTe DSL on {arch.value} yet (split-KV decode: "
                 f"{', '.join(sorted(a.value for a in DECODE_ARCHS))})",
+                "phases",
             ),
             (
                 Phase.DECODE not in variant.phases or shape.gqa_group <= MAX_DECODE_GROUP,
                 f"decode packs a GQA group into one {MAX_DECODE_GROUP}-row tile: group "
                 f"{shape.gqa_group} is not lowered",
+                "heads.gqa_group",
             ),
-            (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+            (
+                variant.dtype in DTYPES,
+                f"activation dtype {variant.dtype.value} is not lowered",
+                "dtype",
+            ),
             (
                 variant.kv_dtype is variant.dtype or variant.kv_dtype is FP8_KV,
                 f"{kv_name} KV cache is not lowered in CuTe DSL yet (the activation dtype; "
                 "fp8_e4m3 for decode)",
+                "kv_cache.dtype",
             ),
             (
                 variant.kv_dtype is not FP8_KV
@@ -109,24 +117,28 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"of {sorted(TMA_PAGE_SIZES)} tokens (got {', '.join(p.value for p in variant.phases)}"
                 f" on {arch.value}, {variant.kv_scale.value if variant.kv_scale else 'no'} scales, "
                 f"page {variant.page_size})",
+                "kv_cache.dtype",
             ),
             (
                 variant.kv_dtype is not FP8_KV or shape.gqa_group <= FP8_DECODE_GROUPS.get(arch, 0),
                 f"fp8_e4m3 KV cache in CuTe DSL on {arch.value}: GQA groups up to "
                 f"{FP8_DECODE_GROUPS.get(arch, 0)} (sm90 puts each query head's two e4m3 parts "
                 f"in two rows of its 64-row tile; got {shape.gqa_group})",
+                "heads.gqa_group",
             ),
-            (kind in MASKS, f"mask {kind.value} is not lowered in CuTe DSL yet"),
+            (kind in MASKS, f"mask {kind.value} is not lowered in CuTe DSL yet", "mask.kind"),
             *draft_tree_rules(variant),
             (
                 dims in HEAD_DIMS.get(arch, ()),
                 f"head dims {shape.head_dim}/{shape.v_head_dim} are not lowered in CuTe DSL on "
                 f"{arch.value} (qk/v: {_dims(HEAD_DIMS.get(arch, ()))})",
+                "heads.head_dim",
             ),
             (
                 Phase.DECODE not in variant.phases or dims in DECODE_HEAD_DIMS,
                 f"decode with head dims {shape.head_dim}/{shape.v_head_dim} is not lowered in "
                 f"CuTe DSL (decode: {_dims(DECODE_HEAD_DIMS)})",
+                "heads.head_dim",
             ),
             (
                 not (PAGED_PHASES & set(variant.phases))
@@ -137,6 +149,7 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"{shape.v_head_dim} is not lowered in CuTe DSL on sm90: a 128-token page is one "
                 "key tile there, and 128 keys of these head dims do not fit shared memory "
                 f"(pages of {sorted(WIDE_TILE_PAGE_SIZES)} tokens are)",
+                "kv_cache.page_size",
             ),
             (
                 not PAGED_PHASES & set(variant.phases)
@@ -145,6 +158,7 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 f"extend reads K/V through TMA, one copy per page (pages of "
                 f"{sorted(TMA_PAGE_SIZES)} tokens); smaller pages are gathered with cp.async "
                 f"(pages of {sorted(GATHER_PAGE_SIZES)} tokens)",
+                "kv_cache.page_size",
             ),
         ]
     )

@@ -30,33 +30,47 @@ def supports(variant: Variant) -> Verdict:
             (
                 not extra_phases,
                 f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered yet",
+                "phases",
             ),
-            (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+            (
+                variant.dtype in DTYPES,
+                f"activation dtype {variant.dtype.value} is not lowered",
+                "dtype",
+            ),
             (
                 variant.kv_dtype is variant.dtype or variant.kv_dtype in QUANT_KV,
                 f"{kv_name} KV cache is not lowered yet",
+                "kv_cache.dtype",
             ),
             (
                 variant.kv_dtype not in (DType.FP8_E4M3, DType.FP8_E5M2)
                 or variant.kv_scale in FP8_SCALES,
                 f"an fp8 KV cache takes per-tensor or per-head scales, not "
                 f"{variant.kv_scale.value if variant.kv_scale else 'none'}",
+                "kv_cache.scale",
             ),
             (
                 variant.kv_dtype is not DType.NVFP4
                 or all(d & (d - 1) == 0 for d in (shape.head_dim, shape.v_head_dim)),
                 "NVFP4 KV needs power-of-two head dims (its packed rows are not lane-padded)",
+                "kv_cache.dtype",
             ),
-            (kind in MASKS, f"mask {kind.value} is not lowered yet"),
+            (kind in MASKS, f"mask {kind.value} is not lowered yet", "mask.kind"),
             *draft_tree_rules(variant),
-            (shape.head_dim in HEAD_DIMS, f"head_dim {shape.head_dim} is not lowered yet"),
+            (
+                shape.head_dim in HEAD_DIMS,
+                f"head_dim {shape.head_dim} is not lowered yet",
+                "heads.head_dim",
+            ),
             (
                 shape.v_head_dim in HEAD_DIMS,
                 f"v_head_dim {shape.v_head_dim} is not lowered yet",
+                "heads.v_head_dim",
             ),
             (
                 shape.gqa_group <= MAX_GQA_GROUP,
                 f"gqa_group {shape.gqa_group} > {MAX_GQA_GROUP} is not lowered",
+                "heads.gqa_group",
             ),
         ]
     )

@@ -9,12 +9,13 @@ from __future__ import annotations
 from attngen.spec.enums import Arch, DType, MaskKind, Phase, ScaleGranularity
 from attngen.families.mla.spec import MlaShape
 from attngen.spec.variant import Variant
-from attngen.verdict import Verdict, first_failure
+from attngen.verdict import Verdict, first_failure, first_off
 
 PHASES = frozenset({Phase.DECODE, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
 DTYPES = frozenset({DType.BF16, DType.FP16})
 # The kernels' tiles are these dims (tl.arange extents), measured spill-free at them.
-DIMS = (512, 64, 128, 128)  # kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim
+DIMS = (512, 64, 128, 128)
+DIM_NAMES = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 MAX_HEADS = 128
 
 
@@ -28,15 +29,25 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
     topk = variant.spec_topk or 0
     return first_failure(
         [
-            (not extra, f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet"),
-            (variant.dtype in DTYPES, f"activation dtype {variant.dtype.value} is not lowered"),
+            (
+                not extra,
+                f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet",
+                "phases",
+            ),
+            (
+                variant.dtype in DTYPES,
+                f"activation dtype {variant.dtype.value} is not lowered",
+                "dtype",
+            ),
             (
                 kv in (variant.dtype, DType.FP8_E4M3, DType.NVFP4),
                 f"{kv_name} latent cache is not lowered yet",
+                "kv_cache.dtype",
             ),
             (
                 kv is not DType.FP8_E4M3 or variant.kv_scale is ScaleGranularity.PER_TENSOR,
                 "an fp8 latent cache takes one per-tensor scale (one KV head)",
+                "kv_cache.scale",
             ),
             (
                 kv is not DType.NVFP4 or arch is not Arch.SM80,
@@ -46,15 +57,22 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
             (
                 dims == DIMS,
                 f"latent/rope/nope/v dims {dims} are not lowered (DeepSeek's {DIMS} are)",
+                "mla." + first_off(DIM_NAMES, dims, DIMS),
             ),
-            (shape.num_heads <= MAX_HEADS, f"num_heads {shape.num_heads} > {MAX_HEADS}"),
+            (
+                shape.num_heads <= MAX_HEADS,
+                f"num_heads {shape.num_heads} > {MAX_HEADS}",
+                "mla.num_heads",
+            ),
             (
                 topk <= 1 or variant.page_size == 1,
                 "MLA draft trees (topk > 1) are lowered at page size 1 only",
+                "kv_cache.page_size",
             ),
             (
                 variant.mask.kind is (MaskKind.CUSTOM if topk > 1 else MaskKind.CAUSAL),
                 "MLA takes a causal mask, or a custom one for draft trees (topk > 1)",
+                "mask.kind",
             ),
         ]
     )
