@@ -6,9 +6,13 @@ as the YAML writes them), so a spec error points at that field's line, not the t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attngen.spec.variant import Variant
 
 
 class Status(str, Enum):
@@ -55,3 +59,21 @@ def first_off(names: Sequence[str], got: Sequence[object], want: Sequence[object
     """The name of the first of ``names`` whose value in ``got`` is not the one in ``want``
     (the field a check on a tuple of dims is about); the first name when all agree."""
     return next((n for n, g, w in zip(names, got, want) if g != w), names[0])
+
+
+def phases_and_dtype(variant: Variant, phases: Collection, dtypes: Collection) -> list[Check]:
+    """The checks most lowerings open with: every phase of the variant is one they lower,
+    and so is its activation dtype."""
+    extra = set(variant.phases) - set(phases)
+    return [
+        (
+            not extra,
+            f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet",
+            "phases",
+        ),
+        (
+            variant.dtype in dtypes,
+            f"activation dtype {variant.dtype.value} is not lowered",
+            "dtype",
+        ),
+    ]

@@ -71,72 +71,55 @@ def test_floor_is_below_every_compiled_allocation(arch: str, family: str) -> Non
     assert closest >= 1 / 3, closest
 
 
-def test_validate_refuses_tiles_over_the_floor(tmp_path, capsys) -> None:
-    """Extend tiles no sm90 CTA can hold (256 keys of d256 K and V in each of two buffered
-    stages) fail `attngen validate` at the tuning entry, not first at compile time."""
-    from attngen.cli import main
-
-    spec = tmp_path / "big.yaml"
-    spec.write_text(
-        "name: big\ndescription: tiles over the limit\nfamily: mha\nphases: [extend]\n"
-        "heads: {head_dim: 256, gqa_group: 2}\nkv_cache: {page_size: 64}\n"
-        "targets: {triton: [sm90]}\n"
-        "tuning:\n  triton:\n    sm90: {extend_block_n: 256, extend_num_stages: 3}\n"
-    )
-    assert main(["validate", str(spec)]) == 1
-    err = capsys.readouterr().err
-    want = (
+MLA_DIMS = (
+    "mla: {kv_lora_rank: 512, qk_rope_head_dim: 64, qk_nope_head_dim: 128, v_head_dim: 128, "
+    "num_heads: 16}\n"
+)
+# (what, family and shape lines, tuning over the floor, the refusal, the tuning that passes)
+OVER_THE_FLOOR = {
+    # 256 keys of d256 K and V in each of two buffered extend stages; no buffered stage: 0
+    "mha extend tiles": (
+        "family: mha\nphases: [extend]\nheads: {head_dim: 256, gqa_group: 2}\n",
+        "extend_block_n: 256, extend_num_stages: 3",
         "tuning.triton.sm90: d256_g2_ps64_bf16_causal: extend_block_n=256 x "
         "extend_num_stages=3 (K and V tiles at head dims 256/256): at least 524288 B of "
-        "shared memory, over sm90's 232448"
-    )
-    assert want in err, err
-    spec.write_text(spec.read_text().replace("extend_num_stages: 3", "extend_num_stages: 1"))
-    assert main(["validate", str(spec)]) == 0  # no buffered stage: the floor is 0
-
-
-def test_validate_refuses_latent_tiles_over_the_floor(tmp_path, capsys) -> None:
-    """256 latent rows of 576 bf16 values in the absorbed MLA kernel's pipeline (295 KB)
-    fail `attngen validate` on sm90 at the tuning entry; 128 rows pass."""
-    from attngen.cli import main
-
-    spec = tmp_path / "mla_big.yaml"
-    spec.write_text(
-        "name: mla_big\ndescription: latent tiles over the limit\nfamily: mla\n"
-        "phases: [decode]\nmla: {kv_lora_rank: 512, qk_rope_head_dim: 64, qk_nope_head_dim: "
-        "128, v_head_dim: 128, num_heads: 16}\nkv_cache: {page_size: 64}\n"
-        "targets: {triton: [sm90]}\ntuning:\n  triton:\n    sm90: {decode_block_n: 256}\n"
-    )
-    assert main(["validate", str(spec)]) == 1
-    err = capsys.readouterr().err
-    want = (
+        "shared memory, over sm90's 232448",
+        "extend_block_n: 256, extend_num_stages: 1",
+    ),
+    # 256 latent rows of 576 bf16 values in the absorbed MLA kernel's pipeline (295 KB)
+    "mla latent tiles": (
+        "family: mla\nphases: [decode]\n" + MLA_DIMS,
+        "decode_block_n: 256",
         "decode_block_n=256 x decode_num_stages=2 (512 + 64-wide latent rows): at least 294912 "
-        "B of shared memory, over sm90's 232448"
-    )
-    assert want in err, err
-    spec.write_text(spec.read_text().replace("decode_block_n: 256", "decode_block_n: 128"))
-    assert main(["validate", str(spec)]) == 0
+        "B of shared memory, over sm90's 232448",
+        "decode_block_n: 128",
+    ),
+    # 256 selected slots of 576 bf16 latent values in the DSA sparse kernel's pipeline
+    "dsa sparse tiles": (
+        "family: dsa\nphases: [decode]\n" + MLA_DIMS + "dsa: {index_heads: 64, "
+        "index_head_dim: 128, index_topk: 2048}\n",
+        "sparse_block_n: 256, sparse_num_stages: 2",
+        "sparse_block_n=256 x sparse_num_stages=2 (1152-byte latent rows): at least 294912 B "
+        "of shared memory, over sm90's 232448",
+        "sparse_block_n: 64, sparse_num_stages: 2",
+    ),
+}
 
 
-def test_validate_refuses_sparse_tiles_over_the_floor(tmp_path, capsys) -> None:
-    """256 selected slots of 576 bf16 latent values in the DSA sparse kernel's pipeline
-    (295 KB) fail `attngen validate` on sm90 at the tuning entry; 64 pass."""
+@pytest.mark.parametrize("case", sorted(OVER_THE_FLOOR))
+def test_validate_refuses_tiles_over_the_floor(case: str, tmp_path, capsys) -> None:
+    """Tiles no sm90 CTA can hold fail `attngen validate` at the tuning entry, not first at
+    compile time; smaller ones of the same spec pass."""
     from attngen.cli import main
 
-    spec = tmp_path / "dsa_big.yaml"
-    spec.write_text(
-        "name: dsa_big\ndescription: sparse tiles over the limit\nfamily: dsa\n"
-        "phases: [decode]\nmla: {kv_lora_rank: 512, qk_rope_head_dim: 64, qk_nope_head_dim: "
-        "128, v_head_dim: 128, num_heads: 16}\ndsa: {index_heads: 64, index_head_dim: 128, "
-        "index_topk: 2048}\nkv_cache: {page_size: 64}\ntargets: {triton: [sm90]}\n"
-        "tuning:\n  triton:\n    sm90: {sparse_block_n: 256, sparse_num_stages: 2}\n"
-    )
-    assert main(["validate", str(spec)]) == 1
-    err = capsys.readouterr().err
-    want = (
-        "sparse_block_n=256 x sparse_num_stages=2 (1152-byte latent rows): at least 294912 B "
-        "of shared memory, over sm90's 232448"
-    )
-    assert want in err, err
-    spec.write_text(spec.read_text().replace("sparse_block_n: 256", "sparse_block_n: 64"))
-    assert main(["validate", str(spec)]) == 0
+    family, over, want, fits = OVER_THE_FLOOR[case]
+    spec = tmp_path / "big.yaml"
+    for tuning, code in ((over, 1), (fits, 0)):
+        spec.write_text(
+            f"name: big\ndescription: {case} over the limit\n{family}"
+            "kv_cache: {page_size: 64}\ntargets: {triton: [sm90]}\n"
+            f"tuning:\n  triton:\n    sm90: {{{tuning}}}\n"
+        )
+        assert main(["validate", str(spec)]) == code, capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert (want in err) == (code == 1), err

@@ -9,7 +9,7 @@ from __future__ import annotations
 from attngen.families.dsa.spec import PAGE_SIZE, DsaShape
 from attngen.spec.enums import Arch, DType, MaskKind, Phase, ScaleGranularity
 from attngen.spec.variant import Variant
-from attngen.verdict import Verdict, first_failure, first_off
+from attngen.verdict import Verdict, first_failure, first_off, phases_and_dtype
 
 PHASES = frozenset({Phase.DECODE, Phase.EXTEND, Phase.VERIFY})
 DTYPES = frozenset({DType.BF16, DType.FP16})
@@ -23,23 +23,13 @@ MAX_HEADS = 128
 def supports(variant: Variant, arch: Arch) -> Verdict:
     shape = variant.shape
     assert isinstance(shape, DsaShape)
-    extra = set(variant.phases) - PHASES
     kv = variant.kv_dtype
     kv_name = kv.value if kv is not None else "no"
     latent = (shape.mla.kv_lora_rank, shape.mla.qk_rope_head_dim)
     index = (shape.index_heads, shape.index_head_dim)
     return first_failure(
         [
-            (
-                not extra,
-                f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet",
-                "phases",
-            ),
-            (
-                variant.dtype in DTYPES,
-                f"activation dtype {variant.dtype.value} is not lowered",
-                "dtype",
-            ),
+            *phases_and_dtype(variant, PHASES, DTYPES),
             (
                 kv in (variant.dtype, DType.FP8_E4M3),
                 f"{kv_name} latent cache is not lowered (the activations' dtype or the "

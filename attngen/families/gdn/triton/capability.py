@@ -8,7 +8,7 @@ from __future__ import annotations
 from attngen.spec.enums import DType, Phase
 from attngen.families.gdn.spec import GdnShape
 from attngen.spec.variant import Variant
-from attngen.verdict import Verdict, first_failure
+from attngen.verdict import Verdict, first_failure, phases_and_dtype
 
 PHASES = frozenset({Phase.EXTEND, Phase.DECODE, Phase.VERIFY})
 DTYPES = frozenset({DType.BF16, DType.FP16})
@@ -22,19 +22,9 @@ CONV_KERNEL = 4
 def supports(variant: Variant) -> Verdict:
     shape = variant.shape
     assert isinstance(shape, GdnShape)
-    extra = set(variant.phases) - PHASES
     return first_failure(
         [
-            (
-                not extra,
-                f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet",
-                "phases",
-            ),
-            (
-                variant.dtype in DTYPES,
-                f"activation dtype {variant.dtype.value} is not lowered",
-                "dtype",
-            ),
+            *phases_and_dtype(variant, PHASES, DTYPES),
             (
                 shape.state_dtype in STATE_DTYPES,
                 f"{shape.state_dtype.value} temporal state is not lowered yet (fp32 only)",

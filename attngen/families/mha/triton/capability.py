@@ -5,7 +5,7 @@ activations over a bf16/fp16, fp8 (e4m3, e5m2; per-tensor or per-head scales) or
 
 from __future__ import annotations
 
-from attngen.verdict import Verdict, first_failure
+from attngen.verdict import Verdict, first_failure, phases_and_dtype
 from attngen.spec.enums import DType, MaskKind, Phase, ScaleGranularity
 from attngen.families.mha.spec import MhaShape, draft_tree_rules
 from attngen.spec.variant import Variant
@@ -22,21 +22,11 @@ FP8_SCALES = frozenset({ScaleGranularity.PER_TENSOR, ScaleGranularity.PER_HEAD})
 def supports(variant: Variant) -> Verdict:
     shape = variant.shape
     assert isinstance(shape, MhaShape)
-    extra_phases = set(variant.phases) - PHASES
     kind = variant.mask.kind
     kv_name = variant.kv_dtype.value if variant.kv_dtype is not None else "no"
     return first_failure(
         [
-            (
-                not extra_phases,
-                f"phase {', '.join(sorted(p.value for p in extra_phases))} is not lowered yet",
-                "phases",
-            ),
-            (
-                variant.dtype in DTYPES,
-                f"activation dtype {variant.dtype.value} is not lowered",
-                "dtype",
-            ),
+            *phases_and_dtype(variant, PHASES, DTYPES),
             (
                 variant.kv_dtype is variant.dtype or variant.kv_dtype in QUANT_KV,
                 f"{kv_name} KV cache is not lowered yet",

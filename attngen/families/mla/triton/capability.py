@@ -9,7 +9,7 @@ from __future__ import annotations
 from attngen.spec.enums import Arch, DType, MaskKind, Phase, ScaleGranularity
 from attngen.families.mla.spec import MlaShape
 from attngen.spec.variant import Variant
-from attngen.verdict import Verdict, first_failure, first_off
+from attngen.verdict import Verdict, first_failure, first_off, phases_and_dtype
 
 PHASES = frozenset({Phase.DECODE, Phase.EXTEND, Phase.VERIFY, Phase.DRAFT_EXTEND})
 DTYPES = frozenset({DType.BF16, DType.FP16})
@@ -22,23 +22,13 @@ MAX_HEADS = 128
 def supports(variant: Variant, arch: Arch) -> Verdict:
     shape = variant.shape
     assert isinstance(shape, MlaShape)
-    extra = set(variant.phases) - PHASES
     dims = (shape.kv_lora_rank, shape.qk_rope_head_dim, shape.qk_nope_head_dim, shape.v_head_dim)
     kv = variant.kv_dtype
     kv_name = kv.value if kv is not None else "no"
     topk = variant.spec_topk or 0
     return first_failure(
         [
-            (
-                not extra,
-                f"phase {', '.join(sorted(p.value for p in extra))} is not lowered yet",
-                "phases",
-            ),
-            (
-                variant.dtype in DTYPES,
-                f"activation dtype {variant.dtype.value} is not lowered",
-                "dtype",
-            ),
+            *phases_and_dtype(variant, PHASES, DTYPES),
             (
                 kv in (variant.dtype, DType.FP8_E4M3, DType.NVFP4),
                 f"{kv_name} latent cache is not lowered yet",
