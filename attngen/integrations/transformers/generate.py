@@ -40,6 +40,7 @@ class Forward:
     batch: ForwardBatch | None = None  # built at the first layer (page size known)
     q_rows: torch.Tensor | None = None  # [T] int64 rows of the [B * Sq] positions that are real
     ready: set[int] = field(default_factory=set)  # ids of backends whose metadata is built
+    attended: set[int] = field(default_factory=set)  # layer ids whose K/V this forward wrote
 
     @property
     def batch_size(self) -> int:
@@ -191,6 +192,15 @@ class GenerateState:
                 f"query: batch {bs} x {q_len} new positions, but this forward's mask said "
                 f"{fwd.batch_size} x {fwd.q_length}"
             )
+        layer_id = self._layer_id(module)
+        if layer_id in fwd.attended:
+            raise AttngenInputError(
+                f"the attention function ran twice for layer {layer_id} in one forward (as "
+                "DiffLlama's differential attention does, over two halves of V): attngen's "
+                "cache holds one K/V per layer and forward, and the second call would "
+                "overwrite the first call's values"
+            )
+        fwd.attended.add(layer_id)
         dtype = self.options.activation_dtype(query.dtype)
         if fwd.batch is None:
             if self.page_size is None:  # auto: what the first layer's best config uses
@@ -201,7 +211,7 @@ class GenerateState:
         if id(backend) not in fwd.ready:
             backend.init_forward_metadata(fwd.batch)
             fwd.ready.add(id(backend))
-        layer = self._layer(module, query, key, value, scaling)
+        layer = self._layer(layer_id, query, key, value, scaling)
         q = _rows(query, fwd.q_rows, dtype)
         k = _rows(key[:, :, -q_len:], fwd.q_rows, dtype)
         v = _rows(value[:, :, -q_len:], fwd.q_rows, dtype)
@@ -249,15 +259,30 @@ class GenerateState:
             self.backends[features] = backend
         return backend
 
+    def _layer_id(self, module: torch.nn.Module) -> int:
+        """The module's own ``layer_idx``: attngen's cache keeps one K/V per layer index."""
+        index = getattr(module, "layer_idx", None)
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, int)
+            or not (0 <= index < self.num_layers)
+        ):
+            raise AttngenInputError(
+                f"the attention module has no layer index of its own (layer_idx={index!r}; "
+                "e.g. a block shared by several layers, as Zamba's and Zamba2's shared "
+                f"transformer blocks): attngen keeps one KV cache per layer_idx in "
+                f"0..{self.num_layers - 1} and cannot tell which layer this call is"
+            )
+        return index
+
     def _layer(
         self,
-        module: torch.nn.Module,
+        layer_id: int,
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
         scaling: float,
     ) -> AttentionLayer:
-        layer_id = int(module.layer_idx)
         layer = self.layers.get(layer_id)
         if layer is None or layer.scaling != float(scaling):
             scale = None

@@ -28,6 +28,7 @@ transformers can capture the forward in a CUDA graph. Padding tokens (past
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -45,6 +46,9 @@ class PagedState:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.choices: dict[tuple[LayerFeatures, torch.dtype], Choice] = {}
+        # per layer, the query of its last call: a second call on the same query object is
+        # the same forward calling the layer's attention again (DiffLlama)
+        self.last_query: dict[int, weakref.ref] = {}
 
     def choice(self, features: LayerFeatures, dtype: torch.dtype, device: torch.device) -> Choice:
         """``dtype``: the kernels' (the model's, or the activation dtype of an fp32 model)."""
@@ -101,6 +105,14 @@ class PagedState:
                 f"dtype must be the model's, got Options.dtype={dtype}"
             )
         layer_idx = int(module.layer_idx)
+        last = self.last_query.get(layer_idx)
+        if last is not None and last() is query:
+            raise AttngenInputError(
+                f"the attention function ran twice for layer {layer_idx} in one forward (as "
+                "DiffLlama's differential attention does, over two halves of V): the second "
+                "call would overwrite the first call's values in the paged cache"
+            )
+        self.last_query[layer_idx] = weakref.ref(query)
         group, in_group = cache.layer_index_to_group_indices[layer_idx]
         sliding = cache.sliding_windows[layer_idx] != 1
         kind = SLIDING if sliding else FULL

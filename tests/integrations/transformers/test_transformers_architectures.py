@@ -179,6 +179,26 @@ def _doge() -> object:
     )  # head dim 128
 
 
+def _diffllama() -> object:
+    # 8 q / 2 kv heads of 64: two attention calls per layer and forward, V split in halves
+    return config("DiffLlamaConfig", hidden_size=512, num_attention_heads=8, num_key_value_heads=2)
+
+
+def _zamba(name: str, **kw: object):  # noqa: ANN202
+    def make() -> object:
+        return config(
+            name,
+            hidden_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            mamba_d_state=16,
+            use_mamba_kernels=False,
+            **kw,
+        )  # head dim 64, gqa 1 (and 32 for Zamba's attention over the doubled stream)
+
+    return make
+
+
 def _window_kwarg(model: object) -> None:
     """Layer 0 passes sliding_window=64 (a generated window) while its mask has none."""
     model.model.layers[0].self_attn.sliding_window = 64
@@ -192,6 +212,30 @@ REFUSED = {
         r"layer 0 \(Gemma3Attention\): non-causal attention",
     ),
     "doge_dynamic_mask": (_doge, None, r"computes with the attention mask \(\.dtype\)"),
+    "diffllama_two_calls": (
+        _diffllama,
+        None,
+        r"layer 0 \(DiffLlamaAttention\): the attention function ran twice for layer 0 in one "
+        "forward",
+    ),
+    "zamba_shared_block": (
+        _zamba("ZambaConfig", num_hidden_layers=6, attn_layer_period=3, attn_layer_offset=2),
+        None,
+        r"layer None \(ZambaAttention\): the attention module has no layer index of its own "
+        r"\(layer_idx=None;",
+    ),
+    "zamba2_shared_block": (
+        _zamba(
+            "Zamba2Config",
+            n_mamba_heads=8,
+            chunk_size=16,
+            num_hidden_layers=2,
+            layers_block_type=["mamba", "hybrid"],
+        ),
+        None,
+        r"layer -1 \(Zamba2Attention\): the attention module has no layer index of its own "
+        r"\(layer_idx=-1;",
+    ),
     "window_not_in_mask": (
         lambda: qwen3_config(head_dim=128),
         _window_kwarg,
@@ -220,6 +264,27 @@ def test_refused_at_the_first_forward_naming_the_layer(name: str) -> None:
     mask[1, :4] = 0
     with pytest.raises(AttngenInputError, match=match), torch.no_grad():
         model(input_ids=ids, attention_mask=mask)
+
+
+def test_continuous_batching_refuses_two_calls_per_layer() -> None:
+    """DiffLlama calls the attention function twice per layer and forward (V split in
+    halves); in continuous batching the second call overwrote the first call's values in
+    the paged cache and the next step read them (transformers' own paged sdpa does the same:
+    its tokens differ from eager's). attngen refuses the second call, naming the layer."""
+    from transformers import GenerationConfig
+
+    model = M.build(M.Case("diffllama", _diffllama, (), (), vocab=VOCAB), 0, "cpu")
+    atf.enable(model, **FP16)
+    model.set_attn_implementation(atf.PAGED_NAME)
+    gen = GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=None, pad_token_id=0)
+    cb = tf_judge.cb_config(use_cuda_graph=False, num_blocks=16, max_batch_tokens=64)
+    with torch.no_grad():
+        out = model.generate_batch(
+            [list(range(1, 10))], generation_config=gen, continuous_batching_config=cb
+        )
+    [result] = out.values()
+    assert not result.generated_tokens and result.error is not None, result
+    assert "layer 0 (DiffLlamaAttention): the attention function ran twice" in result.error
 
 
 def test_packed_sequences_and_custom_masks_refused() -> None:
