@@ -137,6 +137,12 @@ def padding_mask(
     (``masks.py``: a chunked, bidirectional or custom mask is refused, not served as causal)."""
     offset = int(q_offset) if not isinstance(q_offset, torch.Tensor) else int(q_offset.item())
     generate = runtime_of(config).generate
+    pattern = masks.classify(mask_function)
+    if pattern.refused is not None:
+        # no layer is served under it (a layer that uses it is refused), so it does not start
+        # or restart the forward's bookkeeping: BartForCausalLM asks every forward for an
+        # unused bidirectional cross-attention mask of other lengths and no cache
+        return LayerMask(pattern, mask_function, generate.forward)
     generate.begin(
         attention_mask,
         batch_size=int(batch_size),
@@ -144,7 +150,7 @@ def padding_mask(
         q_offset=offset,
         device=device if device is not None else "cpu",
     )
-    return LayerMask(masks.classify(mask_function), mask_function, generate.forward)
+    return LayerMask(pattern, mask_function, generate.forward)
 
 
 def attention(
@@ -277,15 +283,15 @@ def _layer_mask(attention_mask: Any, runtime: Runtime) -> LayerMask:
                 "tell which mask the layer needs"
             )
         raise AttngenInputError(_custom_mask(attention_mask))
-    if attention_mask.forward is not runtime.generate.forward:
-        raise AttngenInputError(
-            "the layer's mask was built for an earlier forward (masks reused across "
-            "forwards are not served: attngen's bookkeeping is per forward)"
-        )
     if attention_mask.pattern.refused is not None:
         raise AttngenInputError(
             f"transformers built this layer {attention_mask.pattern.refused}; attngen's "
             "kernels apply causal masks with an optional sliding window only"
+        )
+    if attention_mask.forward is not runtime.generate.forward:
+        raise AttngenInputError(
+            "the layer's mask was built for an earlier forward (masks reused across "
+            "forwards are not served: attngen's bookkeeping is per forward)"
         )
     return attention_mask
 

@@ -19,6 +19,7 @@ must refuse instead of serving as plain causal attention.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import pytest
@@ -285,6 +286,36 @@ def test_continuous_batching_refuses_two_calls_per_layer() -> None:
     [result] = out.values()
     assert not result.generated_tokens and result.error is not None, result
     assert "layer 0 (DiffLlamaAttention): the attention function ran twice" in result.error
+
+
+def bart_causal_config() -> object:
+    return config(
+        "BartConfig",
+        d_model=256,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,  # head dim 64, gqa 1
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_ffn_dim=256,
+        decoder_ffn_dim=256,
+        decoder_start_token_id=2,
+        forced_eos_token_id=None,
+    )
+
+
+def test_generate_bart_decoder_with_an_unused_cross_attention_mask() -> None:
+    """BartForCausalLM (a decoder with cross-attention layers and no encoder) asks every
+    forward for a bidirectional cross-attention mask too, of the decoder's query length and
+    no cache: attngen restarted its bookkeeping there (a fresh cache at the decode step) and
+    refused the self-attention layers as using a mask 'built for an earlier forward'. Masks
+    attngen cannot serve no longer touch the forward; only a layer that uses one is
+    refused."""
+    case = M.Case("bart_causal", bart_causal_config, (), (), prompt_lengths=(12, 7, 9))
+    case = dataclasses.replace(case, vocab=VOCAB)
+    report = tf_judge.check_generate(case, 16, torch.float16, 0, "cpu", new_tokens=2, **FP16)
+    print(report.line())
+    assert not report.failures, "\n".join(report.failures)
+    assert report.choices == ["triton/mha_gqa_paged/d64_g1_ps16_fp16_causal"]
 
 
 def test_packed_sequences_and_custom_masks_refused() -> None:
