@@ -1,15 +1,16 @@
 """Ahead-of-time compile of every generated Triton kernel, checked against the evidence files.
 
-Each arch's kernels are compiled to cubins (no GPU needed) by ``python -m attngen.aot`` in a
-subprocess: this process runs Triton in interpreter mode, which cannot compile. The recorded
-registers / spills / shared memory must equal ``evidence/compile/<arch>.json`` byte for byte, so
-the docs' "compiles on sm_XX" claims and resource numbers stay true of the tree.
+Each arch's kernels are compiled to cubins (no GPU needed) by
+``python -m attngen.backends.triton.aot`` in a subprocess: this process runs Triton in
+interpreter mode, which cannot compile. The recorded registers / spills / shared memory must
+equal ``evidence/compile/triton/<arch>.json`` byte for byte, so the docs' "compiles on sm_XX"
+claims and resource numbers stay true of the tree.
 
 Every row is checked against the tree by identity (kernel library source + variant config +
 compiler version); by default the measurements are checked by compiling a deterministic
 sample again (each generated module's every kernel, for one of its variants:
 ``aot_driver.sample_groups``) and any kernel the evidence lacks. ``ATTNGEN_AOT_FULL=1``
-compiles every kernel, as ``make evidence-compile`` does.
+compiles every kernel, as ``make evidence-compile AOT_FLAGS=`` does.
 """
 
 from __future__ import annotations
