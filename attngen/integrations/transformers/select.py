@@ -206,12 +206,39 @@ def _missing(features: LayerFeatures, arch: str, want: dict, backend: str | None
         if same_hooks
         else "no generated spec has these mask hooks"
     )
+    head = (
+        f"no generated MHA config{on} for {arch} serves a layer with {features.describe()} "
+        f"and {fields}; {hint}"
+    )
+    suggestion = spec_yaml(features, arch, want, backend)
+    refused = _validate_text(suggestion)
+    if refused is not None:  # no spec can serve it yet: say why instead of one that fails
+        return (
+            f"{head}. No attngen lowering serves it yet (a spec for it fails validate: {refused})"
+        )
     return (
-        f"no generated MHA config{on} for {arch} serves a layer with "
-        f"{features.describe()} and {fields}; {hint}. Add a spec that does, e.g. "
-        f"specs/mha/<name>.yaml:\n{spec_yaml(features, arch, want, backend)}\nand run "
+        f"{head}. Add a spec that does, e.g. specs/mha/<name>.yaml:\n{suggestion}\nand run "
         "`make generate`"
     )
+
+
+def _validate_text(yaml_text: str) -> str | None:
+    """The validate error of a spec text (without its file:line), or None if it passes."""
+    import tempfile
+    from pathlib import Path
+
+    from attngen.spec.errors import SpecError
+    from attngen.spec.loader import load_spec
+    from attngen.validate import validate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mha_suggested.yaml"
+        path.write_text(yaml_text.replace("mha_<name>", "mha_suggested") + "\n")
+        try:
+            validate(load_spec(path))
+        except SpecError as err:
+            return f"{err.field}: {err.message}" if err.field else err.message
+    return None
 
 
 def spec_yaml(features: LayerFeatures, arch: str, want: dict, backend: str | None) -> str:

@@ -84,6 +84,23 @@ def test_choose_names_what_is_missing() -> None:
     assert "specs/mha/<name>.yaml" in text
 
 
+def test_a_layer_no_lowering_serves_gets_no_spec_to_add() -> None:
+    """Where no spec could serve the layer (no lowering takes head dim 32), the error says
+    so with validate's reason instead of printing a spec that would fail validate."""
+    with pytest.raises(AttngenInputError) as info:
+        choose(
+            features(head_dim=32),
+            page_size=16,
+            arch=ARCH,
+            dtype=torch.bfloat16,
+            kv_dtype=torch.bfloat16,
+        )
+    text = str(info.value)
+    assert "No attngen lowering serves it yet" in text, text
+    assert "heads.head_dim: no target lowers variant d32_" in text, text
+    assert "specs/mha/<name>.yaml" not in text
+
+
 @pytest.mark.parametrize(
     "layer, kv_dtype, page_size",
     [
