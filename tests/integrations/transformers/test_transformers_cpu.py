@@ -70,16 +70,15 @@ def test_choose_matches_hooks_and_shapes() -> None:
     assert fp8.config.kv_dtype == "float8_e4m3fn" and fp8.config.kv_scale == "per_tensor"
 
 
-def test_choose_names_what_is_missing() -> None:
+def _refusal(layer: LayerFeatures) -> str:
+    """What choose() says of a bf16 layer at page 16 that no generated config serves."""
     with pytest.raises(AttngenInputError) as info:
-        choose(
-            features(window=16),
-            page_size=16,
-            arch=ARCH,
-            dtype=torch.bfloat16,
-            kv_dtype=torch.bfloat16,
-        )
-    text = str(info.value)
+        choose(layer, page_size=16, arch=ARCH, dtype=torch.bfloat16, kv_dtype=torch.bfloat16)
+    return str(info.value)
+
+
+def test_choose_names_what_is_missing() -> None:
+    text = _refusal(features(window=16))
     assert "sliding_window=17" in text and "no generated spec has these mask hooks" in text
     assert "specs/mha/<name>.yaml" in text
 
@@ -87,15 +86,7 @@ def test_choose_names_what_is_missing() -> None:
 def test_a_layer_no_lowering_serves_gets_no_spec_to_add() -> None:
     """Where no spec could serve the layer (no lowering takes head dim 32), the error says
     so with validate's reason instead of printing a spec that would fail validate."""
-    with pytest.raises(AttngenInputError) as info:
-        choose(
-            features(head_dim=32),
-            page_size=16,
-            arch=ARCH,
-            dtype=torch.bfloat16,
-            kv_dtype=torch.bfloat16,
-        )
-    text = str(info.value)
+    text = _refusal(features(head_dim=32))
     assert "No attngen lowering serves it yet" in text, text
     assert "heads.head_dim: no target lowers variant d32_" in text, text
     assert "specs/mha/<name>.yaml" not in text
