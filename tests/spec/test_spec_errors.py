@@ -12,7 +12,7 @@ from attngen.generate import misplaced
 from attngen.spec.enums import Family
 from attngen.spec.errors import SpecError
 from attngen.spec.loader import load_spec
-from attngen.validate import validate
+from attngen.validate import check_plans, validate
 from attngen.testing.paths import REPO_ROOT as ROOT
 
 FIXTURES = ROOT / "tests" / "spec" / "bad_specs"
@@ -128,6 +128,15 @@ EXPECTED = {
     ),
     "gdn_empty_section": (
         "tests/spec/bad_specs/gdn_empty_section.yaml:5: gdn.key_dim: required field is missing"
+    ),
+    "mla_gluon_sm80": (
+        "tests/spec/bad_specs/mla_gluon_sm80.yaml:11: tuning.triton.sm80: r512_rope64_h16_ps1_bf16_causal: decode_gluon=1 runs sm90 warpgroup MMA kernels, not sm80"
+    ),
+    "mla_gluon_tile": (
+        "tests/spec/bad_specs/mla_gluon_tile.yaml:13: tuning.triton.sm90: r512_rope64_h16_ps64_bf16_causal: decode_gluon=1 takes 64 heads x 64 rows on 8 warps (a 16-bit or fp8 cache, head-major) in 1 part, not a bfloat16 cache at decode_block_h=16, decode_block_n=64, decode_num_warps=8, decode_num_stages=2, decode_lora_parts=1"
+    ),
+    "mla_max_registers_without_gluon": (
+        "tests/spec/bad_specs/mla_max_registers_without_gluon.yaml:11: tuning.triton.sm100: r512_rope64_h16_ps1_bf16_causal: decode_max_registers=168 caps the Gluon kernel's registers only, and decode_gluon is 0: it would tune nothing"
     ),
     "dsa_page_16": (
         "tests/spec/bad_specs/dsa_page_16.yaml:9: kv_cache.page_size: dsa needs 64-token pages, not 16: the indexer's key cache packs 64 keys per page, and sparse MLA reads the latent cache in the same pages"
@@ -278,8 +287,11 @@ EXPECTED = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_bad_spec_message(name: str) -> None:
+    """As `attngen validate` reads the fixture: the spec's checks, then its targets' plans
+    (tuning values the kernels cannot take)."""
     with pytest.raises(SpecError) as info:
-        validate(load_spec(FIXTURES / f"{name}.yaml", ROOT))
+        spec = load_spec(FIXTURES / f"{name}.yaml", ROOT)
+        check_plans(spec, validate(spec))
     assert str(info.value) == EXPECTED[name]
 
 

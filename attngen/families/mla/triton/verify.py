@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attngen.families.mla.triton.config import MlaTritonConfig
 from attngen.ir import ModulePlan, check_plan, shared_memory_problems
-from attngen.spec.enums import KV_ELEMENT_BYTES
+from attngen.spec.enums import KV_ELEMENT_BYTES, Arch
 
 POW2_TILES = ("decode_block_h", "decode_block_n", "max_splits", "ragged_block_m", "ragged_block_n")
 WARP_COUNTS = (1, 2, 4, 8, 16)
@@ -27,6 +27,41 @@ def config_problems(c: MlaTritonConfig) -> list[str]:
         if getattr(c, name) not in WARP_COUNTS:
             problems.append(f"{name}={getattr(c, name)} is not a warp count Triton accepts")
     return [f"{c.uri}: {p}" for p in problems]
+
+
+def gluon_problems(c: MlaTritonConfig, arch: Arch) -> list[str]:
+    """Where ``decode_gluon`` applies: sm90's warpgroup MMA kernels, at the fixed shapes the
+    launcher checks again at run time (host/launch.py's ``_check_gluon``), so a spec tuning
+    it elsewhere is refused here rather than by a compile or the first launch; and
+    ``decode_max_registers``, which only the Gluon kernels read."""
+    if not c.decode_gluon:
+        if c.decode_max_registers:
+            return [
+                f"decode_max_registers={c.decode_max_registers} caps the Gluon kernel's "
+                "registers only, and decode_gluon is 0: it would tune nothing"
+            ]
+        return []
+    if arch is not Arch.SM90:
+        return [f"decode_gluon=1 runs sm90 warpgroup MMA kernels, not {arch.value}"]
+    quantized, fp4 = c.kv_dtype != c.dtype, c.kv_dtype == "nvfp4"
+    tile = (c.decode_block_h, c.decode_block_n, c.decode_num_warps)
+    stages = c.decode_num_stages
+    if c.decode_keys_major and quantized:
+        ok = not fp4 and tile == (16, 64, 4) and stages >= 2
+        want = "16 heads x 64 rows on 4 warps, 2+ stages (an fp8 cache, keys-major)"
+    elif c.decode_keys_major:
+        ok = tile[:2] in ((16, 64), (32, 64)) and tile[2] == 8 and stages >= 2
+        want = "16 or 32 heads x 64 rows on 8 warps, 2+ stages (a 16-bit cache, keys-major)"
+    else:
+        ok = not fp4 and tile == (64, 64, 8)
+        want = "64 heads x 64 rows on 8 warps (a 16-bit or fp8 cache, head-major)"
+    if ok and c.decode_lora_parts == 1:
+        return []
+    return [
+        f"decode_gluon=1 takes {want} in 1 part, not a {c.kv_dtype} cache at decode_block_h="
+        f"{tile[0]}, decode_block_n={tile[1]}, decode_num_warps={tile[2]}, "
+        f"decode_num_stages={stages}, decode_lora_parts={c.decode_lora_parts}"
+    ]
 
 
 def shared_floor(c: MlaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str, int]]:
@@ -61,4 +96,7 @@ def shared_floor(c: MlaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str,
 
 def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config)]
+    problems += [
+        f"{k.config.uri}: {p}" for k in plan.kernels for p in gluon_problems(k.config, plan.arch)
+    ]
     check_plan(plan, problems + shared_memory_problems(plan, shared_floor))
