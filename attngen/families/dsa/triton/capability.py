@@ -17,6 +17,10 @@ DTYPES = frozenset({DType.BF16, DType.FP16})
 # chunks, one fp8 scale each), measured spill-free at them.
 LATENT_DIMS = (512, 64)  # kv_lora_rank, qk_rope_head_dim
 INDEX_DIMS = (64, 128)  # index_heads, index_head_dim
+# The mla section's per-head nope / v dims: the sparse kernels run absorbed over the latent
+# in every phase and never read them, so only DeepSeek's are generated (any other value
+# would give the same package, silently).
+HEAD_DIMS = (128, 128)  # qk_nope_head_dim, v_head_dim
 MAX_HEADS = 128
 
 
@@ -27,6 +31,7 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
     kv_name = kv.value if kv is not None else "no"
     latent = (shape.mla.kv_lora_rank, shape.mla.qk_rope_head_dim)
     index = (shape.index_heads, shape.index_head_dim)
+    heads = (shape.mla.qk_nope_head_dim, shape.mla.v_head_dim)
     return first_failure(
         [
             *phases_and_dtype(variant, PHASES, DTYPES),
@@ -50,6 +55,12 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
                 latent == LATENT_DIMS,
                 f"latent/rope dims {latent} are not lowered ({LATENT_DIMS} are)",
                 "mla." + first_off(("kv_lora_rank", "qk_rope_head_dim"), latent, LATENT_DIMS),
+            ),
+            (
+                heads == HEAD_DIMS,
+                f"nope/v head dims {heads} are not lowered (DeepSeek's {HEAD_DIMS} are; the "
+                "sparse kernels run absorbed over the latent and never read them)",
+                "mla." + first_off(("qk_nope_head_dim", "v_head_dim"), heads, HEAD_DIMS),
             ),
             (
                 index == INDEX_DIMS,
