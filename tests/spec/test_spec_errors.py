@@ -138,6 +138,9 @@ EXPECTED = {
     "mla_max_registers_without_gluon": (
         "tests/spec/bad_specs/mla_max_registers_without_gluon.yaml:11: tuning.triton.sm100: r512_rope64_h16_ps1_bf16_causal: decode_max_registers=168 caps the Gluon kernel's registers only, and decode_gluon is 0: it would tune nothing"
     ),
+    "mla_value_reload_gluon": (
+        "tests/spec/bad_specs/mla_value_reload_gluon.yaml:13: tuning.triton.sm90: r512_rope64_h128_ps64_bf16_causal: decode_value_reload=1 is read by the Triton absorbed kernel only, and decode_gluon=1 runs a Gluon one: it would tune nothing"
+    ),
     "dsa_v_head_dim": (
         "tests/spec/bad_specs/dsa_v_head_dim.yaml:6: mla.v_head_dim: no target lowers variant r512_rope64_h16_ix64x128_top2048_ps64_bf16_causal: nope/v head dims (128, 256) are not lowered (DeepSeek's (128, 128) are; the sparse kernels run absorbed over the latent and never read them) (triton sm90; lowered on: none yet)"
     ),

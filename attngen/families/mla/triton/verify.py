@@ -32,8 +32,9 @@ def config_problems(c: MlaTritonConfig) -> list[str]:
 def gluon_problems(c: MlaTritonConfig, arch: Arch) -> list[str]:
     """Where ``decode_gluon`` applies: sm90's warpgroup MMA kernels, at the fixed shapes the
     launcher checks again at run time (host/launch.py's ``_check_gluon``), so a spec tuning
-    it elsewhere is refused here rather than by a compile or the first launch; and
-    ``decode_max_registers``, which only the Gluon kernels read."""
+    it elsewhere is refused here rather than by a compile or the first launch; and the
+    keys only one kind of kernel reads: ``decode_max_registers`` (the Gluon ones) and
+    ``decode_value_reload`` (the Triton one; draft-tree verify runs it under Gluon too)."""
     if not c.decode_gluon:
         if c.decode_max_registers:
             return [
@@ -43,6 +44,11 @@ def gluon_problems(c: MlaTritonConfig, arch: Arch) -> list[str]:
         return []
     if arch is not Arch.SM90:
         return [f"decode_gluon=1 runs sm90 warpgroup MMA kernels, not {arch.value}"]
+    if c.decode_value_reload and c.spec_topk <= 1:  # draft trees run the Triton kernel
+        return [
+            "decode_value_reload=1 is read by the Triton absorbed kernel only, and "
+            "decode_gluon=1 runs a Gluon one: it would tune nothing"
+        ]
     quantized, fp4 = c.kv_dtype != c.dtype, c.kv_dtype == "nvfp4"
     tile = (c.decode_block_h, c.decode_block_n, c.decode_num_warps)
     stages = c.decode_num_stages
