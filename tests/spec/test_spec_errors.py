@@ -136,10 +136,13 @@ EXPECTED = {
         "tests/spec/bad_specs/mla_gluon_tile.yaml:13: tuning.triton.sm90: r512_rope64_h16_ps64_bf16_causal: decode_gluon=1 takes 64 heads x 64 rows on 8 warps (a 16-bit or fp8 cache, head-major) in 1 part, not a bfloat16 cache at decode_block_h=16, decode_block_n=64, decode_num_warps=8, decode_num_stages=2, decode_lora_parts=1"
     ),
     "mla_max_registers_without_gluon": (
-        "tests/spec/bad_specs/mla_max_registers_without_gluon.yaml:11: tuning.triton.sm100: r512_rope64_h16_ps1_bf16_causal: decode_max_registers=168 caps the Gluon kernel's registers only, and decode_gluon is 0: it would tune nothing"
+        "tests/spec/bad_specs/mla_max_registers_without_gluon.yaml:11: tuning.triton.sm100: decode_max_registers: no kernel of this spec on sm100 reads it: only the Gluon absorbed kernels (decode_gluon=1) take a register cap; it would tune nothing, remove it"
     ),
     "mla_value_reload_gluon": (
-        "tests/spec/bad_specs/mla_value_reload_gluon.yaml:13: tuning.triton.sm90: r512_rope64_h128_ps64_bf16_causal: decode_value_reload=1 is read by the Triton absorbed kernel only, and decode_gluon=1 runs a Gluon one: it would tune nothing"
+        "tests/spec/bad_specs/mla_value_reload_gluon.yaml:13: tuning.triton.sm90: decode_value_reload: no kernel of this spec on sm90 reads it: only the Triton absorbed kernel reads it (decode_gluon=0, or draft-tree verify); it would tune nothing, remove it"
+    ),
+    "mla_num_stages_gluon": (
+        "tests/spec/bad_specs/mla_num_stages_gluon.yaml:11: tuning.triton.sm90: decode_num_stages: no kernel of this spec on sm90 reads it: the head-major Gluon kernel (decode_gluon=1, decode_keys_major=0) pipelines itself; it would tune nothing, remove it"
     ),
     "dsa_v_head_dim": (
         "tests/spec/bad_specs/dsa_v_head_dim.yaml:6: mla.v_head_dim: no target lowers variant r512_rope64_h16_ix64x128_top2048_ps64_bf16_causal: nope/v head dims (128, 256) are not lowered (DeepSeek's (128, 128) are; the sparse kernels run absorbed over the latent and never read them) (triton sm90; lowered on: none yet)"

@@ -32,23 +32,11 @@ def config_problems(c: MlaTritonConfig) -> list[str]:
 def gluon_problems(c: MlaTritonConfig, arch: Arch) -> list[str]:
     """Where ``decode_gluon`` applies: sm90's warpgroup MMA kernels, at the fixed shapes the
     launcher checks again at run time (host/launch.py's ``_check_gluon``), so a spec tuning
-    it elsewhere is refused here rather than by a compile or the first launch; and the
-    keys only one kind of kernel reads: ``decode_max_registers`` (the Gluon ones) and
-    ``decode_value_reload`` (the Triton one; draft-tree verify runs it under Gluon too)."""
+    it elsewhere is refused here rather than by a compile or the first launch."""
     if not c.decode_gluon:
-        if c.decode_max_registers:
-            return [
-                f"decode_max_registers={c.decode_max_registers} caps the Gluon kernel's "
-                "registers only, and decode_gluon is 0: it would tune nothing"
-            ]
         return []
     if arch is not Arch.SM90:
         return [f"decode_gluon=1 runs sm90 warpgroup MMA kernels, not {arch.value}"]
-    if c.decode_value_reload and c.spec_topk <= 1:  # draft trees run the Triton kernel
-        return [
-            "decode_value_reload=1 is read by the Triton absorbed kernel only, and "
-            "decode_gluon=1 runs a Gluon one: it would tune nothing"
-        ]
     quantized, fp4 = c.kv_dtype != c.dtype, c.kv_dtype == "nvfp4"
     tile = (c.decode_block_h, c.decode_block_n, c.decode_num_warps)
     stages = c.decode_num_stages
@@ -68,6 +56,39 @@ def gluon_problems(c: MlaTritonConfig, arch: Arch) -> list[str]:
         f"{tile[0]}, decode_block_n={tile[1]}, decode_num_warps={tile[2]}, "
         f"decode_num_stages={stages}, decode_lora_parts={c.decode_lora_parts}"
     ]
+
+
+# Tile keys only one kind of absorbed kernel reads (host/launch.py: absorbed_options for the
+# Triton kernel, gluon_kernel for the Gluon ones; draft-tree verify always runs the Triton
+# kernel): each with whether a config's kernels read it, and who does.
+READ_BY = {
+    "decode_max_registers": (
+        lambda c: bool(c.decode_gluon),
+        "only the Gluon absorbed kernels (decode_gluon=1) take a register cap",
+    ),
+    "decode_value_reload": (
+        lambda c: not c.decode_gluon or c.spec_topk > 1,
+        "only the Triton absorbed kernel reads it (decode_gluon=0, or draft-tree verify)",
+    ),
+    "decode_num_stages": (
+        lambda c: not c.decode_gluon or bool(c.decode_keys_major) or c.spec_topk > 1,
+        "the head-major Gluon kernel (decode_gluon=1, decode_keys_major=0) pipelines itself",
+    ),
+}
+
+
+def unread_tuning(plan: ModulePlan) -> list[str]:
+    """A key the spec tunes for this arch that none of the plan's kernels reads would tune
+    nothing: refused, as a key of phases the spec does not generate is."""
+    tuned = plan.spec.tuning_for(plan.backend, plan.arch)
+    problems = []
+    for key, (reads, why) in READ_BY.items():
+        if key in tuned and not any(reads(k.config) for k in plan.kernels):
+            problems.append(
+                f"{key}: no kernel of this spec on {plan.arch.value} reads it: {why}; it would "
+                "tune nothing, remove it"
+            )
+    return problems
 
 
 def shared_floor(c: MlaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str, int]]:
@@ -105,4 +126,5 @@ def verify_plan(plan: ModulePlan) -> None:
     problems += [
         f"{k.config.uri}: {p}" for k in plan.kernels for p in gluon_problems(k.config, plan.arch)
     ]
+    problems += unread_tuning(plan)
     check_plan(plan, problems + shared_memory_problems(plan, shared_floor))
