@@ -147,6 +147,9 @@ EXPECTED = {
     "dsa_v_head_dim": (
         "tests/spec/bad_specs/dsa_v_head_dim.yaml:6: mla.v_head_dim: no target lowers variant r512_rope64_h16_ix64x128_top2048_ps64_bf16_causal: nope/v head dims (128, 256) are not lowered (DeepSeek's (128, 128) are; the sparse kernels run absorbed over the latent and never read them) (triton sm90; lowered on: none yet)"
     ),
+    "dsa_num_stages_gluon": (
+        "tests/spec/bad_specs/dsa_num_stages_gluon.yaml:17: tuning.triton.sm90: sparse_num_stages: no kernel of this spec on sm90 reads it: the Gluon sparse kernel (sparse_gluon=1) pipelines itself; it would tune nothing, remove it"
+    ),
     "dsa_page_16": (
         "tests/spec/bad_specs/dsa_page_16.yaml:9: kv_cache.page_size: dsa needs 64-token pages, not 16: the indexer's key cache packs 64 keys per page, and sparse MLA reads the latent cache in the same pages"
     ),
