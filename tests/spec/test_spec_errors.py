@@ -133,7 +133,7 @@ EXPECTED = {
         "tests/spec/bad_specs/mla_gluon_sm80.yaml:11: tuning.triton.sm80: r512_rope64_h16_ps1_bf16_causal: decode_gluon=1 runs sm90 warpgroup MMA kernels, not sm80"
     ),
     "mla_gluon_tile": (
-        "tests/spec/bad_specs/mla_gluon_tile.yaml:13: tuning.triton.sm90: r512_rope64_h16_ps64_bf16_causal: decode_gluon=1 takes 64 heads x 64 rows on 8 warps (a 16-bit or fp8 cache, head-major) in 1 part, not a bfloat16 cache at decode_block_h=16, decode_block_n=64, decode_num_warps=8, decode_num_stages=2, decode_lora_parts=1"
+        "tests/spec/bad_specs/mla_gluon_tile.yaml:13: tuning.triton.sm90: r512_rope64_h16_ps64_bf16_causal: decode_gluon=1 takes 64 heads x 64 rows on 8 warps (a 16-bit or fp8 cache, head-major) in 1 part, not the bfloat16 cache at decode_block_h=16, decode_block_n=64, decode_num_warps=8, decode_num_stages=2, decode_lora_parts=1"
     ),
     "mla_max_registers_without_gluon": (
         "tests/spec/bad_specs/mla_max_registers_without_gluon.yaml:11: tuning.triton.sm100: decode_max_registers: no kernel of this spec on sm100 reads it: only the Gluon absorbed kernels (decode_gluon=1) take a register cap; it would tune nothing, remove it"

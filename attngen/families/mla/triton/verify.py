@@ -52,7 +52,7 @@ def gluon_problems(c: MlaTritonConfig, arch: Arch) -> list[str]:
     if ok and c.decode_lora_parts == 1:
         return []
     return [
-        f"decode_gluon=1 takes {want} in 1 part, not a {c.kv_dtype} cache at decode_block_h="
+        f"decode_gluon=1 takes {want} in 1 part, not the {c.kv_dtype} cache at decode_block_h="
         f"{tile[0]}, decode_block_n={tile[1]}, decode_num_warps={tile[2]}, "
         f"decode_num_stages={stages}, decode_lora_parts={c.decode_lora_parts}"
     ]
