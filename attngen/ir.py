@@ -139,6 +139,22 @@ def check_unique_uris(plan: ModulePlan) -> list[str]:
 SHOWN_URIS = 3  # variants a plan error names per problem before it counts the rest
 
 
+def unread_tuning_problems(
+    plan: ModulePlan, read_by: dict[str, tuple[Callable[[Any], bool], str]]
+) -> list[str]:
+    """``check_plan`` problems for each key of ``read_by`` (key -> (whether a config's
+    kernels read it, who does)) that the spec tunes for the plan's backend and arch while
+    none of the plan's configs reads it: it would tune nothing, so it is refused, as a key
+    of phases the spec does not generate is."""
+    tuned = plan.spec.tuning_for(plan.backend, plan.arch)
+    return [
+        f"{key}: no kernel of this spec on {plan.arch.value} reads it: {why}; it would tune "
+        "nothing, remove it"
+        for key, (reads, why) in read_by.items()
+        if key in tuned and not any(reads(k.config) for k in plan.kernels)
+    ]
+
+
 def shared_memory_problems(
     plan: ModulePlan, floors: Callable[[Any, tuple[str, ...]], list[tuple[str, int]]]
 ) -> list[str]:

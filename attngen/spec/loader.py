@@ -119,7 +119,7 @@ def section_keys() -> dict[str, list[str]]:
 def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:
     reader = MapReader(node, path, "")
     reader.check_known(spec_keys(), section_keys())
-    lines = tuple((k, node_location(path, key)) for k, (key, _) in reader.entries.items())
+    lines = reader.key_lines()
     top = {f.key: reader.pop(f) for f in Spec.FIELDS}
     family: Family = top["family"]
     fspec = family_specs()[family]

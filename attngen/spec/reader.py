@@ -44,6 +44,10 @@ class MapReader:
                 raise SpecError(node_location(path, key_node), self.name(key), "duplicate key")
             self.entries[key] = (key_node, value_node)
 
+    def key_lines(self) -> tuple[tuple[str, Location], ...]:
+        """Each key still in the mapping and its line (``Section.key_lines``)."""
+        return tuple((k, node_location(self.path, key)) for k, (key, _) in self.entries.items())
+
     def name(self, key: str) -> str:
         return f"{self.prefix}.{key}" if self.prefix else key
 
@@ -124,7 +128,7 @@ def read_section(cls: type[T], node: yaml.Node, path: str, prefix: str) -> T:
     """Build the frozen dataclass ``cls`` from its ``FIELDS`` table."""
     reader = MapReader(node, path, prefix)
     reader.check_known([f.key for f in cls.FIELDS])  # type: ignore[attr-defined]
-    lines = tuple((k, node_location(path, key)) for k, (key, _) in reader.entries.items())
+    lines = reader.key_lines()
     values = {f.key: reader.pop(f) for f in cls.FIELDS}  # type: ignore[attr-defined]
     return cls(location=reader.location, key_lines=lines, **values)  # type: ignore[call-arg]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attngen.families.dsa.triton.config import DsaTritonConfig
-from attngen.ir import ModulePlan, check_plan, shared_memory_problems
+from attngen.ir import ModulePlan, check_plan, shared_memory_problems, unread_tuning_problems
 
 POW2_TILES = (
     "sparse_block_h",
@@ -62,21 +62,17 @@ def shared_floor(c: DsaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str,
     return [(what, stages * c.sparse_block_n * row_bytes)]
 
 
-def unread_tuning(plan: ModulePlan) -> list[str]:
-    """sparse_num_stages tuned where every variant runs the Gluon sparse kernel
-    (sparse_gluon=1, which pipelines itself: host/launch.py's sparse_wg_options take no
-    num_stages) would tune nothing: refused, as a key of phases the spec lacks is."""
-    tuned = plan.spec.tuning_for(plan.backend, plan.arch)
-    if "sparse_num_stages" in tuned and all(k.config.sparse_gluon for k in plan.kernels):
-        return [
-            f"sparse_num_stages: no kernel of this spec on {plan.arch.value} reads it: the "
-            "Gluon sparse kernel (sparse_gluon=1) pipelines itself; it would tune nothing, "
-            "remove it"
-        ]
-    return []
+# Tile keys only one kind of sparse kernel reads: the Gluon one (sparse_gluon=1) pipelines
+# itself (host/launch.py's sparse_wg_options take no num_stages).
+READ_BY = {
+    "sparse_num_stages": (
+        lambda c: not c.sparse_gluon,
+        "the Gluon sparse kernel (sparse_gluon=1) pipelines itself",
+    ),
+}
 
 
 def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config, plan.arch.value)]
-    problems += unread_tuning(plan)
+    problems += unread_tuning_problems(plan, READ_BY)
     check_plan(plan, problems + shared_memory_problems(plan, shared_floor))

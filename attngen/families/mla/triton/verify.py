@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attngen.families.mla.triton.config import MlaTritonConfig
-from attngen.ir import ModulePlan, check_plan, shared_memory_problems
+from attngen.ir import ModulePlan, check_plan, shared_memory_problems, unread_tuning_problems
 from attngen.spec.enums import KV_ELEMENT_BYTES, Arch
 
 POW2_TILES = ("decode_block_h", "decode_block_n", "max_splits", "ragged_block_m", "ragged_block_n")
@@ -77,20 +77,6 @@ READ_BY = {
 }
 
 
-def unread_tuning(plan: ModulePlan) -> list[str]:
-    """A key the spec tunes for this arch that none of the plan's kernels reads would tune
-    nothing: refused, as a key of phases the spec does not generate is."""
-    tuned = plan.spec.tuning_for(plan.backend, plan.arch)
-    problems = []
-    for key, (reads, why) in READ_BY.items():
-        if key in tuned and not any(reads(k.config) for k in plan.kernels):
-            problems.append(
-                f"{key}: no kernel of this spec on {plan.arch.value} reads it: {why}; it would "
-                "tune nothing, remove it"
-            )
-    return problems
-
-
 def shared_floor(c: MlaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str, int]]:
     """A floor under the shared memory of each kernel the phases launch: the absorbed
     kernel (every phase) keeps at least one tile of decode_block_n latent rows (lora +
@@ -126,5 +112,5 @@ def verify_plan(plan: ModulePlan) -> None:
     problems += [
         f"{k.config.uri}: {p}" for k in plan.kernels for p in gluon_problems(k.config, plan.arch)
     ]
-    problems += unread_tuning(plan)
+    problems += unread_tuning_problems(plan, READ_BY)
     check_plan(plan, problems + shared_memory_problems(plan, shared_floor))
