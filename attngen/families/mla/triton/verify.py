@@ -78,19 +78,24 @@ READ_BY = {
 
 
 def shared_floor(c: MlaTritonConfig, phases: tuple[str, ...]) -> list[tuple[str, int]]:
-    """A floor under the shared memory of each kernel the phases launch: the absorbed
-    kernel (every phase) keeps at least one tile of decode_block_n latent rows (lora +
-    rope) once it pipelines (stages >= 2), the ragged prefill (extend) its K and V tiles of
-    every buffered stage ((stages - 1) x ragged_block_n x (nope + rope + v)). Triton 3.6's
-    allocations over the repo's configs (evidence/compile/triton, sm80 / sm90 / sm100) sit
-    at 1.53-3.1x it for the absorbed kernels and 1.8-4.2x for the ragged ones."""
-    elt = KV_ELEMENT_BYTES[c.kv_dtype]
-    absorbed = min(c.decode_num_stages - 1, 1) * c.decode_block_n
+    """A floor under the shared memory of each kernel the phases launch. The absorbed kernel
+    (every phase) reads its query (decode_block_h heads x (lora + rope) 16-bit values, also
+    over quantized caches) from shared memory in every iteration, beside at least one tile
+    of decode_block_n latent rows once it pipelines (stages >= 2); the ragged prefill
+    (extend) keeps its K and V tiles of every buffered stage ((stages - 1) x ragged_block_n
+    x (nope + rope + v)). Triton 3.6's allocations over the repo's configs
+    (evidence/compile/triton, sm80 / sm90 / sm100) sit at 1.018-2.22x it for the absorbed
+    kernels (the rest mostly P: decode_block_h x decode_block_n 16-bit values) and 1.8-4.2x
+    for the ragged ones; 128 heads in one sm80 program (184 KB) are refused here, not by
+    the compile."""
+    q_bytes = c.decode_block_h * c.kv_width * KV_ELEMENT_BYTES[c.dtype]
+    latent_rows = min(c.decode_num_stages - 1, 1) * c.decode_block_n
     out = [
         (
-            f"decode_block_n={c.decode_block_n} x decode_num_stages={c.decode_num_stages} "
-            f"({c.kv_lora_rank} + {c.qk_rope_head_dim}-wide latent rows)",
-            int(absorbed * (c.kv_lora_rank + c.qk_rope_head_dim) * elt),
+            f"decode_block_h={c.decode_block_h} heads of q + decode_block_n={c.decode_block_n} "
+            f"x decode_num_stages={c.decode_num_stages} latent rows "
+            f"({c.kv_lora_rank} + {c.qk_rope_head_dim} wide)",
+            int(q_bytes + latent_rows * c.kv_width * KV_ELEMENT_BYTES[c.kv_dtype]),
         )
     ]
     if "extend" in phases:
