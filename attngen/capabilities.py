@@ -7,9 +7,9 @@ so the support matrix cannot disagree with what is generated. A verdict is one o
 - NOT_LOWERED: possible on that hardware and backend, but no lowering exists yet;
 - UNSUPPORTED: the backend or hardware cannot do it (the reason says why).
 
-The answer is asked in a fixed order: hardware facts (the arch table, what the backend and
-the family need of an arch, what the KV dtype needs), then the registered (family, backend)
-lowering; a pair with no lowering is NOT_LOWERED.
+The answer is asked in a fixed order: hardware facts (the arch table, what the backend needs
+of an arch, what the family needs of it for this variant, what the KV dtype needs), then the
+registered (family, backend) lowering; a pair with no lowering is NOT_LOWERED.
 """
 
 from __future__ import annotations
@@ -69,4 +69,4 @@ def hardware_limit(variant: Variant, backend: Backend, arch: ArchFacts) -> str |
     if why is None and variant.kv_dtype in DTYPE_NEEDS:
         fact, text = DTYPE_NEEDS[variant.kv_dtype]
         why = None if getattr(arch, fact) else text.format(arch=arch.arch.value)
-    return why or registry.family(variant.family).arch_limit(arch)
+    return why or registry.family(variant.family).arch_limit(variant, arch)

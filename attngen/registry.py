@@ -3,8 +3,8 @@
 Three kinds of package register themselves here when :func:`load` imports them:
 
 - a **family** (``attngen/families/<family>/``): its sections of the spec language, the
-  docs columns it reports, its plainest variant, and the hardware it needs whatever the
-  backend (:class:`FamilyInfo`);
+  docs columns it reports, its plainest variant, and the hardware its variants need whatever
+  the backend (:class:`FamilyInfo`);
 - a **backend** (``attngen/backends/<backend>/``): the archs its kernels can exist on and its
   ahead-of-time compile check (:class:`BackendInfo`);
 - a **lowering** (``attngen/families/<family>/<backend>/``): what that pair can run and how
@@ -44,7 +44,8 @@ class FamilyInfo:
     features: Callable[[], tuple[Feature, ...]]  # docs-table columns, in order
     base_variant: Callable[[], Variant]  # its plainest variant (probes start from it)
     spec: FamilySpec  # its sections of the spec language and how they expand
-    arch_limit: Callable[[ArchFacts], str | None] = lambda facts: None  # why never on an arch
+    # why a variant of it can never run on an arch, whatever the backend (None: it can)
+    arch_limit: Callable[[Variant, ArchFacts], str | None] = lambda variant, facts: None
     title: str = ""  # docs-table title
     # hybrids: the keys a backend instance (and its pools) is built for, per module plan;
     # two specs sharing one can serve prefill and decode together

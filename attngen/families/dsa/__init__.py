@@ -15,7 +15,7 @@ from attngen.families.dsa.spec import PAGE_SIZE, SPEC, DsaShape
 from attngen.spec.variant import Variant
 
 
-def arch_limit(arch: ArchFacts) -> str | None:
+def arch_limit(variant: Variant, arch: ArchFacts) -> str | None:
     if arch.fp8_e4m3:
         return None
     return f"DSA's lightning indexer scores keys in fp8 e4m3, which {arch.arch.value} lacks"
