@@ -32,6 +32,9 @@ EXPECTED = {
     "dsa_sm80": (
         "tests/spec/bad_specs/dsa_sm80.yaml:14: targets.triton: sm80 cannot run variant r512_rope64_h16_ix64x128_top2048_ps64_bf16_causal: DSA's lightning indexer scores keys in fp8 e4m3, which sm80 lacks (possible on: triton sm90, triton sm100, cute_dsl sm90, cute_dsl sm100)"
     ),
+    "dsa_sm80_bf16_index": (
+        "tests/spec/bad_specs/dsa_sm80_bf16_index.yaml:15: targets.triton: no target lowers variant r512_rope64_h16_ix64x128bf16_top2048_ps64_bf16_causal: dsa.index_dtype bf16 needs no fp8, but DSA is not lowered for sm80 yet (its Triton kernels are tiled and compile-checked for sm90 and sm100 only) (triton sm80; lowered on: triton sm90, triton sm100)"
+    ),
     "dsa_topk": (
         "tests/spec/bad_specs/dsa_topk.yaml:10: dsa.index_topk: 3000 is not allowed: expected an integer in 64..8192 and a power of two"
     ),

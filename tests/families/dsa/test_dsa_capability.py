@@ -13,7 +13,7 @@ from attngen.probes import base_variant
 from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, ScaleGranularity
 from attngen.spec.errors import SpecError
 from attngen.spec.loader import load_spec
-from attngen.verdict import Status
+from attngen.verdict import Status, Verdict
 
 SPEC = Path(__file__).resolve().parents[3] / "specs" / "dsa" / "deepseek_v32_fp8.yaml"
 
@@ -25,6 +25,30 @@ def test_dsa_lowered_on_triton_sm90_sm100():
         assert supports(v, Backend.TRITON, arch).ok, arch
     assert supports(v, Backend.TRITON, Arch.SM80).status is Status.UNSUPPORTED  # fp8 indexer
     assert supports(v, Backend.CUTE_DSL, Arch.SM90).status is Status.NOT_LOWERED
+
+
+def test_only_an_fp8_indexer_is_a_hardware_limit_on_sm80():
+    v = base_variant(Family.DSA)
+    assert v.shape.index_dtype is DType.FP8_E4M3
+    fp8 = supports(v, Backend.TRITON, Arch.SM80)
+    assert fp8 == Verdict(
+        Status.UNSUPPORTED, "DSA's lightning indexer scores keys in fp8 e4m3, which sm80 lacks"
+    )
+    for index_dtype in (DType.BF16, DType.FP16, DType.FP32):
+        plain = dataclasses.replace(v, shape=dataclasses.replace(v.shape, index_dtype=index_dtype))
+        verdict = supports(plain, Backend.TRITON, Arch.SM80)
+        assert verdict == Verdict(
+            Status.NOT_LOWERED,
+            f"dsa.index_dtype {index_dtype.value} needs no fp8, but DSA is not lowered for sm80 "
+            "yet (its Triton kernels are tiled and compile-checked for sm90 and sm100 only)",
+        ), index_dtype
+        assert supports(plain, Backend.TRITON, Arch.SM90).ok
+        # no indexer makes an fp8 latent cache possible on sm80: that is the KV dtype's limit
+        fp8_rows = dataclasses.replace(
+            plain, kv_dtype=DType.FP8_E4M3, kv_scale=ScaleGranularity.PER_BLOCK
+        )
+        verdict = supports(fp8_rows, Backend.TRITON, Arch.SM80)
+        assert verdict.status is Status.UNSUPPORTED and "e4m3" in verdict.reason
 
 
 def test_latent_layouts_and_limits():

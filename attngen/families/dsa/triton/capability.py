@@ -2,7 +2,7 @@
 top-k selection, and sparse absorbed MLA over the selected slots for decode, extend and
 draft-chain verify (topk 1), over a bf16/fp16 latent cache or DeepSeek-V3.2's 656-byte fp8
 rows; DeepSeek's dims (latent 512 + rope 64, indexer 64 x 128), 64-token pages, up to 128
-heads."""
+heads; on sm90 and sm100."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ INDEX_DIMS = (64, 128)  # index_heads, index_head_dim
 # would give the same package, silently).
 HEAD_DIMS = (128, 128)  # qk_nope_head_dim, v_head_dim
 MAX_HEADS = 128
+# Archs whose tiles were measured and whose kernels are compile-checked. sm80 cannot run the
+# fp8 indexer (the family's hardware limit); the bf16 / fp16 / fp32 indexers and the 16-bit
+# latent need no fp8, but no sm80 plan is lowered or compile-checked yet (a one-off probe,
+# Triton 3.6, built the sm90/sm100 Triton tiles for sm_80 spill-free, the 64-head sparse
+# kernel at 255 registers: a spec targeting sm80 and its compile evidence are what is missing).
+ARCHS = (Arch.SM90, Arch.SM100)
 
 
 def supports(variant: Variant, arch: Arch) -> Verdict:
@@ -34,6 +40,12 @@ def supports(variant: Variant, arch: Arch) -> Verdict:
     heads = (shape.mla.qk_nope_head_dim, shape.mla.v_head_dim)
     return first_failure(
         [
+            (
+                arch in ARCHS,
+                f"dsa.index_dtype {shape.index_dtype.value} needs no fp8, but DSA is not "
+                f"lowered for {arch.value} yet (its Triton kernels are tiled and "
+                f"compile-checked for {' and '.join(a.value for a in ARCHS)} only)",
+            ),
             *phases_and_dtype(variant, PHASES, DTYPES),
             (
                 kv in (variant.dtype, DType.FP8_E4M3),
