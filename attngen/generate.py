@@ -279,5 +279,6 @@ def generate(
     changed = len(drift.missing) + len(drift.changed)
     stale, total = len(drift.stale), len(result.files)
     tree = tree_label(root, out)
-    log(f"{tree}: {changed} files written, {stale} stale removed, {total} in total")
+    links = f", {len(drift.links)} links replaced" if drift.links else ""
+    log(f"{tree}: {changed} files written, {stale} stale removed{links}, {total} in total")
     return drift

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,11 +38,13 @@ class Drift:
     stale: list[str] = field(default_factory=list)
     stale_dirs: list[str] = field(default_factory=list)  # folders holding no generated file
     modes: list[str] = field(default_factory=list)  # files whose mode is not FILE_MODE
+    links: list[str] = field(default_factory=list)  # symbolic links (never written through)
     diffs: dict[str, list[str]] = field(default_factory=dict)  # changed file -> diff lines
 
     @property
     def clean(self) -> bool:
-        return not (self.missing or self.changed or self.stale or self.stale_dirs or self.modes)
+        found = (self.missing, self.changed, self.stale, self.stale_dirs, self.modes, self.links)
+        return not any(found)
 
     def report(self, regenerate: str, tree: str = "generated/") -> str:
         lines = []
@@ -51,6 +54,7 @@ class Drift:
             ("stale", self.stale),
             ("stale folder", self.stale_dirs),
             ("mode is not 644", self.modes),
+            ("link, not a plain file or folder", self.links),
         ):
             lines += [f"  {label}: {p}" for p in paths]
         shown = list(self.diffs.items())[:DIFF_FILES]
@@ -69,15 +73,28 @@ def owned(relpath: str, archs: tuple[str, ...]) -> bool:
     return top in archs or top not in ARCH_DIRS
 
 
-def existing_files(out: Path, archs: tuple[str, ...]) -> list[str]:
+def _entries(out: Path, archs: tuple[str, ...]) -> list[tuple[str, Path]]:
+    """(relpath, path) of everything in the owned part of ``out`` outside ``__pycache__``;
+    a link is listed, never followed."""
     if not out.is_dir():
         return []
     found = []
     for path in sorted(out.rglob("*")):
         rel = path.relative_to(out).as_posix()
-        if path.is_file() and "__pycache__" not in rel.split("/") and owned(rel, archs):
-            found.append(rel)
+        if "__pycache__" not in rel.split("/") and owned(rel, archs):
+            found.append((rel, path))
     return found
+
+
+def existing_files(out: Path, archs: tuple[str, ...]) -> list[str]:
+    """The plain files of the owned part of ``out`` (links are :func:`links`)."""
+    return [rel for rel, path in _entries(out, archs) if path.is_file() and not path.is_symlink()]
+
+
+def links(out: Path, archs: tuple[str, ...]) -> list[str]:
+    """Symbolic links in the owned part of ``out``: generate writes plain files and folders
+    only, and writing through a link would change what lies outside the tree."""
+    return [rel for rel, path in _entries(out, archs) if path.is_symlink()]
 
 
 def check_tree(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> Drift:
@@ -86,6 +103,8 @@ def check_tree(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> Drif
         if not owned(rel, archs):
             continue
         path, name = out / rel, f"{out.name}/{rel}"
+        if path.is_symlink():
+            continue  # reported with the links
         if not path.is_file():
             drift.missing.append(name)
             continue
@@ -96,6 +115,7 @@ def check_tree(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> Drif
         if path.stat().st_mode & 0o777 != FILE_MODE:
             drift.modes.append(f"{name} ({path.stat().st_mode & 0o777:o})")
     drift.stale = [f"{out.name}/{rel}" for rel in existing_files(out, archs) if rel not in files]
+    drift.links = [f"{out.name}/{rel}" for rel in links(out, archs)]
     wanted_dirs = {str(Path(rel).parent) for rel in files}
     wanted_dirs |= {str(p) for d in list(wanted_dirs) for p in Path(d).parents}
     if out.is_dir():
@@ -103,6 +123,7 @@ def check_tree(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> Drif
             rel = path.relative_to(out).as_posix()
             if (
                 path.is_dir()
+                and not path.is_symlink()
                 and "__pycache__" not in rel.split("/")
                 and owned(rel, archs)
                 and rel not in wanted_dirs
@@ -121,25 +142,45 @@ def _short_diff(old: str, new: str, name: str) -> list[str]:
 
 
 def write_tree(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> Drift:
-    """Bring ``out`` to exactly ``files`` (for the owned part); returns what it changed."""
+    """Bring ``out`` to exactly ``files`` (for the owned part); returns what it changed.
+    Links and stale files go first, so that nothing stands where a generated file or
+    folder goes; each file is replaced in one step (an interrupted run leaves it old or
+    new, never cut short, and never writes through a link)."""
     drift = check_tree(out, files, archs)
-    for rel, text in sorted(files.items()):
-        if owned(rel, archs):
-            path = out / rel
-            data = text.encode("utf-8")
-            if not path.is_file() or path.read_bytes() != data:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
-            if path.stat().st_mode & 0o777 != FILE_MODE:
-                path.chmod(FILE_MODE)
+    for rel in links(out, archs):
+        (out / rel).unlink()
     for rel in existing_files(out, archs):
         if rel not in files:
             (out / rel).unlink()
     _remove_empty_dirs(out)
+    for rel, text in sorted(files.items()):
+        if owned(rel, archs):
+            _write_file(out / rel, text.encode("utf-8"))
     return drift
 
 
+def _write_file(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` with mode FILE_MODE afterwards; an unchanged file is not
+    rewritten (its mode is fixed in place)."""
+    if path.is_file() and path.read_bytes() == data:
+        if path.stat().st_mode & 0o777 != FILE_MODE:
+            path.chmod(FILE_MODE)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.attngen-tmp")  # stale if left behind
+    temporary.write_bytes(data)
+    temporary.chmod(FILE_MODE)
+    os.replace(temporary, path)
+
+
 def _remove_empty_dirs(out: Path) -> None:
+    if not out.is_dir():
+        return
     for path in sorted(out.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if path.is_dir() and path.name != "__pycache__" and not any(path.iterdir()):
+        if (
+            path.is_dir()
+            and not path.is_symlink()
+            and path.name != "__pycache__"
+            and not any(path.iterdir())
+        ):
             path.rmdir()
