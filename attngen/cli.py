@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -151,6 +152,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# Exit statuses a shell gives a command ended by SIGINT (Ctrl-C) or SIGPIPE (its reader gone)
+INTERRUPTED, BROKEN_PIPE = 130, 141
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:  # generate replaces each file in one step: none is cut short
+        print("attngen: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:  # `attngen validate specs | head`: the rest has no reader
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the flush at exit must not fail again
+        return BROKEN_PIPE
