@@ -277,7 +277,7 @@ def generate(
         return check_tree(out, result.files, ALL_ARCHS)
     drift = write_tree(out, result.files, archs)
     changed = len(drift.missing) + len(drift.changed)
-    stale, total = len(drift.stale), len(result.files)
+    stale, total = len(drift.stale) + len(drift.stale_dirs), len(result.files)
     tree = tree_label(root, out)
     links = f", {len(drift.links)} links replaced" if drift.links else ""
     log(f"{tree}: {changed} files written, {stale} stale removed{links}, {total} in total")

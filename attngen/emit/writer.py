@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,21 +117,23 @@ def check_tree(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> Drif
             drift.modes.append(f"{name} ({path.stat().st_mode & 0o777:o})")
     drift.stale = [f"{out.name}/{rel}" for rel in existing_files(out, archs) if rel not in files]
     drift.links = [f"{out.name}/{rel}" for rel in links(out, archs)]
-    wanted_dirs = {str(Path(rel).parent) for rel in files}
-    wanted_dirs |= {str(p) for d in list(wanted_dirs) for p in Path(d).parents}
-    if out.is_dir():
-        for path in sorted(out.rglob("*")):
-            rel = path.relative_to(out).as_posix()
-            if (
-                path.is_dir()
-                and not path.is_symlink()
-                and "__pycache__" not in rel.split("/")
-                and owned(rel, archs)
-                and rel not in wanted_dirs
-                and not any(p.is_file() for p in path.rglob("*") if "__pycache__" not in p.parts)
-            ):
-                drift.stale_dirs.append(f"{out.name}/{rel}")
+    drift.stale_dirs = [f"{out.name}/{rel}" for rel in stale_dirs(out, files, archs)]
     return drift
+
+
+def stale_dirs(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> list[str]:
+    """Owned folders of ``out`` that hold no generated folder and no file but bytecode
+    (``__pycache__``): what is left of a package whose spec is gone."""
+    wanted = {str(Path(rel).parent) for rel in files}
+    wanted |= {str(p) for d in list(wanted) for p in Path(d).parents}
+    return [
+        rel
+        for rel, path in _entries(out, archs)
+        if path.is_dir()
+        and not path.is_symlink()
+        and rel not in wanted
+        and not any(p.is_file() for p in path.rglob("*") if "__pycache__" not in p.parts)
+    ]
 
 
 def _short_diff(old: str, new: str, name: str) -> list[str]:
@@ -152,6 +155,9 @@ def write_tree(out: Path, files: dict[str, str], archs: tuple[str, ...]) -> Drif
     for rel in existing_files(out, archs):
         if rel not in files:
             (out / rel).unlink()
+    for rel in stale_dirs(out, files, archs):  # outermost first
+        if (out / rel).is_dir():
+            shutil.rmtree(out / rel)
     _remove_empty_dirs(out)
     for rel, text in sorted(files.items()):
         if owned(rel, archs):

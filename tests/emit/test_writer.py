@@ -80,3 +80,20 @@ def test_writing_leaves_no_temporary_file_and_plain_modes(tmp_path: Path) -> Non
     write_tree(out, FILES, ARCHS)
     assert sorted(tree(out)) == sorted(FILES)
     assert all(p.stat().st_mode & 0o777 == 0o644 for p in out.rglob("*") if p.is_file())
+
+
+def test_a_removed_packages_bytecode_folder_goes_with_it(tmp_path: Path) -> None:
+    """A package whose spec is gone, imported once (so it has a __pycache__), is removed
+    whole. Before, generate removed its .py files but left the folder with __pycache__,
+    and --check then reported it as a stale folder on every run: generate never removed it."""
+    out = tmp_path / "out"
+    files = {**FILES, "sm90/triton/gone/__init__.py": "", "sm90/triton/gone/sub/k.py": ""}
+    write_tree(out, files, ARCHS)
+    for folder in ("sm90/triton/gone", "sm90/triton/gone/sub", "sm90/triton/pkg"):
+        (out / folder / "__pycache__").mkdir()
+        (out / folder / "__pycache__" / "k.cpython-311.pyc").write_bytes(b"\0")
+    assert check_tree(out, FILES, ARCHS).stale_dirs == []  # its files still count as stale
+    write_tree(out, FILES, ARCHS)
+    assert not (out / "sm90/triton/gone").exists()
+    assert (out / "sm90/triton/pkg/__pycache__/k.cpython-311.pyc").is_file()  # a live package's
+    assert check_tree(out, FILES, ARCHS).clean
