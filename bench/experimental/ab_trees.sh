@@ -10,8 +10,9 @@
 #            bash bench/experimental/ab_trees.sh run OUTDIR 'NAME|OVERRIDES_JSON|EXTRA ARGS' ...
 #            e.g. 'm192|{"t128":{},"t192":{"fwd_tile_m":192}}|--head-dim 64'
 #
-# Each run row writes OUTDIR/NAME-<i>.jsonl (cute_prefill_tiles.py's rows: every output
-# checked against FA4's, ratios from paired rounds) and prints it; a tree whose sweep fails,
+# Each run row writes OUTDIR/NAME-<i>.jsonl (cute_prefill_tiles.py's rows, or AB_SCRIPT's,
+# e.g. AB_SCRIPT=bench/experimental/cute_extend_gather.py: every output checked against
+# FA4's, ratios from paired rounds) and prints it; a tree whose sweep fails,
 # or runs past AB_TIMEOUT seconds (default 240: a hang), prints why and the next one runs.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,7 +25,7 @@ prepare() {
         shift 2
         work=$(mktemp -d)
         (cd "$ROOT" && tar --exclude=__pycache__ -cf - attngen specs generated tests pyproject.toml \
-            bench/paired_timing.py bench/experimental/cute_prefill_tiles.py) | tar -xf - -C "$work"
+            bench/paired_timing.py bench/experimental/*.py) | tar -xf - -C "$work"
         if [ "$patch" != none ]; then
             (cd "$work" && patch -p1 -s --batch < "$ROOT/$patch") || { echo "ab_trees: $patch failed"; exit 1; }
         fi
@@ -54,7 +55,7 @@ run() {
         # shellcheck disable=SC2086  # extra: the sweep's own flags, split on purpose
         # a kernel that hangs (a wrong barrier phase) is killed after AB_TIMEOUT seconds
         (cd "$AB/$name" && timeout "${AB_TIMEOUT:-240}" python3 \
-            bench/experimental/cute_prefill_tiles.py "$out/$name-$i.jsonl" "$overrides" $extra \
+            "${AB_SCRIPT:-bench/experimental/cute_prefill_tiles.py}" "$out/$name-$i.jsonl" "$overrides" $extra \
             2>&1 | grep -v Warning | tail -20) || echo "ab_trees: $name failed"
     done
 }

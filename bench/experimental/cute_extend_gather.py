@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The CuTe DSL sm90 extend over a paged prefix with gathered K/V (pages of fewer than 16
+tokens: ``mha_gqa_prefill_page1``, hd128, 32 q / 8 kv heads, causal) against FA4's varlen
+forward with a page table on the same shuffled cache, as ``bench/run.py --only extend``
+times it, in paired rounds (``bench/paired_timing.py``). Each output starts as NaN and must
+match FA4's within 4e-3 + 2e-2 max|FA4|.
+
+``python3 bench/experimental/cute_extend_gather.py OUT.jsonl ['{"name": {overrides}}']``
+from a tree's root (FA4 on the path); through ``ab_trees.sh`` with
+``AB_SCRIPT=bench/experimental/cute_extend_gather.py``, one process a tree."""
+
+import dataclasses
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+from bench.paired_timing import paired_ms  # noqa: E402
+
+CASES = ((16, 2048, 512), (8, 4096, 1024), (4, 8192, 2048))  # batch, prefix, new
+PAGE_SIZES = (1,)
+HQ, HKV, D = 32, 8, 128
+ROUNDS, CALLS = 15, 5
+
+
+def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> None:
+    from flash_attn.cute import flash_attn_varlen_func
+
+    mod = importlib.import_module("generated.sm90.cute_dsl.mha.mha_gqa_prefill_page1.kernels")
+    torch.manual_seed(0)
+    rows = []
+    for page_size in PAGE_SIZES:
+        base = next(
+            c for c in mod.CONFIGS.values()
+            if (c.head_dim, c.gqa_group, c.page_size) == (D, HQ // HKV, page_size)
+        )  # fmt: skip
+        for batch, prefix, new in CASES:
+            total = prefix + new
+            pages_per_seq = math.ceil(total / page_size)
+            num_pages = batch * pages_per_seq
+            k_cache = torch.randn(num_pages, page_size, HKV, D, dtype=torch.bfloat16, device="cuda")
+            v_cache = torch.randn_like(k_cache)
+            g = torch.Generator().manual_seed(prefix + page_size)
+            perm = torch.randperm(num_pages, generator=g)
+            page_table = perm.to("cuda", torch.int32).view(batch, pages_per_seq)
+            q = torch.randn(batch * new, HQ, D, dtype=torch.bfloat16, device="cuda")
+            prefix_lens = torch.full((batch,), prefix, dtype=torch.int32, device="cuda")
+            seqused = torch.full((batch,), total, dtype=torch.int32, device="cuda")
+            qo_indptr = (torch.arange(batch + 1, device="cuda") * new).to(torch.int32)
+            flops = 2 * batch * HQ * (new * prefix + new * new / 2) * (2 * D)
+
+            def fa4():
+                return flash_attn_varlen_func(
+                    q.view(batch, new, HQ, D), k_cache, v_cache, page_table=page_table,
+                    seqused_k=seqused, softmax_scale=D**-0.5, causal=True,
+                )[0]  # fmt: skip
+
+            ref = fa4().float().reshape(batch * new, HQ, D)
+            tol = 4e-3 + 2e-2 * float(ref.abs().max())
+            timed, case_rows = {"fa4": fa4}, {}
+            for variant, overrides in (variants or {"base": {}}).items():
+                cfg = dataclasses.replace(base, **overrides)
+                out = torch.full_like(q, float("nan"))
+
+                def ours(cfg=cfg, out=out):
+                    mod.extend(q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out,
+                               max_extend_len=new, config=cfg, sm_scale=D**-0.5)  # fmt: skip
+
+                row = dict(case=f"B{batch} P{prefix}+S{new}", page_size=page_size,
+                           variant=variant, **overrides)  # fmt: skip
+                try:
+                    ours()
+                    torch.cuda.synchronize()
+                    diff = float((out.float() - ref).abs().max())  # NaN stays NaN
+                    row["ok"] = bool(diff <= tol)
+                    row["max_abs_vs_fa4"] = diff
+                    timed[variant] = ours
+                except Exception as exc:  # noqa: BLE001
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                case_rows[variant] = row
+            paired = paired_ms(timed, rounds=ROUNDS, calls=CALLS)
+            fa4_ms = paired.median_ms("fa4")
+            for variant, row in case_rows.items():
+                row["fa4_tflops"] = round(flops / fa4_ms / 1e9, 1)
+                if variant in timed:
+                    med, q1, q3 = paired.ratio("fa4", variant)
+                    row["tflops"] = round(flops / paired.median_ms(variant) / 1e9, 1)
+                    row["ratio"], row["ratio_iqr"] = round(med, 3), [round(q1, 3), round(q3, 3)]
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    Path(out_path).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    main(args[0], json.loads(args[1]) if len(args) > 1 else None)
