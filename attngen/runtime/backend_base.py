@@ -5,8 +5,8 @@ family and the kernel backend.
   generates, the batch is checked (shapes, dtypes, devices, lengths), token slots are
   checked against the pools (one host sync; ``validate_slots``), then the family builds
   its decode or extend metadata (``_decode_metadata`` / ``_extend_metadata``);
-- the per-layer guards: the metadata must be of the kind the call needs, the phase must be
-  generated;
+- the per-layer guards: the metadata must be of the kind the call needs and built from the
+  batch the layer is given (eager forwards), the phase must be generated;
 - the CUDA-graph plumbing: capture/replay argument checks, the static buffers per
   capturable mode (``_graph_buffers``), then the family fills them (``_load_graph_rows``).
 
@@ -16,6 +16,7 @@ A family's runtime (e.g. attngen/families/mha/runtime.py) subclasses it; a gener
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
@@ -81,8 +82,9 @@ class AttentionBackendBase:
         at the cost of one host sync per forward; the CUDA-graph paths skip that check.
         """
         mode = forward_batch.forward_mode
+        self.forward_metadata = None  # a refused batch leaves no metadata behind
+        self._metadata_batch = None
         if mode is ForwardMode.IDLE:
-            self.forward_metadata = None
             return
         phases = MODE_PHASES[mode]
         if not set(phases) & set(self.kernels.PHASES):
@@ -97,6 +99,7 @@ class AttentionBackendBase:
             self.forward_metadata = self._decode_metadata(forward_batch)
         else:
             self.forward_metadata = self._extend_metadata(forward_batch)
+        self._metadata_batch = batch_mark(forward_batch)
 
     def _decode_metadata(self, fb: ForwardBatch) -> Any:
         raise NotImplementedError
@@ -165,7 +168,9 @@ class AttentionBackendBase:
 
     # -- per-layer guards ----
 
-    def _metadata(self, kind: type[Metadata], caller: str) -> Metadata:
+    def _metadata(
+        self, kind: type[Metadata], caller: str, forward_batch: ForwardBatch | None = None
+    ) -> Metadata:
         meta = self.forward_metadata
         if not isinstance(meta, kind):
             found = "none" if meta is None else type(meta).__name__
@@ -173,7 +178,22 @@ class AttentionBackendBase:
                 f"{caller}: needs {kind.__name__} from init_forward_metadata (or CUDA-graph "
                 f"capture/replay) for this forward; found {found}"
             )
+        if forward_batch is not None:
+            self._check_same_batch(forward_batch, caller)
         return meta
+
+    def _check_same_batch(self, forward_batch: ForwardBatch, caller: str) -> None:
+        """Eager metadata serves the batch it was built from only: another batch (one of the
+        same token count would run on the old rows), or the same one with its seq_lens or
+        out_cache_loc replaced since, is refused. CUDA-graph capture and replay build
+        metadata from their own arguments, not from a batch: nothing to compare."""
+        mark = getattr(self, "_metadata_batch", None)
+        if mark is not None and not same_batch(mark, forward_batch):
+            raise AttngenInputError(
+                f"{caller}: forward_batch is not the batch init_forward_metadata was given "
+                "(or its seq_lens / out_cache_loc were replaced since): call "
+                "init_forward_metadata(forward_batch) before the layers of each forward"
+            )
 
     def _check_phase(self, phase: str, mode: ForwardMode) -> None:
         generated = self.kernels.PHASES
@@ -211,6 +231,7 @@ class AttentionBackendBase:
         bs * num_draft_tokens, the room the graph's q/k/v/out rows have.
         """
         self._graph_call("capture", bs, num_tokens, forward_mode, encoder_lens)
+        self._metadata_batch = None
         self._load_graph_rows(forward_mode, bs, req_pool_indices, seq_lens, spec_info, None)
 
     def init_forward_metadata_replay_cuda_graph(
@@ -232,6 +253,7 @@ class AttentionBackendBase:
         """
         per_request = self._tokens_per_request(forward_mode)
         self._graph_call("replay", bs, bs * per_request, forward_mode, encoder_lens)
+        self._metadata_batch = None
         self._load_graph_rows(forward_mode, bs, req_pool_indices, seq_lens, spec_info, seq_lens_cpu)
 
     def get_cuda_graph_seq_len_fill_value(self) -> int:
@@ -268,6 +290,22 @@ class AttentionBackendBase:
             raise AttngenInputError(f"cuda graph {phase}: call init_cuda_graph_state first")
         check_fits(bufs, bs, num_tokens)
         return bufs
+
+
+def batch_mark(fb: ForwardBatch) -> tuple[Any, ...]:
+    """What identifies the batch eager metadata was built from: its seq_lens and
+    out_cache_loc tensors, by weak reference (a tensor freed since matches nothing, whatever
+    reuses its address), and its size. Not the batch object: a copy of it with other fields
+    changed (MLA's prefix chunks: ``attn_attend_prefix_cache``, ``prefix_chunk_idx``) is the
+    same batch."""
+    return (weakref.ref(fb.seq_lens), weakref.ref(fb.out_cache_loc), fb.batch_size)
+
+
+def same_batch(mark: tuple[Any, ...], fb: ForwardBatch) -> bool:
+    seq_lens, out_cache_loc, size = mark
+    return (
+        seq_lens() is fb.seq_lens and out_cache_loc() is fb.out_cache_loc and size == fb.batch_size
+    )
 
 
 def host_mirrors(fb: ForwardBatch) -> list[tuple[str, torch.Tensor, list[int]]]:

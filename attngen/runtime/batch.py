@@ -120,15 +120,10 @@ class ForwardBatch:
         _check_index("extend_prefix_lens", self.extend_prefix_lens, bs, device)
         _check_index("extend_seq_lens", self.extend_seq_lens, bs, device)
         prefix, ext = self.extend_prefix_lens_cpu, self.extend_seq_lens_cpu
-        if prefix is None or ext is None or len(prefix) != bs or len(ext) != bs:
-            fail(
-                "forward_batch.extend_prefix_lens_cpu / extend_seq_lens_cpu",
-                f"two lists of {bs} ints",
-                (prefix, ext),
-            )
         for name, values in (("extend_prefix_lens_cpu", prefix), ("extend_seq_lens_cpu", ext)):
-            if not isinstance(values, (list, tuple)):
-                fail(f"forward_batch.{name}", "a list of Python ints", type(values).__name__)
+            if not isinstance(values, (list, tuple)) or len(values) != bs:
+                got = len(values) if isinstance(values, (list, tuple)) else type(values).__name__
+                fail(f"forward_batch.{name}", f"a list of {bs} Python ints", got)
             odd = [v for v in values if not isinstance(v, int) or isinstance(v, bool)]
             if odd:
                 fail(f"forward_batch.{name}", "Python ints", f"{type(odd[0]).__name__} {odd[0]!r}")

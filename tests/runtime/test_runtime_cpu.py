@@ -408,11 +408,18 @@ def test_forward_batch_check() -> None:
     with pytest.raises(AttngenInputError, match=r"out_cache_loc: expected shape \[7\]"):
         short_loc.check(device=torch.device("cpu"), max_context_len=64)
     missing = ForwardBatch(**{**vars(batch), "extend_prefix_lens_cpu": None})
-    with pytest.raises(AttngenInputError, match="two lists of 2 ints"):
+    with pytest.raises(AttngenInputError, match="prefix_lens_cpu: expected a list of 2 .*NoneType"):
         missing.check(device=torch.device("cpu"), max_context_len=64)
     as_tensor = ForwardBatch(**{**vars(batch), "extend_seq_lens_cpu": torch.tensor([2, 5])})
-    with pytest.raises(AttngenInputError, match="extend_seq_lens_cpu: expected a list of Python"):
+    with pytest.raises(AttngenInputError, match="extend_seq_lens_cpu: expected a list of 2 Python"):
         as_tensor.check(device=torch.device("cpu"), max_context_len=64)
+    # a bare int (no len()): the same error, not a TypeError from the length check
+    bare = ForwardBatch(**{**vars(batch), "extend_seq_lens_cpu": 7})
+    with pytest.raises(AttngenInputError, match="extend_seq_lens_cpu: expected a list of 2 .*int"):
+        bare.check(device=torch.device("cpu"), max_context_len=64)
+    short = ForwardBatch(**{**vars(batch), "extend_seq_lens_cpu": [7]})
+    with pytest.raises(AttngenInputError, match="extend_seq_lens_cpu: expected a list of 2 .*got 1"):
+        short.check(device=torch.device("cpu"), max_context_len=64)
     floats = ForwardBatch(**{**vars(batch), "extend_prefix_lens_cpu": [3.0, 0]})
     with pytest.raises(AttngenInputError, match="prefix_lens_cpu: expected Python ints.*float"):
         floats.check(device=torch.device("cpu"), max_context_len=64)
@@ -440,6 +447,26 @@ def test_eager_metadata_compares_device_and_host_extend_lengths() -> None:
         with pytest.raises(AttngenInputError, match=want):
             rig.backend.init_forward_metadata(bad)
     rig.backend.init_forward_metadata(batch)
+
+
+def test_forward_refuses_a_batch_its_metadata_was_not_built_from() -> None:
+    """Eager metadata serves its own batch only: a forward given another batch of the same
+    size (which would run on the old rows) is refused, a copy with other fields changed
+    passes, and a batch init_forward_metadata refused leaves no metadata behind."""
+    rig = make_rig(CONFIGS[0])
+    first, second = rig.builder.decode([5, 9]), rig.builder.decode([7, 3])
+    q, k, v = rig.builder.qkv(2, rig.layer)
+    rig.backend.init_forward_metadata(first.batch)
+    with pytest.raises(AttngenInputError, match="forward_decode: forward_batch is not the batch"):
+        rig.backend.forward_decode(q, k, v, rig.layer, second.batch)
+    same = ForwardBatch(**vars(first.batch))  # the same tensors: the same batch
+    got = rig.backend.forward_decode(q, k, v, rig.layer, same)
+    assert torch.equal(got, rig.backend.forward_decode(q, k, v, rig.layer, first.batch))
+    bad = ForwardBatch(**{**vars(second.batch), "seq_lens_cpu": torch.tensor([0, 3])})
+    with pytest.raises(AttngenInputError):
+        rig.backend.init_forward_metadata(bad)
+    with pytest.raises(AttngenInputError, match="needs DecodeMetadata .* found none"):
+        rig.backend.forward_decode(q, k, v, rig.layer, first.batch)
 
 
 def test_decode_reads_strided_seq_lens() -> None:

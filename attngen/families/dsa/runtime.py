@@ -253,6 +253,7 @@ class DsaBackend(AttentionBackendBase):
         ``[T, 64]``, and returns
         ``topk_indices [T, topk]`` int32 logical positions (ascending, -1 padded)."""
         meta = self._meta()
+        self._check_same_batch(forward_batch, "index")
         if index_k is not None:
             self.index_pool.set_index_k(layer.layer_id, forward_batch.out_cache_loc, index_k)
         check_tensor("q", q, shape=[meta.num_rows, None, None], device=self.device)
@@ -371,6 +372,7 @@ class DsaBackend(AttentionBackendBase):
         self, kind, q, k, layer, fb, save_kv_cache, q_rope, k_rope, topk_indices, return_lse
     ):
         meta = self._meta()
+        self._check_same_batch(fb, f"forward_{'decode' if kind == 'decode' else 'extend'}")
         if (meta.kind == "decode") != (kind == "decode"):
             raise AttngenInputError(f"DSA: the metadata is for {meta.kind}, not {kind}")
         c, rows = self.config, meta.num_rows

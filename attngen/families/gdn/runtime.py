@@ -296,7 +296,7 @@ class GdnBackend(AttentionBackendBase):
     ) -> torch.Tensor:
         """One token per request; returns ``[B, HV * V]``."""
         self._check_phase("decode", forward_batch.forward_mode)
-        meta = self._metadata(GdnMetadata, "forward_decode")
+        meta = self._metadata(GdnMetadata, "forward_decode", forward_batch)
         return self._recurrent(layer, meta, mixed_qkv, a, b, verify=False)
 
     def forward_extend(
@@ -308,7 +308,7 @@ class GdnBackend(AttentionBackendBase):
         b: torch.Tensor,
     ) -> torch.Tensor:
         """EXTEND: ragged new tokens (chunked); TARGET_VERIFY: the drafts. ``[T, HV * V]``."""
-        meta = self._metadata(GdnMetadata, "forward_extend")
+        meta = self._metadata(GdnMetadata, "forward_extend", forward_batch)
         if meta.mode is ForwardMode.TARGET_VERIFY:
             self._check_phase("verify", meta.mode)
             return self._recurrent(layer, meta, mixed_qkv, a, b, verify=True)

@@ -333,7 +333,7 @@ class PagedMhaBackend(AttentionBackendBase):
         the spec generates prefill and no request has a cached prefix; TARGET_VERIFY runs
         verify. ``sinks`` ([Hq] fp32 logits) is required exactly when the spec has sinks.
         """
-        meta = self._metadata(ExtendMetadata, "forward_extend")
+        meta = self._metadata(ExtendMetadata, "forward_extend", forward_batch)
         rows = meta.num_tokens
         self._layer_scales(layer)  # every path: a missing scale fails before any K/V write
         prefill = not meta.verify and meta.no_prefix and "prefill" in self.kernels.PHASES
@@ -378,7 +378,7 @@ class PagedMhaBackend(AttentionBackendBase):
     ) -> torch.Tensor:
         """Attention of one new token per request over its whole KV; returns ``[B, Hq*Dv]``."""
         self._check_phase("decode", forward_batch.forward_mode)
-        meta = self._metadata(DecodeMetadata, "forward_decode")
+        meta = self._metadata(DecodeMetadata, "forward_decode", forward_batch)
         rows = meta.batch_size
         q, k_cache, v_cache, out, launch = self._cached_call(
             meta, q, k, v, layer, forward_batch, rows, save_kv_cache, sinks

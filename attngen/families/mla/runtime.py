@@ -477,7 +477,7 @@ class PagedMlaBackend(AttentionBackendBase):
         """Absorbed decode: one row per request over its whole latent sequence; returns
         ``[B, H * 512]`` (and the LSE ``[B, H]`` fp32 with ``return_lse``)."""
         self._check_phase("decode", forward_batch.forward_mode)
-        meta = self._metadata(DecodeMetadata, "forward_decode")
+        meta = self._metadata(DecodeMetadata, "forward_decode", forward_batch)
         rows = meta.batch_size
         q, q_rope, out, launch = self._absorbed_call(
             meta.out, q, k, q_rope, k_rope, layer, forward_batch, rows, save_kv_cache
@@ -511,7 +511,7 @@ class PagedMlaBackend(AttentionBackendBase):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Extend / draft extend / chain verify: absorbed or ragged by the layer's head dim
         (module docstring)."""
-        meta = self._metadata(MlaExtendMetadata, "forward_extend")
+        meta = self._metadata(MlaExtendMetadata, "forward_extend", forward_batch)
         if layer.head_dim == self.config.qk_nope_head_dim + self.config.qk_rope_head_dim:
             return self._ragged(q, k, v, layer, forward_batch, meta, save_kv_cache, k_rope)
         self._check_phase("verify" if meta.verify else "extend", forward_batch.forward_mode)
