@@ -418,7 +418,7 @@ def test_forward_batch_check() -> None:
     with pytest.raises(AttngenInputError, match="extend_seq_lens_cpu: expected a list of 2 .*int"):
         bare.check(device=torch.device("cpu"), max_context_len=64)
     short = ForwardBatch(**{**vars(batch), "extend_seq_lens_cpu": [7]})
-    with pytest.raises(AttngenInputError, match="extend_seq_lens_cpu: expected a list of 2 .*got 1"):
+    with pytest.raises(AttngenInputError, match="seq_lens_cpu: expected a list of 2 .*got 1"):
         short.check(device=torch.device("cpu"), max_context_len=64)
     floats = ForwardBatch(**{**vars(batch), "extend_prefix_lens_cpu": [3.0, 0]})
     with pytest.raises(AttngenInputError, match="prefix_lens_cpu: expected Python ints.*float"):
