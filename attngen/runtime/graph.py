@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from attngen.runtime.batch import INDEX_DTYPES, ForwardMode, tree_mask_bytes
+from attngen.runtime.batch import INDEX_DTYPES, ForwardMode, check_max_seq_len, tree_mask_bytes
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
 
 
@@ -310,3 +310,14 @@ def check_graph_rows(name: str, t: object, bs: int, device: torch.device) -> tor
     if t.shape[0] < bs:
         fail(name, f">= bs={bs} rows", t.shape[0])
     return t[:bs]
+
+
+def check_graph_host_lens(seq_lens_cpu: object, bs: int, max_context_len: int) -> torch.Tensor:
+    """A replay's host copy of seq_lens (it sizes the page-table copy): >= ``bs`` rows on
+    the host, lengths 1 .. max_context_len (padded rows: seq_len_fill_value); returns the
+    first ``bs``. A short one would leave the longest request's columns stale."""
+    lens = check_graph_rows("seq_lens_cpu", seq_lens_cpu, bs, torch.device("cpu"))
+    check_max_seq_len(lens, max_context_len)
+    if int(lens.min()) < 1:
+        fail("seq_lens_cpu", "lengths >= 1 (padded rows: seq_len_fill_value)", lens.tolist())
+    return lens

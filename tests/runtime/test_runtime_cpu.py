@@ -846,6 +846,27 @@ def test_cuda_graph_errors() -> None:
         )
 
 
+def test_cuda_graph_replay_checks_the_host_lengths() -> None:
+    """seq_lens_cpu sizes the page-table copy of a replay: fewer rows than bs (the longest
+    request left out: its columns past the copy stay stale), another shape, or a length
+    below 1 is refused by name, not replayed on a short or stale page table."""
+    rig = make_rig(CONFIGS[0], max_context_len=64, num_pages=1024)
+    backend, decode = rig.backend, ForwardMode.DECODE
+    backend.init_cuda_graph_state(4, 4)
+    req = torch.zeros(4, dtype=torch.int64)
+    seq = torch.tensor([3, 60, 1, 1], dtype=torch.int32)
+    backend.init_forward_metadata_capture_cuda_graph(4, 4, req, seq, None, decode, None)
+    replay = backend.init_forward_metadata_replay_cuda_graph
+    with pytest.raises(AttngenInputError, match=r"seq_lens_cpu: expected >= bs=4 rows, got 1"):
+        replay(4, req, seq, 65, None, decode, None, seq[:1].clone())
+    with pytest.raises(AttngenInputError, match=r"seq_lens_cpu: expected 1 dims"):
+        replay(4, req, seq, 65, None, decode, None, seq.view(2, 2).clone())
+    for bad in ([0, 60, 1, 1], [3, -1, 1, 1]):
+        with pytest.raises(AttngenInputError, match=r"seq_lens_cpu: expected lengths >= 1"):
+            replay(4, req, seq, 65, None, decode, None, torch.tensor(bad, dtype=torch.int32))
+    replay(4, req, seq, 65, None, decode, None, seq.clone())
+
+
 # -- a real generated kernels module, through Triton's interpreter ----
 
 

@@ -43,10 +43,9 @@ from attngen.runtime.batch import (
     ForwardMode,
     ReqToTokenPool,
     VerifyInfo,
-    check_max_seq_len,
 )
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
-from attngen.runtime.graph import check_graph_rows
+from attngen.runtime.graph import check_graph_host_lens, check_graph_rows
 
 I32 = dict(dtype=torch.int32)
 
@@ -459,11 +458,7 @@ class DsaBackend(AttentionBackendBase):
             self._check_verify(spec_info)
         width = self.max_pages
         if seq_lens_cpu is not None:
-            check_tensor(
-                "seq_lens_cpu", seq_lens_cpu, dtype=INDEX_DTYPES, device=torch.device("cpu")
-            )
-            check_max_seq_len(seq_lens_cpu[:bs], self.max_context_len)
-            width = self._pages_for(seq_lens_cpu[:bs])
+            width = self._pages_for(check_graph_host_lens(seq_lens_cpu, bs, self.max_context_len))
         req_pool_indices = check_graph_rows("req_pool_indices", req_pool_indices, bs, self.device)
         seq_lens = check_graph_rows("seq_lens", seq_lens, bs, self.device)
         bufs: DsaGraphBuffers = self._graph_buffers[GRAPH_PHASES[mode]]

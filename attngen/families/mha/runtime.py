@@ -28,14 +28,12 @@ import torch
 from attngen.families.mha.key import MhaKey
 from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, canonical_device
 from attngen.runtime.batch import (
-    INDEX_DTYPES,
     AttentionLayer,
     DraftExtendInfo,
     ForwardBatch,
     ForwardMode,
     ReqToTokenPool,
     VerifyInfo,
-    check_max_seq_len,
     tree_mask_bytes,
 )
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
@@ -45,6 +43,7 @@ from attngen.runtime.graph import (
     DraftExtendGraphBuffers,
     ExtendMetadata,
     VerifyGraphBuffers,
+    check_graph_host_lens,
     check_graph_rows,
 )
 from attngen.runtime.pools import PagedKVPool
@@ -529,10 +528,7 @@ class PagedMhaBackend(AttentionBackendBase):
     ) -> None:
         width = self.max_pages
         if seq_lens_cpu is not None:  # replay: copy only the page-table columns in use
-            cpu = torch.device("cpu")
-            check_tensor("seq_lens_cpu", seq_lens_cpu, dtype=INDEX_DTYPES, device=cpu)
-            check_max_seq_len(seq_lens_cpu[:bs], self.max_context_len)
-            width = self._pages_for(seq_lens_cpu[:bs])
+            width = self._pages_for(check_graph_host_lens(seq_lens_cpu, bs, self.max_context_len))
         req_pool_indices = check_graph_rows("req_pool_indices", req_pool_indices, bs, self.device)
         seq_lens = check_graph_rows("seq_lens", seq_lens, bs, self.device)
         bufs = self._graph_buffers[GRAPH_PHASES[mode]]

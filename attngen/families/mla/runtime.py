@@ -42,18 +42,21 @@ from attngen.families.mla.key import MlaKey
 from attngen.families.mla.pool import MlaLatentPool
 from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, canonical_device
 from attngen.runtime.batch import (
-    INDEX_DTYPES,
     AttentionLayer,
     DraftExtendInfo,
     ForwardBatch,
     ForwardMode,
     ReqToTokenPool,
     VerifyInfo,
-    check_max_seq_len,
     tree_mask_bytes,
 )
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
-from attngen.runtime.graph import DecodeGraphBuffers, DecodeMetadata, check_graph_rows
+from attngen.runtime.graph import (
+    DecodeGraphBuffers,
+    DecodeMetadata,
+    check_graph_host_lens,
+    check_graph_rows,
+)
 
 MIN_SPLIT_TOKENS = 256  # a KV split below this many latent rows costs more than it gains
 
@@ -775,11 +778,7 @@ class PagedMlaBackend(AttentionBackendBase):
     ) -> None:
         width = self.max_pages
         if seq_lens_cpu is not None:
-            check_tensor(
-                "seq_lens_cpu", seq_lens_cpu, dtype=INDEX_DTYPES, device=torch.device("cpu")
-            )
-            check_max_seq_len(seq_lens_cpu[:bs], self.max_context_len)
-            width = self._pages_for(seq_lens_cpu[:bs])
+            width = self._pages_for(check_graph_host_lens(seq_lens_cpu, bs, self.max_context_len))
         req_pool_indices = check_graph_rows("req_pool_indices", req_pool_indices, bs, self.device)
         seq_lens = check_graph_rows("seq_lens", seq_lens, bs, self.device)
         bufs = self._graph_buffers[GRAPH_PHASES[mode]]
