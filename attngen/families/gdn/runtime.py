@@ -297,6 +297,7 @@ class GdnBackend(AttentionBackendBase):
         """One token per request; returns ``[B, HV * V]``."""
         self._check_phase("decode", forward_batch.forward_mode)
         meta = self._metadata(GdnMetadata, "forward_decode", forward_batch)
+        _check_mode("forward_decode", meta, decode=True)
         return self._recurrent(layer, meta, mixed_qkv, a, b, verify=False)
 
     def forward_extend(
@@ -309,6 +310,7 @@ class GdnBackend(AttentionBackendBase):
     ) -> torch.Tensor:
         """EXTEND: ragged new tokens (chunked); TARGET_VERIFY: the drafts. ``[T, HV * V]``."""
         meta = self._metadata(GdnMetadata, "forward_extend", forward_batch)
+        _check_mode("forward_extend", meta, decode=False)
         if meta.mode is ForwardMode.TARGET_VERIFY:
             self._check_phase("verify", meta.mode)
             return self._recurrent(layer, meta, mixed_qkv, a, b, verify=True)
@@ -502,6 +504,17 @@ class GdnBackend(AttentionBackendBase):
             n,
             parents=parents,
             out=bufs.out,
+        )
+
+
+def _check_mode(caller: str, meta: GdnMetadata, *, decode: bool) -> None:
+    """One metadata type serves every mode: the layer call must be the one its mode runs
+    (decode kernels on a verify's metadata would write the drafts into the pool)."""
+    if (meta.mode is ForwardMode.DECODE) != decode:
+        other = "forward_extend" if decode else "forward_decode"
+        raise AttngenInputError(
+            f"{caller}: the metadata is of a {meta.mode.name} forward (init_forward_metadata "
+            f"or CUDA-graph capture/replay), which runs through {other}"
         )
 
 

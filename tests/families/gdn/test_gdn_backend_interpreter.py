@@ -106,6 +106,43 @@ def test_tree_parents_and_accepted_drafts_are_range_checked() -> None:
     rig.backend.accept(torch.tensor([n - 1, -1], dtype=torch.int32))
 
 
+def test_a_layer_call_of_another_mode_than_the_metadata_is_refused() -> None:
+    """GDN has one metadata type for every mode: forward_decode on a TARGET_VERIFY forward's
+    metadata (eager or graph replay) ran the decode kernels over the drafts and wrote them
+    into the pool, which verify never does; forward_extend on DECODE metadata failed with
+    a raw AttributeError. Both are refused by name, the pool untouched."""
+    torch.manual_seed(7)
+    n = 3
+    cls = backend_class([small_config(2, topk=1, drafts=n)])
+    rig = make_rig(cls, num_k_heads=1, dtype=torch.float16, device="cpu", spec_topk=1)
+    backend = rig.backend
+    rig.run_extend([1, 2], [4, 6], [False, False])
+    pool = [t.clone() for t in rig.pool.layer(0)]
+    verify = rig.verify_batch([1, 2], None)
+    backend.init_forward_metadata(verify)
+    with pytest.raises(AttngenInputError, match="forward_decode: .* TARGET_VERIFY"):
+        backend.forward_decode(rig.layer, verify, *rig.inputs(2 * n))
+    backend.init_cuda_graph_state(2, 2 * n)
+    rows, i32 = torch.tensor([1, 2], dtype=torch.int32), dict(dtype=torch.int32)
+    backend.init_forward_metadata_replay_cuda_graph(
+        2, rows, torch.full((2,), 9, **i32), 18, None, ForwardMode.TARGET_VERIFY, verify.spec_info
+    )
+    with pytest.raises(AttngenInputError, match="forward_decode: .* TARGET_VERIFY"):
+        backend.forward_decode(rig.layer, rig.decode_batch([1, 2]), *rig.inputs(2 * n))
+    assert all(torch.equal(a, b) for a, b in zip(pool, rig.pool.layer(0))), "pool written"
+    decode = rig.decode_batch([1, 2])
+    backend.init_forward_metadata(decode)
+    with pytest.raises(AttngenInputError, match="forward_extend: .* DECODE"):
+        backend.forward_extend(rig.layer, decode, *rig.inputs(2))
+    backend.init_forward_metadata_replay_cuda_graph(
+        2, rows, torch.full((2,), 6, **i32), 12, None, ForwardMode.DECODE, None
+    )
+    with pytest.raises(AttngenInputError, match="forward_extend: .* DECODE"):
+        backend.forward_extend(rig.layer, decode, *rig.inputs(2))
+    assert all(torch.equal(a, b) for a, b in zip(pool, rig.pool.layer(0))), "pool written"
+    rig.run_decode([1, 2])  # and the backend still serves the right call
+
+
 @pytest.mark.parametrize("topk", [1, 4])
 def test_graph_metadata_paths(topk: int) -> None:
     """The CUDA-graph metadata paths on CPU (no graph: each "replay" runs the forward on
