@@ -105,7 +105,10 @@ class VerifyGraphBuffers:
         torch.clamp(seq_lens - self.draft_token_num, min=0, out=self.prefix_lens[:bs])
         if self.tree:
             want = int(self.tree_mask_indptr[bs])
-            check_tensor("spec_info.tree_mask", tree_mask, dtype=torch.uint8, shape=[None])
+            device = self.tree_mask.device
+            check_tensor(
+                "spec_info.tree_mask", tree_mask, dtype=torch.uint8, shape=[None], device=device
+            )
             if tree_mask.shape[0] < want:
                 fail(
                     "spec_info.tree_mask",

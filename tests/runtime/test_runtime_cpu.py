@@ -1210,3 +1210,24 @@ def test_speculative_graph_replay_matches_eager(config: MhaTritonConfig, mode: F
         assert torch.equal(out_s[:tokens], eager), msg
     kernel = "verify" if verify else "extend"
     assert [op[0].__name__ for op in graph.ops] == ["set_kv_buffer", kernel]
+
+
+def test_a_graph_tree_mask_on_another_device_is_refused() -> None:
+    """The verify buffers copy the tree mask in place: one on another device (a host mask
+    on a CUDA backend: a copy inside capture) is refused by name, not left to the copy."""
+    rig = make_rig(
+        TREE4,
+        max_context_len=64,
+        num_pages=1024,
+        backend_cls=backend_class(SpeculativeOracleKernels([TREE4])),
+    )
+    backend, n, verify = rig.backend, TREE4.num_draft_tokens, ForwardMode.TARGET_VERIFY
+    backend.init_cuda_graph_state(2, 2 * n)
+    pb = rig.builder.verify([5, 6], n, tree=True)
+    info, req, seq = pb.batch.spec_info, pb.batch.req_pool_indices, pb.batch.seq_lens
+    elsewhere = dataclasses.replace(info, tree_mask=info.tree_mask.to("meta"))
+    with pytest.raises(AttngenInputError, match=r"spec_info.tree_mask: expected device cpu"):
+        backend.init_forward_metadata_capture_cuda_graph(
+            2, 2 * n, req, seq, None, verify, elsewhere
+        )
+    backend.init_forward_metadata_capture_cuda_graph(2, 2 * n, req, seq, None, verify, info)
