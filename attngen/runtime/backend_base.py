@@ -212,6 +212,16 @@ class AttentionBackendBase:
 
     # -- CUDA graphs ----
 
+    def _first_graph_state(self) -> None:
+        """``init_cuda_graph_state`` allocates the static buffers every captured graph
+        reads: a second call would leave the graphs captured before it reading the old
+        buffers while replays fill the new ones. Refused (other sizes: a new backend)."""
+        if self._graph_buffers:
+            raise AttngenInputError(
+                "init_cuda_graph_state: already called for this backend (graphs captured "
+                "since read its buffers); build a new backend for other graph sizes"
+            )
+
     def init_forward_metadata_capture_cuda_graph(
         self,
         bs: int,
@@ -249,7 +259,9 @@ class AttentionBackendBase:
 
         Rows past the real requests carry the caller's padding (req_pool_index 0, seq_len
         ``seq_len_fill_value``); their outputs are junk the caller drops. With
-        ``seq_lens_cpu`` only the metadata the longest request needs is copied.
+        ``seq_lens_cpu`` (the host copy of ``seq_lens``: the same values, taken on trust,
+        since comparing them would cost a sync every replay) only the metadata the longest
+        request needs is copied.
         """
         per_request = self._tokens_per_request(forward_mode)
         self._graph_call("replay", bs, bs * per_request, forward_mode, encoder_lens)

@@ -281,6 +281,11 @@ def check_graph_call(
     (``tokens_per_request`` drafts each) and DRAFT_EXTEND (room for that many tokens per
     request: num_tokens is bs * tokens_per_request); no cross-attention."""
     where = f"cuda graph {phase}"
+    for name, value in (("bs", bs), ("num_tokens", num_tokens)):
+        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+            fail(f"{where}: {name}", "an integer", f"{type(value).__name__} {value!r}")
+    if not isinstance(mode, ForwardMode):
+        fail(f"{where}: forward_mode", "a ForwardMode", f"{type(mode).__name__} {mode!r}")
     if mode not in (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND):
         raise AttngenInputError(
             f"{where}: forward_mode {mode.name} is not graph-capturable; DECODE, "

@@ -824,7 +824,15 @@ def test_cuda_graph_errors() -> None:
     with pytest.raises(AttngenInputError, match="call init_cuda_graph_state first"):
         backend.init_forward_metadata_capture_cuda_graph(4, 4, req, seq, None, decode, None)
     backend.init_cuda_graph_state(4, 4)
+    # a second call would swap the buffers graphs captured so far read
+    with pytest.raises(AttngenInputError, match="init_cuda_graph_state: already called"):
+        backend.init_cuda_graph_state(8, 8)
     capture = backend.init_forward_metadata_capture_cuda_graph
+    for bs, want in ((4.0, "bs: expected an integer, got float 4.0"), (True, "got bool True")):
+        with pytest.raises(AttngenInputError, match=want):
+            capture(bs, 4, req, seq, None, decode, None)
+    with pytest.raises(AttngenInputError, match="forward_mode: expected a ForwardMode, got str"):
+        capture(4, 4, req, seq, None, "DECODE", None)
     with pytest.raises(
         AttngenInputError,
         match="EXTEND is not graph-capturable; DECODE, TARGET_VERIFY and DRAFT_EXTEND are",

@@ -424,6 +424,7 @@ class DsaBackend(AttentionBackendBase):
         """Static buffers of decode and chain verify: per query row a page-table row, the
         indexer's scores over ``max_context_len`` keys (4 bytes each), its selections, and
         the split partials."""
+        self._first_graph_state()
         check_at_least("max_bs", max_bs, 1)
         if "decode" in self.kernels.PHASES:
             self._graph_buffers["decode"] = self._graph_rows(max_bs, 1)

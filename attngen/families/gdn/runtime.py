@@ -452,6 +452,7 @@ class GdnBackend(AttentionBackendBase):
 
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
         """Static buffers of every capturable phase the spec has, allocated once."""
+        self._first_graph_state()
         check_at_least("max_bs", max_bs, 1)
         drafts = self.config.num_draft_tokens
         modes = [("decode", 1)] if "decode" in self.kernels.PHASES else []

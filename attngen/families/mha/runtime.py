@@ -485,6 +485,7 @@ class PagedMhaBackend(AttentionBackendBase):
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
         """Allocate the static metadata buffers of every capturable phase the spec has
         (decode; verify and draft extend with ``num_draft_tokens`` rows per request), once."""
+        self._first_graph_state()
         check_at_least("max_bs", max_bs, 1)
         rows = dict(max_bs=max_bs, max_pages=self.max_pages, num_q_heads=self.num_q_heads)
         out = dict(v_head_dim=self.v_head_dim, dtype=self.dtype, device=self.device)

@@ -309,7 +309,9 @@ class PagedMlaBackend(AttentionBackendBase):
             if (cfg.head_dim, cfg.v_head_dim, cfg.gqa_group, cfg.dtype) == want
         ]
         if not fits:
-            problems.append("no config with (head_dim, v_head_dim, gqa_group, dtype) = %s" % (want,))
+            problems.append(
+                "no config with (head_dim, v_head_dim, gqa_group, dtype) = %s" % (want,)
+            )
         if problems:
             name = getattr(module, "__name__", type(module).__name__)
             fail("prefill_kernels", "a kernels module for the ragged path's new tokens",
@@ -700,6 +702,7 @@ class PagedMlaBackend(AttentionBackendBase):
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
         """Static buffers of decode and chain verify. Verify's absorbed partials take
         ``max_bs * num_draft_tokens * H * max_splits * 2 KiB``."""
+        self._first_graph_state()
         check_at_least("max_bs", max_bs, 1)
         c = self.config
         if "decode" in self.kernels.PHASES:
