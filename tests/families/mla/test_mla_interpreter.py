@@ -240,7 +240,8 @@ def test_bad_tensors_fail_before_launch():
                          decode_keys_major=1), "16 or 32 heads x 64 rows on 8 warps"),
         # head-major Gluon: 64 heads x 64 rows, 16-bit or fp8
         ("float16", dict(decode_block_h=32, decode_block_n=64, decode_num_warps=8),
-         "tile 64 heads x 64 rows"),
+         "64 heads x 64 rows on 8 warps"),
+
         # either Gluon kernel: under the interpreter, refused by name
         ("float16", dict(decode_block_h=16, decode_block_n=64, decode_num_warps=8,
                          decode_num_stages=2, decode_keys_major=1), "TRITON_INTERPRET"),
@@ -259,6 +260,25 @@ def test_gluon_tiles_are_checked_before_launch(kv_dtype, tiles, why):
     scale = torch.ones(1) if kv_dtype != "float16" else None
     with pytest.raises(AttngenInputError, match=f"config.decode_gluon.*{why}"):
         run_absorbed(cfg, batch, q, None, lens, lens, kv_scale=scale)
+
+
+def test_no_gluon_kernel_takes_an_nvfp4_cache() -> None:
+    """Keys-major Gluon at the fp8 kernel's tile with an NVFP4 cache: the launcher sent it to
+    the fp8 kernel (e4m3 reads of e2m1 codes); the config's rule, which the launcher and the
+    plan check share, refuses it, and head-major too."""
+    from attngen.families.mla.triton.host.launch import _check_gluon
+
+    tiles = dict(decode_block_h=16, decode_block_n=64, decode_num_warps=4, decode_num_stages=2)
+    for keys_major, tile in ((1, tiles), (0, dict(tiles, decode_block_h=64, decode_num_warps=8))):
+        cfg = config(num_heads=16, kv_dtype="nvfp4", decode_gluon=1, decode_keys_major=keys_major,
+                     **tile)  # fmt: skip
+        [problem] = cfg.gluon_shape_problems()
+        assert "not the nvfp4 cache" in problem
+        with pytest.raises(AttngenInputError, match="config.decode_gluon: .*not the nvfp4 cache"):
+            _check_gluon(cfg)
+    fp8 = config(num_heads=16, kv_dtype="float8_e4m3fn", decode_gluon=1, decode_keys_major=1,
+                 **tiles)  # fmt: skip
+    assert fp8.gluon_shape_problems() == []
 
 
 def test_absorbed_verify_tree():

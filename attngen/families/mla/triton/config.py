@@ -64,6 +64,32 @@ class MlaTritonConfig:
         """Elements of one latent cache row: latent plus rope (576)."""
         return self.kv_lora_rank + self.qk_rope_head_dim
 
+    def gluon_shape_problems(self) -> list[str]:
+        """What keeps the sm90 Gluon absorbed kernels (``decode_gluon``) from running this
+        config: their fixed tiles, all in one column part. Head-major: a 16-bit or fp8 cache,
+        64 heads x 64 rows on 8 warps. Keys-major (2+ stages): 16 or 32 heads x 64 rows of a
+        16-bit cache on 8 warps, or 16 heads x 64 rows of an fp8 cache on 4 warps; no Gluon
+        kernel reads NVFP4. The plan check and the launcher both ask."""
+        quantized, fp4 = self.kv_dtype != self.dtype, self.kv_dtype == "nvfp4"
+        tile = (self.decode_block_h, self.decode_block_n, self.decode_num_warps)
+        stages = self.decode_num_stages
+        if self.decode_keys_major and quantized:
+            ok = not fp4 and tile == (16, 64, 4) and stages >= 2
+            want = "16 heads x 64 rows on 4 warps, 2+ stages (an fp8 cache, keys-major)"
+        elif self.decode_keys_major:
+            ok = tile[:2] in ((16, 64), (32, 64)) and tile[2] == 8 and stages >= 2
+            want = "16 or 32 heads x 64 rows on 8 warps, 2+ stages (a 16-bit cache, keys-major)"
+        else:
+            ok = not fp4 and tile == (64, 64, 8)
+            want = "64 heads x 64 rows on 8 warps (a 16-bit or fp8 cache, head-major)"
+        if ok and self.decode_lora_parts == 1:
+            return []
+        return [
+            f"decode_gluon=1 takes {want} in 1 part, not the {self.kv_dtype} cache at "
+            f"decode_block_h={tile[0]}, decode_block_n={tile[1]}, decode_num_warps={tile[2]}, "
+            f"decode_num_stages={stages}, decode_lora_parts={self.decode_lora_parts}"
+        ]
+
 
 IDENTITY_FIELDS = ("uri", "num_draft_tokens", *(f.name for f in fields(MlaKey)))
 TUNING_KEYS = tuple(f.name for f in fields(MlaTritonConfig) if f.name not in IDENTITY_FIELDS)

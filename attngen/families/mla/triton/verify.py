@@ -37,25 +37,7 @@ def gluon_problems(c: MlaTritonConfig, arch: Arch) -> list[str]:
         return []
     if arch is not Arch.SM90:
         return [f"decode_gluon=1 runs sm90 warpgroup MMA kernels, not {arch.value}"]
-    quantized, fp4 = c.kv_dtype != c.dtype, c.kv_dtype == "nvfp4"
-    tile = (c.decode_block_h, c.decode_block_n, c.decode_num_warps)
-    stages = c.decode_num_stages
-    if c.decode_keys_major and quantized:
-        ok = not fp4 and tile == (16, 64, 4) and stages >= 2
-        want = "16 heads x 64 rows on 4 warps, 2+ stages (an fp8 cache, keys-major)"
-    elif c.decode_keys_major:
-        ok = tile[:2] in ((16, 64), (32, 64)) and tile[2] == 8 and stages >= 2
-        want = "16 or 32 heads x 64 rows on 8 warps, 2+ stages (a 16-bit cache, keys-major)"
-    else:
-        ok = not fp4 and tile == (64, 64, 8)
-        want = "64 heads x 64 rows on 8 warps (a 16-bit or fp8 cache, head-major)"
-    if ok and c.decode_lora_parts == 1:
-        return []
-    return [
-        f"decode_gluon=1 takes {want} in 1 part, not the {c.kv_dtype} cache at decode_block_h="
-        f"{tile[0]}, decode_block_n={tile[1]}, decode_num_warps={tile[2]}, "
-        f"decode_num_stages={stages}, decode_lora_parts={c.decode_lora_parts}"
-    ]
+    return c.gluon_shape_problems()
 
 
 # Tile keys only one kind of absorbed kernel reads (host/launch.py: absorbed_options for the

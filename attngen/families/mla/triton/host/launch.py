@@ -20,7 +20,7 @@ from attngen.families.mla.triton.kernels.absorbed_keys_wg import absorbed_keys_w
 from attngen.families.mla.triton.kernels.absorbed_wg import absorbed_wg_kernel
 from attngen.families.mla.triton.kernels.ragged import merge_state_kernel, ragged_attend_kernel
 from attngen.backends.triton.gluon import refuse_interpreter
-from attngen.runtime.checks import check_tensor, fail
+from attngen.runtime.checks import AttngenInputError, check_tensor, fail
 
 I32 = torch.int32
 KV_DTYPES = {
@@ -274,30 +274,11 @@ def absorbed(
 
 
 def _check_gluon(config: MlaTritonConfig) -> None:
-    """The Gluon absorbed kernels' fixed shapes, on a GPU (the Triton interpreter cannot run
-    Gluon), all with one column part: head-major, a 16-bit or fp8 cache and 64 heads x 64
-    rows on 8 warps; keys-major, 16 or 32 heads x 64 rows, a 16-bit cache on 8 warps with
-    at least 2 stages, or 16 heads x 64 rows, an fp8 cache on 4 warps with at least 2
-    stages."""
-    tile = (config.decode_block_h, config.decode_block_n, config.decode_num_warps)
-    heads_rows = tile[:2] in ((16, 64), (32, 64))
-    stages = config.decode_num_stages
-    if config.decode_keys_major and quantized(config):
-        ok = tile == (16, 64, 4) and stages >= 2
-        want = "0 unless the tile is 16 heads x 64 rows on 4 warps, 2+ stages"
-    elif config.decode_keys_major:
-        ok = not fp4(config) and heads_rows and tile[2] == 8 and stages >= 2
-        want = "0 unless the tile is 16 or 32 heads x 64 rows on 8 warps, 2+ stages"
-    else:
-        ok = not fp4(config) and tile == (64, 64, 8)
-        want = "0 unless the cache is 16-bit or fp8 and the tile 64 heads x 64 rows on 8 warps"
-    if not ok or config.decode_lora_parts != 1:
-        fail(
-            "config.decode_gluon",
-            f"{want}, 1 part",
-            f"1 with kv {config.kv_dtype}, tile {tile}, {stages} stages, "
-            f"{config.decode_lora_parts} parts, keys-major {config.decode_keys_major}",
-        )
+    """The Gluon absorbed kernels' fixed shapes (``MlaTritonConfig.gluon_shape_problems``:
+    an NVFP4 cache keys-major went to the fp8 kernel before), on a GPU (the Triton
+    interpreter cannot run Gluon)."""
+    for problem in config.gluon_shape_problems():
+        raise AttngenInputError(f"config.decode_gluon: {problem}")
     refuse_interpreter("config.decode_gluon")
 
 

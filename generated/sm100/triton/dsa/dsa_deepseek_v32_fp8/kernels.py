@@ -25,7 +25,7 @@ from attngen.families.dsa.triton.config import DsaTraits, DsaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "a24eac6e1905871a5e42dbfd1e18ed419b1d168e68d159dc5bcf754bba8c1d5a"
+LIBRARY_SHA256 = "9dc0820d7d2063693d30988e2b0e90dba0904fde44061d4ae21c3d33a6372264"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against DSA Triton library {LIBRARY_SHA256[:12]}, but the "

@@ -24,7 +24,7 @@ from attngen.families.mla.triton.config import MlaTraits, MlaTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "1b0358b4e06529c53f79a4595b1e6e66af7d9bfbc096102a1b9807b90605c676"
+LIBRARY_SHA256 = "c3f0c1114f9a9d10f6eb8303a3f5e79480ac282e04916ab582fb6ac0067eb796"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against MLA Triton library {LIBRARY_SHA256[:12]}, but the "
