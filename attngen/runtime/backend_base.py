@@ -67,6 +67,7 @@ class AttentionBackendBase:
     device: torch.device
     max_context_len: int
     _graph_buffers: dict[str, Any]  # phase -> static buffers (init_cuda_graph_state)
+    _captured: set[tuple[str, int]]  # (phase, bs) of every capture since init_cuda_graph_state
 
     def _check_generated(self) -> None:
         if getattr(type(self), "kernels", None) is None:
@@ -221,6 +222,7 @@ class AttentionBackendBase:
                 "init_cuda_graph_state: already called for this backend (graphs captured "
                 "since read its buffers); build a new backend for other graph sizes"
             )
+        self._captured = set()
 
     def init_forward_metadata_capture_cuda_graph(
         self,
@@ -243,6 +245,7 @@ class AttentionBackendBase:
         self._graph_call("capture", bs, num_tokens, forward_mode, encoder_lens)
         self._metadata_batch = None
         self._load_graph_rows(forward_mode, bs, req_pool_indices, seq_lens, spec_info, None)
+        self._captured.add((GRAPH_PHASES[forward_mode], bs))  # once its rows were taken
 
     def init_forward_metadata_replay_cuda_graph(
         self,
@@ -265,6 +268,13 @@ class AttentionBackendBase:
         """
         per_request = self._tokens_per_request(forward_mode)
         self._graph_call("replay", bs, bs * per_request, forward_mode, encoder_lens)
+        if (GRAPH_PHASES[forward_mode], bs) not in self._captured:
+            # the engine replays the graph it captured at this size (a batch is padded up to
+            # one): no capture means no graph, and the rows loaded would feed nothing
+            raise AttngenInputError(
+                f"cuda graph replay: bs {bs} was not captured in {forward_mode.name} "
+                "(capture it first, or pad the batch to a captured size)"
+            )
         self._metadata_batch = None
         self._load_graph_rows(forward_mode, bs, req_pool_indices, seq_lens, spec_info, seq_lens_cpu)
 

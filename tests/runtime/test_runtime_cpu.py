@@ -846,7 +846,14 @@ def test_cuda_graph_errors() -> None:
         capture(4, 4, req, seq, seq, decode, None)
     with pytest.raises(AttngenInputError, match=r"seq_lens: expected >= bs=4 rows"):
         capture(4, 4, req, seq[:3], None, decode, None)
+    replay = backend.init_forward_metadata_replay_cuda_graph
+    # no graph of that size: the engine pads a batch up to a captured size
+    with pytest.raises(AttngenInputError, match="bs 4 was not captured in DECODE"):
+        replay(4, req, seq, 4, None, decode, None, seq)
     capture(4, 4, req, seq, None, decode, None)
+    replay(4, req, seq, 4, None, decode, None, seq)
+    with pytest.raises(AttngenInputError, match="bs 2 was not captured in DECODE"):
+        replay(2, req, seq, 2, None, decode, None, seq)
     too_long = torch.tensor([1, 65, 1, 1], dtype=torch.int32)
     with pytest.raises(AttngenInputError, match=r"seq_lens: expected <= 64"):
         backend.init_forward_metadata_replay_cuda_graph(

@@ -130,6 +130,21 @@ def test_absorbed_extend_and_verify_chain():
         check_close(out.view(-1, 16, 512), want, F16, mode.name)
 
 
+def graph_replay(r, captured: set, mode, n: int, b, info, host_lens: bool = True) -> None:
+    """Replay ``b`` (bs = its rows) into the static buffers. An engine replays only sizes it
+    captured, and the backend refuses others: a size first seen here is captured first."""
+    bs = b.req_pool_indices.shape[0]
+    if (mode, bs) not in captured:
+        r.backend.init_forward_metadata_capture_cuda_graph(
+            bs, bs * n, b.req_pool_indices, b.seq_lens, None, mode, info
+        )
+        captured.add((mode, bs))
+    host = dict(seq_lens_cpu=b.seq_lens_cpu) if host_lens else {}
+    r.backend.init_forward_metadata_replay_cuda_graph(
+        bs, b.req_pool_indices, b.seq_lens, b.seq_lens_sum, None, mode, info, **host
+    )
+
+
 def test_graph_buffers_decode_and_verify_replay():
     """Capture once (bs 2), replay smaller and larger batches (up to max_bs 3) in place."""
     torch.manual_seed(3)
@@ -145,17 +160,9 @@ def test_graph_buffers_decode_and_verify_replay():
                 r.backend.init_forward_metadata_capture_cuda_graph(
                     bs, bs * n, b.req_pool_indices, b.seq_lens, None, mode, info
                 )
+                captured = {(mode, bs)}
             else:
-                r.backend.init_forward_metadata_replay_cuda_graph(
-                    bs,
-                    b.req_pool_indices,
-                    b.seq_lens,
-                    b.seq_lens_sum,
-                    None,
-                    mode,
-                    info,
-                    seq_lens_cpu=b.seq_lens_cpu,
-                )
+                graph_replay(r, captured, mode, n, b, info)
             rows = bs * n
             q = torch.randn(rows, 16, 576).to(F16)
             forward = r.backend.forward_decode if n == 1 else r.backend.forward_extend
@@ -189,10 +196,9 @@ def test_draft_extend_eager_and_graph_buffers():
             r.backend.init_forward_metadata_capture_cuda_graph(
                 bs, bs * n, b.req_pool_indices, b.seq_lens, None, mode, info
             )
+            captured = {(mode, bs)}
         else:
-            r.backend.init_forward_metadata_replay_cuda_graph(
-                bs, b.req_pool_indices, b.seq_lens, b.seq_lens_sum, None, mode, info
-            )
+            graph_replay(r, captured, mode, n, b, info, host_lens=False)
         real = sum(ext)
         q = torch.randn(bs * n, 16, 576).to(F16)
         lat = torch.cat([rb.new_latent, torch.zeros(bs * n - real, 1, 512, dtype=F16)])
@@ -366,17 +372,9 @@ def test_tree_verify_eager_and_graph_buffers():
             r.backend.init_forward_metadata_capture_cuda_graph(
                 bs, bs * n, b.req_pool_indices, b.seq_lens, None, mode, info
             )
+            captured = {(mode, bs)}
         else:
-            r.backend.init_forward_metadata_replay_cuda_graph(
-                bs,
-                b.req_pool_indices,
-                b.seq_lens,
-                b.seq_lens_sum,
-                None,
-                mode,
-                info,
-                seq_lens_cpu=b.seq_lens_cpu,
-            )
+            graph_replay(r, captured, mode, n, b, info)
         out = r.backend.forward_extend(
             rb.q, rb.new_latent, None, r.absorbed_layer, b, k_rope=rb.new_rope
         )
