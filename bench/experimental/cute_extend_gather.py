@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The CuTe DSL sm90 extend over a paged prefix with gathered K/V (pages of fewer than 16
-tokens: ``mha_gqa_prefill_page1``, hd128, 32 q / 8 kv heads, causal) against FA4's varlen
+"""The CuTe DSL sm90 extend over a paged prefix of small pages (page 1: K/V rows gathered
+by cp.async, ``mha_gqa_prefill_page1``; page 16: a TMA copy per page, 8 a key tile,
+``mha_gqa_prefill_small_pages``; hd128, 32 q / 8 kv heads, causal) against FA4's varlen
 forward with a page table on the same shuffled cache, as ``bench/run.py --only extend``
 times it, in paired rounds (``bench/paired_timing.py``). Each output starts as NaN and must
 match FA4's within 4e-3 + 2e-2 max|FA4|.
@@ -22,7 +23,7 @@ import torch  # noqa: E402
 from bench.paired_timing import paired_ms  # noqa: E402
 
 CASES = ((16, 2048, 512), (8, 4096, 1024), (4, 8192, 2048))  # batch, prefix, new
-PAGE_SIZES = (1,)
+SPECS = {1: "mha_gqa_prefill_page1", 16: "mha_gqa_prefill_small_pages"}  # page size: spec
 HQ, HKV, D = 32, 8, 128
 ROUNDS, CALLS = 15, 5
 
@@ -30,10 +31,10 @@ ROUNDS, CALLS = 15, 5
 def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> None:
     from flash_attn.cute import flash_attn_varlen_func
 
-    mod = importlib.import_module("generated.sm90.cute_dsl.mha.mha_gqa_prefill_page1.kernels")
     torch.manual_seed(0)
     rows = []
-    for page_size in PAGE_SIZES:
+    for page_size, spec in SPECS.items():
+        mod = importlib.import_module(f"generated.sm90.cute_dsl.mha.{spec}.kernels")
         base = next(
             c for c in mod.CONFIGS.values()
             if (c.head_dim, c.gqa_group, c.page_size) == (D, HQ // HKV, page_size)

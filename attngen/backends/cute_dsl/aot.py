@@ -32,6 +32,7 @@ ARCH_NAMES = aot_driver.ARCH_NAMES
 
 _REG = re.compile(r"REG:(\d+)")
 _LOCAL = re.compile(r"LOCAL:(\d+)")
+_STACK = re.compile(r"STACK:(\d+)")
 
 
 def cuda_tool(name: str) -> str:
@@ -59,10 +60,10 @@ def cubin_resources(cubin: bytes) -> tuple[int, int, str]:
         sass = subprocess.run(
             [tool, "-sass", f.name], capture_output=True, text=True, check=True
         ).stdout
-    regs, local = _REG.findall(usage), _LOCAL.findall(usage)
-    if len(regs) != 1 or len(local) != 1:
+    regs, local, stack = _REG.findall(usage), _LOCAL.findall(usage), _STACK.findall(usage)
+    if len(regs) != 1 or len(local) != 1 or len(stack) != 1:
         raise AotError(f"cannot read registers/local memory from cuobjdump:\n{usage}")
-    return int(regs[0]), int(local[0]), sass
+    return int(regs[0]), int(local[0]) + int(stack[0]), sass
 
 
 def compile_spec(spec: Any, cubin_target: str) -> Resources:

@@ -74,3 +74,21 @@ def test_missing_instructions_spills_and_smem_are_problems() -> None:
     problems = aot.COMPILER.resource_problems({"arch": "sm90", "kernels": bad})
     assert len(problems) == 3
     assert "no HGMMA" in problems[0] and "spills 8" in problems[1] and "300000 B" in problems[2]
+
+
+def test_stack_frame_counts_as_spill(monkeypatch) -> None:
+    """Registers spilled under setmaxnreg land in the stack frame (STL / LDL on [R1+...]),
+    which cuobjdump reports as STACK with LOCAL at 0: both count, so a kernel whose
+    producer spills at its register share fails the check."""
+    usage = (
+        " Function kernel_x:\n"
+        "  REG:168 STACK:160 SHARED:1024 LOCAL:8 CONSTANT[0]:1230 TEXTURE:0 SURFACE:0\n"
+    )
+
+    def fake_run(cmd, **kwargs):
+        out = usage if "--dump-resource-usage" in cmd else "STL [R1+0x54], R2"
+        return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(aot.subprocess, "run", fake_run)
+    registers, spills, sass = aot.cubin_resources(b"\x7fELF")
+    assert (registers, spills) == (168, 168) and "STL" in sass

@@ -75,9 +75,11 @@ def pack_gqa(group: int, arch: Arch) -> bool:
 def fwd_tile_m(variant: Variant, arch: Arch) -> int:
     """Query rows per CTA of the cache-free prefill: 192 (three consumer warpgroups) on sm90
     for head dims <= 64, unless the group packs into the paged phases' 128 rows and not into
-    192 (one packing decision serves both tiles), else 128."""
+    192 (one packing decision serves both tiles), else 128. A sliding window keeps 128: its
+    key-range masking took the 160-register consumers onto the stack (80 bytes at d 64)."""
     shape = variant.shape
     three = arch is Arch.SM90 and max(shape.head_dim, shape.v_head_dim) <= MAX_DIM_3WG
+    three = three and variant.mask.window_left is None
     packs_192 = gqa_packs(arch.value, shape.gqa_group, FWD_TILE_M_3WG)
     if three and (not pack_gqa(shape.gqa_group, arch) or packs_192):
         return FWD_TILE_M_3WG

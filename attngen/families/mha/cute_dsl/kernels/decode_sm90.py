@@ -84,8 +84,9 @@ class MhaDecodeSm90(MhaFwdSm90):
         assert shape.decode_group <= shape.tile_m == 64, "the group's heads fill one wgmma M"
         super().__init__(shape)
         self.min_ctas = resident_ctas(shape)
-        if self.min_ctas == 2:  # 128 registers a thread at launch: 24 + 232 = 2 x 128
-            self.consumer_regs = 2 * 128 - fwd_sm90.PRODUCER_REGS
+        if self.min_ctas == 2:  # 128 registers a thread at launch: the consumers take
+            # what the producer leaves of 2 x 128 (232, or 216 beside a page-looking one)
+            self.consumer_regs = 2 * 128 - self.producer_regs
 
     @cute.jit
     def __call__(

@@ -78,15 +78,19 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (
 from attngen.families.mha.cute_dsl.tiles import FP8_DECODE_MAX_GROUP
 
 WARPGROUP = 128  # threads
-PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg (TMA issue only)
-CONSUMER_REGS = 240  # registers per consumer thread (S and O accumulators, P)
-# three consumer warpgroups (192-row tiles, head dims <= 64): 24 + 3 x 160 per 4 x 128 threads
-CONSUMER_REGS_3WG = 160
-# gathering producers compute a row address per copy: 40 + 2 x 232 warpgroups fit 64 Ki regs
-GATHER_PRODUCER_REGS, GATHER_CONSUMER_REGS = 40, 232
-GATHER_CONSUMER_REGS_3WG = 152
+# Registers per thread after setmaxnreg, (producer, consumer), by consumer warpgroups: the
+# CTA's sum stays within what it launched with (ptxas gives 3 x 128 threads 168 each, 4 x 128
+# threads 128). A producer that issues one TMA copy a tile needs 24; one that looks pages up
+# (a TMA copy per page of a tile, or cp.async row gathers) holds a tile's page indices and
+# addresses and spilled them to the stack at 24 (multi-page TMA) and 40 (gathers).
+REGS = {2: (24, 240), 3: (24, 160)}  # S and O accumulators, P: 240 (2 warpgroups)
+BUSY_REGS = {2: (40, 232), 3: (40, 152)}
 MAX_DIM_3WG = 64  # a 192-row tile's consumer holds S (64 x tile_n) and O (64 x Dv) in 160 regs
 CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
+# threads that gather one row together: each copies every 4th chunk, so a thread handles a
+# quarter of the rows of a thread a chunk and holds a quarter of the page lookups (a thread
+# a chunk at hd 128 held 16 rows' pages and addresses and spilled them at 40 registers)
+GATHER_LANES_PER_ROW = 4
 # an fp8 cache: query head j's two e4m3 parts go to rows 16 (j // 8) + j % 8 and that + 8 of
 # the 64-row tile (one thread's two accumulator rows), so FP8_DECODE_MAX_GROUP (32) at most
 E4M3_MAX = 448.0
@@ -199,10 +203,21 @@ class MhaFwdSm90:
         self.rows_tok = shape.tile_m // shape.pack_gqa  # tokens a CTA's rows hold
         self.num_consumers = shape.tile_m // 64
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
-        # after setmaxnreg (the producers give theirs up)
-        three = self.num_consumers == 3
-        self.consumer_regs = CONSUMER_REGS_3WG if three else CONSUMER_REGS
-        self.gather_consumer_regs = GATHER_CONSUMER_REGS_3WG if three else GATHER_CONSUMER_REGS
+        # after setmaxnreg (the producers give theirs up); decode's one consumer warpgroup
+        # takes the two-warpgroup figures (a CTA of 256 threads launched with 240 each, or
+        # 128 at two CTAs an SM: MhaDecodeSm90 lowers the consumers' share then)
+        split = BUSY_REGS if self.busy_producer(shape) else REGS
+        self.gather_rows_per_pass = WARPGROUP // GATHER_LANES_PER_ROW
+        self.gather_passes = shape.tile_n // self.gather_rows_per_pass
+        if shape.gather:
+            assert shape.tile_n % self.gather_rows_per_pass == 0, "whole passes of rows"
+        self.producer_regs, self.consumer_regs = split[max(2, self.num_consumers)]
+
+    @staticmethod
+    def busy_producer(shape: FwdShape) -> bool:
+        """Whether the producer looks pages up: cp.async gathers, or a TMA copy per page of
+        a key tile."""
+        return shape.gather or (shape.paged and shape.pages_per_tile > 1)
 
     # -- host side: layouts, TMA descriptors, launch ----
 
@@ -483,15 +498,14 @@ class MhaFwdSm90:
             elif const_expr(self.pack > 1):
                 mQ_rows = mQ  # (T, D, Hq): the consumers copy the packed rows
             if warp_idx < 4:
+                cute.arch.setmaxregister_decrease(self.producer_regs)
                 if const_expr(self.shape.gather):
-                    cute.arch.setmaxregister_decrease(GATHER_PRODUCER_REGS)
                     self.gather(
                         mQ, mK_rows, mV_rows, sQ, sK, sV, mPageTable, tma_atom_Q, pipe_q,
                         pipe_k, pipe_v, tidx, warp_idx, q_start, head, head_kv, batch, m_block,
                         seqlen_k, n_block_min, n_block_max,
                     )  # fmt: skip
                 else:
-                    cute.arch.setmaxregister_decrease(PRODUCER_REGS)
                     if warp_idx == 0:
                         self.load(
                             mQ, mK, mV, sQ, sK, sV, mPageTable, tma_atom_Q, tma_atom_K,
@@ -499,10 +513,7 @@ class MhaFwdSm90:
                             m_block, n_block_min, n_block_max,
                         )  # fmt: skip
             else:
-                if const_expr(self.shape.gather):
-                    cute.arch.setmaxregister_increase(self.gather_consumer_regs)
-                else:
-                    cute.arch.setmaxregister_increase(self.consumer_regs)
+                cute.arch.setmaxregister_increase(self.consumer_regs)
                 self.attend(
                     mO_rows, mSinks, sQ, sK, sV, tiled_mma_qk, tiled_mma_pv, pipe_q, pipe_k,
                     pipe_v, tidx - WARPGROUP, softmax_scale, scale_log2, q_start, seqlen_q,
@@ -610,11 +621,15 @@ class MhaFwdSm90:
         )
         for i in cutlass.range(n_block_max - n_block_min, unroll=1):
             n_block = n_block_max - 1 - i
+            # the tile's pages, looked up once for K and V, before the wait for a free stage
+            pages = cute.make_rmem_tensor(cute.make_layout(ppt), Int32)
+            for p in cutlass.range_constexpr(ppt):
+                pages[p] = self.page_of(mPageTable, batch, n_block * ppt + p, last_page)
             pipe_k.producer_acquire(state)
             for p in cutlass.range_constexpr(ppt):
                 cute.copy(
                     tma_atom_K,
-                    tKgK[None, self.page_of(mPageTable, batch, n_block * ppt + p, last_page)],
+                    tKgK[None, pages[p]],
                     tKsK[None, (p, 0, state.index)],
                     tma_bar_ptr=pipe_k.producer_get_barrier(state),
                 )
@@ -622,7 +637,7 @@ class MhaFwdSm90:
             for p in cutlass.range_constexpr(ppt):
                 cute.copy(
                     tma_atom_V,
-                    tVgV[None, self.page_of(mPageTable, batch, n_block * ppt + p, last_page)],
+                    tVgV[None, pages[p]],
                     tVsV[None, (p, 0, state.index)],
                     tma_bar_ptr=pipe_v.producer_get_barrier(state),
                 )
@@ -668,10 +683,11 @@ class MhaFwdSm90:
         n_block_min: Int32,
         n_block_max: Int32,
     ):
-        """Q by TMA (first warp); each K and V tile row by row: thread t copies 16 bytes of
-        row ``t // chunks`` (+ the rows of later passes) from the row's page, then arrives on
-        the stage's mbarrier when its copies land (cp.async.mbarrier.arrive). Keys past the
-        sequence read its last key (finite, masked), so no copy leaves the request's pages."""
+        """Q by TMA (first warp); each K and V tile row by row (:meth:`gather_tile`: thread
+        t copies chunks of rows ``t // GATHER_LANES_PER_ROW`` + 32 r from each row's page),
+        then arrives on the stage's mbarrier when its copies land
+        (cp.async.mbarrier.arrive). Keys past the sequence read its last key (finite,
+        masked), so no copy leaves the request's pages."""
         d = self.shape.head_dim
         # decode and packed GQA: the consumers copy the Q rows
         if const_expr(not self.shape.decode and self.pack == 1):
@@ -693,15 +709,23 @@ class MhaFwdSm90:
         state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.shape.num_stages
         )
+        row0 = tidx // GATHER_LANES_PER_ROW
         for i in cutlass.range(n_block_max - n_block_min, unroll=1):
             n_block = n_block_max - 1 - i
+            # this thread's rows of the tile: their keys and pages, looked up once for K and
+            # V, before the wait for a free stage
+            keys = cute.make_rmem_tensor(cute.make_layout(self.gather_passes), Int32)
+            pages = cute.make_rmem_tensor(cute.make_layout(self.gather_passes), Int32)
+            for r in cutlass.range_constexpr(self.gather_passes):
+                key = n_block * self.tile_n + r * self.gather_rows_per_pass + row0
+                keys[r] = cutlass.min(key, seqlen_k - 1)  # past the end: the last key
+                page = cutlass.min(keys[r] // self.shape.page_rows, last_page)
+                pages[r] = mPageTable[batch, page]
             pipe_k.producer_acquire(state)
-            self.gather_tile(atom, mK, sK, mPageTable, tidx, head_kv, batch, seqlen_k, n_block,
-                             state.index, last_page)  # fmt: skip
+            self.gather_tile(atom, mK, sK, keys, pages, tidx, head_kv, state.index)
             pipe_k.producer_commit(state)
             pipe_v.producer_acquire(state)
-            self.gather_tile(atom, mV, sV, mPageTable, tidx, head_kv, batch, seqlen_k, n_block,
-                             state.index, last_page)  # fmt: skip
+            self.gather_tile(atom, mV, sV, keys, pages, tidx, head_kv, state.index)
             pipe_v.producer_commit(state)
             state.advance()
 
@@ -711,27 +735,26 @@ class MhaFwdSm90:
         atom: cute.CopyAtom,
         mX: cute.Tensor,
         sX: cute.Tensor,
-        mPageTable: cute.Tensor,
+        keys: cute.Tensor,
+        pages: cute.Tensor,
         tidx: Int32,
         head_kv: Int32,
-        batch: Int32,
-        seqlen_k: Int32,
-        n_block: Int32,
         stage: Int32,
-        last_page: Int32,
     ):
-        """One tile of K or V (``mX``: [page_rows, D, Hkv, pages]) into stage ``stage``."""
-        ps = self.shape.page_rows
+        """One tile of K or V (``mX``: [page_rows, D, Hkv, pages]) into stage ``stage``:
+        GATHER_LANES_PER_ROW threads a row, each copying every GATHER_LANES_PER_ROW-th
+        16-byte chunk of it (so a warp's copy covers whole 32-byte sectors), rows ``r *
+        gather_rows_per_pass + tidx // GATHER_LANES_PER_ROW`` with ``keys`` / ``pages`` [r]."""
+        row0, lane = tidx // GATHER_LANES_PER_ROW, tidx % GATHER_LANES_PER_ROW
         chunks = cute.size(sX, mode=[1]) // CHUNK
-        rows_per_pass = WARPGROUP // chunks
-        row0, chunk = tidx // chunks, tidx % chunks
-        for r in cutlass.range_constexpr(self.tile_n // rows_per_pass):
-            row = r * rows_per_pass + row0
-            key = cutlass.min(n_block * self.tile_n + row, seqlen_k - 1)
-            page = mPageTable[batch, cutlass.min(key // ps, last_page)]
-            src = cute.local_tile(mX[key % ps, None, head_kv, page], (CHUNK,), (chunk,))
-            dst = cute.local_tile(sX[row, None, stage], (CHUNK,), (chunk,))
-            cute.copy(atom, src, dst)
+        for r in cutlass.range_constexpr(self.gather_passes):
+            row = r * self.gather_rows_per_pass + row0
+            key_row = mX[keys[r] % self.shape.page_rows, None, head_kv, pages[r]]
+            for c in cutlass.range_constexpr(chunks // GATHER_LANES_PER_ROW):
+                chunk = c * GATHER_LANES_PER_ROW + lane
+                src = cute.local_tile(key_row, (CHUNK,), (chunk,))
+                dst = cute.local_tile(sX[row, None, stage], (CHUNK,), (chunk,))
+                cute.copy(atom, src, dst)
 
     @cute.jit
     def wait_kv(self, pipe: pipeline.PipelineAsync, state: pipeline.PipelineState):
