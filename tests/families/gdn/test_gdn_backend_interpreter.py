@@ -124,6 +124,13 @@ def test_a_layer_call_of_another_mode_than_the_metadata_is_refused() -> None:
         backend.forward_decode(rig.layer, verify, *rig.inputs(2 * n))
     backend.init_cuda_graph_state(2, 2 * n)
     rows, i32 = torch.tensor([1, 2], dtype=torch.int32), dict(dtype=torch.int32)
+    zeros = torch.zeros(2, **i32)  # graphs of bs 2 captured first (padding rows only)
+    for mode, tokens, spec in (
+        (ForwardMode.TARGET_VERIFY, 2 * n, verify.spec_info),
+        (ForwardMode.DECODE, 2, None),
+    ):
+        capture = backend.init_forward_metadata_capture_cuda_graph
+        capture(2, tokens, zeros, zeros + 1, None, mode, spec)
     backend.init_forward_metadata_replay_cuda_graph(
         2, rows, torch.full((2,), 9, **i32), 18, None, ForwardMode.TARGET_VERIFY, verify.spec_info
     )
