@@ -69,8 +69,8 @@ def resident_ctas(shape: FwdShape) -> int:
     """CTAs of ``shape`` an SM can hold by shared memory, at most 2: the launch asks ptxas
     for that many (``min_blocks_per_mp``), which at 2 caps the 256 threads at 128 registers
     each. Without the ask the fp8 cache's conversion loop took the kernel to 171 registers
-    and one CTA an SM. Gathered shapes keep 1: their producers hold 40 registers, and
-    40 + 232 > 2 x 128 would leave the consumers' setmaxnreg.inc waiting for ever."""
+    and one CTA an SM. Gathered shapes keep 1: their producers hold 48 registers, and
+    48 + 224 > 2 x 128 would leave the consumers' setmaxnreg.inc waiting for ever."""
     if shape.gather:
         return 1
     return max(1, min(2, SM90_SHARED_PER_SM // (shared_bytes(shape) + CTA_RESERVED_SHARED)))

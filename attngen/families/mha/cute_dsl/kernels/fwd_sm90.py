@@ -81,10 +81,11 @@ WARPGROUP = 128  # threads
 # Registers per thread after setmaxnreg, (producer, consumer), by consumer warpgroups: the
 # CTA's sum stays within what it launched with (ptxas gives 3 x 128 threads 168 each, 4 x 128
 # threads 128). A producer that issues one TMA copy a tile needs 24; one that looks pages up
-# (a TMA copy per page of a tile, or cp.async row gathers) holds a tile's page indices and
-# addresses and spilled them to the stack at 24 (multi-page TMA) and 40 (gathers).
+# holds a tile's page indices and addresses: at 24 a TMA copy per page spilled them to the
+# stack, and cp.async row gathers spilled at 40 (pages of 8 tokens, with every mask hook).
 REGS = {2: (24, 240), 3: (24, 160)}  # S and O accumulators, P: 240 (2 warpgroups)
-BUSY_REGS = {2: (40, 232), 3: (40, 152)}
+PAGED_REGS = {2: (40, 232), 3: (40, 152)}  # a TMA copy per page of a key tile
+GATHER_REGS = {2: (48, 224), 3: (48, 152)}  # cp.async row gathers
 MAX_DIM_3WG = 64  # a 192-row tile's consumer holds S (64 x tile_n) and O (64 x Dv) in 160 regs
 CHUNK = 8  # elements per cp.async of a gathered row (16 bytes)
 # threads that gather one row together: each copies every 4th chunk, so a thread handles a
@@ -206,18 +207,17 @@ class MhaFwdSm90:
         # after setmaxnreg (the producers give theirs up); decode's one consumer warpgroup
         # takes the two-warpgroup figures (a CTA of 256 threads launched with 240 each, or
         # 128 at two CTAs an SM: MhaDecodeSm90 lowers the consumers' share then)
-        split = BUSY_REGS if self.busy_producer(shape) else REGS
+        split = REGS
+        if shape.gather:
+            split = GATHER_REGS
+        elif shape.paged and shape.pages_per_tile > 1:
+            split = PAGED_REGS
         self.gather_rows_per_pass = WARPGROUP // GATHER_LANES_PER_ROW
         self.gather_passes = shape.tile_n // self.gather_rows_per_pass
         if shape.gather:
             assert shape.tile_n % self.gather_rows_per_pass == 0, "whole passes of rows"
         self.producer_regs, self.consumer_regs = split[max(2, self.num_consumers)]
 
-    @staticmethod
-    def busy_producer(shape: FwdShape) -> bool:
-        """Whether the producer looks pages up: cp.async gathers, or a TMA copy per page of
-        a key tile."""
-        return shape.gather or (shape.paged and shape.pages_per_tile > 1)
 
     # -- host side: layouts, TMA descriptors, launch ----
 
@@ -709,23 +709,24 @@ class MhaFwdSm90:
         state = pipeline.make_pipeline_state(
             pipeline.PipelineUserType.Producer, self.shape.num_stages
         )
-        row0 = tidx // GATHER_LANES_PER_ROW
+        row0, ps = tidx // GATHER_LANES_PER_ROW, self.shape.page_rows
         for i in cutlass.range(n_block_max - n_block_min, unroll=1):
             n_block = n_block_max - 1 - i
-            # this thread's rows of the tile: their keys and pages, looked up once for K and
-            # V, before the wait for a free stage
-            keys = cute.make_rmem_tensor(cute.make_layout(self.gather_passes), Int32)
-            pages = cute.make_rmem_tensor(cute.make_layout(self.gather_passes), Int32)
+            # this thread's rows of the tile, looked up once for K and V before the wait for
+            # a free stage: where each lives as one number, page * page_rows + row in the
+            # page (a cache of < 2**31 token rows; held as two, keys and pages, they spilled
+            # at 40 registers with pages of 8 tokens)
+            slots = cute.make_rmem_tensor(cute.make_layout(self.gather_passes), Int32)
             for r in cutlass.range_constexpr(self.gather_passes):
                 key = n_block * self.tile_n + r * self.gather_rows_per_pass + row0
-                keys[r] = cutlass.min(key, seqlen_k - 1)  # past the end: the last key
-                page = cutlass.min(keys[r] // self.shape.page_rows, last_page)
-                pages[r] = mPageTable[batch, page]
+                key = cutlass.min(key, seqlen_k - 1)  # past the end: the last key
+                page = cutlass.min(key // ps, last_page)
+                slots[r] = mPageTable[batch, page] * ps + key % ps
             pipe_k.producer_acquire(state)
-            self.gather_tile(atom, mK, sK, keys, pages, tidx, head_kv, state.index)
+            self.gather_tile(atom, mK, sK, slots, tidx, head_kv, state.index)
             pipe_k.producer_commit(state)
             pipe_v.producer_acquire(state)
-            self.gather_tile(atom, mV, sV, keys, pages, tidx, head_kv, state.index)
+            self.gather_tile(atom, mV, sV, slots, tidx, head_kv, state.index)
             pipe_v.producer_commit(state)
             state.advance()
 
@@ -735,8 +736,7 @@ class MhaFwdSm90:
         atom: cute.CopyAtom,
         mX: cute.Tensor,
         sX: cute.Tensor,
-        keys: cute.Tensor,
-        pages: cute.Tensor,
+        slots: cute.Tensor,
         tidx: Int32,
         head_kv: Int32,
         stage: Int32,
@@ -744,12 +744,14 @@ class MhaFwdSm90:
         """One tile of K or V (``mX``: [page_rows, D, Hkv, pages]) into stage ``stage``:
         GATHER_LANES_PER_ROW threads a row, each copying every GATHER_LANES_PER_ROW-th
         16-byte chunk of it (so a warp's copy covers whole 32-byte sectors), rows ``r *
-        gather_rows_per_pass + tidx // GATHER_LANES_PER_ROW`` with ``keys`` / ``pages`` [r]."""
+        gather_rows_per_pass + tidx // GATHER_LANES_PER_ROW`` from ``slots[r]`` (page *
+        page_rows + row in the page)."""
         row0, lane = tidx // GATHER_LANES_PER_ROW, tidx % GATHER_LANES_PER_ROW
         chunks = cute.size(sX, mode=[1]) // CHUNK
+        ps = self.shape.page_rows
         for r in cutlass.range_constexpr(self.gather_passes):
             row = r * self.gather_rows_per_pass + row0
-            key_row = mX[keys[r] % self.shape.page_rows, None, head_kv, pages[r]]
+            key_row = mX[slots[r] % ps, None, head_kv, slots[r] // ps]
             for c in cutlass.range_constexpr(chunks // GATHER_LANES_PER_ROW):
                 chunk = c * GATHER_LANES_PER_ROW + lane
                 src = cute.local_tile(key_row, (CHUNK,), (chunk,))
