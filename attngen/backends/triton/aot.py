@@ -31,6 +31,7 @@ ARCH_NAMES = aot_driver.ARCH_NAMES
 
 _PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame")
 
 
 def dedupe_key(spec: Any) -> str:
@@ -50,11 +51,15 @@ def launch_options(spec: Any) -> dict[str, int]:
 
 
 def parse_ptxas_log(log: str) -> tuple[int, int]:
-    """(registers, spill store + load bytes) of the single entry function in ptxas -v output."""
+    """(registers, spill store + load bytes + stack frame bytes) of the single entry function
+    in ptxas -v output. The stack frame counts too: local memory a kernel touches in its loops
+    whether ptxas calls it spilling or not (the CuTe DSL check missed such spills once)."""
     regs, spills = _PTXAS_REGS.findall(log), _PTXAS_SPILL.findall(log)
-    if len(regs) != 1 or len(spills) != 1:
+    frames = _PTXAS_FRAME.findall(log)
+    if len(regs) != 1 or len(spills) != 1 or len(frames) > 1:
         raise AotError(f"cannot read registers/spills from the ptxas log:\n{log}")
-    return int(regs[0]), int(spills[0][0]) + int(spills[0][1])
+    frame = int(frames[0]) if frames else 0
+    return int(regs[0]), int(spills[0][0]) + int(spills[0][1]) + frame
 
 
 def full_signature(spec: Any) -> dict[str, str]:
