@@ -20,12 +20,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-from bench.paired_timing import paired_ms  # noqa: E402
+from bench.experimental.cute_prefill_tiles import checked_against_fa4  # noqa: E402
 
 CASES = ((16, 2048, 512), (8, 4096, 1024), (4, 8192, 2048))  # batch, prefix, new
 SPECS = {1: "mha_gqa_prefill_page1", 16: "mha_gqa_prefill_small_pages"}  # page size: spec
 HQ, HKV, D = 32, 8, 128
-ROUNDS, CALLS = 15, 5
 
 
 def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> None:
@@ -66,8 +65,7 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
                 print(json.dumps(dict(case=f"B{batch} P{prefix}+S{new}", page_size=page_size,
                                       fa4_error=f"{type(exc).__name__}: {exc}"[:300])))
                 continue
-            tol = 4e-3 + 2e-2 * float(ref.abs().max())
-            timed, case_rows = {"fa4": fa4}, {}
+            calls = {}
             for variant, overrides in (variants or {"base": {}}).items():
                 cfg = dataclasses.replace(base, **overrides)
                 out = torch.full_like(q, float("nan"))
@@ -78,24 +76,8 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
 
                 row = dict(case=f"B{batch} P{prefix}+S{new}", page_size=page_size,
                            variant=variant, **overrides)  # fmt: skip
-                try:
-                    ours()
-                    torch.cuda.synchronize()
-                    diff = float((out.float() - ref).abs().max())  # NaN stays NaN
-                    row["ok"] = bool(diff <= tol)
-                    row["max_abs_vs_fa4"] = diff
-                    timed[variant] = ours
-                except Exception as exc:  # noqa: BLE001
-                    row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                case_rows[variant] = row
-            paired = paired_ms(timed, rounds=ROUNDS, calls=CALLS)
-            fa4_ms = paired.median_ms("fa4")
-            for variant, row in case_rows.items():
-                row["fa4_tflops"] = round(flops / fa4_ms / 1e9, 1)
-                if variant in timed:
-                    med, q1, q3 = paired.ratio("fa4", variant)
-                    row["tflops"] = round(flops / paired.median_ms(variant) / 1e9, 1)
-                    row["ratio"], row["ratio_iqr"] = round(med, 3), [round(q1, 3), round(q3, 3)]
+                calls[variant] = (row, ours, out)
+            for row in checked_against_fa4(fa4, ref, calls, flops):
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     Path(out_path).write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -49,6 +49,35 @@ def generated_config(name: str):
     return mod, max(cfgs, key=lambda c: c.page_size)
 
 
+def checked_against_fa4(fa4, ref, calls: dict, flops: float) -> list[dict]:
+    """``calls``: {variant: (row, fn, out)}, each ``fn`` writing ``out`` (NaN-filled). Runs
+    each once and checks ``out`` against FA4's ``ref`` within 4e-3 + 2e-2 max|ref| (``ok``,
+    ``max_abs_vs_fa4``, or ``error``), then times FA4 and those that ran in paired rounds
+    (``fa4_tflops``, ``tflops``, ``ratio`` = FA4's time / the variant's, ``ratio_iqr``).
+    Returns the rows, filled in."""
+    tol = 4e-3 + 2e-2 * float(ref.abs().max())
+    timed = {"fa4": fa4}
+    for variant, (row, fn, out) in calls.items():
+        try:
+            fn()
+            torch.cuda.synchronize()
+            diff = float((out.float() - ref).abs().max())  # NaN stays NaN
+            row["ok"] = bool(diff <= tol)
+            row["max_abs_vs_fa4"] = diff
+            timed[variant] = fn
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    paired = paired_ms(timed, rounds=ROUNDS, calls=CALLS)
+    fa4_ms = paired.median_ms("fa4")
+    for variant, (row, _, _) in calls.items():
+        row["fa4_tflops"] = round(flops / fa4_ms / 1e9, 1)
+        if variant in timed:
+            med, q1, q3 = paired.ratio("fa4", variant)  # FA4's time / this one's
+            row["tflops"] = round(flops / paired.median_ms(variant) / 1e9, 1)
+            row["ratio"], row["ratio_iqr"] = round(med, 3), [round(q1, 3), round(q3, 3)]
+    return [row for row, _, _ in calls.values()]
+
+
 def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> None:
     from flash_attn.cute import flash_attn_varlen_func
 
@@ -71,11 +100,10 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
                 )[0]  # fmt: skip
 
             ref = fa4().float()
-            tol = 4e-3 + 2e-2 * float(ref.abs().max())
             sweep = variants or {
                 f"n{n}s{st}": dict(fwd_tile_n=n, fwd_num_stages=st) for n, st in TILES
             }
-            timed, case_rows = {"fa4": fa4}, {}
+            calls = {}
             for variant, overrides in sweep.items():
                 cfg = dataclasses.replace(base, **overrides)
                 out = torch.full_like(q, float("nan"))
@@ -85,25 +113,8 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
                                 sm_scale=D**-0.5)  # fmt: skip
 
                 row = dict(causal=causal, seq=seq, head_dim=D, variant=variant, **overrides)
-                try:
-                    ours()
-                    torch.cuda.synchronize()
-                    diff = float((out.float() - ref).abs().max())  # NaN stays NaN
-                    row["ok"] = bool(diff <= tol)
-                    row["max_abs_vs_fa4"] = diff
-                    timed[variant] = ours
-                except Exception as exc:  # noqa: BLE001
-                    row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                case_rows[variant] = row
-            # FA4 and every variant that ran, in interleaved rounds (bench/paired_timing.py)
-            paired = paired_ms(timed, rounds=ROUNDS, calls=CALLS)
-            fa4_ms = paired.median_ms("fa4")
-            for variant, row in case_rows.items():
-                row["fa4_tflops"] = round(flops / fa4_ms / 1e9, 1)
-                if variant in timed:
-                    med, q1, q3 = paired.ratio("fa4", variant)  # FA4's time / this one's
-                    row["tflops"] = round(flops / paired.median_ms(variant) / 1e9, 1)
-                    row["ratio"], row["ratio_iqr"] = round(med, 3), [round(q1, 3), round(q3, 3)]
+                calls[variant] = (row, ours, out)
+            for row in checked_against_fa4(fa4, ref, calls, flops):
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     Path(out_path).write_text("".join(json.dumps(r) + "\n" for r in rows))
