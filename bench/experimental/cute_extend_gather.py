@@ -59,11 +59,11 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
                     seqused_k=seqused, softmax_scale=D**-0.5, causal=True,
                 )[0]  # fmt: skip
 
+            case = dict(case=f"B{batch} P{prefix}+S{new}", page_size=page_size)
             try:
                 ref = fa4().float().reshape(batch * new, HQ, D)
             except Exception as exc:  # noqa: BLE001  (FA4 may refuse a page size)
-                print(json.dumps(dict(case=f"B{batch} P{prefix}+S{new}", page_size=page_size,
-                                      fa4_error=f"{type(exc).__name__}: {exc}"[:300])))
+                print(json.dumps(dict(case, fa4_error=f"{type(exc).__name__}: {exc}"[:300])))
                 continue
             calls = {}
             for variant, overrides in (variants or {"base": {}}).items():
@@ -74,8 +74,7 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
                     mod.extend(q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out,
                                max_extend_len=new, config=cfg, sm_scale=D**-0.5)  # fmt: skip
 
-                row = dict(case=f"B{batch} P{prefix}+S{new}", page_size=page_size,
-                           variant=variant, **overrides)  # fmt: skip
+                row = dict(case, variant=variant, **overrides)
                 calls[variant] = (row, ours, out)
             for row in checked_against_fa4(fa4, ref, calls, flops):
                 print(json.dumps(row), flush=True)
