@@ -10,7 +10,6 @@ match FA4's within 4e-3 + 2e-2 max|FA4|.
 from a tree's root (FA4 on the path); through ``ab_trees.sh`` with
 ``AB_SCRIPT=bench/experimental/cute_extend_gather.py``, one process a tree."""
 
-import dataclasses
 import importlib
 import json
 import math
@@ -65,18 +64,13 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
             except Exception as exc:  # noqa: BLE001  (FA4 may refuse a page size)
                 print(json.dumps(dict(case, fa4_error=f"{type(exc).__name__}: {exc}"[:300])))
                 continue
-            calls = {}
-            for variant, overrides in (variants or {"base": {}}).items():
-                cfg = dataclasses.replace(base, **overrides)
-                out = torch.full_like(q, float("nan"))
 
-                def ours(cfg=cfg, out=out):
-                    mod.extend(q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out,
-                               max_extend_len=new, config=cfg, sm_scale=D**-0.5)  # fmt: skip
+            def launch(cfg, out):
+                mod.extend(q, k_cache, v_cache, page_table, qo_indptr, prefix_lens, out,
+                           max_extend_len=new, config=cfg, sm_scale=D**-0.5)  # fmt: skip
 
-                row = dict(case, variant=variant, **overrides)
-                calls[variant] = (row, ours, out)
-            for row in checked_against_fa4(fa4, ref, calls, flops):
+            sweep = variants or {"base": {}}
+            for row in checked_against_fa4(fa4, ref, flops, base, sweep, launch, case):
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     Path(out_path).write_text("".join(json.dumps(r) + "\n" for r in rows))

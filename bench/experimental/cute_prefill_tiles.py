@@ -15,6 +15,7 @@ another head dim and ``--heads 28/4`` other head counts (the generated config wi
 head dim or GQA group swapped in, packed or not as the lowering would choose)."""
 
 import dataclasses
+import functools
 import importlib
 import json
 import sys
@@ -49,12 +50,18 @@ def generated_config(name: str):
     return mod, max(cfgs, key=lambda c: c.page_size)
 
 
-def checked_against_fa4(fa4, ref, calls: dict, flops: float) -> list[dict]:
-    """``calls``: {variant: (row, fn, out)}, each ``fn`` writing ``out`` (NaN-filled). Runs
-    each once and checks ``out`` against FA4's ``ref`` within 4e-3 + 2e-2 max|ref| (``ok``,
-    ``max_abs_vs_fa4``, or ``error``), then times FA4 and those that ran in paired rounds
-    (``fa4_tflops``, ``tflops``, ``ratio`` = FA4's time / the variant's, ``ratio_iqr``).
-    Returns the rows, filled in."""
+def checked_against_fa4(fa4, ref, flops: float, base, sweep: dict, launch, case: dict):
+    """One row a variant of ``sweep`` ({name: config overrides of ``base``}), ``case``'s
+    fields first: ``launch(config, out)`` writes a NaN-filled bf16 ``out`` shaped like FA4's
+    ``ref``; each variant runs once and its output is checked against ``ref`` within 4e-3 +
+    2e-2 max|ref| (``ok``, ``max_abs_vs_fa4``, or ``error``), then FA4 and the variants that
+    ran are timed in paired rounds (``fa4_tflops``, ``tflops``, ``ratio`` = FA4's time / the
+    variant's, ``ratio_iqr``)."""
+    calls = {}
+    for variant, overrides in sweep.items():
+        out = torch.full_like(ref, float("nan"), dtype=torch.bfloat16)
+        fn = functools.partial(launch, dataclasses.replace(base, **overrides), out)
+        calls[variant] = (dict(case, variant=variant, **overrides), fn, out)
     tol = 4e-3 + 2e-2 * float(ref.abs().max())
     timed = {"fa4": fa4}
     for variant, (row, fn, out) in calls.items():
@@ -103,18 +110,12 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
             sweep = variants or {
                 f"n{n}s{st}": dict(fwd_tile_n=n, fwd_num_stages=st) for n, st in TILES
             }
-            calls = {}
-            for variant, overrides in sweep.items():
-                cfg = dataclasses.replace(base, **overrides)
-                out = torch.full_like(q, float("nan"))
 
-                def ours(cfg=cfg, out=out):
-                    mod.prefill(q, k, v, cu, out, max_seq_len=seq, config=cfg,
-                                sm_scale=D**-0.5)  # fmt: skip
+            def launch(cfg, out):
+                mod.prefill(q, k, v, cu, out, max_seq_len=seq, config=cfg, sm_scale=D**-0.5)
 
-                row = dict(causal=causal, seq=seq, head_dim=D, variant=variant, **overrides)
-                calls[variant] = (row, ours, out)
-            for row in checked_against_fa4(fa4, ref, calls, flops):
+            case = dict(causal=causal, seq=seq, head_dim=D)
+            for row in checked_against_fa4(fa4, ref, flops, base, sweep, launch, case):
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     Path(out_path).write_text("".join(json.dumps(r) + "\n" for r in rows))
