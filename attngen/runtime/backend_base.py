@@ -318,8 +318,8 @@ def batch_mark(fb: ForwardBatch) -> tuple[Any, ...]:
     """What identifies the batch eager metadata was built from: its seq_lens and
     out_cache_loc tensors, by weak reference (a tensor freed since matches nothing, whatever
     reuses its address), and its size. Not the batch object: a copy of it with other fields
-    changed (MLA's prefix chunks: ``attn_attend_prefix_cache``, ``prefix_chunk_idx``) is the
-    same batch."""
+    changed (a backend walking a long prefix in chunks sets its chunk fields on a copy) is
+    the same batch."""
     return (weakref.ref(fb.seq_lens), weakref.ref(fb.out_cache_loc), fb.batch_size)
 
 

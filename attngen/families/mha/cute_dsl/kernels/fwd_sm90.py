@@ -218,7 +218,6 @@ class MhaFwdSm90:
             assert shape.tile_n % self.gather_rows_per_pass == 0, "whole passes of rows"
         self.producer_regs, self.consumer_regs = split[max(2, self.num_consumers)]
 
-
     # -- host side: layouts, TMA descriptors, launch ----
 
     @cute.jit
