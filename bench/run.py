@@ -110,12 +110,21 @@ def load_attngen() -> tuple[list, dict]:
     return variants, errors
 
 
+def plain_mask(mod) -> bool:
+    """Whether a generated module attends every key its phase allows: no sliding window, no
+    softcap, no sinks (the peers run none of them). Every phase's variant must be plain: a
+    windowed decode reads only the window's keys, so it looks fast and disagrees."""
+    hooks = getattr(mod, "HOOKS", None)  # generated modules: MaskHooks
+    return hooks is None or (
+        hooks.window_left is None and not hooks.logit_softcap and not hooks.sinks
+    )
+
+
 def extend_mask_kwargs(mod, cfg, causal: bool) -> dict | None:
     """Extra kwargs that ask ``mod.extend`` for this mask; None when the variant lacks it."""
     hooks = getattr(mod, "HOOKS", None)  # generated modules: MaskHooks
     if hooks is not None:
-        plain = hooks.window_left is None and not hooks.logit_softcap and not hooks.sinks
-        return {} if plain and hooks.causal == causal and not hooks.tree else None
+        return {} if plain_mask(mod) and hooks.causal == causal and not hooks.tree else None
     for owner, name in ((cfg, "causal"), (mod, "CAUSAL")):
         if hasattr(owner, name):
             return {} if bool(getattr(owner, name)) == causal else None
@@ -151,7 +160,7 @@ def find_variant(
         want = (heads[2], heads[3], heads[0] // heads[1], page_size, DTYPE, kv, spec_topk)
         if page_size is None:  # the cache-free prefill: any page size
             key, want = key[:3] + key[4:], want[:3] + want[4:]
-        if key != want or phase not in getattr(mod, "PHASES", (phase,)):
+        if key != want or phase not in getattr(mod, "PHASES", (phase,)) or not plain_mask(mod):
             continue
         kwargs = extend_mask_kwargs(mod, cfg, causal) if phase in ("extend", "prefill") else {}
         if kwargs is not None:
@@ -1058,7 +1067,8 @@ def main() -> int:
     ap.add_argument(
         "--only",
         choices=("decode", "quantized", "verify", "prefill", "head_dims", "extend", "api"),
-        default=None,
+        action="append",
+        help="run only this part (repeatable); default: every part",
     )
     args = ap.parse_args()
     global torch
@@ -1098,9 +1108,9 @@ def main() -> int:
         ("head_dims", bench_head_dims),
         ("extend", bench_extend),
     ):
-        if args.only in (None, name):
+        if not args.only or name in args.only:
             fn(args, report, variants, fa4, save_report)
-    if args.only in (None, "api"):
+    if not args.only or "api" in args.only:
         bench_api(args, report, save_report)
     every = report["decode"] + report["quantized_decode"] + report["verify"] + report["prefill"]
     every += report["head_dims"] + report["extend"]
