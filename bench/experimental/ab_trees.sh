@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Several library patches A/B'd against FA4 in ONE device call: each patch gets its own small
-# tree (the attngen package, the generated sm90 CuTe DSL modules and the prefill sweep script),
-# built and generated here, where the generator's dependencies are, and carried to the H200
-# under .ab/ (git-ignored: add ".ab/" to .git/info/exclude). A tree is about 2 MB.
+# Several library patches A/B'd against a peer in ONE device call: each patch gets its own
+# small tree (the attngen package, the generated sm90 modules and the bench scripts), built and
+# generated here, where the generator's dependencies are, and carried to the H200 under .ab/
+# (git-ignored: add ".ab/" to .git/info/exclude). A tree is about 4 MB.
 #
 #   here:    bash bench/experimental/ab_trees.sh prepare NAME PATCH [NAME PATCH ...]
 #            (PATCH "none": the tree as it is; a patch is applied with `patch -p1`)
@@ -12,7 +12,8 @@
 #
 # Each run row writes OUTDIR/NAME-<i>.jsonl (cute_prefill_tiles.py's rows, or AB_SCRIPT's,
 # e.g. AB_SCRIPT=bench/experimental/cute_extend_gather.py: every output checked against
-# FA4's, ratios from paired rounds) and prints it; a tree whose sweep fails,
+# FA4's, ratios from paired rounds; AB_SCRIPT=bench/experimental/gdn_ab.py: the GDN Triton
+# kernels against fla, with /tmp/fla on PYTHONPATH) and prints it; a tree whose sweep fails,
 # or runs past AB_TIMEOUT seconds (default 240: a hang), prints why and the next one runs.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,18 +26,17 @@ prepare() {
         shift 2
         work=$(mktemp -d)
         (cd "$ROOT" && tar --exclude=__pycache__ -cf - attngen specs generated tests pyproject.toml \
-            bench/paired_timing.py bench/experimental/*.py) | tar -xf - -C "$work"
+            bench/*.py bench/experimental/*.py) | tar -xf - -C "$work"
         if [ "$patch" != none ]; then
             (cd "$work" && patch -p1 -s --batch < "$ROOT/$patch") || { echo "ab_trees: $patch failed"; exit 1; }
         fi
         (cd "$work" && "$ROOT/.venv/bin/python" -m attngen generate > gen.log 2>&1) ||
             { tail -5 "$work/gen.log"; echo "ab_trees: generate failed for $name"; exit 1; }
-        rm -rf "${AB:?}/$name" && mkdir -p "$AB/$name/generated/sm90" "$AB/$name/bench"
+        rm -rf "${AB:?}/$name" && mkdir -p "$AB/$name/generated" "$AB/$name/bench"
         cp -r "$work/attngen" "$AB/$name/"
         cp "$work/generated/__init__.py" "$AB/$name/generated/"
-        cp "$work/generated/sm90/__init__.py" "$AB/$name/generated/sm90/"
-        cp -r "$work/generated/sm90/cute_dsl" "$AB/$name/generated/sm90/"
-        cp -r "$work/bench/paired_timing.py" "$work/bench/experimental" "$AB/$name/bench/"
+        cp -r "$work/generated/sm90" "$AB/$name/generated/"
+        cp -r "$work"/bench/*.py "$work/bench/experimental" "$AB/$name/bench/"
         rm -rf "$work"
         echo "ab_trees: .ab/$name ready ($(du -sh "$AB/$name" | cut -f1), patch $patch)"
     done
