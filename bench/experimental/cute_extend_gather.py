@@ -70,9 +70,7 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
                            max_extend_len=new, config=cfg, sm_scale=D**-0.5)  # fmt: skip
 
             sweep = variants or {"base": {}}
-            for row in checked_against_fa4(fa4, ref, flops, base, sweep, launch, case):
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+            rows += checked_against_fa4(fa4, ref, flops, base, sweep, launch, case)
     Path(out_path).write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 

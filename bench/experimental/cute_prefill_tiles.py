@@ -56,7 +56,7 @@ def checked_against_fa4(fa4, ref, flops: float, base, sweep: dict, launch, case:
     ``ref``; each variant runs once and its output is checked against ``ref`` within 4e-3 +
     2e-2 max|ref| (``ok``, ``max_abs_vs_fa4``, or ``error``), then FA4 and the variants that
     ran are timed in paired rounds (``fa4_tflops``, ``tflops``, ``ratio`` = FA4's time / the
-    variant's, ``ratio_iqr``)."""
+    variant's, ``ratio_iqr``). Each row is also printed, a JSON line."""
     calls = {}
     for variant, overrides in sweep.items():
         out = torch.full_like(ref, float("nan"), dtype=torch.bfloat16)
@@ -82,7 +82,10 @@ def checked_against_fa4(fa4, ref, flops: float, base, sweep: dict, launch, case:
             med, q1, q3 = paired.ratio("fa4", variant)  # FA4's time / this one's
             row["tflops"] = round(flops / paired.median_ms(variant) / 1e9, 1)
             row["ratio"], row["ratio_iqr"] = round(med, 3), [round(q1, 3), round(q3, 3)]
-    return [row for row, _, _ in calls.values()]
+    rows = [row for row, _, _ in calls.values()]
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
 
 
 def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> None:
@@ -115,9 +118,7 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
                 mod.prefill(q, k, v, cu, out, max_seq_len=seq, config=cfg, sm_scale=D**-0.5)
 
             case = dict(causal=causal, seq=seq, head_dim=D)
-            for row in checked_against_fa4(fa4, ref, flops, base, sweep, launch, case):
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+            rows += checked_against_fa4(fa4, ref, flops, base, sweep, launch, case)
     Path(out_path).write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
