@@ -121,10 +121,11 @@ def plain_mask(mod) -> bool:
 
 
 def extend_mask_kwargs(mod, cfg, causal: bool) -> dict | None:
-    """Extra kwargs that ask ``mod.extend`` for this mask; None when the variant lacks it."""
+    """Extra kwargs that ask ``mod.extend`` for this mask (of a :func:`plain_mask` module);
+    None when the variant lacks it."""
     hooks = getattr(mod, "HOOKS", None)  # generated modules: MaskHooks
     if hooks is not None:
-        return {} if plain_mask(mod) and hooks.causal == causal and not hooks.tree else None
+        return {} if hooks.causal == causal and not hooks.tree else None
     for owner, name in ((cfg, "causal"), (mod, "CAUSAL")):
         if hasattr(owner, name):
             return {} if bool(getattr(owner, name)) == causal else None
