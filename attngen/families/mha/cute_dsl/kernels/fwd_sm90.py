@@ -1133,14 +1133,15 @@ class MhaFwdSm90:
     @cute.jit
     def mainloop_overlapped(self, loop: OverlapLoop, n_block_min: Int32, n_block_max: Int32):
         """The serial loop's attention with S_j = Q K_j^T issued before O += P_{j-1} V_{j-1},
-        and S_j's score/mask/softmax computed while that PV runs; O and P_{j-1} (registers
-        the PV reads) are touched only after it is waited for."""
+        O's rescale done while S_j's MMA runs (FA3's order) and S_j's score/mask/softmax while
+        the PV runs; O and P_{j-1} (registers the PV reads) are touched only after it is
+        waited for."""
         shape = self.shape
         num_rows = cute.size(rows_cols(loop.acc_O), mode=[0])
         loop = replace(loop, rescale=cute.make_rmem_tensor(num_rows, Float32))
         s_shape = loop.tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n))
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, shape.num_stages)
-        # -- the first (newest) key tile: S, softmax, P; O is zero, nothing to rescale ----
+        # -- the first (newest) key tile: S, softmax, P; O is zero (its rescale: by 0) ----
         acc_S = cute.make_rmem_tensor(s_shape, Float32)
         self.wait_kv(loop.pipe_k, state)
         k_stage = loop.tSrK[None, None, None, state.index]
@@ -1171,10 +1172,19 @@ class MhaFwdSm90:
             self.overlapped_tile(loop, state, state_v, b_lo - 1 - i, True)
             state_v = state.clone()
             state.advance()
+        self.rescale_o(loop)
         self.wait_kv(loop.pipe_v, state_v)
         v_stage = loop.tOrV[None, None, None, state_v.index]
         _wgmma(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, 0)
         loop.pipe_v.consumer_release(state_v)
+
+    @cute.jit
+    def rescale_o(self, loop: OverlapLoop):
+        """O's rows times ``loop.rescale`` (to the running maxima of the newest P), before the
+        P V that adds to them."""
+        acc_O_rc = rows_cols(loop.acc_O)
+        for r in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[0])):
+            acc_O_rc[r, None].store(acc_O_rc[r, None].load() * loop.rescale[r])
 
     @cute.jit
     def overlapped_tile(
@@ -1185,16 +1195,17 @@ class MhaFwdSm90:
         n_block: Int32,
         masked: cutlass.Constexpr[bool],
     ):
-        """One step of the overlapped loop: S_j = Q K_j^T (K stage ``state``), then
-        O += P_{j-1} V_{j-1} (V stage ``state_v``); S_j's softmax while that PV runs, then O's
-        rescale and P_j. ``masked``: apply the mask to S_j (no test)."""
-        acc_O_rc = rows_cols(loop.acc_O)
+        """One step of the overlapped loop: S_j = Q K_j^T (K stage ``state``), O's rescale to
+        P_{j-1}'s maxima while it runs, then O += P_{j-1} V_{j-1} (V stage ``state_v``); S_j's
+        softmax while that PV runs, then P_j (O's rescale to its maxima waits for the next
+        step, or the loop's last PV). ``masked``: apply the mask to S_j (no test)."""
         acc_S = cute.make_rmem_tensor(
             loop.tiled_mma_qk.partition_shape_C((self.tile_m, self.tile_n)), Float32
         )
         self.wait_kv(loop.pipe_k, state)
         k_stage = loop.tSrK[None, None, None, state.index]
         _wgmma(loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True, -1)
+        self.rescale_o(loop)  # while S_j's MMA runs: O to the maxima of P_{j-1}
         self.wait_kv(loop.pipe_v, state_v)
         v_stage = loop.tOrV[None, None, None, state_v.index]
         _wgmma(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, 1)
@@ -1202,8 +1213,6 @@ class MhaFwdSm90:
         self.scores_to_probs(acc_S, loop, n_block, masked)
         warpgroup.wait_group(0)  # PV of the previous tile: O and P are free
         loop.pipe_v.consumer_release(state_v)
-        for r in cutlass.range_constexpr(cute.size(acc_O_rc, mode=[0])):
-            acc_O_rc[r, None].store(acc_O_rc[r, None].load() * loop.rescale[r])
         loop.tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
 
     @cute.jit
