@@ -122,14 +122,27 @@ def main(out_path: str, variants: dict[str, dict[str, int]] | None = None) -> No
     Path(out_path).write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def take(args: list[str], flag: str) -> str | None:
+    """The value after ``flag`` in ``args`` (both removed), or None."""
+    if flag not in args:
+        return None
+    i = args.index(flag)
+    value = args[i + 1]
+    del args[i : i + 2]
+    return value
+
+
+def take_shape(args: list[str]) -> None:
+    """``--head-dim D`` and ``--heads HQ/HKV`` (q heads / kv heads, e.g. 28/4: Qwen2.5-7B's
+    group of 7) taken from ``args`` into this module's shape."""
+    global D, HQ, HKV
+    if (d := take(args, "--head-dim")) is not None:
+        D = int(d)
+    if (heads := take(args, "--heads")) is not None:
+        HQ, HKV = (int(x) for x in heads.split("/"))
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if "--head-dim" in args:
-        i = args.index("--head-dim")
-        D = int(args[i + 1])
-        del args[i : i + 2]
-    if "--heads" in args:  # q heads / kv heads, e.g. 28/4 (Qwen2.5-7B's group of 7)
-        i = args.index("--heads")
-        HQ, HKV = (int(x) for x in args[i + 1].split("/"))
-        del args[i : i + 2]
+    take_shape(args)
     main(args[0], json.loads(args[1]) if len(args) > 1 else None)

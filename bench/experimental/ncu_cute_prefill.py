@@ -46,21 +46,8 @@ def main(seq: int, causal: bool, spec: str | None, overrides: dict) -> None:
           f"{cfg.fwd_tile_n} pack_gqa {cfg.fwd_pack_gqa}: max |ours - FA4| {err:.2e}")  # fmt: skip
 
 
-def take(args: list[str], flag: str) -> str | None:
-    """The value after ``flag`` in ``args`` (both removed), or None."""
-    if flag not in args:
-        return None
-    i = args.index(flag)
-    value = args[i + 1]
-    del args[i : i + 2]
-    return value
-
-
 if __name__ == "__main__":
     argv = sys.argv[1:]
-    if (d := take(argv, "--head-dim")) is not None:
-        tiles.D = int(d)
-    if (heads := take(argv, "--heads")) is not None:
-        tiles.HQ, tiles.HKV = (int(x) for x in heads.split("/"))
-    spec, extra = take(argv, "--spec"), json.loads(take(argv, "--set") or "{}")
+    tiles.take_shape(argv)
+    spec, extra = tiles.take(argv, "--spec"), json.loads(tiles.take(argv, "--set") or "{}")
     main(int(argv[0]), "--noncausal" not in argv, spec, extra)
