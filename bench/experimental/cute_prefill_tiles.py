@@ -127,6 +127,8 @@ def take(args: list[str], flag: str) -> str | None:
     if flag not in args:
         return None
     i = args.index(flag)
+    if i + 1 == len(args):
+        raise SystemExit(f"{flag}: expected a value after it")
     value = args[i + 1]
     del args[i : i + 2]
     return value
