@@ -42,6 +42,8 @@ def small_config(
         output_block_v=16,
         output_num_warps=4,
         chunk_state_bits=16,
+        state_transposed=0,
+        state_t_min_programs=1,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,

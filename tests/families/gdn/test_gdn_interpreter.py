@@ -48,16 +48,26 @@ def gate_params(hv: int):
         (2, [40, 3], 16, "fp32-states", (32, 32)),
         (2, [37, 5, 16], 16, "random", (32, 64)),
         (2, [37, 5, 16], 16, "random", (64, 32)),
+        (2, [5, 37, 16], 16, "transposed", (32, 32)),
+        (1, [150, 64, 3], 64, "transposed", (32, 32)),
+        (1, [130, 7], 64, "transposed-correlated", (32, 32)),
+        (2, [37, 5, 16], 16, "transposed", (32, 64)),
+        (2, [37, 5, 16], 16, "transposed", (64, 32)),
+        (2, [40, 3], 16, "transposed-fp32-states", (32, 32)),
     ],
 )
 def test_extend(group: int, lens: list[int], chunk: int, keys: str, dims: tuple) -> None:
     """Ragged chunked extend; "correlated": nearly equal keys, beta near 1 and slow decay,
     the hard case of the triangular inverse (M's entries near 1 everywhere below the
     diagonal); dims (key, value) unequal too: each keeps its own dim through W, U, u and
-    the pool's [V, K] rows."""
+    the pool's [V, K] rows. "transposed...": the transposed-state kernel (sm90's default),
+    its W / U / KT read through tensor descriptors."""
     torch.manual_seed(len(lens) * 10 + group + chunk + dims[0] + dims[1] - 64)
     dim, vdim = dims
     cfg = replace(small_config(group), chunk_size=chunk, key_dim=dim, value_dim=vdim)
+    if keys.startswith("transposed"):
+        cfg = replace(cfg, state_transposed=1)
+        keys = keys.removeprefix("transposed").removeprefix("-") or "random"
     if keys == "fp32-states":  # per-chunk states in fp32, one value block per program
         cfg = replace(cfg, chunk_state_bits=32, state_block_v_max=16)
     hv, bs = H * group, len(lens)
@@ -306,3 +316,19 @@ def test_launcher_errors_name_the_argument() -> None:
         library.decode(q, k, v, a, b, out=out, **dict(kw, A_log=A_log.to(DT)))
     with pytest.raises(AttngenInputError, match="extend_lens"):
         library.chunk_plan([3, 0], 16, torch.device("cpu"))
+
+
+def test_state_kernel_choice_per_batch() -> None:
+    """The transposed-state kernel runs where the config allows it and the batch's grid of
+    requests x value heads x 64-value blocks reaches state_t_min_programs; else the narrow
+    kernel does (a few long requests spread wider on it)."""
+    from attngen.families.gdn.triton.host.options import state_transposed_for
+
+    cfg = replace(small_config(2), key_dim=128, value_dim=128)
+    allowed = replace(cfg, state_transposed=1, state_t_min_programs=66)
+    assert not state_transposed_for(allowed, requests=1, v_heads=32)  # 64 programs
+    assert state_transposed_for(allowed, requests=4, v_heads=16)  # 128 programs
+    assert not state_transposed_for(replace(allowed, state_transposed=0), 4, 16)
+    narrow = replace(allowed, value_dim=32)  # one 32-value block a head
+    assert not state_transposed_for(narrow, requests=2, v_heads=32)
+    assert state_transposed_for(narrow, requests=3, v_heads=32)

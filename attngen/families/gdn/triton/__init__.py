@@ -21,6 +21,8 @@ OTHER_VALUES: dict[str, Int] = {
     "decode_tiles": Int(1, 16, power_of_two=True),
     "state_min_programs": Int(1, 4096),
     "chunk_state_bits": Int(16, 32, choices=(16, 32)),
+    "state_transposed": Int(0, 1, choices=(0, 1)),
+    "state_t_min_programs": Int(1, 4096),
 }
 TUNING_VALUES: dict[str, Int] = tuning_values(
     TUNING_KEYS,
@@ -51,6 +53,8 @@ TUNING_PHASES = phases_by_key(
             "output_block_v",
             "output_num_warps",
             "chunk_state_bits",
+            "state_transposed",
+            "state_t_min_programs",
             "conv_block_t",
         ),
         capability.PHASES: ("conv_block_c", "conv_num_warps"),

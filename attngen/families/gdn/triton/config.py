@@ -46,6 +46,11 @@ class GdnTritonConfig:
     output_block_v: int
     output_num_warps: int
     chunk_state_bits: int  # the per-chunk states (H): 16 (the activation dtype) or 32 (fp32)
+    # 1: the state kernel on the transposed state in registers (chunk_state_t_kernel: wgmma
+    # register operands and TMA loads, sm90; 64-value blocks) for batches whose request x
+    # head x 64-value grid has at least state_t_min_programs programs; 0: chunk_state_kernel
+    state_transposed: int
+    state_t_min_programs: int
     # -- causal conv ----
     conv_block_c: int
     conv_block_t: int

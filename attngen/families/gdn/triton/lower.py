@@ -32,7 +32,9 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
     32 heads: 64, reading W and KT a quarter as often; sm_80 and sm_100a: up to 32, 64
     spilled), 4 warps up to 32 values and 8 at 64, W, KT and U loaded two steps ahead at 16
     values (H200, 1 x 32k: 783 us, one step ahead 1123) and one step ahead at wider blocks
-    (two would overflow shared memory); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4
+    (two would overflow shared memory); on sm_90a instead the transposed-state kernel
+    (``state_transposed``: S^T in registers as both wgmmas' left operand, 64-value blocks,
+    TMA loads; 246 registers, no spill); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4
     spilled); the per-chunk states in the activation dtype (bf16 operands of Q S0). Conv
     prefill: 16 tokens x 64 channels (32 x 128 spilled on sm_90a)."""
     return {
@@ -49,6 +51,8 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
         "output_block_v": min(64, shape.value_dim),
         "output_num_warps": 8 if arch is Arch.SM80 else 4,
         "chunk_state_bits": 16,
+        "state_transposed": int(arch is Arch.SM90),
+        "state_t_min_programs": facts(arch).num_sms // 2,
         "conv_block_c": 64,
         "conv_block_t": 16,
         "conv_num_warps": 4,

@@ -40,6 +40,10 @@ def config_problems(c: GdnTritonConfig) -> list[str]:
         problems.append(f"chunk_size={c.chunk_size}: the triangular inverse takes 16, 32, 64")
     if c.chunk_state_bits not in (16, 32):
         problems.append(f"chunk_state_bits={c.chunk_state_bits}: 16 or 32")
+    if c.state_transposed not in (0, 1):
+        problems.append(f"state_transposed={c.state_transposed}: 0 or 1")
+    if c.state_t_min_programs < 1:
+        problems.append(f"state_t_min_programs={c.state_t_min_programs}: at least 1")
     warps = ("decode_num_warps", "prepare_num_warps", "wu_num_warps", "state_num_warps")
     warps += ("output_num_warps",)
     for name in (*warps, "conv_num_warps"):

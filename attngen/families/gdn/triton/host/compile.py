@@ -13,12 +13,15 @@ from attngen.families.gdn.triton.host.options import (
     recurrent_options,
     state_blocks,
     state_options,
+    state_t_descriptor_blocks,
+    state_t_options,
     wu_options,
 )
 from attngen.families.gdn.triton.kernels.chunk import (
     chunk_output_kernel,
     chunk_prepare_kernel,
     chunk_state_kernel,
+    chunk_state_t_kernel,
     chunk_wu_kernel,
 )
 from attngen.families.gdn.triton.kernels.conv import conv_prefill_kernel, conv_update_kernel
@@ -48,10 +51,23 @@ def _arg_type(name: str, config: GdnTritonConfig) -> str:
     return "fp32" if name == "scale" else "i32"
 
 
-def _spec(name: str, kernel, options: dict, config: GdnTritonConfig, nones=()) -> CompileSpec:
+def _spec(
+    name: str, kernel, options: dict, config: GdnTritonConfig, nones=(), descriptors=None
+) -> CompileSpec:
+    """``descriptors``: element type and TMA box of the kernel's tensor-descriptor
+    arguments."""
     constexprs = {k: v for k, v in options.items() if k not in ("num_warps", "num_stages")}
     constexprs.update({arg: None for arg in nones})
-    signature = {arg: _arg_type(arg, config) for arg in kernel.arg_names if arg not in constexprs}
+    boxes = descriptors or {}
+    signature = {
+        arg: (
+            f"tensordesc<{boxes[arg][0]}{boxes[arg][1]}>"
+            if arg in boxes
+            else _arg_type(arg, config)
+        )
+        for arg in kernel.arg_names
+        if arg not in constexprs
+    }
     return CompileSpec(
         name=name,
         fn=kernel,
@@ -77,6 +93,10 @@ def compile_specs(config: GdnTritonConfig, traits: GdnTraits) -> list[CompileSpe
         specs.append(_spec("conv_prefill", conv_prefill_kernel, conv, config, ("BIAS",)))
         specs.append(_spec("chunk_prepare", chunk_prepare_kernel, prepare_options(config), config))
         specs.append(_spec("chunk_wu", chunk_wu_kernel, wu_options(config), config))
+        if config.state_transposed:  # the launcher picks it or a block below per batch
+            boxes = state_t_descriptor_blocks(config)
+            t_options = state_t_options(config)
+            specs.append(_spec("chunk_state_t", chunk_state_t_kernel, t_options, config, (), boxes))
         for bv in state_blocks(config):  # the launcher picks one per batch
             options = state_options(config, bv)
             specs.append(_spec(f"chunk_state_v{bv}", chunk_state_kernel, options, config))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from attngen.families.gdn.triton.config import GdnTritonConfig
 from attngen.families.gdn.triton.host import checks
@@ -29,12 +30,16 @@ from attngen.families.gdn.triton.host.options import (
     recurrent_options,
     state_block_for,
     state_options,
+    state_t_descriptor_blocks,
+    state_t_options,
+    state_transposed_for,
     wu_options,
 )
 from attngen.families.gdn.triton.kernels.chunk import (
     chunk_output_kernel,
     chunk_prepare_kernel,
     chunk_state_kernel,
+    chunk_state_t_kernel,
     chunk_wu_kernel,
 )
 from attngen.families.gdn.triton.kernels.conv import conv_prefill_kernel, conv_update_kernel
@@ -74,6 +79,15 @@ def chunk_plan(extend_lens: list[int], chunk_size: int, device: torch.device) ->
     as_i32 = dict(dtype=torch.int32)
     rows = torch.tensor([seqs, starts, firsts], **as_i32).to(device, non_blocking=True)
     return ChunkPlan(rows[0], rows[1], rows[2, : len(extend_lens)], max(extend_lens), offset)
+
+
+def _tma_ready(x: torch.Tensor) -> torch.Tensor:
+    """``x``, or a contiguous copy where a TMA descriptor could not address it (a base or
+    a stride that is not a multiple of 16 bytes)."""
+    size = x.element_size()
+    if x.data_ptr() % 16 or x.stride(-1) != 1 or any(s * size % 16 for s in x.stride()[:-1]):
+        return x.clone(memory_format=torch.contiguous_format)
+    return x
 
 
 def _rows_of(x: torch.Tensor) -> tuple[int, int]:
@@ -343,7 +357,10 @@ def extend(
     h_dtype = q.dtype if config.chunk_state_bits == 16 else torch.float32
     kd, vd, nc = config.key_dim, config.value_dim, plan.num_chunks
     w_buf = torch.empty((n, hv, kd), **f32)
-    kt_buf = torch.empty((nc, hv, kd, config.chunk_size), **f32)  # per chunk, transposed
+    # the keys per chunk, transposed, in fp32 (the transposed-state kernel reads k itself)
+    transposed = state_transposed_for(config, bs, hv)
+    kt_chunks = 0 if transposed else nc
+    kt_buf = torch.empty((kt_chunks, hv, kd, config.chunk_size), **f32)
     u_buf = torch.empty((n, hv, vd), **f32)  # U, then u (the state kernel writes it over U)
     h_buf = torch.empty((nc, hv, kd, vd), dtype=h_dtype, device=dev)  # chunks' first states
     t_buf = torch.empty((n, hv, config.chunk_size), **f32)
@@ -354,12 +371,23 @@ def extend(
     _launch(chunk_prepare_kernel, (nc, hv), args, prepare_options(config))
     args = [k, v, *chunks, g_buf, beta_buf, kn_buf, t_buf, w_buf, u_buf, kt_buf]
     args += [*_rows_of(k), *_rows_of(v), hv]
-    _launch(chunk_wu_kernel, (nc, hv, 3), args, wu_options(config))
-    args = [w_buf, u_buf, kt_buf, g_buf, kn_buf, h_buf, ssm_states, cache_indices]
-    args += [has_initial_state]
-    args += [query_start_loc, plan.seq_first_chunk, ssm_states.stride(0), ssm_states.stride(1), hv]
-    block_v = state_block_for(config, bs, hv)
-    _launch(chunk_state_kernel, (vd // block_v, bs, hv), args, state_options(config, block_v))
+    products = 2 if transposed else 3  # W, U (and KT)
+    _launch(chunk_wu_kernel, (nc, hv, products), args, wu_options(config))
+    tail = [g_buf, kn_buf, h_buf, ssm_states, cache_indices, has_initial_state]
+    tail += [query_start_loc, plan.seq_first_chunk, ssm_states.stride(0), ssm_states.stride(1), hv]
+    if transposed:
+        boxes = state_t_descriptor_blocks(config)
+        descs = [
+            TensorDescriptor.from_tensor(t, boxes[name][1])
+            for t, name in ((w_buf, "W_DESC"), (u_buf, "U_DESC"), (_tma_ready(k), "K_DESC"))
+        ]
+        options = state_t_options(config)
+        grid = (vd // options["BLOCK_V"], bs, hv)
+        _launch(chunk_state_t_kernel, grid, [*descs, u_buf, *tail], options)
+    else:
+        block_v = state_block_for(config, bs, hv)
+        args = [w_buf, u_buf, kt_buf, *tail]
+        _launch(chunk_state_kernel, (vd // block_v, bs, hv), args, state_options(config, block_v))
     args = [q, k, u_buf, g_buf, qs_buf, kn_buf, h_buf, *chunks, out]
     args += [*_rows_of(q), *_rows_of(k), *_rows_of(out), hv]
     grid = (nc, hv, vd // config.output_block_v)

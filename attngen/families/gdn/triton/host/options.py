@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from attngen.families.gdn.triton.config import GdnTritonConfig
 
+STATE_T_BLOCK_V = 64  # rows of S^T per program of the transposed-state kernel
+
 
 def recurrent_options(
     config: GdnTritonConfig, *, steps: int, verify: bool, tree: bool
@@ -105,6 +107,43 @@ def state_options(config: GdnTritonConfig, block_v: int) -> dict[str, object]:
         "BLOCK_V": block_v,
         "num_warps": config.state_num_warps * max(1, block_v // 32),
         "num_stages": config.state_num_stages if block_v == config.state_block_v else 2,
+    }
+
+
+def state_transposed_for(config: GdnTritonConfig, requests: int, v_heads: int) -> bool:
+    """Whether a batch runs the transposed-state kernel: allowed by the config, and its grid
+    of requests x value heads x 64-value blocks has ``state_t_min_programs`` programs (it
+    steps 64 values at a time, so a few long requests spread wider on the narrow kernel)."""
+    blocks = config.value_dim // min(STATE_T_BLOCK_V, config.value_dim)
+    return bool(config.state_transposed) and requests * v_heads * blocks >= (
+        config.state_t_min_programs
+    )
+
+
+def state_t_options(config: GdnTritonConfig) -> dict[str, object]:
+    """The transposed-state kernel (``state_transposed``): 64-value blocks (a wgmma's 64
+    rows of S^T on one warpgroup), 4 warps, W / U / k two steps ahead."""
+    return {
+        "GROUP": config.v_heads_per_k_head,
+        "KEY_DIM": config.key_dim,
+        "VALUE_DIM": config.value_dim,
+        "CHUNK": config.chunk_size,
+        "BLOCK_V": min(STATE_T_BLOCK_V, config.value_dim),
+        "num_warps": 4,
+        "num_stages": 3,
+    }
+
+
+def state_t_descriptor_blocks(config: GdnTritonConfig) -> dict[str, tuple[str, list[int]]]:
+    """The element type and TMA box of each descriptor of the transposed-state kernel: W
+    [T, HV, K] (fp32), U [T, HV, V] (fp32) and k [T, H, K] (the activations') by a chunk of
+    one head's rows (half of K, a value block, half of K)."""
+    c, half = config.chunk_size, config.key_dim // 2
+    keys = {"bfloat16": "bf16", "float16": "fp16"}[config.dtype]
+    return {
+        "W_DESC": ("fp32", [c, 1, half]),
+        "U_DESC": ("fp32", [c, 1, min(STATE_T_BLOCK_V, config.value_dim)]),
+        "K_DESC": (keys, [c, 1, half]),
     }
 
 

@@ -24,6 +24,8 @@ Only the state recurrence is sequential, so the work splits by what it depends o
   row when the request has a prefix), storing each chunk's initial state to H and u over
   U (in place), two products per chunk on pipelined shared-memory operands (W, KT); the
   final state goes back to the pool row;
+  (chunk_state_t_kernel, sm90: the same on the transposed state, kept in registers as both
+  products' left operand, with W / U / KT arriving by TMA);
 - chunk_output_kernel (grid: chunks x value heads x value blocks, all parallel):
   O = (Q gamma) S0 + P u from H and u, with P from the stored q, k.
 
@@ -279,6 +281,112 @@ def chunk_state_kernel(
         s = s * tl.exp(cum_last) + tl.dot(kt, u_in)
         chunk += 1
     tl.store(pool, s.to(STATE.dtype.element_ty), mask=slot > 0)
+
+
+@triton.jit
+def _tf32(x):
+    """x rounded to the nearest TF32 value, ties away from zero (the rounding of PTX's
+    cvt.rna.tf32.f32, in integer operations the interpreter runs too): a register operand
+    would be truncated by the tensor cores."""
+    bits = x.to(tl.int32, bitcast=True)
+    return ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _split16(x, dtype: tl.constexpr):
+    """x (fp32) as hi + lo in ``dtype`` (16-bit): hi = x rounded, lo = the rest rounded;
+    about 16 significant bits together (22 in fp16), finer than TF32's 11."""
+    hi = x.to(dtype)
+    return hi, (x - hi.to(tl.float32)).to(dtype)
+
+
+@triton.jit
+def chunk_state_t_kernel(
+    W_DESC,
+    U_DESC,
+    K_DESC,
+    U_BUF,
+    G_BUF,
+    KN_BUF,
+    H_BUF,
+    STATE,
+    CACHE_INDICES,
+    HAS_INITIAL,
+    QUERY_START_LOC,
+    SEQ_FIRST_CHUNK,
+    stride_s_slot,
+    stride_s_head,
+    num_v_heads,
+    GROUP: tl.constexpr,
+    KEY_DIM: tl.constexpr,
+    VALUE_DIM: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """:func:`chunk_state_kernel` on the transposed state (sm90): S^T [BLOCK_V, KEY_DIM] in
+    two key halves stays in registers as both products' left operand, u^T = U^T - S^T W^T
+    (TF32, S^T rounded to it) and S^T = gamma_C S^T + (u^T exp(G_C - G) / ||k||) K, so
+    neither product sends its state-dependent operand through shared memory. The second
+    product reads the stored keys as they are (16-bit, exact; no fp32 K^T): u's scaled
+    rows, each divided by a power of two that brings its largest entry to [1, 2) (exact),
+    enter as hi + lo 16-bit parts, two 16-bit products. W, U and K arrive by TMA
+    (descriptors over W [T, HV, K], U [T, HV, V] and k [T, H, K]). Tokens past the
+    request's end are dropped by a select, not a product, so another request's rows never
+    reach this one's state."""
+    HALF: tl.constexpr = KEY_DIM // 2
+    v0 = tl.program_id(0) * BLOCK_V
+    vs = v0 + tl.arange(0, BLOCK_V)
+    pid_b = tl.program_id(1)
+    hv = tl.program_id(2)
+    ks = tl.arange(0, HALF)
+    rows = tl.arange(0, CHUNK)
+    start = tl.load(QUERY_START_LOC + pid_b)
+    end = tl.load(QUERY_START_LOC + pid_b + 1)
+    chunk = tl.load(SEQ_FIRST_CHUNK + pid_b).to(tl.int64)
+    slot = tl.load(CACHE_INDICES + pid_b).to(tl.int64)
+    init = (tl.load(HAS_INITIAL + pid_b) != 0) & (slot > 0)
+    # -- S^T [BLOCK_V, KEY_DIM] from the pool row ([V, K]: S^T as stored), by key halves ----
+    pool = STATE + slot * stride_s_slot + hv * stride_s_head + vs[:, None] * KEY_DIM + ks[None, :]
+    s_lo = tl.load(pool, mask=init, other=0.0).to(tl.float32)
+    s_hi = tl.load(pool + HALF, mask=init, other=0.0).to(tl.float32)
+    h_tile = ks[None, :] * VALUE_DIM + vs[:, None]  # H [K, V] per chunk, written transposed
+    kh = hv // GROUP
+    for c0 in range(start, end, CHUNK):
+        length = tl.minimum(end - c0, CHUNK)
+        rmask = rows < length
+        head_rows = (c0 + rows).to(tl.int64) * num_v_heads + hv
+        head_chunk = chunk * num_v_heads + hv
+        cum_last = tl.load(G_BUF + (c0 + length - 1) * num_v_heads + hv)
+        h_ptr = H_BUF + head_chunk * (KEY_DIM * VALUE_DIM) + h_tile
+        tl.store(h_ptr, s_lo.to(H_BUF.dtype.element_ty))
+        tl.store(h_ptr + HALF * VALUE_DIM, s_hi.to(H_BUF.dtype.element_ty))
+        # -- u^T = U^T - S^T W^T, stored over U ----
+        u = tl.trans(U_DESC.load([c0, hv, v0]).reshape(CHUNK, BLOCK_V))
+        w_lo = W_DESC.load([c0, hv, 0]).reshape(CHUNK, HALF)
+        w_hi = W_DESC.load([c0, hv, HALF]).reshape(CHUNK, HALF)
+        u -= tl.dot(_tf32(s_lo), tl.trans(w_lo))
+        u -= tl.dot(_tf32(s_hi), tl.trans(w_hi))
+        tl.store(U_BUF + head_rows[None, :] * VALUE_DIM + vs[:, None], u, mask=rmask[None, :])
+        # -- S^T = gamma_C S^T + (u^T exp(G_C - G) / ||k||) K, K exact (the stored keys) ----
+        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
+        k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+        u_in = tl.where(rmask[None, :], u * (k_row * tl.exp(cum_last - cum))[None, :], 0.0)
+        # a power of two a row: its largest |entry| to [1, 2), so 16-bit parts cannot overflow
+        exponent = tl.max(tl.abs(u_in), axis=1).to(tl.int32, bitcast=True) & 0x7F800000
+        exponent = tl.minimum(tl.maximum(exponent, 0x00800000), 0x7E800000)  # 2^-126 .. 2^126
+        row_scale = exponent.to(tl.float32, bitcast=True)
+        inv_scale = (0x7F000000 - exponent).to(tl.float32, bitcast=True)  # exactly 1 / row_scale
+        u_hi, u_lo = _split16(u_in * inv_scale[:, None], K_DESC.dtype)
+        k_lo = K_DESC.load([c0, kh, 0]).reshape(CHUNK, HALF)
+        k_hi = K_DESC.load([c0, kh, HALF]).reshape(CHUNK, HALF)
+        decay = tl.exp(cum_last)
+        d_lo = tl.dot(u_hi, k_lo) + tl.dot(u_lo, k_lo)
+        d_hi = tl.dot(u_hi, k_hi) + tl.dot(u_lo, k_hi)
+        s_lo = s_lo * decay + d_lo * row_scale[:, None]
+        s_hi = s_hi * decay + d_hi * row_scale[:, None]
+        chunk += 1
+    tl.store(pool, s_lo.to(STATE.dtype.element_ty), mask=slot > 0)
+    tl.store(pool + HALF, s_hi.to(STATE.dtype.element_ty), mask=slot > 0)
 
 
 @triton.jit

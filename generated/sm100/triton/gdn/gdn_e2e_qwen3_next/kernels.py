@@ -20,7 +20,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "9fd33a7a3468bf59472818051b4ca5a53bab2b2654d1825d14e3d94e12c930e2"
+LIBRARY_SHA256 = "1300707424d3f2fde69cb6a0cbeaa8f45b0c868de1fceb75d1f6a4dbe08020e1"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
@@ -57,6 +57,8 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         output_block_v=64,
         output_num_warps=4,
         chunk_state_bits=16,
+        state_transposed=0,
+        state_t_min_programs=74,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
@@ -86,6 +88,8 @@ CONFIGS: dict[str, GdnTritonConfig] = {
         output_block_v=64,
         output_num_warps=4,
         chunk_state_bits=16,
+        state_transposed=0,
+        state_t_min_programs=74,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
