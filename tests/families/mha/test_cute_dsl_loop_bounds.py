@@ -73,7 +73,7 @@ CASES = list(
         (128, 192),  # query rows per CTA (192: three consumer warpgroups, an sm90 candidate)
         (False, True),  # causal
         (None, 0, 1, 63, 100, 256, 1000),  # window_left
-        (64, 128),  # tile_n
+        (64, 80, 128),  # tile_n (80: the d 256 cache-free prefill's)
         (1, 2, 4, 8),  # GQA rows packed per token
     )
 )

@@ -22,6 +22,7 @@ TUNING_VALUES: dict[str, Int] = {
     "fwd_tile_m": Int(128, 192),
     "fwd_paged_tile_m": Int(128, 192),
     "fwd_tile_n": Int(64, 128, power_of_two=True),
+    "fwd_prefill_tile_n": Int(64, 128, choices=(64, 80, 96, 112, 128)),
     "fwd_num_stages": Int(1, 4),
     "fwd_intra_wg_overlap": Int(0, 1),
     "fwd_pack_gqa": Int(0, 1),
@@ -35,9 +36,10 @@ assert set(TUNING_VALUES) == set(TUNING_KEYS)
 TUNING_PHASES = phases_by_key(
     TUNING_KEYS,
     {
-        frozenset({Phase.PREFILL}): ("fwd_tile_m",),
+        frozenset({Phase.PREFILL}): ("fwd_tile_m", "fwd_prefill_tile_n"),
         capability.PHASES - {Phase.DECODE, Phase.PREFILL}: ("fwd_paged_tile_m",),
-        capability.PHASES - {Phase.DECODE}: (
+        capability.PHASES
+        - {Phase.DECODE}: (
             "fwd_num_stages",
             "fwd_intra_wg_overlap",
             "fwd_pack_gqa",

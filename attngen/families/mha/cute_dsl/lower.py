@@ -22,7 +22,12 @@ import dataclasses
 
 from attngen.families.mha.cute_dsl.capability import PAGED_PHASES
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
-from attngen.families.mha.cute_dsl.tiles import gqa_packs, sm90_paged_tile_n, sm90_tile_n
+from attngen.families.mha.cute_dsl.tiles import (
+    gqa_packs,
+    sm90_paged_tile_n,
+    sm90_prefill_tile_n,
+    sm90_tile_n,
+)
 from attngen.families.mha.key import MhaKey
 from attngen.library_lowering import plan_module
 from attngen.ir import GraphBuffer, ModulePlan
@@ -64,6 +69,17 @@ def fwd_tile_n(variant: Variant, arch: Arch) -> int:
     return tile
 
 
+def fwd_prefill_tile_n(variant: Variant, arch: Arch) -> int:
+    """Keys per stage of the cache-free prefill: on sm90 the widest multiple of 16 that fits
+    beside its Q tile (``tiles.sm90_prefill_tile_n``: 80 at d 256, where the paged phases
+    keep 64), else the forward's tile."""
+    if arch is Arch.SM90:
+        shape = variant.shape
+        rows = fwd_tile_m(variant, arch)
+        return sm90_prefill_tile_n(shape.head_dim, shape.v_head_dim, FWD_NUM_STAGES, rows)
+    return FWD_TILE_N[arch]
+
+
 def pack_gqa(group: int, arch: Arch) -> bool:
     """Whether the forward packs a GQA group's query heads into one CTA's rows, so that each
     K/V tile brought into shared memory serves the whole group (FA4 packs on sm90 whenever
@@ -99,6 +115,7 @@ def kernel_config(
         fwd_tile_m=fwd_tile_m(variant, arch),
         fwd_paged_tile_m=FWD_TILE_M,
         fwd_tile_n=fwd_tile_n(variant, arch),
+        fwd_prefill_tile_n=fwd_prefill_tile_n(variant, arch),
         fwd_num_stages=FWD_NUM_STAGES,
         fwd_intra_wg_overlap=FWD_INTRA_WG_OVERLAP[arch],
         fwd_pack_gqa=int(pack_gqa(key.gqa_group, arch)),

@@ -32,6 +32,17 @@ def sm90_tile_n(head_dim: int, v_head_dim: int, stages: int = 2) -> int:
     return 128 if fits else 64
 
 
+def sm90_prefill_tile_n(head_dim: int, v_head_dim: int, stages: int, tile_m: int) -> int:
+    """Keys per tile of the sm90 cache-free prefill: the widest multiple of 16 up to 128
+    whose ``stages`` K and V tiles fit beside the ``tile_m``-row Q tile (128 at head dims
+    up to 192 / 128; 80 at 256, FA4's sm90 tile there, where the paged phases' power of two
+    is 64)."""
+    for tile_n in range(128, 63, -16):
+        if sm90_fwd_shared_bytes(head_dim, v_head_dim, tile_n, stages, tile_m) <= SM90_SHARED_BYTES:
+            return tile_n
+    return 64
+
+
 def sm90_paged_tile_n(page_size: int, tile_n: int) -> int:
     """Keys per tile of an sm90 kernel reading a paged cache through TMA, one copy a page:
     the default ``tile_n`` holds whole pages (pages of 16 / 32 / 64 tokens fill a 128-key

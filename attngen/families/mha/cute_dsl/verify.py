@@ -17,6 +17,7 @@ from attngen.ir import ModulePlan, check_plan
 
 WGMMA_ROWS = 64  # rows per consumer warpgroup
 TILE_N = (64, 128)  # keys per stage: the MMA's N (and the page, for extend over large pages)
+PREFILL_TILE_N = (64, 80, 96, 112, 128)  # the cache-free prefill's: no pages to hold
 PAGE_SIZES = (16, 32, 64, 128)  # extend: one TMA copy per page (a tile, part of one, or pages)
 GATHER_PAGE_SIZES = (1, 2, 4, 8)  # extend: K/V rows gathered with cp.async
 
@@ -41,6 +42,9 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
                             f"<= 64 (got {c.head_dim} / {c.v_head_dim} on {c.arch})")  # fmt: skip
     if c.fwd_tile_n not in TILE_N:
         problems.append(f"fwd_tile_n={c.fwd_tile_n} is not one of {TILE_N}")
+    prefill = "prefill" in phases
+    if prefill and c.fwd_prefill_tile_n not in PREFILL_TILE_N:
+        problems.append(f"fwd_prefill_tile_n={c.fwd_prefill_tile_n} is not one of {PREFILL_TILE_N}")
     page_sizes = PAGE_SIZES + GATHER_PAGE_SIZES
     if paged and c.page_size not in page_sizes:
         problems.append(
@@ -65,8 +69,20 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
                 f"{c.head_dim}/{c.v_head_dim}: {smem} B of shared memory, over sm90's "
                 f"{SM90_SHARED_BYTES}"
             )
+    if c.arch == "sm90" and prefill:
+        smem = sm90_fwd_shared_bytes(
+            c.head_dim, c.v_head_dim, c.fwd_prefill_tile_n, c.fwd_num_stages, c.fwd_tile_m
+        )
+        if smem > SM90_SHARED_BYTES:
+            problems.append(
+                f"fwd_prefill_tile_n={c.fwd_prefill_tile_n} x fwd_num_stages={c.fwd_num_stages}"
+                f" at head dims {c.head_dim}/{c.v_head_dim}: {smem} B of shared memory, over "
+                f"sm90's {SM90_SHARED_BYTES}"
+            )
     if c.arch == "sm100" and c.fwd_tile_n != 64:
         problems.append(f"fwd_tile_n={c.fwd_tile_n}: sm100 rows of S hold 64 keys (128 spill)")
+    if c.arch == "sm100" and prefill and c.fwd_prefill_tile_n != 64:
+        problems.append(f"fwd_prefill_tile_n={c.fwd_prefill_tile_n}: sm100 rows of S hold 64 keys")
     kv_bytes = 1 if c.kv_dtype.startswith("float8") else 2
     if c.arch == "sm100":
         stages = max(c.fwd_num_stages, c.decode_num_stages if "decode" in phases else 0)

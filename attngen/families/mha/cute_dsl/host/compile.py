@@ -42,7 +42,7 @@ def fwd_shape(
         head_dim=config.head_dim,
         v_head_dim=config.v_head_dim,
         tile_m=config.fwd_paged_tile_m if paged else config.fwd_tile_m,
-        tile_n=config.fwd_tile_n,
+        tile_n=config.fwd_tile_n if paged else config.fwd_prefill_tile_n,
         num_stages=config.fwd_num_stages,
         causal=hooks.causal and not tree,
         window_left=hooks.window_left,

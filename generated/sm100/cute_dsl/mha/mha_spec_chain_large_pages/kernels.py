@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm100"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "4fd3998cef763c9b717e896b116a992454ade377723a339c9785b86b0fbfc67b"
+LIBRARY_SHA256 = "2013ccba6015718304839def51b39cec30daf2ed1a44989150a5a80184b30431"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -73,6 +73,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d128_g4_ps128_bf16_causal_topk1": MhaCuteConfig(
         uri="d128_g4_ps128_bf16_causal_topk1",
@@ -89,6 +90,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d128_g8_ps64_bf16_causal_topk1": MhaCuteConfig(
         uri="d128_g8_ps64_bf16_causal_topk1",
@@ -105,6 +107,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d128_g8_ps128_bf16_causal_topk1": MhaCuteConfig(
         uri="d128_g8_ps128_bf16_causal_topk1",
@@ -121,6 +124,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
 }
 

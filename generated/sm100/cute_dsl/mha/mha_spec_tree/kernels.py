@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm100"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "4fd3998cef763c9b717e896b116a992454ade377723a339c9785b86b0fbfc67b"
+LIBRARY_SHA256 = "2013ccba6015718304839def51b39cec30daf2ed1a44989150a5a80184b30431"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -74,6 +74,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d64_g8_ps16_bf16_custom_topk4": MhaCuteConfig(
         uri="d64_g8_ps16_bf16_custom_topk4",
@@ -90,6 +91,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d64_g8_ps64_bf16_custom_topk4": MhaCuteConfig(
         uri="d64_g8_ps64_bf16_custom_topk4",
@@ -106,6 +108,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d64_g8_ps1_fp16_custom_topk4": MhaCuteConfig(
         uri="d64_g8_ps1_fp16_custom_topk4",
@@ -122,6 +125,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d64_g8_ps16_fp16_custom_topk4": MhaCuteConfig(
         uri="d64_g8_ps16_fp16_custom_topk4",
@@ -138,6 +142,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d64_g8_ps64_fp16_custom_topk4": MhaCuteConfig(
         uri="d64_g8_ps64_fp16_custom_topk4",
@@ -154,6 +159,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d128_g8_ps1_bf16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps1_bf16_custom_topk4",
@@ -170,6 +176,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d128_g8_ps16_bf16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps16_bf16_custom_topk4",
@@ -186,6 +193,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d128_g8_ps64_bf16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps64_bf16_custom_topk4",
@@ -202,6 +210,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d128_g8_ps1_fp16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps1_fp16_custom_topk4",
@@ -218,6 +227,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d128_g8_ps16_fp16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps16_fp16_custom_topk4",
@@ -234,6 +244,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
     "d128_g8_ps64_fp16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps64_fp16_custom_topk4",
@@ -250,6 +261,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_m=128,
         fwd_tile_n=64,
         fwd_num_stages=2,
+        fwd_prefill_tile_n=64,
     ),
 }
 
