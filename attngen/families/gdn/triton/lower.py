@@ -32,9 +32,11 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
     32 heads: 64, reading W and KT a quarter as often; sm_80 and sm_100a: up to 32, 64
     spilled), 4 warps up to 32 values and 8 at 64, W, KT and U loaded two steps ahead at 16
     values (H200, 1 x 32k: 783 us, one step ahead 1123) and one step ahead at wider blocks
-    (two would overflow shared memory); on sm_90a instead the transposed-state kernel
-    (``state_transposed``: S^T in registers as both wgmmas' left operand, 64-value blocks,
-    TMA loads; 246 registers, no spill); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4
+    (two would overflow shared memory); on sm_90a, for batches of at least half an SM's
+    worth of 64-value programs, the transposed-state kernel instead (``state_transposed``:
+    S^T in registers as both wgmmas' left operand, 64-value blocks, TMA loads three stages
+    deep; 255 registers, no spill; H100, fc938f6: 4 x 8k x 16 heads 490 us against 792,
+    8 x 4k x 32 heads 970 against 1157, but 1 x 32k x 16 heads 1968 against 768); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4
     spilled); the per-chunk states in the activation dtype (bf16 operands of Q S0). Conv
     prefill: 16 tokens x 64 channels (32 x 128 spilled on sm_90a)."""
     return {
