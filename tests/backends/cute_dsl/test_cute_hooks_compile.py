@@ -18,7 +18,7 @@ def _config(head_dim: int, page: int, arch: str, tile_n: int, overlap: int) -> M
         uri=f"d{head_dim}_ps{page}", head_dim=head_dim, v_head_dim=head_dim, gqa_group=8,
         page_size=page, dtype="bfloat16", kv_dtype="bfloat16", kv_scale="none", spec_topk=0,
         num_draft_tokens=0, arch=arch, fwd_tile_m=128, fwd_tile_n=tile_n, fwd_num_stages=2,
-        fwd_intra_wg_overlap=overlap,
+        fwd_intra_wg_overlap=overlap, fwd_prefill_tile_n=tile_n,
     )  # fmt: skip
 
 
