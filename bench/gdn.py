@@ -30,7 +30,6 @@ import datetime
 import importlib
 import json
 import os
-import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -330,12 +329,10 @@ def main() -> int:
 
     import triton
 
-    commit = (
-        os.environ.get("ATTNGEN_COMMIT")
-        or subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
-    )
+    sys.path.insert(0, str(ROOT))
+    from bench.run import tree_commit
+
+    commit = os.environ.get("ATTNGEN_COMMIT") or tree_commit()
     rows = {"prefill": [], "decode": [], "sweep": []}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -824,9 +824,19 @@ def environment(args, fa4_version: str) -> dict:
 def commit_id(args) -> str:
     if args.commit or os.environ.get("ATTNGEN_COMMIT"):
         return args.commit or os.environ["ATTNGEN_COMMIT"]
+    return tree_commit()
+
+
+def tree_commit() -> str:
+    """HEAD's short sha, with "+dirty" where tracked files differ from it (a copied tree
+    whose .git is older than its files reads as dirty, not as that older commit: pass
+    ATTNGEN_COMMIT there); "unknown" without git."""
     try:  # .git may be missing where the bench runs
-        cmd = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
-        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+        git = ["git", "-C", str(ROOT)]
+        run = dict(capture_output=True, text=True, check=True)
+        sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], **run).stdout.strip()
+        changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], **run)
+        return sha + ("+dirty" if changed.stdout.strip() else "")
     except Exception:
         return "unknown"
 
