@@ -56,3 +56,16 @@ def test_state_tiles_that_cannot_run_are_refused(overrides: dict, problem: str) 
     assert any(problem in p for p in problems), problems
     assert not config_problems(kernel_config(base_variant(), Arch.SM90))
     assert not miscompiled(kernel_config(base_variant(), Arch.SM90))
+
+
+@pytest.mark.parametrize("arch", [Arch.SM80, Arch.SM100])
+def test_transposed_state_kernel_is_refused_off_sm90(arch: Arch) -> None:
+    """A spec's tuning asking sm80 / sm100 for the sm90-only transposed-state kernel is
+    refused at planning, naming the key; their own defaults do not ask for it."""
+    from attngen.families.gdn.triton.lower import kernel_config
+    from attngen.families.gdn.triton.verify import arch_problems
+
+    asked = kernel_config(base_variant(), arch, {"state_transposed": 1})
+    assert any("state_transposed=1" in p for p in arch_problems(asked, arch))
+    assert not arch_problems(kernel_config(base_variant(), arch), arch)
+    assert not arch_problems(kernel_config(base_variant(), Arch.SM90), Arch.SM90)

@@ -71,8 +71,17 @@ def miscompiled(c: GdnTritonConfig) -> list[str]:
 # AOT compile check's (evidence/compile/triton: 216 KB at 16 values on sm_90a).
 
 
+def arch_problems(c: GdnTritonConfig, arch: Arch) -> list[str]:
+    """What only sm90 runs: the transposed-state kernel (wgmma register operands, TMA
+    descriptors; sm_80 has neither, and on sm_100a it is neither compiled nor run here)."""
+    if c.state_transposed and arch is not Arch.SM90:
+        return [f"{c.uri}: state_transposed=1: the transposed-state kernel is sm90's"]
+    return []
+
+
 def verify_plan(plan: ModulePlan) -> None:
     problems = [p for k in plan.kernels for p in config_problems(k.config)]
+    problems += [p for k in plan.kernels for p in arch_problems(k.config, plan.arch)]
     if plan.arch is Arch.SM90:
         problems += [p for k in plan.kernels for p in miscompiled(k.config)]
     check_plan(plan, problems)
