@@ -158,9 +158,10 @@ def oracle_errors(x: dict, length: int, out, fla_out, state, fla_state) -> dict:
     }
 
 
-def prefill_case(
-    mod, fla_chunk, bs: int, length: int, heads: int, tiles=None, oracle: bool = False
-) -> dict:
+def prefill_runner(mod, bs: int, length: int, heads: int, tiles=None):
+    """attngen's side of a prefill case: (run, buffers) for ``bs`` requests of ``length``
+    tokens and ``heads`` value heads (GVA 1), no initial state, each final state into its
+    pool slot; buffers holds the inputs ``x``, ``out``, ``pool`` and ``qsl``."""
     cfg = dataclasses.replace(config_for(mod, 1), **(tiles or {}))
     n = bs * length
     x = inputs(n, heads, heads)
@@ -191,7 +192,16 @@ def prefill_case(
             scale=DIM**-0.5,
         )
 
-    cu = qsl.to(torch.int64)
+    return ours, dict(x=x, out=out, pool=pool, qsl=qsl)
+
+
+def prefill_case(
+    mod, fla_chunk, bs: int, length: int, heads: int, tiles=None, oracle: bool = False
+) -> dict:
+    ours, buffers = prefill_runner(mod, bs, length, heads, tiles)
+    x, out, pool, n = buffers["x"], buffers["out"], buffers["pool"], bs * length
+    gates = dict(A_log=x["A_log"], dt_bias=x["dt_bias"])
+    cu = buffers["qsl"].to(torch.int64)
 
     def theirs():
         return fla_chunk(
