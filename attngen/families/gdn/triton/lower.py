@@ -36,9 +36,10 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
     worth of 64-value programs, the transposed-state kernel instead (``state_transposed``:
     S^T in registers as both wgmmas' left operand, 64-value blocks, TMA loads three stages
     deep; 255 registers, no spill; H100, fc938f6: 4 x 8k x 16 heads 490 us against 792,
-    8 x 4k x 32 heads 970 against 1157, but 1 x 32k x 16 heads 1968 against 768); output on [chunk, 64] tiles, 4 warps (sm_80: 8; 4
-    spilled); the per-chunk states in the activation dtype (bf16 operands of Q S0). Conv
-    prefill: 16 tokens x 64 channels (32 x 128 spilled on sm_90a)."""
+    8 x 4k x 32 heads 970 against 1157, but 1 x 32k x 16 heads 1968 against 768); output
+    on [chunk, 64] tiles, 4 warps (sm_80: 8; 4 spilled); the per-chunk states in the
+    activation dtype (bf16 operands of Q S0). Conv prefill: 16 tokens x 64 channels (32 x
+    128 spilled on sm_90a)."""
     return {
         "decode_block_v": 8,
         "decode_tiles": 1,

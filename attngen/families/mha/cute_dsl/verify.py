@@ -60,29 +60,23 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
         problems.append(
             f"page_size={c.page_size} and fwd_tile_n={c.fwd_tile_n}: neither divides the other"
         )
-    if c.arch == "sm90":
-        rows = max((tile_m for _, tile_m in tile_rows(c, phases)), default=2 * WGMMA_ROWS)
-        smem = sm90_fwd_shared_bytes(c.head_dim, c.v_head_dim, c.fwd_tile_n, c.fwd_num_stages, rows)
-        if smem > SM90_SHARED_BYTES:
-            problems.append(
-                f"fwd_tile_n={c.fwd_tile_n} x fwd_num_stages={c.fwd_num_stages} at head dims "
-                f"{c.head_dim}/{c.v_head_dim}: {smem} B of shared memory, over sm90's "
-                f"{SM90_SHARED_BYTES}"
-            )
-    if c.arch == "sm90" and prefill:
-        smem = sm90_fwd_shared_bytes(
-            c.head_dim, c.v_head_dim, c.fwd_prefill_tile_n, c.fwd_num_stages, c.fwd_tile_m
-        )
-        if smem > SM90_SHARED_BYTES:
-            problems.append(
-                f"fwd_prefill_tile_n={c.fwd_prefill_tile_n} x fwd_num_stages={c.fwd_num_stages}"
-                f" at head dims {c.head_dim}/{c.v_head_dim}: {smem} B of shared memory, over "
-                f"sm90's {SM90_SHARED_BYTES}"
-            )
-    if c.arch == "sm100" and c.fwd_tile_n != 64:
-        problems.append(f"fwd_tile_n={c.fwd_tile_n}: sm100 rows of S hold 64 keys (128 spill)")
-    if c.arch == "sm100" and prefill and c.fwd_prefill_tile_n != 64:
-        problems.append(f"fwd_prefill_tile_n={c.fwd_prefill_tile_n}: sm100 rows of S hold 64 keys")
+    # keys per stage beside the query rows they share shared memory with: every phase's tile
+    # (with the widest rows) and the cache-free prefill's own
+    rows = max((tile_m for _, tile_m in tile_rows(c, phases)), default=2 * WGMMA_ROWS)
+    key_tiles = [("fwd_tile_n", c.fwd_tile_n, rows)]
+    if prefill:
+        key_tiles.append(("fwd_prefill_tile_n", c.fwd_prefill_tile_n, c.fwd_tile_m))
+    for name, tile_n, tile_m in key_tiles:
+        if c.arch == "sm90":
+            smem = sm90_fwd_shared_bytes(c.head_dim, c.v_head_dim, tile_n, c.fwd_num_stages, tile_m)
+            if smem > SM90_SHARED_BYTES:
+                problems.append(
+                    f"{name}={tile_n} x fwd_num_stages={c.fwd_num_stages} at head dims "
+                    f"{c.head_dim}/{c.v_head_dim}: {smem} B of shared memory, over sm90's "
+                    f"{SM90_SHARED_BYTES}"
+                )
+        elif c.arch == "sm100" and tile_n != 64:
+            problems.append(f"{name}={tile_n}: sm100 rows of S hold 64 keys (128 spill)")
     kv_bytes = 1 if c.kv_dtype.startswith("float8") else 2
     if c.arch == "sm100":
         stages = max(c.fwd_num_stages, c.decode_num_stages if "decode" in phases else 0)
