@@ -103,17 +103,30 @@ def spec_keys() -> tuple[str, ...]:
 
 def section_keys() -> dict[str, list[str]]:
     """Each key of a section -> where it is written (``kv_cache.page_size``; a family's
-    sections say whose), for a key written at the top level."""
-    owners = [(name, cls, "") for name, cls in SECTIONS.items()]
-    for family, fs in family_specs().items():
-        owners += [(name, cls, f" in {family.value} specs") for name, cls in fs.sections.items()]
-    places: dict[str, list[str]] = {}
-    for name, cls, note in owners:
+    sections say whose: ``x.num_heads in a and b specs``), for a key written at the
+    top level."""
+    owners: dict[str, dict[str, list[str]]] = {}  # key -> place -> families (none: all)
+    for name, cls in SECTIONS.items():
         for f in cls.FIELDS:
-            place = f"{name}.{f.key}{note}"
-            if place not in places.setdefault(f.key, []):
-                places[f.key].append(place)
-    return places
+            owners.setdefault(f.key, {}).setdefault(f"{name}.{f.key}", [])
+    for family, fs in family_specs().items():
+        for name, cls in fs.sections.items():
+            for f in cls.FIELDS:
+                owners.setdefault(f.key, {}).setdefault(f"{name}.{f.key}", []).append(
+                    family.value
+                )
+    return {
+        key: [
+            place + (f" in {_and(families)} specs" if families else "")
+            for place, families in places.items()
+        ]
+        for key, places in owners.items()
+    }
+
+
+def _and(words: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(w for w in (", ".join(words[:-1]), words[-1]) if w)
 
 
 def _read_spec(node: yaml.Node, path: str, sha: str) -> Spec:

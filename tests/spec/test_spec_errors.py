@@ -35,6 +35,11 @@ EXPECTED = {
     "dsa_sm80_bf16_index": (
         "tests/spec/bad_specs/dsa_sm80_bf16_index.yaml:15: targets.triton: no target lowers variant r512_rope64_h16_ix64x128bf16_top2048_ps64_bf16_causal: dsa.index_dtype bf16 needs no fp8, but DSA is not lowered for sm80 yet (its Triton kernels are tiled and compile-checked for sm90 and sm100 only) (triton sm80; lowered on: triton sm90, triton sm100)"
     ),
+    "dsa_num_heads_top_level": (
+        "tests/spec/bad_specs/dsa_num_heads_top_level.yaml:10: num_heads: unknown key (allowed: "
+        "name, family, description, phases, dtype, mla, dsa, gdn, heads, kv_cache, mask, "
+        "speculative, targets, tuning); it is written as mla.num_heads in mla and dsa specs"
+    ),
     "dsa_topk": (
         "tests/spec/bad_specs/dsa_topk.yaml:10: dsa.index_topk: 3000 is not allowed: expected an integer in 64..8192 and a power of two"
     ),
