@@ -157,10 +157,14 @@ def lowerings() -> Mapping[tuple[Family, Backend], Lowering]:
 
 
 def families() -> Mapping[Family, FamilyInfo]:
+    """In the vocabulary's order (``Family``), whatever order their packages were imported
+    in: messages and docs list them."""
     load()
-    return dict(_FAMILIES)
+    return {f: _FAMILIES[f] for f in Family if f in _FAMILIES}
 
 
 def backends() -> Mapping[Backend, BackendInfo]:
+    """In the vocabulary's order (``Backend``), whatever order their packages were imported
+    in."""
     load()
-    return dict(_BACKENDS)
+    return {b: _BACKENDS[b] for b in Backend if b in _BACKENDS}

@@ -37,7 +37,7 @@ EXPECTED = {
     ),
     "dsa_num_heads_top_level": (
         "tests/spec/bad_specs/dsa_num_heads_top_level.yaml:10: num_heads: unknown key (allowed: "
-        "name, family, description, phases, dtype, mla, dsa, gdn, heads, kv_cache, mask, "
+        "name, family, description, phases, dtype, heads, mla, gdn, dsa, kv_cache, mask, "
         "speculative, targets, tuning); it is written as mla.num_heads in mla and dsa specs"
     ),
     "dsa_topk": (
