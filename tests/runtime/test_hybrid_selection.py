@@ -444,7 +444,13 @@ def test_make_backend_unknown_spec_lists_the_available_ones() -> None:
     with pytest.raises(AttngenInputError, match="decode_spec is required"):
         make_backend("sm90", None, prefill_spec="mha_gqa_paged")
     gdn = [s for s, where in available_specs("sm90").items() if ("triton", "gdn") in where]
-    assert gdn == ["gdn_e2e_qwen3_next", "gdn_gva1", "gdn_qwen3_next"]
+    assert gdn == [
+        "gdn_e2e_qwen3_5",
+        "gdn_e2e_qwen3_next",
+        "gdn_gva1",
+        "gdn_qwen3_5",
+        "gdn_qwen3_next",
+    ]
     with pytest.raises(AttngenInputError, match="no generated backend on cute_dsl for sm90"):
         make_backend("sm90", "mha_gqa_paged", backend="cute_dsl")
 

@@ -28,8 +28,8 @@ class GdnDims(Section):
         Field("value_dim", Int(16, 256, power_of_two=True), "v head dim", required=True, axis=True),
         Field(
             "v_heads_per_k_head",
-            Int(1, 16, power_of_two=True),
-            "value heads per key head (Qwen3-Next: 2)",
+            Int(1, 16),
+            "value heads per key head (Qwen3-Next: 2, Qwen3.5-27B: 3)",
             required=True,
             axis=True,
         ),

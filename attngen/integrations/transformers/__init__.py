@@ -15,10 +15,10 @@ config whose mask hooks and shapes match what the model passes (``select.py``: s
 window, logit softcap, attention sinks, GQA group, head dims); a layer that no generated
 spec serves fails with what to add. DeepSeek-V3 attention modules (MLA) get a forward that
 runs attngen's absorbed MLA over its latent pool in plain ``generate()`` (``mla.py``);
-Qwen3-Next linear-attention modules (GDN) one that runs attngen's conv and gated delta rule
-over its request state pool (``gdn.py``); DeepSeek-V3.2 attention modules (DSA) one that runs
-attngen's fp8 lightning indexer and sparse MLA with the module's own indexer weights
-(``dsa.py``).
+Qwen3-Next and Qwen3.5 linear-attention modules (GDN) one that runs attngen's conv and gated
+delta rule over its request state pool (``gdn.py``); DeepSeek-V3.2 attention modules (DSA)
+one that runs attngen's fp8 lightning indexer and sparse MLA with the module's own indexer
+weights (``dsa.py``).
 
 The registered mask function does not build a mask: it returns a description of the mask
 transformers asks each layer type for (``masks.py``: causal, a sliding window, a chunk
@@ -67,7 +67,7 @@ class Runtime:
         self.generate = GenerateState(options, int(config.num_hidden_layers))
         self.paged = PagedState(options)
         self.mla = mla.MlaGenerate(options, self.generate)  # DeepSeek-V3 layers (mla.py)
-        self.gdn = gdn.GdnGenerate(options, self.generate)  # Qwen3-Next linear layers (gdn.py)
+        self.gdn = gdn.GdnGenerate(options, self.generate)  # Qwen3-Next, Qwen3.5 linear layers
         self.dsa = dsa.DsaGenerate(options, self.generate)  # DeepSeek-V3.2 layers (dsa.py)
         self.observers: list[Callable[..., None]] = []
         self.mla_observers: list[Callable[..., None]] = []

@@ -1,9 +1,14 @@
-"""Qwen3-Next linear attention (gated delta rule, GDN) on attngen's GDN backends, in plain
-``generate()``.
+"""Qwen3-Next and Qwen3.5 linear attention (gated delta rule, GDN) on attngen's GDN
+backends, in plain ``generate()``.
 
-transformers' ``Qwen3NextGatedDeltaNet`` runs its short causal conv and the gated delta rule
+transformers' ``Qwen3NextGatedDeltaNet``, ``Qwen3_5GatedDeltaNet`` and
+``Qwen3_5MoeGatedDeltaNet`` run their short causal conv and the gated delta rule
 (``torch_chunk_gated_delta_rule`` for prompts, ``torch_recurrent_gated_delta_rule`` for one
-new token) over its own cache. :func:`patch` replaces each such module's ``forward`` (while
+new token) over their own cache. They differ only in their input projections (Qwen3-Next:
+``in_proj_qkvz`` and ``in_proj_ba`` with heads grouped per key head, reordered by
+``fix_query_key_value_ordering``; Qwen3.5: ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``
+and ``in_proj_a``, already in q | k | v order), which :data:`MODULE_CLASSES` maps to one
+function each. :func:`patch` replaces each such module's ``forward`` (while
 the model's attention implementation is ``"attngen"``; any other name runs the original)
 with one that keeps the module's projections, head ordering, gated RMSNorm and output
 projection and hands the rest to a generated GDN backend (:meth:`GdnGenerate.attend`): the
@@ -25,6 +30,7 @@ keep its length).
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +44,31 @@ from attngen.integrations.transformers.select import Choice, best_choice
 
 FAMILY = "gdn"
 NEEDED_PHASES = ("extend", "decode")
-MODULE_CLASSES = ("Qwen3NextGatedDeltaNet",)
+
+
+def _grouped_inputs(module: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Qwen3-Next: the fused projections, heads reordered by the module's own function."""
+    bs, length = hidden.shape[:-1]
+    qkvz = module.in_proj_qkvz(hidden)
+    ba = module.in_proj_ba(hidden)
+    query, key, value, z, b, a = module.fix_query_key_value_ordering(qkvz, ba)
+    mixed = torch.cat([t.reshape(bs, length, -1) for t in (query, key, value)], dim=-1)
+    return mixed, z, b, a
+
+
+def _split_inputs(module: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Qwen3.5 (dense and MoE): one projection each, q | k | v already in channel order."""
+    bs, length = hidden.shape[:-1]
+    z = module.in_proj_z(hidden).reshape(bs, length, -1, module.head_v_dim)
+    return module.in_proj_qkv(hidden), z, module.in_proj_b(hidden), module.in_proj_a(hidden)
+
+
+# module class -> its (pre-conv q | k | v [B, S, C], z [B, S, HV, V], b, a [B, S, HV])
+MODULE_CLASSES = {
+    "Qwen3NextGatedDeltaNet": _grouped_inputs,
+    "Qwen3_5GatedDeltaNet": _split_inputs,
+    "Qwen3_5MoeGatedDeltaNet": _split_inputs,
+}
 
 
 @dataclass(frozen=True)
@@ -63,7 +93,8 @@ class GdnShape:
 def choose_gdn(
     shape: GdnShape, *, arch: str, dtype: torch.dtype, backend: str | None = None
 ) -> Choice:
-    """The generated GDN config serving a Qwen3-Next layer; an error naming what to add."""
+    """The generated GDN config serving a linear-attention layer; an error naming what to
+    add."""
     if shape.num_k_heads < 1 or shape.num_v_heads % shape.num_k_heads:
         raise AttngenInputError(
             f"linear attention: {shape.num_v_heads} value heads are not a multiple of "
@@ -75,7 +106,7 @@ def choose_gdn(
         v_heads_per_k_head=shape.num_v_heads // shape.num_k_heads,
         dtype=str(dtype).removeprefix("torch."),
         conv_kernel=shape.conv_kernel,
-        l2norm=True,  # Qwen3-Next normalizes q and k in the delta rule
+        l2norm=True,  # Qwen3-Next and Qwen3.5 normalize q and k in the delta rule
         spec_topk=0,
     )
     choice = best_choice(arch, FAMILY, want, backend=backend)
@@ -83,8 +114,8 @@ def choose_gdn(
         on = f" on backend {backend}" if backend else ""
         fields = " ".join(f"{k}={v}" for k, v in want.items())
         raise AttngenInputError(
-            f"no generated GDN config{on} for {arch} serves a Qwen3-Next linear-attention "
-            f"layer with {fields}; add a spec (specs/gdn/*.yaml: phases [extend, decode], "
+            f"no generated GDN config{on} for {arch} serves a linear-attention layer with "
+            f"{fields}; add a spec (specs/gdn/*.yaml: phases [extend, decode], "
             "these gdn fields) and run `make generate`"
         )
     return choice
@@ -243,7 +274,8 @@ class GdnGenerate:
 
 
 def patch(model: torch.nn.Module, runtime: Any, name: str) -> int:
-    """Give every Qwen3-Next linear-attention module of ``model`` the attngen forward (used
+    """Give every linear-attention module of ``model`` (:data:`MODULE_CLASSES`) the attngen
+    forward (used
     while the model's attention implementation is ``name``); returns how many."""
     count = 0
     num_layers = _num_layers(model)
@@ -253,8 +285,9 @@ def patch(model: torch.nn.Module, runtime: Any, name: str) -> int:
         original = getattr(module, "_attngen_original_forward", None) or module.forward
         module._attngen_original_forward = original
         module._attngen_config = model.config  # the module keeps no config of its own
+        inputs = MODULE_CLASSES[type(module).__name__]
         module.forward = types.MethodType(
-            _make_forward(original, runtime, name, num_layers), module
+            _make_forward(original, runtime, name, num_layers, inputs), module
         )
         count += 1
     return count
@@ -265,7 +298,9 @@ def _num_layers(model: torch.nn.Module) -> int:
     return int((config or model.config).num_hidden_layers)
 
 
-def _make_forward(original: Any, runtime: Any, name: str, num_layers: int) -> Any:
+def _make_forward(
+    original: Any, runtime: Any, name: str, num_layers: int, inputs: Callable[..., Any]
+) -> Any:
     def forward(
         module: torch.nn.Module,
         hidden_states: torch.Tensor,
@@ -275,19 +310,22 @@ def _make_forward(original: Any, runtime: Any, name: str, num_layers: int) -> An
     ) -> torch.Tensor:
         if module._attngen_config._attn_implementation != name:
             return original(hidden_states, cache_params, attention_mask, **kwargs)
-        return _gdn_forward(module, runtime, hidden_states, num_layers)
+        return _gdn_forward(module, runtime, hidden_states, num_layers, inputs)
 
     return forward
 
 
-def _gdn_forward(module: Any, runtime: Any, hidden: torch.Tensor, num_layers: int) -> torch.Tensor:
-    """The module's own projections and head ordering, attngen's conv + gated delta rule,
-    the module's gated norm and output projection."""
+def _gdn_forward(
+    module: Any,
+    runtime: Any,
+    hidden: torch.Tensor,
+    num_layers: int,
+    inputs: Callable[..., tuple[torch.Tensor, ...]],
+) -> torch.Tensor:
+    """The module's own projections and head ordering (``inputs``), attngen's conv + gated
+    delta rule, the module's gated norm and output projection."""
     bs, length = hidden.shape[:-1]
-    qkvz = module.in_proj_qkvz(hidden)
-    ba = module.in_proj_ba(hidden)
-    query, key, value, z, b, a = module.fix_query_key_value_ordering(qkvz, ba)
-    mixed = torch.cat([t.reshape(bs, length, -1) for t in (query, key, value)], dim=-1)
+    mixed, z, b, a = inputs(module, hidden)
     out = runtime.gdn.attend(module, mixed, a, b, num_layers)  # [B, S, HV, V]
     for observe in runtime.gdn_observers:  # tests: the inputs attngen got and its output
         observe(module, mixed, a, b, out, runtime)

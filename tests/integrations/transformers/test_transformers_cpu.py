@@ -272,6 +272,29 @@ def test_generate_qwen3_next_gdn_interpreter() -> None:
     print(report.line())
 
 
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_generate_qwen3_5_gdn_interpreter(moe: bool) -> None:
+    """Qwen3.5 and Qwen3.5-MoE: their linear-attention modules (separate q | k | v, z, b, a
+    projections; 3 value heads per key head, Qwen3.5-27B's ratio) on attngen's GDN, their
+    gated full-attention layer on attngen's MHA."""
+    case = dataclasses.replace(
+        M.CASES["qwen3_5"],
+        name="tiny_q35" + ("moe" if moe else ""),
+        make_config=lambda: M.qwen3_5_config(hidden=128, vocab=128, moe=moe),
+        prompt_lengths=(70, 20),  # two chunks of 64 for the first row
+        vocab=128,
+    )
+    report = tf_judge.check_generate(case, 16, torch.float16, 7, "cpu", new_tokens=2, **FP16)
+    _assert_ok(report)
+    assert report.layer_calls == 2 * 2  # 2 layers x (prefill + 1 decode step)
+    assert report.choices == [
+        "triton/mha_gqa_paged/d64_g4_ps16_fp16_causal",
+        "triton/gdn_e2e_qwen3_5/k128_v128_gv3_sfp32_fp16_causal",
+    ]
+    assert all(v > M.SENSITIVITY for v in report.sensitivity.values()), report.sensitivity
+    print(report.line())
+
+
 TINY_DEEPSEEK_V32 = dataclasses.replace(
     M.CASES["deepseek_v32"],
     name="tiny_dsv32",

@@ -711,6 +711,63 @@ CASES["qwen3_next"] = Case(
 )
 
 
+# -- Qwen3.5 (GDN linear attention with 3 value heads per key head + gated full attention) ----
+
+
+def qwen3_5_config(hidden: int = 256, vocab: int = VOCAB, moe: bool = False) -> Any:
+    """Qwen3.5 (dense, or MoE with ``moe``): a gated-delta-rule layer of Qwen3.5-27B's shape
+    per key head (K = V = 128, 3 value heads per key head, conv 4; separate q | k | v, z, b,
+    a projections) and a gated full-attention layer (GQA 4, head dim 64)."""
+    from transformers import Qwen3_5MoeTextConfig, Qwen3_5TextConfig
+
+    experts = dict(
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        shared_expert_intermediate_size=64,
+    )
+    return (Qwen3_5MoeTextConfig if moe else Qwen3_5TextConfig)(
+        **_common(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            **(experts if moe else dict(intermediate_size=256)),
+            layer_types=["linear_attention", "full_attention"],
+            linear_num_key_heads=1,
+            linear_num_value_heads=3,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+            linear_conv_kernel_dim=4,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            head_dim=64,
+        )
+    )
+
+
+CASES["qwen3_5"] = Case(
+    "qwen3_5",
+    qwen3_5_config,
+    ("gdn chunked + recurrent, GVA 3", "gdn decay", "gqa 4 (full attention)"),
+    ((16, BF16),),  # the page size is the full-attention layer's only
+    switch_off={"gdn decay": _gdn_decay_off},
+)
+
+
+def _gdn_module_inputs(module: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A GDN module's pre-conv ``q | k | v`` channels, z, b and a, as its own forward
+    computes them (Qwen3-Next's fused projections and head reordering, or Qwen3.5's
+    separate ones)."""
+    bs, length = hidden.shape[:-1]
+    if hasattr(module, "in_proj_qkvz"):
+        q, k, v, z, b, a = module.fix_query_key_value_ordering(
+            module.in_proj_qkvz(hidden), module.in_proj_ba(hidden)
+        )
+        mixed = torch.cat([t.reshape(bs, length, -1) for t in (q, k, v)], dim=-1)
+        return mixed, z, b, a
+    z = module.in_proj_z(hidden).reshape(bs, length, -1, module.head_v_dim)
+    return module.in_proj_qkv(hidden), z, module.in_proj_b(hidden), module.in_proj_a(hidden)
+
+
 def emulate_gdn(model: Any, act: torch.dtype) -> Callable[[], None]:
     """For the emulated run of the logit bound: every GDN layer's inputs to the conv
     (``q | k | v`` channels, ``a``, ``b``), the conv's output and the layer's output rounded
@@ -719,17 +776,14 @@ def emulate_gdn(model: Any, act: torch.dtype) -> Callable[[], None]:
     modules."""
     saved = []
     for module in model.modules():
-        if not (hasattr(module, "A_log") and hasattr(module, "in_proj_qkvz")):
+        if not (hasattr(module, "A_log") and hasattr(module, "conv1d")):
             continue
 
         def forward(hidden_states, cache_params=None, attention_mask=None, _m=module, **kwargs):
             assert cache_params is None, "emulate_gdn serves teacher-forced forwards only"
             hidden = hidden_states
             bs, length = hidden.shape[:-1]
-            q, k, v, z, b, a = _m.fix_query_key_value_ordering(
-                _m.in_proj_qkvz(hidden), _m.in_proj_ba(hidden)
-            )
-            mixed = torch.cat([t.reshape(bs, length, -1) for t in (q, k, v)], dim=-1)
+            mixed, z, b, a = _gdn_module_inputs(_m, hidden)
             keep = torch.ones(bs, length, 1) if attention_mask is None else attention_mask
             keep = keep.reshape(bs, length, 1).to(hidden.device, torch.float32)
             rnd = lambda t: t.float().to(act).float()  # noqa: E731
