@@ -184,18 +184,8 @@ class DsaGenerate:
         kv_lora_rank]`` (normed), ``k_rope [B, 1, S, rope]`` (roped). Returns the attention
         output ``[B, S, H, v_head_dim]`` in the model's dtype."""
         state = self.state
-        fwd = state.forward
-        if fwd is None:
-            raise AttngenInputError(
-                "attngen DSA ran without its mask function: enable attngen with "
-                "attngen.integrations.transformers.enable(model)"
-            )
         bs, heads, q_len, _ = q_nope.shape
-        if (bs, q_len) != (fwd.batch_size, fwd.q_length):
-            raise AttngenInputError(
-                f"query: batch {bs} x {q_len} new positions, but this forward's mask said "
-                f"{fwd.batch_size} x {fwd.q_length}"
-            )
+        fwd = state.current("DSA", "query", bs, q_len)
         shape = MlaShape.of_module(module)
         dtype = self.options.activation_dtype(q_nope.dtype)
         device = q_nope.device

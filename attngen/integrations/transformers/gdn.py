@@ -146,18 +146,8 @@ class GdnGenerate:
         """``mixed_qkv [B, S, 2 H K + HV V]`` (pre-conv q | k | v), ``a``, ``b`` ``[B, S,
         HV]``: the new positions. Returns the gated delta rule's output ``[B, S, HV, V]`` in
         the model's dtype (zeros at pads)."""
-        fwd = self.state.forward
-        if fwd is None:
-            raise AttngenInputError(
-                "attngen GDN ran without its mask function: enable attngen with "
-                "attngen.integrations.transformers.enable(model)"
-            )
         bs, q_len, channels = mixed_qkv.shape
-        if (bs, q_len) != (fwd.batch_size, fwd.q_length):
-            raise AttngenInputError(
-                f"hidden states: batch {bs} x {q_len} new positions, but this forward's mask "
-                f"said {fwd.batch_size} x {fwd.q_length}"
-            )
+        fwd = self.state.current("GDN", "hidden states", bs, q_len)
         shape = GdnShape.of_module(module)
         dtype = self.options.activation_dtype(mixed_qkv.dtype)
         device = mixed_qkv.device

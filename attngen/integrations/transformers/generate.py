@@ -66,6 +66,23 @@ class GenerateState:
 
     # -- per forward ----
 
+    def current(self, who: str, what: str, batch: int, length: int, note: str = "") -> Forward:
+        """This forward, for a layer of kind ``who`` whose ``what`` holds ``batch`` x
+        ``length`` new positions: refused when the mask function did not start one or its
+        mask said another size."""
+        fwd = self.forward
+        if fwd is None:
+            raise AttngenInputError(
+                f"attngen {who} ran without its mask function: enable attngen with "
+                f"attngen.integrations.transformers.enable(model){note}"
+            )
+        if (batch, length) != (fwd.batch_size, fwd.q_length):
+            raise AttngenInputError(
+                f"{what}: batch {batch} x {length} new positions, but this forward's mask said "
+                f"{fwd.batch_size} x {fwd.q_length}"
+            )
+        return fwd
+
     def begin(
         self,
         padding_mask: torch.Tensor | None,
@@ -180,18 +197,8 @@ class GenerateState:
         sinks: torch.Tensor | None,
     ) -> torch.Tensor:
         """One layer's attention of this forward's new tokens; ``[B, Sq, H, Dv]``."""
-        fwd = self.forward
-        if fwd is None:
-            raise AttngenInputError(
-                "attngen attention ran without its mask function: enable attngen with "
-                "attngen.integrations.transformers.enable(model) (it registers both)"
-            )
         bs, heads, q_len, _ = query.shape
-        if (bs, q_len) != (fwd.batch_size, fwd.q_length):
-            raise AttngenInputError(
-                f"query: batch {bs} x {q_len} new positions, but this forward's mask said "
-                f"{fwd.batch_size} x {fwd.q_length}"
-            )
+        fwd = self.current("attention", "query", bs, q_len, " (it registers both)")
         layer_id = self._layer_id(module)
         if layer_id in fwd.attended:
             raise AttngenInputError(
