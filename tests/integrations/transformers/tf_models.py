@@ -596,17 +596,25 @@ def qwen3_next_config(hidden: int = 256, vocab: int = VOCAB) -> Any:
             vocab_size=vocab,
             hidden_size=hidden,
             intermediate_size=256,
-            layer_types=["linear_attention", "full_attention"],
             mlp_only_layers=[0, 1],
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=128,
-            linear_value_head_dim=128,
-            linear_conv_kernel_dim=4,
-            num_attention_heads=8,
-            num_key_value_heads=2,
-            head_dim=64,
+            **_gdn_hybrid(k_heads=2, v_heads=4),
         )
+    )
+
+
+def _gdn_hybrid(k_heads: int, v_heads: int) -> dict[str, Any]:
+    """A linear-attention layer (K = V = 128, conv 4) then a full-attention layer (GQA 4,
+    head dim 64): the layers of the Qwen3-Next and Qwen3.5 test models."""
+    return dict(
+        layer_types=["linear_attention", "full_attention"],
+        linear_num_key_heads=k_heads,
+        linear_num_value_heads=v_heads,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
     )
 
 
@@ -731,15 +739,7 @@ def qwen3_5_config(hidden: int = 256, vocab: int = VOCAB, moe: bool = False) -> 
             vocab_size=vocab,
             hidden_size=hidden,
             **(experts if moe else dict(intermediate_size=256)),
-            layer_types=["linear_attention", "full_attention"],
-            linear_num_key_heads=1,
-            linear_num_value_heads=3,
-            linear_key_head_dim=128,
-            linear_value_head_dim=128,
-            linear_conv_kernel_dim=4,
-            num_attention_heads=8,
-            num_key_value_heads=2,
-            head_dim=64,
+            **_gdn_hybrid(k_heads=1, v_heads=3),
         )
     )
 
