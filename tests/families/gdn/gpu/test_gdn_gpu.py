@@ -6,7 +6,8 @@ kernels module. Checks (bounds: attngen.families.gdn.testing, derived in its doc
 
 - ``extend``: the chunked kernels over ragged batches with lengths 1 .. 32k, half of the
   requests starting from a pool state, key heads such that the value heads are 16 and 32
-  (GVA of the spec), slowly decaying gates (states remember across chunks); then the
+  (GVA of the spec; the nearest multiples below where the GVA divides neither: 15 and 30
+  at GVA 3), slowly decaying gates (states remember across chunks); then the
   backend end to end (conv + GDN) on mixed batches;
 - ``decode``: 200 chained decode steps through the backend, after a prefill, every output
   and the final states checked (the bound grows with the step);
@@ -120,6 +121,7 @@ def kernel_extend(
     cfg, kernels = case.config, case.backend.kernels
     dtype, kd, vd = getattr(torch, cfg.dtype), cfg.key_dim, cfg.value_dim
     hk = num_v_heads // cfg.v_heads_per_k_head
+    assert hk * cfg.v_heads_per_k_head == num_v_heads, "value heads: a multiple of the group"
     n, bs = sum(lens), len(lens)
     q = torch.randn(n, hk, kd, device=DEV).to(dtype)
     k = torch.randn(n, hk, kd, device=DEV).to(dtype)
@@ -188,10 +190,11 @@ def test_extend(case: Case | None, evidence) -> None:
     case = require(case, "extend")
     torch.manual_seed(1)
     worst = {}
-    for hv in (16, 32):
-        batch = LONG_BATCH if hv == 16 else SHORT_BATCH
+    group = case.config.v_heads_per_k_head
+    few, many = (group * (heads // group) for heads in (16, 32))  # 16, 32 (GVA 3: 15, 30)
+    for hv, batch in ((few, LONG_BATCH), (many, SHORT_BATCH)):
         worst[hv] = kernel_extend(case, hv, *batch)
-    worst["corr"] = kernel_extend(case, 16, [2000, 64, 3], [True, False, True], correlated=True)
+    worst["corr"] = kernel_extend(case, few, [2000, 64, 3], [True, False, True], correlated=True)
     rig = rig_for(case, bias=True, slow_decay=True)
     rig.run_extend([1, 2, 3, 4], [300, 1, 64, 129], [False] * 4)
     rig.run_extend([2, 5, 1], [77, 64, 1], [True, False, True])
