@@ -43,7 +43,54 @@ def features() -> tuple[Feature, ...]:
             lambda v: speculative(v, 1),
             phase_checks,
         ),
+        # attngen's own columns: the shapes verified, and graph capture
+        Feature(
+            "gva",
+            "Value heads per key head",
+            fam,
+            lambda v: True,
+            lambda v: v,
+            phase_checks,
+            lambda v: str(_shape(v).v_heads_per_k_head),
+        ),
+        Feature(
+            "head_dim",
+            "Head dims (key/value)",
+            fam,
+            lambda v: True,
+            lambda v: v,
+            phase_checks,
+            lambda v: _head_dims(_shape(v)),
+        ),
+        Feature(
+            "cuda_graph",
+            "CUDA graph (decode)",
+            fam,
+            has_phase(Phase.DECODE),
+            only_phase(Phase.DECODE),
+            lambda v: frozenset({"cuda_graph"}),
+        ),
+        Feature(
+            "cuda_graph_verify",
+            "CUDA graph (verify)",
+            fam,
+            topk_is(lambda k: k >= 1),
+            lambda v: speculative(v, 1),
+            lambda v: frozenset({"cuda_graph_verify"}),
+        ),
     )
+
+
+def _shape(v: Variant) -> GdnShape:
+    assert isinstance(v.shape, GdnShape)
+    return v.shape
+
+
+def _head_dims(shape: GdnShape) -> str:
+    """A head-dims cell value: "128", or "64/128" when the key and value dims differ."""
+    if shape.key_dim == shape.value_dim:
+        return str(shape.key_dim)
+    return f"{shape.key_dim}/{shape.value_dim}"
 
 
 register_family(

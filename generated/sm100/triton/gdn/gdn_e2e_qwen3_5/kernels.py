@@ -8,6 +8,10 @@ Covers (gdn on triton sm100; one line per docs column):
   yes:           Decode
   yes:           Prefill / Extend
   not here:      Spec Decoding (Target Verify) (lowered for this target; not in this spec)
+  yes:           Value heads per key head: 3
+  yes:           Head dims (key/value): 128
+  yes:           CUDA graph (decode)
+  not here:      CUDA graph (verify) (lowered for this target; not in this spec)
 
 decode / extend / target_verify / accept / conv_update / conv_prefill / chunk_plan are the
 library's; pick a config from CONFIGS (see the library for layouts and arguments).

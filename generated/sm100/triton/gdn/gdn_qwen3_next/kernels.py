@@ -8,6 +8,10 @@ Covers (gdn on triton sm100; one line per docs column):
   yes:           Decode
   yes:           Prefill / Extend
   yes:           Spec Decoding (Target Verify)
+  yes:           Value heads per key head: 2
+  yes:           Head dims (key/value): 128
+  yes:           CUDA graph (decode)
+  yes:           CUDA graph (verify)
 
 decode / extend / target_verify / accept / conv_update / conv_prefill / chunk_plan are the
 library's; pick a config from CONFIGS (see the library for layouts and arguments).
