@@ -12,6 +12,7 @@ from attngen.review.variants import VariantKey, change, evidence_of, has_evidenc
 # no evidence > not lowered / not supported.
 RANK = {"verified": 4, "compiles": 2, "no_evidence": 1, "not_lowered": 0, "unsupported": 0}
 EVIDENCE_SYMBOLS = frozenset({"verified", "compiles"})
+NO_CELL = "(no cell)"  # the text of a cell one side of the review lacks
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,8 @@ def _cell_change(
         backend=some["backend"],
         arch=some["arch"],
         column=some["column"],
-        before=before["text"] if before else "(no cell)",
-        after=after["text"] if after else "(no cell)",
+        before=before["text"] if before else NO_CELL,
+        after=after["text"] if after else NO_CELL,
         before_symbol=before["symbol"] if before else "",
         after_symbol=after["symbol"] if after else "",
         loss=loss,

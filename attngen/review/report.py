@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from attngen.emit import docs
-from attngen.review.cells import CellChange, why
+from attngen.review.cells import NO_CELL, CellChange, why
 from attngen.review.compare import Review, SpecChange, review
 from attngen.review.files import (
     DiffSize,
@@ -99,7 +99,10 @@ def mark(symbol: str, text: str) -> str:
 
 
 def detail(text: str) -> str:
-    """A cell's values (head dims, page sizes, ...) without symbol, notes and counts."""
+    """A cell's values (head dims, page sizes, ...) without symbol, notes and counts; none
+    for a cell the other side lacks (a new or removed column or row)."""
+    if text == NO_CELL:
+        return ""
     body = text.split(" ", 1)[1] if " " in text else ""
     return PARTIAL.sub("", NOTE.sub("", body)).strip()
 
@@ -124,7 +127,13 @@ def cell_groups(cells: tuple[CellChange, ...]) -> list[tuple[str, str, str, list
 
 def _column(c: CellChange) -> str:
     old, new = detail(c.before), detail(c.after)
-    return f"{c.column} ({old} → {new})" if old != new and old and new else c.column
+    if old == new:
+        return c.column
+    if old and new:
+        return f"{c.column} ({old} → {new})"
+    if c.before == NO_CELL and new:  # a new column or row: what it shows
+        return f"{c.column} (→ {new})"
+    return c.column
 
 
 def _spec_counts(specs: tuple[SpecChange, ...]) -> str:

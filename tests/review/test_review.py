@@ -437,3 +437,18 @@ def test_broken_working_tree_or_base_is_an_error(repo: Path) -> None:
     assert run.returncode == 2
     assert "computing the model of the working tree failed" in run.stderr
     assert "SyntaxError" in run.stderr and run.stdout == ""
+
+
+def test_a_column_one_side_lacks_names_its_values_once() -> None:
+    """A cell of a new column shows what it holds, not the placeholder's words; a cell
+    whose values moved shows both."""
+    from attngen.review.cells import NO_CELL, CellChange
+    from attngen.review.report import _column
+
+    def cell(before: str, after: str) -> CellChange:
+        return CellChange("T", "triton", "sm90", "GVA", before, after, "", "", False, {}, ())
+
+    assert _column(cell(NO_CELL, "🔨 1, 2, 3")) == "GVA (→ 1, 2, 3)"
+    assert _column(cell("✅ 1, 2", "🔨 1, 2, 3")) == "GVA (1, 2 → 1, 2, 3)"
+    assert _column(cell("✅ 1, 2", NO_CELL)) == "GVA"
+    assert _column(cell("✅ 1, 2", "🔨 1, 2")) == "GVA"
