@@ -13,6 +13,7 @@ from attngen.families.mla import DEEPSEEK_V3, latent_features, latent_variant
 from attngen.registry import FamilyInfo, register_family
 from attngen.spec.enums import DType, Family
 from attngen.families.dsa.spec import PAGE_SIZE, SPEC, DsaShape
+from attngen.families.mla.spec import MlaShape
 from attngen.spec.variant import Variant
 
 
@@ -26,6 +27,11 @@ def arch_limit(variant: Variant, arch: ArchFacts) -> str | None:
     return f"DSA's lightning indexer scores keys in fp8 e4m3, which {arch.arch.value} lacks"
 
 
+def _latent(v: Variant) -> MlaShape:
+    assert isinstance(v.shape, DsaShape)
+    return v.shape.mla
+
+
 def base_variant() -> Variant:
     """DeepSeek-V3.2 at 16 heads, bf16 latent, 64-token pages (the only page size)."""
     plain = latent_variant(Family.DSA, DsaShape(DEEPSEEK_V3, 64, 128, 2048))
@@ -35,7 +41,7 @@ def base_variant() -> Variant:
 register_family(
     FamilyInfo(
         Family.DSA,
-        lambda: latent_features(Family.DSA),
+        lambda: latent_features(Family.DSA, _latent),
         base_variant,
         SPEC,
         arch_limit=arch_limit,

@@ -5,6 +5,8 @@ Lowered in Triton (attngen/families/mla/triton/); other backends report "not low
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from attngen.features import Feature, has_phase, kv_cache_columns, only_phase, phase_checks
 from attngen.features import plain_variant
 from attngen.registry import FamilyInfo, register_family
@@ -21,8 +23,10 @@ def latent_variant(family: Family, shape: Shape) -> Variant:
     return plain_variant(family, shape)
 
 
-def latent_features(family: Family) -> tuple[Feature, ...]:
-    """The reference doc's MLA columns (shared by DSA, whose attention is sparse MLA)."""
+def latent_features(family: Family, latent: Callable[[Variant], MlaShape]) -> tuple[Feature, ...]:
+    """The reference doc's MLA columns (shared by DSA, whose attention is sparse MLA), then
+    attngen's: the query heads per rank verified, and decode under CUDA graphs. ``latent``:
+    a variant's MLA shape."""
     return tuple(
         kv_cache_columns(family)
         + [
@@ -42,14 +46,36 @@ def latent_features(family: Family) -> tuple[Feature, ...]:
                 only_phase(Phase.EXTEND),
                 phase_checks,
             ),
+            Feature(
+                "heads",
+                "Heads (per rank)",
+                family,
+                lambda v: True,
+                lambda v: v,
+                phase_checks,
+                lambda v: str(latent(v).num_heads),
+            ),
+            Feature(
+                "cuda_graph",
+                "CUDA graph (decode)",
+                family,
+                has_phase(Phase.DECODE),
+                only_phase(Phase.DECODE),
+                lambda v: frozenset({"cuda_graph"}),
+            ),
         ]
     )
+
+
+def _latent(v: Variant) -> MlaShape:
+    assert isinstance(v.shape, MlaShape)
+    return v.shape
 
 
 register_family(
     FamilyInfo(
         Family.MLA,
-        lambda: latent_features(Family.MLA),
+        lambda: latent_features(Family.MLA, _latent),
         lambda: latent_variant(Family.MLA, DEEPSEEK_V3),
         SPEC,
         title="MLA backends",

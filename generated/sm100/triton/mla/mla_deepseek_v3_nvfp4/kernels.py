@@ -12,6 +12,8 @@ Covers (mla on triton sm100; one line per docs column):
   not here:      Spec topk>1 (lowered for this target; not in this spec)
   yes:           Decode
   yes:           Chunked Prefix Cache (extend)
+  yes:           Heads (per rank): 16, 128
+  yes:           CUDA graph (decode)
 
 absorbed / ragged / merge_state / absorbed_workspace / compile_specs are the library's;
 pick a config from CONFIGS (see the library for layouts and arguments).

@@ -12,6 +12,8 @@ Covers (dsa on triton sm90; one line per docs column):
   not lowered:   Spec topk>1 (DSA verifies draft chains (topk 1) only)
   yes:           Decode
   yes:           Chunked Prefix Cache (extend)
+  yes:           Heads (per rank): 16, 64, 128
+  yes:           CUDA graph (decode)
 
 indexer_logits(_ragged) / topk / sparse_mla / sparse_workspace / compile_specs are the
 library's;
