@@ -96,6 +96,15 @@ def test_decode(heads, page_size, evidence):
     )
     check_close(out.view(64, heads, 512), oracle(r, rb, q, True)[0], BF16, "decode B64")
     evidence.record(r.backend.kernels, r.backend.config.uri, "decode")
+    _decode_graphs(r, heads, evidence)
+
+
+def _decode_graphs(r, heads: int, evidence) -> None:
+    """Decode captured once at 8 rows and replayed over 24 batches (sizes 1..8, lengths up
+    to 5000), each against the oracle: the matrix's CUDA graph (decode) column."""
+    r.backend.init_cuda_graph_state(max_bs=8, max_num_tokens=8)
+    _graph_replays(r, heads, ForwardMode.DECODE, 1, 8)
+    evidence.record(r.backend.kernels, r.backend.config.uri, "cuda_graph")
 
 
 # kv: (spec, pool dtype, per-tensor / global scale, bound of the RMS error vs bf16)
@@ -147,6 +156,7 @@ def test_decode_quantized(kv, heads, page_size, evidence):
         "quantized_vs_bf16",
         rms_error=round(float(err / rms), 4),
     )
+    _decode_graphs(r8, heads, evidence)
 
 
 def _absorbed_extend(r, heads, prefix, ext, what, **batch_kw):
