@@ -4,7 +4,7 @@
     python examples/transformers_generate.py                      # random Llama-3-style model
     python examples/transformers_generate.py --model PATH_OR_ID   # a checkpoint, if reachable
     python examples/transformers_generate.py --page-size 16 --kv-cache-dtype fp8_e4m3
-    python examples/transformers_generate.py --config deepseek_v3   # MLA (or qwen3_next: GDN)
+    python examples/transformers_generate.py --config deepseek_v3   # MLA (qwen3_next, qwen3_5: GDN)
     python examples/transformers_generate.py --config deepseek_v32 --prompt-tokens 4096  # DSA
 
 Without ``--model`` (no hub access needed) it builds a random-weight model from a config: the
@@ -33,9 +33,11 @@ KV_DTYPES = {"auto": None, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.fl
 def random_config(name: str):
     """Random-weight configs: Llama-3-style GQA, DeepSeek-V3 (MLA at DeepSeek's dims, 16
     heads per rank, dense MLPs), DeepSeek-V3.2 (the same MLA plus its indexer, 64 heads x
-    128, top-2048: sparse once prompts pass 2048 tokens) and Qwen3-Next (3 GDN layers of
-    its dims per full-attention layer, dense MLPs)."""
+    128, top-2048: sparse once prompts pass 2048 tokens), Qwen3-Next (3 GDN layers of its
+    dims per full-attention layer, dense MLPs) and Qwen3.5 (3 GDN layers of Qwen3.5-27B's
+    16 key / 48 value heads per full-attention layer of head dim 256, GQA 4)."""
     from transformers import DeepseekV3Config, DeepseekV32Config, LlamaConfig, Qwen3NextConfig
+    from transformers import Qwen3_5TextConfig
 
     common = dict(vocab_size=32000, pad_token_id=0, bos_token_id=None, eos_token_id=None)
     if name in ("deepseek_v3", "deepseek_v32"):
@@ -71,6 +73,21 @@ def random_config(name: str):
             num_attention_heads=16,
             num_key_value_heads=4,
             head_dim=128,
+            **common,
+        )
+    if name == "qwen3_5":
+        return Qwen3_5TextConfig(
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=8,
+            layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 2,
+            linear_num_key_heads=16,
+            linear_num_value_heads=48,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            head_dim=256,
             **common,
         )
     return LlamaConfig(  # Llama-3-8B's attention shape, fewer and narrower layers
@@ -130,7 +147,7 @@ def main() -> int:
     parser.add_argument("--model", help="a checkpoint path or hub id (default: random weights)")
     parser.add_argument(
         "--config",
-        choices=("llama", "deepseek_v3", "deepseek_v32", "qwen3_next"),
+        choices=("llama", "deepseek_v3", "deepseek_v32", "qwen3_next", "qwen3_5"),
         default="llama",
         help="the random-weight model without --model (deepseek_v3: MLA; deepseek_v32: DSA; "
         "qwen3_next: GDN)",
