@@ -364,17 +364,18 @@ def extend(
     u_buf = torch.empty((n, hv, vd), **f32)  # U, then u (the state kernel writes it over U)
     h_buf = torch.empty((nc, hv, kd, vd), dtype=h_dtype, device=dev)  # chunks' first states
     t_buf = torch.empty((n, hv, config.chunk_size), **f32)
-    g_buf, beta_buf, qs_buf, kn_buf = (torch.empty((n, hv), **f32) for _ in range(4))
+    # per-row vectors head-major ([HV, N]): a chunk's values of one head are contiguous
+    g_buf, beta_buf, qs_buf, kn_buf = (torch.empty((hv, n), **f32) for _ in range(4))
     chunks = [plan.chunk_seq, plan.chunk_start, query_start_loc]
     args = [q, k, a, b, A_log, dt_bias, *chunks, g_buf, beta_buf, qs_buf, kn_buf, t_buf]
-    args += [scale, *_rows_of(q), *_rows_of(k), a.stride(0), b.stride(0), hv]
+    args += [scale, *_rows_of(q), *_rows_of(k), a.stride(0), b.stride(0), hv, n]
     _launch(chunk_prepare_kernel, (nc, hv), args, prepare_options(config))
     args = [k, v, *chunks, g_buf, beta_buf, kn_buf, t_buf, w_buf, u_buf, kt_buf]
-    args += [*_rows_of(k), *_rows_of(v), hv]
+    args += [*_rows_of(k), *_rows_of(v), hv, n]
     products = 2 if transposed else 3  # W, U (and KT)
     _launch(chunk_wu_kernel, (nc, hv, products), args, wu_options(config))
     tail = [g_buf, kn_buf, h_buf, ssm_states, cache_indices, has_initial_state]
-    tail += [query_start_loc, plan.seq_first_chunk, ssm_states.stride(0), ssm_states.stride(1), hv]
+    tail += [query_start_loc, plan.seq_first_chunk, *ssm_states.stride()[:2], hv, n]
     if transposed:
         boxes = state_t_descriptor_blocks(config)
         descs = [
@@ -389,7 +390,7 @@ def extend(
         args = [w_buf, u_buf, kt_buf, *tail]
         _launch(chunk_state_kernel, (vd // block_v, bs, hv), args, state_options(config, block_v))
     args = [q, k, u_buf, g_buf, qs_buf, kn_buf, h_buf, *chunks, out]
-    args += [*_rows_of(q), *_rows_of(k), *_rows_of(out), hv]
+    args += [*_rows_of(q), *_rows_of(k), *_rows_of(out), hv, n]
     grid = (nc, hv, vd // config.output_block_v)
     _launch(chunk_output_kernel, grid, args, output_options(config))
     return out

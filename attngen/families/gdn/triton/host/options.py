@@ -110,11 +110,16 @@ def state_options(config: GdnTritonConfig, block_v: int) -> dict[str, object]:
     }
 
 
+def state_t_block_v(config: GdnTritonConfig) -> int:
+    """Rows of S^T per program of the transposed-state kernel."""
+    return min(STATE_T_BLOCK_V, config.value_dim)
+
+
 def state_transposed_for(config: GdnTritonConfig, requests: int, v_heads: int) -> bool:
     """Whether a batch runs the transposed-state kernel: allowed by the config, and its grid
     of requests x value heads x 64-value blocks has ``state_t_min_programs`` programs (it
     steps 64 values at a time, so a few long requests spread wider on the narrow kernel)."""
-    blocks = config.value_dim // min(STATE_T_BLOCK_V, config.value_dim)
+    blocks = config.value_dim // state_t_block_v(config)
     return bool(config.state_transposed) and requests * v_heads * blocks >= (
         config.state_t_min_programs
     )
@@ -128,7 +133,7 @@ def state_t_options(config: GdnTritonConfig) -> dict[str, object]:
         "KEY_DIM": config.key_dim,
         "VALUE_DIM": config.value_dim,
         "CHUNK": config.chunk_size,
-        "BLOCK_V": min(STATE_T_BLOCK_V, config.value_dim),
+        "BLOCK_V": state_t_block_v(config),
         "num_warps": 4,
         "num_stages": 3,
     }
@@ -142,7 +147,7 @@ def state_t_descriptor_blocks(config: GdnTritonConfig) -> dict[str, tuple[str, l
     keys = {"bfloat16": "bf16", "float16": "fp16"}[config.dtype]
     return {
         "W_DESC": ("fp32", [c, 1, half]),
-        "U_DESC": ("fp32", [c, 1, min(STATE_T_BLOCK_V, config.value_dim)]),
+        "U_DESC": ("fp32", [c, 1, state_t_block_v(config)]),
         "K_DESC": (keys, [c, 1, half]),
     }
 

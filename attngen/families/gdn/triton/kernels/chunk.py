@@ -91,6 +91,13 @@ def _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK: tl.constexpr):
 
 
 @triton.jit
+def _head_major(hv, tok, num_rows):
+    """Index of token(s) ``tok`` of value head ``hv`` in the per-row vectors (G, beta and
+    the inverse norms: [HV, rows], so a chunk's 64 values of one head are contiguous)."""
+    return hv.to(tl.int64) * num_rows + tok
+
+
+@triton.jit
 def _load_rows(PTR, tok, stride_tok, col0, cols, rmask):
     """Rows ``tok`` [CHUNK], columns ``col0 + cols`` of a row-major tensor, as stored."""
     ptr = PTR + tok[:, None] * stride_tok + col0 + cols[None, :]
@@ -121,6 +128,7 @@ def chunk_prepare_kernel(
     stride_a_tok,
     stride_b_tok,
     num_v_heads,
+    num_rows,
     GROUP: tl.constexpr,
     KEY_DIM: tl.constexpr,
     CHUNK: tl.constexpr,
@@ -142,16 +150,17 @@ def chunk_prepare_kernel(
     k_norm = inverse_norms_from_gram(kk, ri, ci, L2NORM)
     q = _load_rows(Q + hk * stride_q_head, tok, stride_q_tok, 0, ks, rmask)
     q_norm = inverse_norms_from_gram(tl.dot(q, tl.trans(q)), ri, ci, L2NORM)
-    tl.store(QS_BUF + head_rows, q_norm * scale, mask=rmask)
-    tl.store(KN_BUF + head_rows, k_norm, mask=rmask)
+    vec_rows = _head_major(hv, tok, num_rows)
+    tl.store(QS_BUF + vec_rows, q_norm * scale, mask=rmask)
+    tl.store(KN_BUF + vec_rows, k_norm, mask=rmask)
     # -- gates and the cumulative log decay G_i ----
     a = tl.load(A + tok * stride_a_tok + hv, mask=rmask, other=0.0)
     b = tl.load(B + tok * stride_b_tok + hv, mask=rmask, other=0.0)
     g, beta = gate_values(a, b, tl.load(A_LOG + hv), tl.load(DT_BIAS + hv).to(tl.float32))
     beta = tl.where(rmask, beta, 0.0)
     cum = tl.cumsum(tl.where(rmask, g, 0.0), axis=0)
-    tl.store(G_BUF + head_rows, cum, mask=rmask)
-    tl.store(BETA_BUF + head_rows, beta, mask=rmask)
+    tl.store(G_BUF + vec_rows, cum, mask=rmask)
+    tl.store(BETA_BUF + vec_rows, beta, mask=rmask)
     # -- M[i, j] = beta_i exp(G_i - G_j) (k_i . k_j) / (||k_i|| ||k_j||), j < i; T ----
     lower = ci < ri
     decay = tl.exp(tl.where(lower, cum[:, None] - cum[None, :], 0.0))
@@ -179,6 +188,7 @@ def chunk_wu_kernel(
     stride_v_tok,
     stride_v_head,
     num_v_heads,
+    num_rows,
     GROUP: tl.constexpr,
     KEY_DIM: tl.constexpr,
     VALUE_DIM: tl.constexpr,
@@ -194,7 +204,7 @@ def chunk_wu_kernel(
     head_rows = tok * num_v_heads + hv
     if product == 1:
         tm = _load_rows(T_BUF, head_rows, CHUNK, 0, rows, rmask)
-        beta = tl.load(BETA_BUF + head_rows, mask=rmask, other=0.0)
+        beta = tl.load(BETA_BUF + _head_major(hv, tok, num_rows), mask=rmask, other=0.0)
         vs = tl.arange(0, VALUE_DIM)
         v_base = V + hv * stride_v_head
         v = _load_rows(v_base, tok, stride_v_tok, 0, vs, rmask).to(tl.float32)
@@ -206,9 +216,10 @@ def chunk_wu_kernel(
         k = _load_rows(k_base, tok, stride_k_tok, 0, ks, rmask).to(tl.float32)
         if product == 0:
             tm = _load_rows(T_BUF, head_rows, CHUNK, 0, rows, rmask)
-            beta = tl.load(BETA_BUF + head_rows, mask=rmask, other=0.0)
-            cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
-            k_norm = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+            vec_rows = _head_major(hv, tok, num_rows)
+            beta = tl.load(BETA_BUF + vec_rows, mask=rmask, other=0.0)
+            cum = tl.load(G_BUF + vec_rows, mask=rmask, other=0.0)
+            k_norm = tl.load(KN_BUF + vec_rows, mask=rmask, other=0.0)
             w = tl.dot(tm, k * (k_norm * beta * tl.exp(cum))[:, None])
             tl.store(W_BUF + head_rows[:, None] * KEY_DIM + ks[None, :], w, mask=rmask[:, None])
         else:
@@ -234,6 +245,7 @@ def chunk_state_kernel(
     stride_s_slot,
     stride_s_head,
     num_v_heads,
+    num_rows,
     KEY_DIM: tl.constexpr,
     VALUE_DIM: tl.constexpr,
     CHUNK: tl.constexpr,
@@ -265,7 +277,7 @@ def chunk_state_kernel(
         head_rows = (c0 + rows) * num_v_heads + hv
         head_chunk = chunk * num_v_heads + hv
         # G at the chunk's last row: issued first, so its latency hides behind W S
-        cum_last = tl.load(G_BUF + (c0 + length - 1) * num_v_heads + hv)
+        cum_last = tl.load(G_BUF + _head_major(hv, c0 + length - 1, num_rows))
         tl.store(H_BUF + head_chunk * (KEY_DIM * VALUE_DIM) + h_tile, s.to(H_BUF.dtype.element_ty))
         # -- u = U - W S, stored over U ----
         u_ptr = U_BUF + head_rows[:, None] * VALUE_DIM + vs[None, :]
@@ -274,8 +286,9 @@ def chunk_state_kernel(
         u -= tl.dot(w, s)
         tl.store(u_ptr, u, mask=rmask[:, None])
         # -- S = gamma_C S + K^T (u exp(G_C - G) / ||k||): K exact, as the stored keys ----
-        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
-        k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+        vec_rows = _head_major(hv, c0 + rows, num_rows)
+        cum = tl.load(G_BUF + vec_rows, mask=rmask, other=0.0)
+        k_row = tl.load(KN_BUF + vec_rows, mask=rmask, other=0.0)
         u_in = u * (k_row * tl.exp(cum_last - cum))[:, None]
         kt = tl.load(KT_BUF + head_chunk * (KEY_DIM * CHUNK) + kt_tile)
         s = s * tl.exp(cum_last) + tl.dot(kt, u_in)
@@ -317,6 +330,7 @@ def chunk_state_t_kernel(
     stride_s_slot,
     stride_s_head,
     num_v_heads,
+    num_rows,
     GROUP: tl.constexpr,
     KEY_DIM: tl.constexpr,
     VALUE_DIM: tl.constexpr,
@@ -356,7 +370,7 @@ def chunk_state_t_kernel(
         rmask = rows < length
         head_rows = (c0 + rows).to(tl.int64) * num_v_heads + hv
         head_chunk = chunk * num_v_heads + hv
-        cum_last = tl.load(G_BUF + (c0 + length - 1) * num_v_heads + hv)
+        cum_last = tl.load(G_BUF + _head_major(hv, c0 + length - 1, num_rows))
         h_ptr = H_BUF + head_chunk * (KEY_DIM * VALUE_DIM) + h_tile
         tl.store(h_ptr, s_lo.to(H_BUF.dtype.element_ty))
         tl.store(h_ptr + HALF * VALUE_DIM, s_hi.to(H_BUF.dtype.element_ty))
@@ -368,22 +382,28 @@ def chunk_state_t_kernel(
         u -= tl.dot(_tf32(s_hi), tl.trans(w_hi))
         tl.store(U_BUF + head_rows[None, :] * VALUE_DIM + vs[:, None], u, mask=rmask[None, :])
         # -- S^T = gamma_C S^T + (u^T exp(G_C - G) / ||k||) K, K exact (the stored keys) ----
-        cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
-        k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+        vec_rows = _head_major(hv, c0 + rows, num_rows)
+        cum = tl.load(G_BUF + vec_rows, mask=rmask, other=0.0)
+        k_row = tl.load(KN_BUF + vec_rows, mask=rmask, other=0.0)
         u_in = tl.where(rmask[None, :], u * (k_row * tl.exp(cum_last - cum))[None, :], 0.0)
-        # a power of two a row: its largest |entry| to [1, 2), so 16-bit parts cannot overflow
-        exponent = tl.max(tl.abs(u_in), axis=1).to(tl.int32, bitcast=True) & 0x7F800000
-        exponent = tl.minimum(tl.maximum(exponent, 0x00800000), 0x7E800000)  # 2^-126 .. 2^126
-        row_scale = exponent.to(tl.float32, bitcast=True)
-        inv_scale = (0x7F000000 - exponent).to(tl.float32, bitcast=True)  # exactly 1 / row_scale
-        u_hi, u_lo = _split16(u_in * inv_scale[:, None], K_DESC.dtype)
         k_lo = K_DESC.load([c0, kh, 0]).reshape(CHUNK, HALF)
         k_hi = K_DESC.load([c0, kh, HALF]).reshape(CHUNK, HALF)
         decay = tl.exp(cum_last)
-        d_lo = tl.dot(u_hi, k_lo) + tl.dot(u_lo, k_lo)
-        d_hi = tl.dot(u_hi, k_hi) + tl.dot(u_lo, k_hi)
-        s_lo = s_lo * decay + d_lo * row_scale[:, None]
-        s_hi = s_hi * decay + d_hi * row_scale[:, None]
+        if K_DESC.dtype == tl.bfloat16:  # bf16 spans fp32's exponents: hi + lo unscaled
+            u_hi, u_lo = _split16(u_in, K_DESC.dtype)
+            s_lo = s_lo * decay + (tl.dot(u_hi, k_lo) + tl.dot(u_lo, k_lo))
+            s_hi = s_hi * decay + (tl.dot(u_hi, k_hi) + tl.dot(u_lo, k_hi))
+        else:
+            # a power of two a row: its largest |entry| to [1, 2), so fp16 parts cannot overflow
+            exponent = tl.max(tl.abs(u_in), axis=1).to(tl.int32, bitcast=True) & 0x7F800000
+            exponent = tl.minimum(tl.maximum(exponent, 0x00800000), 0x7E800000)  # 2^-126..2^126
+            row_scale = exponent.to(tl.float32, bitcast=True)
+            inv_scale = (0x7F000000 - exponent).to(tl.float32, bitcast=True)  # 1 / row_scale
+            u_hi, u_lo = _split16(u_in * inv_scale[:, None], K_DESC.dtype)
+            d_lo = tl.dot(u_hi, k_lo) + tl.dot(u_lo, k_lo)
+            d_hi = tl.dot(u_hi, k_hi) + tl.dot(u_lo, k_hi)
+            s_lo = s_lo * decay + d_lo * row_scale[:, None]
+            s_hi = s_hi * decay + d_hi * row_scale[:, None]
         chunk += 1
     tl.store(pool, s_lo.to(STATE.dtype.element_ty), mask=slot > 0)
     tl.store(pool + HALF, s_hi.to(STATE.dtype.element_ty), mask=slot > 0)
@@ -409,6 +429,7 @@ def chunk_output_kernel(
     stride_o_tok,
     stride_o_head,
     num_v_heads,
+    num_rows,
     GROUP: tl.constexpr,
     KEY_DIM: tl.constexpr,
     VALUE_DIM: tl.constexpr,
@@ -423,9 +444,10 @@ def chunk_output_kernel(
     rows, rmask, tok = _chunk_rows(CHUNK_SEQ, CHUNK_START, QUERY_START_LOC, CHUNK)
     head_rows = tok * num_v_heads + hv
     ks = tl.arange(0, KEY_DIM)
-    cum = tl.load(G_BUF + head_rows, mask=rmask, other=0.0)
-    q_row = tl.load(QS_BUF + head_rows, mask=rmask, other=0.0)
-    k_row = tl.load(KN_BUF + head_rows, mask=rmask, other=0.0)
+    vec_rows = _head_major(hv, tok, num_rows)
+    cum = tl.load(G_BUF + vec_rows, mask=rmask, other=0.0)
+    q_row = tl.load(QS_BUF + vec_rows, mask=rmask, other=0.0)
+    k_row = tl.load(KN_BUF + vec_rows, mask=rmask, other=0.0)
     q = _load_rows(Q + hk * stride_q_head, tok, stride_q_tok, 0, ks, rmask)
     k = _load_rows(K + hk * stride_k_head, tok, stride_k_tok, 0, ks, rmask)
     # -- P[i, j] = (q_i . k_j) exp(G_i - G_j) / (||q_i|| ||k_j||) * scale, j <= i ----

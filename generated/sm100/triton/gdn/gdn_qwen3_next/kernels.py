@@ -24,7 +24,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "1300707424d3f2fde69cb6a0cbeaa8f45b0c868de1fceb75d1f6a4dbe08020e1"
+LIBRARY_SHA256 = "5ca3c4cd81e09be5b62933fc657135697a534015d915d377972a62d9667c39b3"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
