@@ -173,7 +173,7 @@ def _absorbed_extend(r, heads, prefix, ext, what, **batch_kw):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("heads", [16, 32, 64, 128])
 @pytest.mark.parametrize("page_size", [1, 64, 128])
 def test_extend(heads, page_size, evidence):
     """Absorbed extend (short extends over long prefixes), then the ragged path: causal new
@@ -218,6 +218,7 @@ def test_kimi_k2(page_size, evidence):
     check_close(out, want, BF16, f"kimi decode ps{page_size}")
     check_lse(lse, want_lse, "kimi decode lse")
     evidence.record(r.backend.kernels, r.backend.config.uri, "decode")
+    _decode_graphs(r, 64, evidence)
     _absorbed_extend(r, 64, [0, 100, 3000], [7, 1, 33], "kimi absorbed extend", seed=2)
     _ragged_chunks(r, 64, prefix=[0, 130, 2000], ext=[50, 9, 300], chunk=1000)
     evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
@@ -346,6 +347,12 @@ def test_verify_and_cuda_graphs(heads, page_size, evidence):
     )
     check_close(out.view(2 * n, heads, 512), oracle(r, rb, q, False)[0], BF16, "verify")
     evidence.record(r.backend.kernels, r.backend.config.uri, "verify")
+    # the spec's eager decode too (its graphs below)
+    rb = rig_batch(r, [n - 1 for n in LONG], [1] * len(LONG), ForwardMode.DECODE, seed=5)
+    q = torch.randn(len(LONG), heads, 576, device="cuda").to(BF16)
+    out, _ = decode(r, rb, q)
+    check_close(out, oracle(r, rb, q, decode=True)[0], BF16, f"mtp decode h{heads}")
+    evidence.record(r.backend.kernels, r.backend.config.uri, "decode")
     max_bs = 8
     r.backend.init_cuda_graph_state(max_bs=max_bs, max_num_tokens=max_bs * n)
     for mode, per in ((ForwardMode.DECODE, 1), (ForwardMode.TARGET_VERIFY, n)):
