@@ -81,6 +81,25 @@ def has_phase(phase: Phase) -> Callable[[Variant], bool]:
     return lambda v: phase in v.phases
 
 
+def shape_column(key: str, label: str, family: Family, detail: Callable[[Variant], str]) -> Feature:
+    """A column of one shape value (GQA group, head dims, heads): every variant counts, with
+    its phase checks; the cell lists the values verified."""
+    return Feature(key, label, family, lambda v: True, lambda v: v, phase_checks, detail)
+
+
+def decode_graph_column(family: Family) -> Feature:
+    """attngen's CUDA graph (decode) column: every decode variant needs its recorded graph
+    replays (check ``cuda_graph``)."""
+    return Feature(
+        "cuda_graph",
+        "CUDA graph (decode)",
+        family,
+        has_phase(Phase.DECODE),
+        only_phase(Phase.DECODE),
+        lambda v: frozenset({"cuda_graph"}),
+    )
+
+
 def _page_detail(v: Variant) -> str:
     return str(v.page_size)
 

@@ -7,8 +7,8 @@ generated GDN package subclasses, ``reference.py`` the float64 oracle.
 
 from __future__ import annotations
 
-from attngen.features import Feature, has_phase, only_phase, phase_checks, plain_variant
-from attngen.features import speculative, topk_is
+from attngen.features import Feature, decode_graph_column, has_phase, only_phase, phase_checks
+from attngen.features import plain_variant, shape_column, speculative, topk_is
 from attngen.registry import FamilyInfo, register_family
 from attngen.spec.enums import DType, Family, Phase
 from attngen.families.gdn.spec import SPEC, GdnShape
@@ -44,32 +44,14 @@ def features() -> tuple[Feature, ...]:
             phase_checks,
         ),
         # attngen's own columns: the shapes verified, and graph capture
-        Feature(
+        shape_column(
             "gva",
             "Value heads per key head",
             fam,
-            lambda v: True,
-            lambda v: v,
-            phase_checks,
             lambda v: str(_shape(v).v_heads_per_k_head),
         ),
-        Feature(
-            "head_dim",
-            "Head dims (key/value)",
-            fam,
-            lambda v: True,
-            lambda v: v,
-            phase_checks,
-            lambda v: _head_dims(_shape(v)),
-        ),
-        Feature(
-            "cuda_graph",
-            "CUDA graph (decode)",
-            fam,
-            has_phase(Phase.DECODE),
-            only_phase(Phase.DECODE),
-            lambda v: frozenset({"cuda_graph"}),
-        ),
+        shape_column("head_dim", "Head dims (key/value)", fam, lambda v: _head_dims(_shape(v))),
+        decode_graph_column(fam),
         Feature(
             "cuda_graph_verify",
             "CUDA graph (verify)",

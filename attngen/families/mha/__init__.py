@@ -5,11 +5,13 @@ from __future__ import annotations
 from attngen.families.mha import docs
 from attngen.features import (
     Feature,
+    decode_graph_column,
     has_phase,
     kv_cache_columns,
     only_phase,
     phase_checks,
     plain_variant,
+    shape_column,
     with_mask,
 )
 from attngen.registry import FamilyInfo, register_family
@@ -100,15 +102,7 @@ def features() -> tuple[Feature, ...]:
                 only_phase(Phase.EXTEND),
                 phase_checks,
             ),
-            Feature(
-                "gqa",
-                "GQA group",
-                fam,
-                lambda v: True,
-                lambda v: v,
-                phase_checks,
-                lambda v: str(_shape(v).gqa_group),
-            ),
+            shape_column("gqa", "GQA group", fam, lambda v: str(_shape(v).gqa_group)),
             Feature(
                 "mqa",
                 "MQA (one kv head)",
@@ -117,23 +111,8 @@ def features() -> tuple[Feature, ...]:
                 lambda v: v,
                 lambda v: frozenset({"mqa"}),
             ),
-            Feature(
-                "head_dim",
-                "Head dims",
-                fam,
-                lambda v: True,
-                lambda v: v,
-                phase_checks,
-                lambda v: _head_dims(_shape(v)),
-            ),
-            Feature(
-                "cuda_graph",
-                "CUDA graph (decode)",
-                fam,
-                has_phase(Phase.DECODE),
-                only_phase(Phase.DECODE),
-                lambda v: frozenset({"cuda_graph"}),
-            ),
+            shape_column("head_dim", "Head dims", fam, lambda v: _head_dims(_shape(v))),
+            decode_graph_column(fam),
         ]
     )
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from attngen.features import Feature, has_phase, kv_cache_columns, only_phase, phase_checks
-from attngen.features import plain_variant
+from attngen.features import Feature, decode_graph_column, has_phase, kv_cache_columns
+from attngen.features import only_phase, phase_checks, plain_variant, shape_column
 from attngen.registry import FamilyInfo, register_family
 from attngen.spec.enums import Family, Phase
 from attngen.families.mla.spec import SPEC, MlaShape
@@ -46,23 +46,8 @@ def latent_features(family: Family, latent: Callable[[Variant], MlaShape]) -> tu
                 only_phase(Phase.EXTEND),
                 phase_checks,
             ),
-            Feature(
-                "heads",
-                "Heads (per rank)",
-                family,
-                lambda v: True,
-                lambda v: v,
-                phase_checks,
-                lambda v: str(latent(v).num_heads),
-            ),
-            Feature(
-                "cuda_graph",
-                "CUDA graph (decode)",
-                family,
-                has_phase(Phase.DECODE),
-                only_phase(Phase.DECODE),
-                lambda v: frozenset({"cuda_graph"}),
-            ),
+            shape_column("heads", "Heads (per rank)", family, lambda v: str(latent(v).num_heads)),
+            decode_graph_column(family),
         ]
     )
 
