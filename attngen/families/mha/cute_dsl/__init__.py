@@ -26,6 +26,7 @@ TUNING_VALUES: dict[str, Int] = {
     "fwd_num_stages": Int(1, 4),
     "fwd_intra_wg_overlap": Int(0, 1),
     "fwd_pack_gqa": Int(0, 1),
+    "fwd_staged_store": Int(0, 1),
     "max_splits": Int(1, 64),
     "decode_num_stages": Int(1, 4),
 }
@@ -43,6 +44,7 @@ TUNING_PHASES = phases_by_key(
             "fwd_num_stages",
             "fwd_intra_wg_overlap",
             "fwd_pack_gqa",
+            "fwd_staged_store",
         ),
         capability.PHASES: ("fwd_tile_n",),
         frozenset({Phase.DECODE}): ("max_splits", "decode_num_stages"),

@@ -52,6 +52,8 @@ class MhaCuteConfig:
     # keys per pipeline stage of the cache-free prefill (the paged phases keep fwd_tile_n,
     # which holds whole pages); a multiple of 16, not a power of two at head dim 256 (80)
     fwd_prefill_tile_n: int = 128
+    # sm90 prefill / extend: 1 writes O's rows through shared memory (16-byte row pieces)
+    fwd_staged_store: int = 0
     # -- split-KV decode (sm90: the forward's pipeline on 64-row tiles of the group's heads,
     # fwd_tile_n keys per tile, then a combine) ----
     max_splits: int = 16  # upper bound of KV splits per request (the split kernel's grid x)

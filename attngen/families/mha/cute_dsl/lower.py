@@ -49,6 +49,7 @@ MAX_DIM_3WG = 64
 FWD_TILE_N = {Arch.SM90: 128, Arch.SM100: 64}
 FWD_NUM_STAGES = 2
 FWD_INTRA_WG_OVERLAP = {Arch.SM90: 1, Arch.SM100: 0}  # a wgmma (sm90) schedule
+FWD_STAGED_STORE = {Arch.SM90: 1, Arch.SM100: 0}  # O through shared memory (sm90 epilogue)
 # decode KV splits per request: the split heuristic (attngen.families.mha.runtime) allows up
 # to 4 waves of (request, kv head, split) programs, each split >= 256 keys
 MAX_SPLITS = 16
@@ -119,6 +120,7 @@ def kernel_config(
         fwd_num_stages=FWD_NUM_STAGES,
         fwd_intra_wg_overlap=FWD_INTRA_WG_OVERLAP[arch],
         fwd_pack_gqa=int(pack_gqa(key.gqa_group, arch)),
+        fwd_staged_store=FWD_STAGED_STORE[arch],
         max_splits=MAX_SPLITS,
     )
     return dataclasses.replace(config, **(overrides or {}))

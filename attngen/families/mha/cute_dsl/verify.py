@@ -95,6 +95,8 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
         if c.fwd_pack_gqa and not gqa_packs(c.arch, c.gqa_group, tile_m):
             problems.append(f"fwd_pack_gqa: sm90, and a GQA group ({c.gqa_group}) dividing "
                             f"{name}={tile_m}")  # fmt: skip
+    if c.fwd_staged_store and c.arch != "sm90":
+        problems.append("fwd_staged_store is the sm90 forward's epilogue: sm90 only")
     if c.fwd_intra_wg_overlap and c.arch != "sm90":
         problems.append("fwd_intra_wg_overlap is a Hopper (wgmma) schedule: sm90 only")
     if ("verify" in phases or "draft_extend" in phases) and c.num_draft_tokens < 1:

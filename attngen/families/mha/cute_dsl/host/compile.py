@@ -53,6 +53,7 @@ def fwd_shape(
         pack_gqa=config.gqa_group if config.fwd_pack_gqa else 1,
         pages_per_tile=max(1, config.fwd_tile_n // config.page_size) if paged else 1,
         tree=tree,
+        staged_store=bool(config.fwd_staged_store),
     )
 
 
@@ -73,6 +74,7 @@ def decode_shape(config: MhaCuteConfig, traits: MhaCuteTraits) -> FwdShape:
         sinks=False,
         overlap=False,
         pack_gqa=1,
+        staged_store=False,  # decode writes fp32 partial rows (store_partial)
         decode_group=config.gqa_group,
         kv_dtype="" if config.kv_dtype == config.dtype else config.kv_dtype,
     )

@@ -58,6 +58,9 @@ class FwdShape:
     # draft row i sees draft j when bit i * seqlen_q + j of the request's bit-packed mask
     # (uint8, little-endian bits, from byte tree_indptr[b]) is set
     tree: bool = False
+    # sm90 prefill / extend: O's rows written through shared memory (stmatrix into the Q
+    # tile, then 16-byte row pieces) instead of each thread's 4-byte accumulator pairs
+    staged_store: bool = False
 
     @property
     def decode(self) -> bool:

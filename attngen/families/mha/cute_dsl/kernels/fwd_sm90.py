@@ -907,8 +907,8 @@ class MhaFwdSm90:
         if const_expr(shape.decode):
             self.store_partial(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mLSE, v_scale)
         else:
-            self.epilogue(acc_O, row_max, row_sum, thr_mma_pv, scale_log2, mO, mSinks, q_start,
-                          seqlen_q, head, m_block, mLSE, write_lse)  # fmt: skip
+            self.epilogue(acc_O, row_max, row_sum, tiled_mma_pv, tidx, scale_log2, mO, sQ,
+                          mSinks, q_start, seqlen_q, head, m_block, mLSE, write_lse)  # fmt: skip
 
     @cute.jit
     def epilogue(
@@ -916,9 +916,11 @@ class MhaFwdSm90:
         acc_O: cute.Tensor,
         row_max: cute.Tensor,
         row_sum: cute.Tensor,
-        thr_mma_pv: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+        tidx: Int32,
         scale_log2: Float32,
         mO: cute.Tensor,
+        sQ: cute.Tensor,
         mSinks: Optional[cute.Tensor],
         q_start: Int32,
         seqlen_q: Int32,
@@ -930,6 +932,7 @@ class MhaFwdSm90:
         """Normalise O (sinks join the denominator) and write the rows this request has, and
         their natural-log LSE into mLSE [T, Hq] when write_lse != 0."""
         shape = self.shape
+        thr_mma_pv = tiled_mma_pv.get_slice(tidx)
         acc_O_rc = rows_cols(acc_O)
         num_rows = cute.size(acc_O_rc, mode=[0])
         tOcO = rows_cols(
@@ -956,13 +959,58 @@ class MhaFwdSm90:
                     mLSE[q_start + token, head_r] = lse
         tOrO = cute.make_rmem_tensor_like(acc_O, self.dtype)
         tOrO.store(acc_O.load().to(self.dtype))
-        tOrO_rc = rows_cols(tOrO)
-        for r in cutlass.range_constexpr(num_rows):
-            row = tOcO[r, 0][0]
-            token, head_r = m_block * self.rows_tok + row // self.pack, head + row % self.pack
-            if token < seqlen_q:
-                for c in cutlass.range_constexpr(cute.size(tOrO_rc, mode=[1])):
-                    mO[q_start + token, head_r, tOcO[r, c][1]] = tOrO_rc[r, c]
+        if const_expr(shape.staged_store):
+            self.store_rows_staged(tOrO, tiled_mma_pv, tidx, mO, sQ, q_start, seqlen_q, head,
+                                   m_block)  # fmt: skip
+        else:
+            tOrO_rc = rows_cols(tOrO)
+            for r in cutlass.range_constexpr(num_rows):
+                row = tOcO[r, 0][0]
+                token, head_r = m_block * self.rows_tok + row // self.pack, head + row % self.pack
+                if token < seqlen_q:
+                    for c in cutlass.range_constexpr(cute.size(tOrO_rc, mode=[1])):
+                        mO[q_start + token, head_r, tOcO[r, c][1]] = tOrO_rc[r, c]
+
+    @cute.jit
+    def store_rows_staged(
+        self,
+        tOrO: cute.Tensor,
+        tiled_mma_pv: cute.TiledMma,
+        tidx: Int32,
+        mO: cute.Tensor,
+        sQ: cute.Tensor,
+        q_start: Int32,
+        seqlen_q: Int32,
+        head: Int32,
+        m_block: Int32,
+    ):
+        """O's rows through shared memory: the warpgroup's output fragment goes by stmatrix
+        into its own rows of the Q tile (the first Dv columns; every MMA of this warpgroup
+        that read them has completed, and the other warpgroups read only their own rows),
+        then each thread stores whole 16-byte pieces of rows, so a warp writes 512
+        contiguous bytes of a row pair where the fragment's 4-byte pieces half-filled 8 rows'
+        sectors per instruction."""
+        dv = self.shape.v_head_dim
+        wg = cute.arch.make_warp_uniform(tidx // WARPGROUP)
+        lane = tidx % WARPGROUP
+        sO = cute.local_tile(sQ, (self.tile_m, dv), (0, 0))
+        atom = cute.make_copy_atom(
+            cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype
+        )
+        thr_copy = cute.make_tiled_copy_C(atom, tiled_mma_pv).get_slice(tidx)
+        cute.copy(atom, thr_copy.retile(tOrO), thr_copy.partition_D(sO))
+        cute.arch.barrier(barrier_id=1 + wg, number_of_threads=WARPGROUP)
+        chunks = dv // CHUNK
+        for p in cutlass.range_constexpr((64 * chunks + WARPGROUP - 1) // WARPGROUP):
+            piece = p * WARPGROUP + lane
+            row, chunk = wg * 64 + piece // chunks, piece % chunks
+            token = m_block * self.rows_tok + row // self.pack
+            if piece < 64 * chunks and token < seqlen_q:
+                src = cute.local_tile(sO[row, None], (CHUNK,), (chunk,))
+                dst = cute.local_tile(
+                    mO[q_start + token, head + row % self.pack, None], (CHUNK,), (chunk,)
+                )
+                dst.store(src.load())
 
     @cute.jit
     def store_partial(

@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm100"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "2013ccba6015718304839def51b39cec30daf2ed1a44989150a5a80184b30431"
+LIBRARY_SHA256 = "866fff3b21bc2b80b186b367cf3e4268c9f7cd1cc1b7fcde35e80cc981dd9613"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "

@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "855b37848ad158182582555c480002a5edeeca5affffae2d043fc130d3d956bb"
+LIBRARY_SHA256 = "70103fec4ca621e49ac3061ad66185b0d2b58f46ebf581654c90ef86db3bd809"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -71,6 +71,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g4_ps64_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d64_g4_ps64_bf16_kvfp8_e4m3_causal",
@@ -89,6 +90,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g4_ps128_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d64_g4_ps128_bf16_kvfp8_e4m3_causal",
@@ -107,6 +109,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g8_ps16_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d64_g8_ps16_bf16_kvfp8_e4m3_causal",
@@ -125,6 +128,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g8_ps64_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d64_g8_ps64_bf16_kvfp8_e4m3_causal",
@@ -143,6 +147,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g8_ps128_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d64_g8_ps128_bf16_kvfp8_e4m3_causal",
@@ -161,6 +166,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g4_ps16_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g4_ps16_bf16_kvfp8_e4m3_causal",
@@ -179,6 +185,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g4_ps64_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g4_ps64_bf16_kvfp8_e4m3_causal",
@@ -197,6 +204,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g4_ps128_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g4_ps128_bf16_kvfp8_e4m3_causal",
@@ -215,6 +223,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g8_ps16_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g8_ps16_bf16_kvfp8_e4m3_causal",
@@ -233,6 +242,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g8_ps64_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g8_ps64_bf16_kvfp8_e4m3_causal",
@@ -251,6 +261,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g8_ps128_bf16_kvfp8_e4m3_causal": MhaCuteConfig(
         uri="d128_g8_ps128_bf16_kvfp8_e4m3_causal",
@@ -269,6 +280,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
 }
 

@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "855b37848ad158182582555c480002a5edeeca5affffae2d043fc130d3d956bb"
+LIBRARY_SHA256 = "70103fec4ca621e49ac3061ad66185b0d2b58f46ebf581654c90ef86db3bd809"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -70,6 +70,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_staged_store=1,
     ),
     "d64_g1_ps128_bf16_causal": MhaCuteConfig(
         uri="d64_g1_ps128_bf16_causal",
@@ -87,6 +88,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_staged_store=1,
     ),
     "d64_g1_ps64_fp16_causal": MhaCuteConfig(
         uri="d64_g1_ps64_fp16_causal",
@@ -104,6 +106,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_staged_store=1,
     ),
     "d64_g1_ps128_fp16_causal": MhaCuteConfig(
         uri="d64_g1_ps128_fp16_causal",
@@ -121,6 +124,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_staged_store=1,
     ),
     "d64_g4_ps64_bf16_causal": MhaCuteConfig(
         uri="d64_g4_ps64_bf16_causal",
@@ -139,6 +143,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g4_ps128_bf16_causal": MhaCuteConfig(
         uri="d64_g4_ps128_bf16_causal",
@@ -157,6 +162,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g4_ps64_fp16_causal": MhaCuteConfig(
         uri="d64_g4_ps64_fp16_causal",
@@ -175,6 +181,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g4_ps128_fp16_causal": MhaCuteConfig(
         uri="d64_g4_ps128_fp16_causal",
@@ -193,6 +200,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g1_ps64_bf16_causal": MhaCuteConfig(
         uri="d128_g1_ps64_bf16_causal",
@@ -210,6 +218,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_staged_store=1,
     ),
     "d128_g1_ps128_bf16_causal": MhaCuteConfig(
         uri="d128_g1_ps128_bf16_causal",
@@ -227,6 +236,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_staged_store=1,
     ),
     "d128_g1_ps64_fp16_causal": MhaCuteConfig(
         uri="d128_g1_ps64_fp16_causal",
@@ -244,6 +254,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_staged_store=1,
     ),
     "d128_g1_ps128_fp16_causal": MhaCuteConfig(
         uri="d128_g1_ps128_fp16_causal",
@@ -261,6 +272,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_tile_n=128,
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
+        fwd_staged_store=1,
     ),
     "d128_g4_ps64_bf16_causal": MhaCuteConfig(
         uri="d128_g4_ps64_bf16_causal",
@@ -279,6 +291,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g4_ps128_bf16_causal": MhaCuteConfig(
         uri="d128_g4_ps128_bf16_causal",
@@ -297,6 +310,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g4_ps64_fp16_causal": MhaCuteConfig(
         uri="d128_g4_ps64_fp16_causal",
@@ -315,6 +329,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g4_ps128_fp16_causal": MhaCuteConfig(
         uri="d128_g4_ps128_fp16_causal",
@@ -333,6 +348,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
 }
 

@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "855b37848ad158182582555c480002a5edeeca5affffae2d043fc130d3d956bb"
+LIBRARY_SHA256 = "70103fec4ca621e49ac3061ad66185b0d2b58f46ebf581654c90ef86db3bd809"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -72,6 +72,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
         fwd_prefill_tile_n=80,
+        fwd_staged_store=1,
     ),
     "d256_g2_ps64_bf16_causal": MhaCuteConfig(
         uri="d256_g2_ps64_bf16_causal",
@@ -91,6 +92,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
         fwd_prefill_tile_n=80,
+        fwd_staged_store=1,
     ),
 }
 

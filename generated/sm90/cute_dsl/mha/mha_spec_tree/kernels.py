@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "855b37848ad158182582555c480002a5edeeca5affffae2d043fc130d3d956bb"
+LIBRARY_SHA256 = "70103fec4ca621e49ac3061ad66185b0d2b58f46ebf581654c90ef86db3bd809"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -76,6 +76,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g8_ps16_bf16_custom_topk4": MhaCuteConfig(
         uri="d64_g8_ps16_bf16_custom_topk4",
@@ -94,6 +95,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g8_ps64_bf16_custom_topk4": MhaCuteConfig(
         uri="d64_g8_ps64_bf16_custom_topk4",
@@ -112,6 +114,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g8_ps1_fp16_custom_topk4": MhaCuteConfig(
         uri="d64_g8_ps1_fp16_custom_topk4",
@@ -130,6 +133,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g8_ps16_fp16_custom_topk4": MhaCuteConfig(
         uri="d64_g8_ps16_fp16_custom_topk4",
@@ -148,6 +152,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d64_g8_ps64_fp16_custom_topk4": MhaCuteConfig(
         uri="d64_g8_ps64_fp16_custom_topk4",
@@ -166,6 +171,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g8_ps1_bf16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps1_bf16_custom_topk4",
@@ -184,6 +190,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g8_ps16_bf16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps16_bf16_custom_topk4",
@@ -202,6 +209,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g8_ps64_bf16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps64_bf16_custom_topk4",
@@ -220,6 +228,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g8_ps1_fp16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps1_fp16_custom_topk4",
@@ -238,6 +247,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g8_ps16_fp16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps16_fp16_custom_topk4",
@@ -256,6 +266,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
     "d128_g8_ps64_fp16_custom_topk4": MhaCuteConfig(
         uri="d128_g8_ps64_fp16_custom_topk4",
@@ -274,6 +285,7 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_num_stages=2,
         fwd_intra_wg_overlap=1,
         fwd_pack_gqa=1,
+        fwd_staged_store=1,
     ),
 }
 
