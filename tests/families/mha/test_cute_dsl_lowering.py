@@ -94,6 +94,13 @@ def test_configs_fill_key_tiles_with_whole_pages() -> None:
     overlapped = dataclasses.replace(c100, fwd_intra_wg_overlap=1)
     assert "sm90 only" in verify.config_problems(overlapped, ())[0]
     assert verify.config_problems(dataclasses.replace(c, fwd_intra_wg_overlap=1), ()) == []
+    # the staged O store: sm90's epilogue, in the Q tile's columns
+    assert c.fwd_staged_store == 1 and c100.fwd_staged_store == 0
+    assert (
+        "sm90 only" in verify.config_problems(dataclasses.replace(c100, fwd_staged_store=1), ())[0]
+    )
+    wide_v = dataclasses.replace(c, v_head_dim=c.head_dim * 2)
+    assert any("must not exceed head_dim" in p for p in verify.config_problems(wide_v, ()))
 
 
 def test_small_pages_fill_a_tile_one_copy_each() -> None:

@@ -97,6 +97,9 @@ def config_problems(c: MhaCuteConfig, phases: tuple[str, ...]) -> list[str]:
                             f"{name}={tile_m}")  # fmt: skip
     if c.fwd_staged_store and c.arch != "sm90":
         problems.append("fwd_staged_store is the sm90 forward's epilogue: sm90 only")
+    if c.fwd_staged_store and c.v_head_dim > c.head_dim:
+        problems.append(f"fwd_staged_store stages O's rows in the Q tile: v_head_dim "
+                        f"{c.v_head_dim} must not exceed head_dim {c.head_dim}")  # fmt: skip
     if c.fwd_intra_wg_overlap and c.arch != "sm90":
         problems.append("fwd_intra_wg_overlap is a Hopper (wgmma) schedule: sm90 only")
     if ("verify" in phases or "draft_extend" in phases) and c.num_draft_tokens < 1:
