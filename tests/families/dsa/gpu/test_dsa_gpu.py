@@ -110,7 +110,7 @@ def check_rows(r, db, topk, out, lse, what, score_rows=None):
     rows = oracle_rows(r)
     want, want_lse = ref.sparse_mla(db.q, rows, meta.topk_slots.long(), SCALE)
     h = be.num_heads
-    check_close(out.view(-1, h, 512), want, BF16, what)
+    check_close(out.view(-1, h, 512), want, be.dtype, what)
     check_lse(lse, want_lse, f"{what} lse")
     return worst_overlap, worst_score
 
@@ -143,23 +143,27 @@ def test_decode(kv, heads, evidence):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
 @pytest.mark.parametrize("index_dtype", [torch.float32, BF16, torch.float16, FP8])
-def test_index_dtypes(index_dtype, evidence):
-    """The small-model spec's indexers (fp8, or unquantized bf16 / fp16 / fp32 scores, the
-    latter IEEE products) at top-64: decode over contexts past and below 64 keys, and
-    extend with and without a prefix; scores within their bound (2^-16 of the sum of
-    |terms| unquantized), picks by the oracle's order up to ties at it."""
+def test_index_dtypes(index_dtype, dtype, evidence):
+    """The small-model spec's variants, both activation dtypes and every indexer (fp8, or
+    unquantized bf16 / fp16 / fp32 scores, the latter IEEE products) at top-64: decode over
+    contexts past and below 64 keys, and extend with and without a prefix; scores within
+    their bound (2^-16 of the sum of |terms| unquantized), picks by the oracle's order up
+    to ties at it; then decode under CUDA graphs."""
     torch.manual_seed(7)
     r = make_rig(
         backend("dsa_e2e_deepseek_v32"),
         num_heads=16,
-        dtype=BF16,
+        dtype=dtype,
         device="cuda",
         index_dtype=index_dtype,
-        max_context_len=4096,
+        max_context_len=8192,  # pages for the graph replays' 8 requests of up to 3000 keys
+        max_reqs=40,
     )
     name = str(index_dtype).removeprefix("torch.")
     assert r.backend.config.index_dtype == name
+    assert r.backend.config.dtype == str(dtype).removeprefix("torch.")
     lens = [1, 63, 64, 65, 300, 3000]
     for check, mode, prefix, new, seed in (
         ("decode", ForwardMode.DECODE, [n - 1 for n in lens], [1] * len(lens), 8),
@@ -175,6 +179,10 @@ def test_index_dtypes(index_dtype, evidence):
             topk_overlap=overlap,
             score_err_over_bound=round(score, 3),
         )
+    replays = graph_replays(r, 16, (ForwardMode.DECODE,))
+    evidence.record(
+        r.backend.kernels, r.backend.config.uri, "cuda_graph", replays=replays["decode"]
+    )
 
 
 @pytest.mark.gpu
@@ -217,11 +225,20 @@ def test_verify_and_graphs(kv, heads, evidence):
     topk, (out, lse) = run(r, db)
     check_rows(r, db, topk, out, lse, f"verify {kv} h{heads}")
     evidence.record(be.kernels, be.config.uri, "verify")
+    replays = graph_replays(r, heads, (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY))
+    evidence.record(be.kernels, be.config.uri, "cuda_graph", replays=replays["decode"])
+    evidence.record(be.kernels, be.config.uri, "cuda_graph_verify", replays=replays["verify"])
 
-    max_bs, n = 8, be.config.num_draft_tokens
+
+def graph_replays(r, heads: int, modes) -> dict[str, int]:
+    """Each mode captured once at bs 8 and replayed over REPLAYS batches (requests from
+    row 20 of the request pool), each against the eager result of the same batch: the
+    replays run per mode ("decode", "verify")."""
+    be = r.backend
+    max_bs, n = 8, max(1, be.config.num_draft_tokens)
     be.init_cuda_graph_state(max_bs, max_bs * n)
     replays = {"decode": 0, "verify": 0}
-    for mode in (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY):
+    for mode in modes:
         per = n if mode is ForwardMode.TARGET_VERIFY else 1
         rng = random.Random(heads + per)
 
@@ -300,13 +317,12 @@ def test_verify_and_graphs(kv, heads, evidence):
             check_close(
                 got.view(rows, heads, 512),
                 want.view(rows, heads, 512).double(),
-                BF16,
+                be.dtype,
                 f"graph {mode.name} replay {i}",
             )
             replays["decode" if per == 1 else "verify"] += 1
-    assert min(replays.values()) >= REPLAYS
-    evidence.record(be.kernels, be.config.uri, "cuda_graph", replays=replays["decode"])
-    evidence.record(be.kernels, be.config.uri, "cuda_graph_verify", replays=replays["verify"])
+    assert all(replays["decode" if m is ForwardMode.DECODE else "verify"] >= REPLAYS for m in modes)
+    return replays
 
 
 @pytest.mark.gpu

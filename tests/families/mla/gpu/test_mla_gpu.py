@@ -36,12 +36,12 @@ def backend(spec: str):
     return importlib.import_module(f"generated.sm90.triton.mla.{spec}.backend").Backend
 
 
-def rig(spec, heads, page_size, kv=None, **kw):
+def rig(spec, heads, page_size, kv=None, dtype=BF16, **kw):
     return make_rig(
         backend(spec),
         num_heads=heads,
         page_size=page_size,
-        dtype=BF16,
+        dtype=dtype,
         device="cuda",
         kv_cache_dtype=kv,
         max_context_len=16384 + 64,
@@ -72,18 +72,24 @@ def decode(r, rb, q):
 @pytest.mark.parametrize("page_size", [1, 64, 128])
 def test_decode(heads, page_size, evidence):
     torch.manual_seed(heads + page_size)
-    r = rig("mla_deepseek_v3", heads, page_size)
+    _check_decode(rig("mla_deepseek_v3", heads, page_size), heads, evidence)
+
+
+def _check_decode(r, heads, evidence):
+    """Ragged decode lengths up to 16k with LSE, then 64 short rows with q in latent + rope
+    parts, then decode under CUDA graphs: evidence "decode" and "cuda_graph"."""
+    dt, uri = r.backend.dtype, r.backend.config.uri
     rb = rig_batch(r, [n - 1 for n in LONG], [1] * len(LONG), ForwardMode.DECODE)
-    q = torch.randn(len(LONG), heads, 576, device="cuda").to(BF16)
+    q = torch.randn(len(LONG), heads, 576, device="cuda").to(dt)
     out, lse = decode(r, rb, q)
     want, want_lse = oracle(r, rb, q, decode=True)
-    check_close(out, want, BF16, f"decode h{heads} ps{page_size}")
+    check_close(out, want, dt, f"decode {uri}")
     check_lse(lse, want_lse, "decode lse")
     # a large batch of short rows (no splits), q given as latent + rope parts
     rng = random.Random(heads)
     lens = [rng.randint(1, 600) for _ in range(64)]
     rb = rig_batch(r, [n - 1 for n in lens], [1] * 64, ForwardMode.DECODE, seed=1)
-    q = torch.randn(64, heads, 576, device="cuda").to(BF16)
+    q = torch.randn(64, heads, 576, device="cuda").to(dt)
     r.backend.init_forward_metadata(rb.batch)
     out = r.backend.forward_decode(
         q[..., :512],
@@ -94,7 +100,7 @@ def test_decode(heads, page_size, evidence):
         q_rope=q[..., 512:],
         k_rope=rb.new_rope,
     )
-    check_close(out.view(64, heads, 512), oracle(r, rb, q, True)[0], BF16, "decode B64")
+    check_close(out.view(64, heads, 512), oracle(r, rb, q, True)[0], dt, "decode B64")
     evidence.record(r.backend.kernels, r.backend.config.uri, "decode")
     _decode_graphs(r, heads, evidence)
 
@@ -163,27 +169,51 @@ def _absorbed_extend(r, heads, prefix, ext, what, **batch_kw):
     """Absorbed extend of ext new tokens over prefix cached ones per request, against the
     oracle on the cache as the pool holds it (dequantized; new tokens included)."""
     rb = rig_batch(r, prefix, ext, ForwardMode.EXTEND, **batch_kw)
-    t = sum(ext)
-    q = torch.randn(t, heads, 576, device="cuda").to(BF16)
+    t, dt = sum(ext), r.backend.dtype
+    q = torch.randn(t, heads, 576, device="cuda").to(dt)
     r.backend.init_forward_metadata(rb.batch)
     out = r.backend.forward_extend(
         q, rb.new_latent, None, r.absorbed_layer, rb.batch, k_rope=rb.new_rope
     )
-    check_close(out.view(t, heads, 512), oracle(r, rb, q, False)[0], BF16, what)
+    check_close(out.view(t, heads, 512), oracle(r, rb, q, False)[0], dt, what)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads", [16, 32, 64, 128])
 @pytest.mark.parametrize("page_size", [1, 64, 128])
 def test_extend(heads, page_size, evidence):
-    """Absorbed extend (short extends over long prefixes), then the ragged path: causal new
-    tokens plus the prefix in chunks of several sizes, merged."""
     torch.manual_seed(11)
-    r = rig("mla_deepseek_v3", heads, page_size)
+    _check_extend(rig("mla_deepseek_v3", heads, page_size), heads, evidence)
+
+
+def _check_extend(r, heads, evidence):
+    """Absorbed extend (short extends over long prefixes), then the ragged path: causal new
+    tokens plus the prefix in chunks of several sizes, merged: evidence "extend"."""
     _absorbed_extend(r, heads, [0, 100, 3000, 9000], [7, 1, 33, 5], "absorbed extend")
     for chunk in (100, 1000, 4096):
         _ragged_chunks(r, heads, prefix=[0, 130, 2000, 5000], ext=[50, 9, 300, 17], chunk=chunk)
     evidence.record(r.backend.kernels, r.backend.config.uri, "extend")
+
+
+# The other specs' variants the tests above leave out: the end-to-end spec's page 16 and
+# its fp16 variants, and the draft-tree spec's decode and extend (its verify has a test of
+# its own), each through the main spec's checks
+OTHER_VARIANTS = [
+    ("mla_e2e_deepseek_v3", 16, 16, BF16),
+    *(("mla_e2e_deepseek_v3", 16, ps, torch.float16) for ps in (1, 16, 64)),
+    ("mla_deepseek_v3_tree", 16, 1, BF16),
+    ("mla_deepseek_v3_tree", 128, 1, BF16),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec, heads, page_size, dtype", OTHER_VARIANTS)
+def test_other_variants_decode_extend(spec, heads, page_size, dtype, evidence):
+    torch.manual_seed(heads + page_size + 5)
+    r = rig(spec, heads, page_size, dtype=dtype)
+    assert r.backend.config.dtype == str(dtype).removeprefix("torch.")
+    _check_decode(r, heads, evidence)
+    _check_extend(r, heads, evidence)
 
 
 @pytest.mark.gpu
@@ -259,6 +289,7 @@ def test_extend_new_tokens_on_prefill_kernels(heads, evidence):
 
 
 def _ragged_chunks(r, h, prefix, ext, chunk):
+    dt = r.backend.dtype
     cuda = dict(device="cuda")
     nchunks = max(-(-p // chunk) for p in prefix)
     sizes = [[max(0, min(chunk, p - c * chunk)) for p in prefix] for c in range(nchunks)]
@@ -275,14 +306,10 @@ def _ragged_chunks(r, h, prefix, ext, chunk):
         seed=chunk,
     )
     tq, tk = sum(ext), sum(prefix)
-    q = torch.randn(tq, h, 192, **cuda).to(BF16)
-    k_new, v_new = torch.randn(tq, h, 192, **cuda).to(BF16), torch.randn(tq, h, 128, **cuda).to(
-        BF16
-    )
-    k_nope, k_rope = torch.randn(tk, h, 128, **cuda).to(BF16), torch.randn(tk, 1, 64, **cuda).to(
-        BF16
-    )
-    v_pre = torch.randn(tk, h, 128, **cuda).to(BF16)
+    q = torch.randn(tq, h, 192, **cuda).to(dt)
+    k_new, v_new = torch.randn(tq, h, 192, **cuda).to(dt), torch.randn(tq, h, 128, **cuda).to(dt)
+    k_nope, k_rope = torch.randn(tk, h, 128, **cuda).to(dt), torch.randn(tk, 1, 64, **cuda).to(dt)
+    v_pre = torch.randn(tk, h, 128, **cuda).to(dt)
     b = rb.batch
     r.backend.init_forward_metadata(b)
     out, lse = r.backend.forward_extend(q, k_new, v_new, r.ragged_layer, b, save_kv_cache=False)
@@ -290,7 +317,7 @@ def _ragged_chunks(r, h, prefix, ext, chunk):
     alone, alone_lse = ref.ragged_mha(
         q, k_new[..., :128], k_new[..., 128:], v_new, ext, ext, SCALE, causal=True
     )
-    check_close(out.view(tq, h, 128), alone, BF16, "ragged new tokens")
+    check_close(out.view(tq, h, 128), alone, dt, "ragged new tokens")
     check_lse(lse, alone_lse, "ragged new tokens lse")
     starts = [sum(prefix[:i]) for i in range(len(prefix))]
     for c in range(nchunks):
@@ -326,7 +353,7 @@ def _ragged_chunks(r, h, prefix, ext, chunk):
         SCALE,
         causal=True,
     )
-    check_close(out.view(tq, h, 128), want, BF16, f"chunked prefix (chunk {chunk})", nchunks)
+    check_close(out.view(tq, h, 128), want, dt, f"chunked prefix (chunk {chunk})", nchunks)
     check_lse(lse, want_lse, f"chunked prefix lse (chunk {chunk})")
 
 
@@ -362,11 +389,12 @@ def test_verify_and_cuda_graphs(heads, page_size, evidence):
 
 
 def _graph_replays(r, heads, mode, per, max_bs, replays=24):
+    dt = r.backend.dtype
     info = VerifyInfo(per) if per > 1 else None
     rows = max_bs * per
-    q_static = torch.zeros(rows, heads, 576, device="cuda", dtype=BF16)
-    lat_static = torch.zeros(rows, 1, 512, device="cuda", dtype=BF16)
-    rope_static = torch.zeros(rows, 1, 64, device="cuda", dtype=BF16)
+    q_static = torch.zeros(rows, heads, 576, device="cuda", dtype=dt)
+    lat_static = torch.zeros(rows, 1, 512, device="cuda", dtype=dt)
+    rope_static = torch.zeros(rows, 1, 64, device="cuda", dtype=dt)
     rng = random.Random(per)
     forward = r.backend.forward_decode if per == 1 else r.backend.forward_extend
 
@@ -402,7 +430,7 @@ def _graph_replays(r, heads, mode, per, max_bs, replays=24):
         lens = torch.cat([b.seq_lens, torch.full((pad,), per, dtype=torch.int32, device="cuda")])
         loc_static.zero_()
         loc_static[:real].copy_(b.out_cache_loc)
-        q = torch.randn(real, heads, 576, device="cuda").to(BF16)
+        q = torch.randn(real, heads, 576, device="cuda").to(dt)
         q_static.zero_()
         q_static[:real].copy_(q)
         lat_static.zero_()
@@ -415,7 +443,7 @@ def _graph_replays(r, heads, mode, per, max_bs, replays=24):
         graph.replay()
         got = out_static.view(rows, heads, 512)[:real]
         want, _ = oracle(r, rb, q, decode=per == 1)
-        check_close(got, want, BF16, f"{mode.name} replay {i} (bs {bs})")
+        check_close(got, want, dt, f"{mode.name} replay {i} (bs {bs})")
 
 
 @pytest.mark.gpu
