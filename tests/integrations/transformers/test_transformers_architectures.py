@@ -9,6 +9,8 @@ must refuse instead of serving as plain causal attention.
   ``SENSITIVITY`` bounds.
 - Llama-4's chunked layers (``attention_chunk_size``): served as causal attention while every
   row fits in one chunk (where the two are equal), refused past it.
+- Gemma-3's own attention shapes (head dim 256, GQA 2, windows of 4096 and 1024): each layer
+  on the spec generated for it, judged against eager.
 - Refused at the first forward with the layer named: bidirectional attention (Gemma-3's
   ``use_bidirectional_attention``, ``config.is_causal = False``), packed sequences, a custom
   4-D mask (also on a second call, when attngen's mask function did not run), a mask the
@@ -404,3 +406,44 @@ def test_layer_window_in_continuous_batching() -> None:
     chunked = types.SimpleNamespace(layer_types=["chunked_attention", "full_attention"])
     with pytest.raises(AttngenInputError, match="a 'chunked_attention' layer"):
         layer_window(types.SimpleNamespace(layer_idx=0, config=chunked), cache, None)
+
+
+def gemma3_config(sliding_window: int) -> object:
+    """Gemma-3's attention shapes (transformers' Gemma3TextConfig defaults: 8 q / 4 kv heads
+    of dim 256, no logit softcap), a sliding layer then a full one."""
+    cfg = config(
+        "Gemma3TextConfig",
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=256,
+        sliding_window=sliding_window,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    assert cfg.attn_logit_softcapping is None and cfg.head_dim == 256
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "window, spec", [(4096, "mha_gemma3_sliding_4k"), (1024, "mha_gemma3_sliding")]
+)
+def test_generate_gemma3_attention_shapes_interpreter(window: int, spec: str) -> None:
+    """Gemma-3 at its own head dim and GQA group, with transformers' default window (4096)
+    and the released checkpoints' (1024): each layer on the spec generated for it (its
+    window, and gemma3.yaml's full attention), tokens judged against eager."""
+    case = M.Case(
+        f"gemma3_w{window}",
+        lambda: gemma3_config(window),
+        (f"sliding_window={window}",),
+        (),
+        prompt_lengths=(21, 14),
+        vocab=VOCAB,
+    )
+    report = tf_judge.check_generate(case, 16, torch.float16, 0, "cpu", new_tokens=2, **FP16)
+    print(report.line())
+    assert not report.failures, "\n".join(report.failures)
+    assert sorted(report.choices) == sorted(
+        [
+            f"triton/{spec}/d256_g2_ps16_fp16_swa{window - 1}",
+            "triton/mha_gemma3/d256_g2_ps16_fp16_causal",
+        ]
+    )
