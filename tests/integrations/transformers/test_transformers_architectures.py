@@ -9,8 +9,9 @@ must refuse instead of serving as plain causal attention.
   ``SENSITIVITY`` bounds.
 - Llama-4's chunked layers (``attention_chunk_size``): served as causal attention while every
   row fits in one chunk (where the two are equal), refused past it.
-- Gemma-3's own attention shapes (head dim 256, GQA 2, windows of 4096 and 1024): each layer
-  on the spec generated for it, judged against eager.
+- Gemma-3's own attention shapes (head dim 256, GQA 2, windows of 4096 and 1024) and other
+  released models' head dims and groups (Qwen3-0.6B, Qwen2.5-1.5B / 14B, SmolLM2, Phi-3-mini):
+  each layer on the spec generated for it, judged against eager.
 - Refused at the first forward with the layer named: bidirectional attention (Gemma-3's
   ``use_bidirectional_attention``, ``config.is_causal = False``), packed sequences, a custom
   4-D mask (also on a second call, when attngen's mask function did not run), a mask the
@@ -447,3 +448,36 @@ def test_generate_gemma3_attention_shapes_interpreter(window: int, spec: str) ->
             "triton/mha_gemma3/d256_g2_ps16_fp16_causal",
         ]
     )
+
+
+# Released models' own head dims and GQA groups (small hidden sizes): (transformers config
+# class, q heads, kv heads, head dim, the spec that must serve them)
+MODEL_SHAPES = {
+    "qwen3_0.6b": ("Qwen3Config", 16, 8, 128, "mha_gqa_groups"),
+    "qwen2.5_14b": ("Qwen2Config", 40, 8, 128, "mha_gqa_groups"),
+    "qwen2.5_1.5b": ("Qwen2Config", 12, 2, 128, "mha_gqa_groups"),
+    "smollm2": ("LlamaConfig", 9, 3, 64, "mha_gqa_groups"),
+    "phi3_mini": ("Phi3Config", 4, 4, 96, "mha_phi3_mini"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_SHAPES))
+def test_generate_released_model_head_shapes_interpreter(name: str) -> None:
+    """Each model at its own head dim and GQA group, two layers on the spec generated for
+    them, tokens judged against eager."""
+    cls, hq, hkv, d, spec = MODEL_SHAPES[name]
+    extra = {} if cls == "Phi3Config" else {"head_dim": d}  # Phi-3: hidden / heads
+    case = M.Case(
+        name,
+        lambda: config(
+            cls, hidden_size=hq * d, num_attention_heads=hq, num_key_value_heads=hkv, **extra
+        ),
+        (f"{hq} q / {hkv} kv heads of dim {d}",),
+        (),
+        prompt_lengths=(19, 12),
+        vocab=VOCAB,
+    )
+    report = tf_judge.check_generate(case, 16, torch.float16, 0, "cpu", new_tokens=2, **FP16)
+    print(report.line())
+    assert not report.failures, "\n".join(report.failures)
+    assert report.choices == [f"triton/{spec}/d{d}_g{hq // hkv}_ps16_fp16_causal"]
