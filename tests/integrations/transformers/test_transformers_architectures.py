@@ -23,6 +23,7 @@ must refuse instead of serving as plain causal attention.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 
 import pytest
@@ -409,6 +410,16 @@ def test_layer_window_in_continuous_batching() -> None:
         layer_window(types.SimpleNamespace(layer_idx=0, config=chunked), cache, None)
 
 
+def judged_generate(name: str, make_config, feature: str):  # noqa: ANN201
+    """Two short prompts, two new tokens each, on 16-token pages in fp16 (interpreter):
+    attngen's run against eager (``tf_judge``); fails on any failure, returns the report."""
+    case = M.Case(name, make_config, (feature,), (), prompt_lengths=(21, 14), vocab=VOCAB)
+    report = tf_judge.check_generate(case, 16, torch.float16, 0, "cpu", new_tokens=2, **FP16)
+    print(report.line())
+    assert not report.failures, "\n".join(report.failures)
+    return report
+
+
 def gemma3_config(sliding_window: int) -> object:
     """Gemma-3's attention shapes (transformers' Gemma3TextConfig defaults: 8 q / 4 kv heads
     of dim 256, no logit softcap), a sliding layer then a full one."""
@@ -431,17 +442,8 @@ def test_generate_gemma3_attention_shapes_interpreter(window: int, spec: str) ->
     """Gemma-3 at its own head dim and GQA group, with transformers' default window (4096)
     and the released checkpoints' (1024): each layer on the spec generated for it (its
     window, and gemma3.yaml's full attention), tokens judged against eager."""
-    case = M.Case(
-        f"gemma3_w{window}",
-        lambda: gemma3_config(window),
-        (f"sliding_window={window}",),
-        (),
-        prompt_lengths=(21, 14),
-        vocab=VOCAB,
-    )
-    report = tf_judge.check_generate(case, 16, torch.float16, 0, "cpu", new_tokens=2, **FP16)
-    print(report.line())
-    assert not report.failures, "\n".join(report.failures)
+    make = functools.partial(gemma3_config, window)
+    report = judged_generate(f"gemma3_w{window}", make, f"sliding_window={window}")
     assert sorted(report.choices) == sorted(
         [
             f"triton/{spec}/d256_g2_ps16_fp16_swa{window - 1}",
@@ -467,17 +469,8 @@ def test_generate_released_model_head_shapes_interpreter(name: str) -> None:
     them, tokens judged against eager."""
     cls, hq, hkv, d, spec = MODEL_SHAPES[name]
     extra = {} if cls == "Phi3Config" else {"head_dim": d}  # Phi-3: hidden / heads
-    case = M.Case(
-        name,
-        lambda: config(
-            cls, hidden_size=hq * d, num_attention_heads=hq, num_key_value_heads=hkv, **extra
-        ),
-        (f"{hq} q / {hkv} kv heads of dim {d}",),
-        (),
-        prompt_lengths=(19, 12),
-        vocab=VOCAB,
+    make = functools.partial(
+        config, cls, hidden_size=hq * d, num_attention_heads=hq, num_key_value_heads=hkv, **extra
     )
-    report = tf_judge.check_generate(case, 16, torch.float16, 0, "cpu", new_tokens=2, **FP16)
-    print(report.line())
-    assert not report.failures, "\n".join(report.failures)
+    report = judged_generate(name, make, f"{hq} q / {hkv} kv heads of dim {d}")
     assert report.choices == [f"triton/{spec}/d{d}_g{hq // hkv}_ps16_fp16_causal"]
