@@ -359,9 +359,10 @@ def _dsa_forward(
     q_resid = module.q_a_layernorm(module.q_a_proj(hidden))
     q = module.q_b_proj(q_resid).view(bs, length, -1, nope + rope).transpose(1, 2)
     q_nope, q_rope = q[..., :nope], q[..., nope:]
-    rotate = sys.modules[type(module).__module__].apply_rotary_pos_emb_interleave
+    interleave = sys.modules[type(module).__module__].apply_rotary_pos_emb_interleave
+    cos, sin = position_embeddings
     q_rope, latent, k_rope, all_latent, all_k_rope = latent_rows(
-        module, hidden, q_rope, position_embeddings, past_key_values, rotate
+        module, hidden, q_rope, past_key_values, lambda q, k: interleave(q, k, cos, sin)
     )
     out = runtime.dsa.attend(
         module, hidden, q_resid, position_embeddings, q_nope, q_rope, latent, k_rope

@@ -1,6 +1,7 @@
-"""DeepSeek-V3 attention (MLA) on attngen's absorbed MLA backends, in plain ``generate()``.
+"""DeepSeek-V3 (and V2) attention (MLA) on attngen's absorbed MLA backends, in plain
+``generate()``.
 
-transformers' ``DeepseekV3Attention`` hands its attention function decompressed q/k
+transformers' ``DeepseekV3Attention`` (``DeepseekV2Attention`` alike, with its complex rope) hands its attention function decompressed q/k
 (``qk_nope + qk_rope`` wide) and v (``v_head_dim``); the latent it caches never reaches the
 function. So :func:`patch` replaces each such module's ``forward`` (while the model's
 attention implementation is ``"attngen"``; any other name runs the original) with one that
@@ -46,7 +47,31 @@ from attngen.integrations.transformers.select import (
 FAMILY = "mla"
 NEEDED_PHASES = ("extend", "decode")
 PAGE_SIZE_ORDER = (64, 16, 128, 1)  # auto page size: the first one generated
-MODULE_CLASSES = ("DeepseekV3Attention",)
+
+
+def _v3_rope(module: Any, position_embeddings: Any) -> Any:
+    """DeepSeek-V3: cos / sin tables, rotating interleaved pairs or halves by the config."""
+    modeling = sys.modules[type(module).__module__]
+    rotate = (
+        modeling.apply_rotary_pos_emb_interleave
+        if module.config.rope_interleave
+        else modeling.apply_rotary_pos_emb
+    )
+    cos, sin = position_embeddings
+    return lambda q, k: rotate(q, k, cos, sin)
+
+
+def _v2_rope(module: Any, position_embeddings: Any) -> Any:
+    """DeepSeek-V2: complex rotations (``freqs_cis``) of interleaved pairs."""
+    rotate = sys.modules[type(module).__module__].apply_rotary_emb
+    return lambda q, k: rotate(q, k, position_embeddings)
+
+
+# The MLA attention modules served, each with its rope: (module, the position embeddings
+# transformers passes it) -> a function (q_rope, k_rope) -> the roped pair. Both modules
+# have the same projections, norms and latent layout (q_proj or q_a / q_b, kv_a_proj_with_mqa,
+# kv_a_layernorm, kv_b_proj, o_proj).
+MODULE_CLASSES = {"DeepseekV3Attention": _v3_rope, "DeepseekV2Attention": _v2_rope}
 
 
 @dataclass(frozen=True)
@@ -324,7 +349,7 @@ class MlaGenerate:
 
 
 def patch(model: torch.nn.Module, runtime: Any, name: str) -> int:
-    """Give every DeepSeek-V3 attention module of ``model`` the attngen forward (used while
+    """Give every DeepSeek-V2 / V3 attention module of ``model`` the attngen forward (used while
     the model's attention implementation is ``name``); returns how many were patched."""
     return patch_attention(model, MODULE_CLASSES, runtime, name, _mla_forward)
 
@@ -333,21 +358,20 @@ def latent_rows(
     module: Any,
     hidden: torch.Tensor,
     q_rope: torch.Tensor,
-    position_embeddings: tuple[torch.Tensor, torch.Tensor],
     past_key_values: Any,
     rotate: Any,
 ) -> tuple[torch.Tensor, ...]:
     """The module's new latent rows (its normed compressed kv) and roped k_rope, q_rope roped
-    with them by ``rotate`` (the model's rope function), and the past + new latent and
-    k_rope from transformers' cache (its own length bookkeeping; the new rows when there is
-    no cache): ``(q_rope, latent, k_rope, all_latent, all_k_rope)``, ``[B, 1, S, ...]``."""
+    with them by ``rotate`` ((q_rope, k_rope) -> the pair roped as the model does), and the
+    past + new latent and k_rope from transformers' cache (its own length bookkeeping; the
+    new rows when there is no cache): ``(q_rope, latent, k_rope, all_latent, all_k_rope)``,
+    ``[B, 1, S, ...]``."""
     bs, length = hidden.shape[:-1]
     rank, rope = module.kv_lora_rank, module.qk_rope_head_dim
     compressed = module.kv_a_proj_with_mqa(hidden)
     latent = module.kv_a_layernorm(compressed[..., :rank]).view(bs, 1, length, rank)
     k_rope = compressed[..., rank:].reshape(bs, 1, length, rope)
-    cos, sin = position_embeddings
-    q_rope, k_rope = rotate(q_rope, k_rope, cos, sin)
+    q_rope, k_rope = rotate(q_rope, k_rope)
     all_latent, all_k_rope = latent, k_rope
     if past_key_values is not None:
         all_latent, all_k_rope = past_key_values.update(latent, k_rope, module.layer_idx)
@@ -370,14 +394,9 @@ def _mla_forward(
         q = module.q_b_proj(module.q_a_layernorm(module.q_a_proj(hidden)))
     q = q.view(bs, length, -1, nope + rope).transpose(1, 2)  # [B, H, S, nope + rope]
     q_nope, q_rope = q[..., :nope], q[..., nope:]
-    modeling = sys.modules[type(module).__module__]
-    rotate = (
-        modeling.apply_rotary_pos_emb_interleave
-        if module.config.rope_interleave
-        else modeling.apply_rotary_pos_emb
-    )
+    rotate = MODULE_CLASSES[type(module).__name__](module, position_embeddings)
     q_rope, latent, k_rope, all_latent, all_k_rope = latent_rows(
-        module, hidden, q_rope, position_embeddings, past_key_values, rotate
+        module, hidden, q_rope, past_key_values, rotate
     )
     out = runtime.mla.attend(module, q_nope, q_rope, latent, k_rope)
     for observe in runtime.mla_observers:  # tests: past + new latent, pre-o_proj output

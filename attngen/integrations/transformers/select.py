@@ -302,9 +302,13 @@ def _attention_forward(
         past_key_values: Any = None,
         **kwargs: Any,
     ) -> Any:
-        if module.config._attn_implementation != name:
-            return original(
-                hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs
+        if module.config._attn_implementation != name:  # by keyword: modules order them
+            return original(  # differently (DeepSeek-V2: mask, cache, then position_embeddings)
+                hidden_states=hidden_states,
+                position_embeddings=position_embeddings,
+                attention_mask=attention_mask,
+                past_key_values=past_key_values,
+                **kwargs,
             )
         return family_forward(module, runtime, hidden_states, position_embeddings, past_key_values)
 
