@@ -477,33 +477,16 @@ def test_generate_released_model_head_shapes_interpreter(name: str) -> None:
 
 
 def deepseek_v2_config(q_lora_rank: int | None) -> object:
-    """DeepSeek-V2 attention at DeepSeek's MLA dims with 16 heads (V2-Lite has no q LoRA,
-    V2 has one), yarn rope; dense MLPs. Its module is DeepseekV2Attention, whose rope turns
-    interleaved pairs by complex numbers (``freqs_cis``), where V3's takes cos / sin."""
+    """DeepSeek-V2 attention at DeepSeek's MLA dims with 16 heads (V2-Lite has no q LoRA, V2
+    has one), yarn rope (mscale 0.707); dense MLPs. Its module is DeepseekV2Attention, whose
+    rope turns interleaved pairs by complex numbers (``freqs_cis``), where V3's takes cos /
+    sin."""
     return config(
         "DeepseekV2Config",
         hidden_size=128,
-        num_attention_heads=16,
-        num_key_value_heads=16,
-        q_lora_rank=q_lora_rank,
-        kv_lora_rank=512,
-        qk_rope_head_dim=64,
-        qk_nope_head_dim=128,
-        v_head_dim=128,
-        first_k_dense_replace=2,  # both layers dense
         n_routed_experts=2,
         num_experts_per_tok=1,
-        moe_intermediate_size=64,
-        rope_parameters=dict(
-            rope_type="yarn",
-            rope_theta=10000.0,
-            factor=4.0,
-            original_max_position_embeddings=1024,
-            mscale=0.707,
-            mscale_all_dim=0.707,
-            beta_fast=32.0,
-            beta_slow=1.0,
-        ),
+        **M.deepseek_mla(q_lora_rank, 0.707),
     )
 
 

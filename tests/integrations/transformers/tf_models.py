@@ -419,10 +419,36 @@ class LayerJudge:
 MLA_Q_SCALE, MLA_K_SCALE = 0.2, 0.25  # scores' std ~30 at init 0.3; ~1.5 after both
 
 
+def deepseek_mla(q_lora_rank: int | None, mscale: float) -> dict[str, Any]:
+    """DeepSeek's own MLA dims (the dims attngen's MLA kernels are lowered for) at 16 heads,
+    yarn rope with ``mscale`` (it makes the softmax scale differ from 192 ** -0.5), dense
+    MLPs (no MoE layer): the config fields DeepSeek-V2 and V3 share."""
+    return dict(
+        moe_intermediate_size=64,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        q_lora_rank=q_lora_rank,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
+        first_k_dense_replace=2,  # both layers dense
+        rope_parameters=dict(
+            rope_type="yarn",
+            rope_theta=10000.0,
+            factor=4.0,
+            original_max_position_embeddings=1024,
+            mscale=mscale,
+            mscale_all_dim=mscale,
+            beta_fast=32.0,
+            beta_slow=1.0,
+        ),
+    )
+
+
 def deepseek_v3_config(hidden: int = 256, vocab: int = VOCAB, q_lora_rank: int | None = 64) -> Any:
-    """DeepSeek-V3 attention at DeepSeek's own MLA dims (the dims attngen's MLA kernels are
-    lowered for) with 16 heads, a q LoRA, yarn rope (its mscale makes the softmax scale
-    differ from 192 ** -0.5) and interleaved rope weights; dense MLPs (no MoE layer)."""
+    """DeepSeek-V3 attention (:func:`deepseek_mla`, a q LoRA, mscale 1) with interleaved
+    rope weights."""
     from transformers import DeepseekV3Config
 
     return DeepseekV3Config(
@@ -430,26 +456,8 @@ def deepseek_v3_config(hidden: int = 256, vocab: int = VOCAB, q_lora_rank: int |
             vocab_size=vocab,
             hidden_size=hidden,
             intermediate_size=256,
-            moe_intermediate_size=64,
-            num_attention_heads=16,
-            num_key_value_heads=16,
-            q_lora_rank=q_lora_rank,
-            kv_lora_rank=512,
-            qk_rope_head_dim=64,
-            qk_nope_head_dim=128,
-            v_head_dim=128,
-            first_k_dense_replace=2,  # both layers dense
             rope_interleave=True,
-            rope_parameters=dict(
-                rope_type="yarn",
-                rope_theta=10000.0,
-                factor=4.0,
-                original_max_position_embeddings=1024,
-                mscale=1.0,
-                mscale_all_dim=1.0,
-                beta_fast=32.0,
-                beta_slow=1.0,
-            ),
+            **deepseek_mla(q_lora_rank, 1.0),
         )
     )
 
