@@ -90,13 +90,13 @@ def test_docs_cells_follow_the_probe_verdicts() -> None:
 
 
 def test_docs_example_of_accepted_values_is_lowered_and_generated_by_no_spec() -> None:
-    """The matrix's prose names GQA 3 and 32 and page size 8 as values a lowering supports
+    """The matrix's prose names GQA 12 and 32 and page size 8 as values a lowering supports
     that no spec generates (so no test ran them): both halves hold."""
     text = (ROOT / "generated/docs/support_matrix.md").read_text(encoding="utf-8")
-    assert "(say GQA 3 or 32, page size 8) are **accepted, not verified**" in text
+    assert "(say GQA 12 or 32, page size 8) are **accepted, not verified**" in text
     v = base_variant(Family.MHA)
     examples = [
-        dataclasses.replace(v, shape=dataclasses.replace(v.shape, gqa_group=3)),
+        dataclasses.replace(v, shape=dataclasses.replace(v.shape, gqa_group=12)),
         dataclasses.replace(v, shape=dataclasses.replace(v.shape, gqa_group=32)),
         dataclasses.replace(v, page_size=8),
     ]
@@ -108,7 +108,7 @@ def test_docs_example_of_accepted_values_is_lowered_and_generated_by_no_spec() -
         if p.family is Family.MHA
         for k in p.kernels
     ]
-    assert not {3, 32} & {x.shape.gqa_group for x in generated}
+    assert not {12, 32} & {x.shape.gqa_group for x in generated}
     assert 8 not in {x.page_size for x in generated}
 
 
