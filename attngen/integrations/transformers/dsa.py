@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from attngen.integrations.transformers.generate import GenerateState, _rows
-from attngen.integrations.transformers.mla import MlaShape, latent_rows
+from attngen.integrations.transformers.mla import MlaShape, cos_sin_rope, latent_rows
 from attngen.integrations.transformers.options import Options
 from attngen.integrations.transformers.select import (
     Choice,
@@ -360,9 +360,8 @@ def _dsa_forward(
     q = module.q_b_proj(q_resid).view(bs, length, -1, nope + rope).transpose(1, 2)
     q_nope, q_rope = q[..., :nope], q[..., nope:]
     interleave = sys.modules[type(module).__module__].apply_rotary_pos_emb_interleave
-    cos, sin = position_embeddings
     q_rope, latent, k_rope, all_latent, all_k_rope = latent_rows(
-        module, hidden, q_rope, past_key_values, lambda q, k: interleave(q, k, cos, sin)
+        module, hidden, q_rope, past_key_values, cos_sin_rope(interleave, position_embeddings)
     )
     out = runtime.dsa.attend(
         module, hidden, q_resid, position_embeddings, q_nope, q_rope, latent, k_rope

@@ -1,12 +1,12 @@
 """DeepSeek-V3 (and V2) attention (MLA) on attngen's absorbed MLA backends, in plain
 ``generate()``.
 
-transformers' ``DeepseekV3Attention`` (``DeepseekV2Attention`` alike, with its complex rope) hands its attention function decompressed q/k
-(``qk_nope + qk_rope`` wide) and v (``v_head_dim``); the latent it caches never reaches the
-function. So :func:`patch` replaces each such module's ``forward`` (while the model's
-attention implementation is ``"attngen"``; any other name runs the original) with one that
-computes the module's own q, latent and roped key with its own weights and then, per
-:meth:`MlaGenerate.attend`:
+transformers' ``DeepseekV3Attention`` (and ``DeepseekV2Attention``, whose rope is complex)
+hands its attention function decompressed q/k (``qk_nope + qk_rope`` wide) and v
+(``v_head_dim``); the latent it caches never reaches the function. So :func:`patch`
+replaces each such module's ``forward`` (while the model's attention implementation is
+``"attngen"``; any other name runs the original) with one that computes the module's own
+q, latent and roped key with its own weights and then, per :meth:`MlaGenerate.attend`:
 
 - absorbs the key up-projection into q: ``q_latent[t, h] = W_UK[h]^T q_nope[t, h]``
   (``kv_b_proj``'s weight viewed ``[H, nope + v, kv_lora_rank]``; its first ``nope`` rows
@@ -49,6 +49,13 @@ NEEDED_PHASES = ("extend", "decode")
 PAGE_SIZE_ORDER = (64, 16, 128, 1)  # auto page size: the first one generated
 
 
+def cos_sin_rope(rotate: Any, position_embeddings: Any) -> Any:
+    """``rotate(q, k, cos, sin)`` (a model's rope function) bound to its ``(cos, sin)``
+    position embeddings, as :func:`latent_rows` takes it: (q_rope, k_rope) -> roped pair."""
+    cos, sin = position_embeddings
+    return lambda q, k: rotate(q, k, cos, sin)
+
+
 def _v3_rope(module: Any, position_embeddings: Any) -> Any:
     """DeepSeek-V3: cos / sin tables, rotating interleaved pairs or halves by the config."""
     modeling = sys.modules[type(module).__module__]
@@ -57,8 +64,7 @@ def _v3_rope(module: Any, position_embeddings: Any) -> Any:
         if module.config.rope_interleave
         else modeling.apply_rotary_pos_emb
     )
-    cos, sin = position_embeddings
-    return lambda q, k: rotate(q, k, cos, sin)
+    return cos_sin_rope(rotate, position_embeddings)
 
 
 def _v2_rope(module: Any, position_embeddings: Any) -> Any:
