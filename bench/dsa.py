@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.device_tag import device_tag  # noqa: E402
 from bench.graph_timing import graph_ms  # noqa: E402
 PAGE, TOPK, SCALE = 64, 2048, 192**-0.5
 PARTS = ("decode", "tiles", "sweep", "prefill", "indexer")  # --parts, in run order
@@ -336,7 +337,8 @@ def main():
         timing="decode: CUDA-graph replay (row 'timer'); prefill, indexer: eager, CUDA events",
         rows=rows,
     )
-    (out / f"dsa-h200-{stamp}.json").write_text(json.dumps(result, indent=1))
+    tag = device_tag(torch.cuda.get_device_name())
+    (out / f"dsa-{tag}-{stamp}.json").write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

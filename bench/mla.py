@@ -40,6 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.device_tag import device_tag  # noqa: E402
+
 CASES = ((64, 4096), (128, 8192))
 HEADS = (128, 16)
 PAGE = 64
@@ -816,7 +818,7 @@ def main() -> None:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"mla-h200-{stamp}.json"
+    path = out_dir / f"mla-{device_tag(torch.cuda.get_device_name())}-{stamp}.json"
     result = dict(
         device=torch.cuda.get_device_name(),
         torch=torch.__version__,

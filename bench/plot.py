@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -240,21 +241,25 @@ def plot(result: dict, out: Path) -> None:
 
 
 def newest_run(results: Path) -> Path | None:
-    """The newest bench run in ``results``: ``h200-<UTC timestamp>-....json`` files sort by
-    their timestamp (other JSONs there are checks and sweeps, not runs)."""
-    runs = sorted(results.glob("h200-*.json"))
-    return runs[-1] if runs else None
+    """The newest bench run in ``results``: ``<gpu>-<UTC timestamp>-<commit>.json`` files
+    (``h200-20261206T0207Z-564d0f0.json``) by their timestamp (other JSONs there are checks,
+    sweeps and other benches, not runs)."""
+    stamp = re.compile(r"^[a-z]+\d+-(\d{8}T\d{4}Z)-[0-9a-f]+(-[a-z-]+)?\.json$")
+    runs = sorted(
+        (m.group(1), p) for p in results.glob("*.json") if (m := stamp.match(p.name)) is not None
+    )
+    return runs[-1][1] if runs else None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
-        "result", type=Path, nargs="?", help="a bench JSON (default: the newest h200-* run)"
+        "result", type=Path, nargs="?", help="a bench JSON (default: the newest run, any GPU)"
     )
     args = parser.parse_args(argv)
     path = args.result or newest_run(Path("bench/results"))
     if path is None:
-        print("bench/results: no h200-<date>-*.json run to plot; name one")
+        print("bench/results: no <gpu>-<date>-<commit>.json run to plot; name one")
         return 1
     result = json.loads(path.read_text())
     out = path.with_suffix(".png")

@@ -38,6 +38,7 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from bench.device_tag import device_tag  # noqa: E402 (import-free: no torch)
 from bench.paired_timing import run_then_pair  # noqa: E402 (import-free: no torch)
 
 HQ, HKV, D = 32, 8, 128  # q heads, kv heads, head dim (qk = v)
@@ -1104,7 +1105,7 @@ def main() -> int:
         api=[],
     )
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
-    path = Path(args.out) / f"h200-{stamp}-{report['commit']}.json"
+    path = Path(args.out) / f"{device_tag(report['gpu'])}-{stamp}-{report['commit']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     log(
         f"bench: {report['gpu']}, torch {report['torch']}, triton {report['triton']}, "

@@ -112,9 +112,7 @@ def section_keys() -> dict[str, list[str]]:
     for family, fs in family_specs().items():
         for name, cls in fs.sections.items():
             for f in cls.FIELDS:
-                owners.setdefault(f.key, {}).setdefault(f"{name}.{f.key}", []).append(
-                    family.value
-                )
+                owners.setdefault(f.key, {}).setdefault(f"{name}.{f.key}", []).append(family.value)
     return {
         key: [
             place + (f" in {_and(families)} specs" if families else "")

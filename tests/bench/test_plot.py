@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench import plot  # noqa: E402
+from bench.device_tag import device_tag  # noqa: E402
 
 HEADER = dict(device="NVIDIA H200", torch="2.11", triton="3.6.0", commit="abc1234", peers={})
 
@@ -109,15 +110,26 @@ def test_paired_rows_plot_with_their_interquartile_ranges(tmp_path: Path) -> Non
 
 
 def test_the_default_is_the_newest_run_not_the_newest_named_file(tmp_path: Path) -> None:
-    """Without an argument the newest h200-<timestamp> run is plotted; checks and sweeps
-    whose names sort later (cute_mha_decode_check_...) are not runs."""
+    """Without an argument the newest <gpu>-<timestamp> run is plotted, whichever GPU ran
+    it; checks and sweeps whose names sort later (cute_mha_decode_check_...) are not runs."""
     names = (
-        "h200-20261201T0101Z-aaa.json",
+        "h100-20261204T0101Z-aaa.json",
         "h200-20261203T2142Z-bbb.json",
         "cute_mha_decode_check_2026-12-03-eager.json",
-        "mla-h200-20261203T0802Z.json",
+        "mla-h200-20261205T0802Z.json",
     )
     for name in names:
         (tmp_path / name).write_text("{}")
-    assert plot.newest_run(tmp_path) == tmp_path / "h200-20261203T2142Z-bbb.json"
+    assert plot.newest_run(tmp_path) == tmp_path / "h100-20261204T0101Z-aaa.json"
+    (tmp_path / "h200-20261205T0000Z-ccc.json").write_text("{}")
+    assert plot.newest_run(tmp_path) == tmp_path / "h200-20261205T0000Z-ccc.json"
     assert plot.newest_run(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(
+    "name, tag",
+    [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA B200", "b200"),
+     ("NVIDIA GeForce RTX 4090", "rtx4090"), ("Tesla V100-SXM2-16GB", "v100"), ("", "gpu")],
+)  # fmt: skip
+def test_result_files_are_named_for_the_gpu_that_ran_them(name: str, tag: str) -> None:
+    assert device_tag(name) == tag
