@@ -99,7 +99,7 @@ class AttentionBackendBase:
     graph: ClassVar[ModuleType]  # generated graph.py: static buffer allocators, NUM_SMS
     spec_name: ClassVar[str]
     arch: ClassVar[str]  # e.g. "sm90"
-    backend: ClassVar[str]  # the kernel DSL, e.g. "triton"
+    backend: ClassVar[str]  # the kernel DSL: a registered Backend value
     num_sms: ClassVar[int]  # SM count of the arch's reference part (split heuristics)
     seq_len_fill_value: ClassVar[int] = 1  # seq_len of padded rows in captured graphs
     validate_slots: ClassVar[bool] = True  # eager metadata checks token slots (one sync)
