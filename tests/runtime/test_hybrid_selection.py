@@ -621,7 +621,7 @@ def test_support_matrix_documents_selection_from_code() -> None:
         assert "make_backend(" in section and "prefill_spec=" in section
 
 
-def test_docs_hybrid_pairs_are_accepted_by_the_runtime(backends_take_cpu: None) -> None:
+def test_docs_hybrid_pairs_are_accepted_by_the_runtime() -> None:
     from attngen.generate import build
 
     plans = build(ROOT, ROOT / "specs", verbose=False).plans
@@ -668,7 +668,7 @@ def test_docs_hybrid_pairs_are_accepted_by_the_runtime(backends_take_cpu: None) 
             assert isinstance(hybrid, HybridAttnBackend), pair
 
 
-def test_docs_hybrid_example_runs_as_written(backends_take_cpu: None) -> None:
+def test_docs_hybrid_example_runs_as_written() -> None:
     """The support matrix's make_backend example runs as printed (on the CPU instead of
     "cuda"), given the pools and the batch it names but does not build: imports included."""
     for ext in ("md", "mdx"):

@@ -192,7 +192,6 @@ def backend_class(kernels: Any) -> type[PagedMhaBackend]:
         "graph": generated_graph,
         "spec_name": "oracle",
         "arch": "sm90",
-        "backend": "triton",
         "num_sms": 132,
     }
     return type("OracleBackend", (PagedMhaBackend,), attrs)

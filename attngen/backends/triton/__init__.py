@@ -6,8 +6,6 @@ ahead-of-time compile check in :mod:`attngen.backends.triton.aot`.
 
 from __future__ import annotations
 
-import os
-
 from attngen.arch import ArchFacts
 from attngen.registry import BackendInfo, register_backend
 from attngen.spec.enums import Backend
@@ -17,15 +15,6 @@ def arch_limit(arch: ArchFacts) -> str | None:
     return None  # Triton targets mma.sync, wgmma and tcgen05 alike
 
 
-def cpu_limit() -> str | None:
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return None  # the interpreter runs the kernels on CPU tensors (slowly: for tests)
-    return (
-        "Triton kernels take CPU tensors only in Triton's interpreter (TRITON_INTERPRET=1, "
-        "set before triton is first imported); pass a CUDA device"
-    )
-
-
 def _aot_main(argv: list[str]) -> int:
     from attngen.backends.triton import aot
 
@@ -33,4 +22,4 @@ def _aot_main(argv: list[str]) -> int:
 
 
 # rank 1: the portable fallback after a backend built for the arch
-register_backend(BackendInfo(Backend.TRITON, "Triton", arch_limit, cpu_limit, 1, _aot_main))
+register_backend(BackendInfo(Backend.TRITON, "Triton", arch_limit, 1, _aot_main))
