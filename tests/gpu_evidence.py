@@ -160,5 +160,43 @@ def write_document() -> None:
     path.write_text(json.dumps(_document(), indent=2) + "\n", encoding="utf-8")
 
 
-if __name__ == "__main__":  # after a run that was killed: write its spooled records
-    write_document()
+def merge_files(target: Path, runs: list[Path]) -> str:
+    """Fold GPU-run files (``ATTNGEN_EVIDENCE_OUT`` of partial runs: one family, one ``-k``)
+    into the recorded ``target``: a run's records replace the target's records of the same
+    (module, variant, check), the rest stay (each counts only while its identities hold);
+    the header becomes the last run's and the replaced headers go to ``earlier_runs``."""
+    old = json.loads(target.read_text(encoding="utf-8"))
+    news = [json.loads(p.read_text(encoding="utf-8")) for p in runs]
+    for path, new in zip(runs, news):
+        if new["arch"] != old["arch"]:
+            raise ValueError(f"{path}: arch {new['arch']!r} is not {target}'s {old['arch']!r}")
+    fresh = [Result(**r) for new in news for r in new["results"]]
+    rerun = {(r.module, r.variant, r.check) for r in fresh}
+    kept = {
+        Result(**r) for r in old["results"] if (r["module"], r["variant"], r["check"]) not in rerun
+    }
+    header_keys = [k for k in old if k not in ("earlier_runs", "results")]
+    header = {k: news[-1].get(k, old.get(k)) for k in header_keys}
+    earlier = list(old.get("earlier_runs", [])) + [{k: old[k] for k in header_keys}]
+    earlier += [{k: new.get(k) for k in header_keys} for new in news[:-1]]
+    runs_before: list[dict] = []
+    for run in earlier:
+        if run != header and run not in runs_before:
+            runs_before.append(run)
+    merged = sorted(kept | set(fresh))
+    document = header | {"earlier_runs": runs_before, "results": [asdict(r) for r in merged]}
+    target.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    failed = sum(not r.passed for r in fresh)
+    return f"{target}: kept {len(kept)}, {len(fresh)} from the runs, {len(merged)}; {failed} failed"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["merge"] and len(sys.argv) > 3:
+        # python tests/gpu_evidence.py merge evidence/gpu/sm90.json RUN.json [RUN.json ...]
+        print(merge_files(Path(sys.argv[2]), [Path(p) for p in sys.argv[3:]]))
+    elif len(sys.argv) == 1:  # after a run that was killed: write its spooled records
+        write_document()
+    else:
+        sys.exit("usage: gpu_evidence.py [merge TARGET RUN.json [RUN.json ...]]")
