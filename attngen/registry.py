@@ -61,6 +61,8 @@ class BackendInfo:
     backend: Backend
     title: str  # how the docs and messages name it ("Triton", "CuTe DSL")
     arch_limit: Callable[[ArchFacts], str | None]  # why no kernel of it can exist on an arch
+    # why its kernels cannot take CPU tensors of these dtypes ("bfloat16", ...) now, or None
+    cpu_limit: Callable[[tuple[str, ...]], str | None]
     rank: int  # auto-selection order among the backends an arch can run: lower goes first
     aot_main: Callable[[list[str]], int] | None = None  # `python -m attngen.aot` for it
 

@@ -33,3 +33,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_gpu)
         elif GPU_RUN and not is_gpu:
             item.add_marker(skip_cpu)
+
+
+@pytest.fixture
+def backends_take_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every registered backend accepts CPU tensors for the test, as Triton does in its
+    interpreter: for tests that construct backends only to check what construction decides
+    (config selection, hybrid pairing), CuTe DSL's included."""
+    import dataclasses
+
+    from attngen import registry
+
+    for backend, info in registry.backends().items():
+        allow = dataclasses.replace(info, cpu_limit=lambda dtypes: None)
+        monkeypatch.setitem(registry._BACKENDS, backend, allow)

@@ -23,9 +23,13 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from attngen import registry
+from attngen.arch import arch_for_device
+from attngen.arch import facts as arch_facts
 from attngen.runtime.batch import ForwardBatch, ForwardMode
 from attngen.runtime.checks import AttngenInputError, fail
 from attngen.runtime.graph import check_fits, check_graph_call
+from attngen.spec.enums import Backend
 
 Metadata = TypeVar("Metadata")
 
@@ -52,6 +56,45 @@ def canonical_device(device: torch.device | str) -> torch.device:
     return dev
 
 
+def kernel_device(
+    device: torch.device | str, backend: str, arch: str, dtypes: tuple[object, ...] = ()
+) -> torch.device:
+    """``device`` canonical, once the kernels of ``backend`` generated for ``arch`` can run
+    there: a CUDA GPU of one of the arch's compute capabilities, or CPU where the backend
+    has a CPU path for ``dtypes`` (the backend's activation and cache dtypes; its registry
+    entry's ``cpu_limit``). Anything else is refused naming the device, before a kernel
+    launch fails inside the DSL or computes garbage."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise AttngenInputError(f"device: {device!r} is not a torch device ({e})") from None
+    facts = arch_facts(arch)
+    if dev.type == "cpu":
+        names = tuple(str(d).removeprefix("torch.") for d in dtypes)
+        reason = registry.backend(Backend(backend)).cpu_limit(names)
+        if reason is not None:
+            raise AttngenInputError(f"device: cpu: {reason}")
+        return dev
+    if dev.type != "cuda":
+        raise AttngenInputError(f"device: {dev}: attngen's kernels run on CUDA devices")
+    if not torch.cuda.is_available():
+        raise AttngenInputError(f"device: {dev}: no CUDA device is available to torch")
+    if dev.index is not None and not 0 <= dev.index < torch.cuda.device_count():
+        raise AttngenInputError(
+            f"device: {dev}: torch sees {torch.cuda.device_count()} CUDA device(s)"
+        )
+    dev = canonical_device(dev)
+    major, minor = torch.cuda.get_device_capability(dev)
+    if arch_for_device(major, minor) is not facts.arch:
+        runs_on = ", ".join(f"{m}.{'x' if n is None else n}" for m, n in facts.device_capabilities)
+        raise AttngenInputError(
+            f"device: {dev} has compute capability {major}.{minor}; these kernels were "
+            f"generated for {arch} ({facts.part}, capability {runs_on}): load the arch "
+            "attngen.runtime.select.detect_arch() names for this GPU"
+        )
+    return dev
+
+
 class AttentionBackendBase:
     """See the module docstring. Subclasses set ``device``, ``req_to_token_pool``,
     ``kv_pool`` (with ``num_slots``), ``max_context_len`` and ``_graph_buffers``."""
@@ -60,6 +103,7 @@ class AttentionBackendBase:
     graph: ClassVar[ModuleType]  # generated graph.py: static buffer allocators, NUM_SMS
     spec_name: ClassVar[str]
     arch: ClassVar[str]  # e.g. "sm90"
+    backend: ClassVar[str]  # the kernel DSL: a registered Backend value
     num_sms: ClassVar[int]  # SM count of the arch's reference part (split heuristics)
     seq_len_fill_value: ClassVar[int] = 1  # seq_len of padded rows in captured graphs
     validate_slots: ClassVar[bool] = True  # eager metadata checks token slots (one sync)

@@ -44,6 +44,10 @@ from attngen.testing import PagedBatchBuilder, make_pools
 from attngen.validate import validate
 from attngen.testing.paths import REPO_ROOT as ROOT
 
+# these tests build bf16 backends on CPU for what construction and metadata decide, not
+# to run their kernels (Triton's interpreter refuses bf16: tests/runtime/test_kernel_device.py)
+pytestmark = pytest.mark.usefixtures("backends_take_cpu")
+
 CPU = torch.device("cpu")
 
 

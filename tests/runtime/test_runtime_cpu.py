@@ -62,6 +62,10 @@ from attngen.testing import (
     pad_decode_batch,
 )
 
+# the backends here run oracle kernels (Python, any dtype), not Triton's: construction's
+# CPU check (tests/runtime/test_kernel_device.py) does not apply to them
+pytestmark = pytest.mark.usefixtures("backends_take_cpu")
+
 TILES = dict(
     decode_block_n=32,
     decode_block_h=16,
@@ -192,6 +196,7 @@ def backend_class(kernels: Any) -> type[PagedMhaBackend]:
         "graph": generated_graph,
         "spec_name": "oracle",
         "arch": "sm90",
+        "backend": "triton",
         "num_sms": 132,
     }
     return type("OracleBackend", (PagedMhaBackend,), attrs)

@@ -19,6 +19,10 @@ def arch_limit(arch: ArchFacts) -> str | None:
     )
 
 
+def cpu_limit(dtypes: tuple[str, ...]) -> str | None:
+    return "CuTe DSL kernels run on CUDA devices only (no interpreter); pass a CUDA device"
+
+
 def _aot_main(argv: list[str]) -> int:
     from attngen.backends.cute_dsl import aot
 
@@ -26,4 +30,4 @@ def _aot_main(argv: list[str]) -> int:
 
 
 # rank 0: auto-selection tries it first wherever it can exist (the arch's own tensor cores)
-register_backend(BackendInfo(Backend.CUTE_DSL, "CuTe DSL", arch_limit, 0, _aot_main))
+register_backend(BackendInfo(Backend.CUTE_DSL, "CuTe DSL", arch_limit, cpu_limit, 0, _aot_main))

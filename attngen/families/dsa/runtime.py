@@ -35,7 +35,7 @@ from attngen.families.dsa.pool import Fp8LatentPool, IndexKeyPool
 from attngen.families.dsa.triton.config import DsaKey
 from attngen.families.mha.runtime import select_config
 from attngen.families.mla.pool import MlaLatentPool
-from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, canonical_device
+from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, kernel_device
 from attngen.runtime.batch import (
     INDEX_DTYPES,
     AttentionLayer,
@@ -123,7 +123,8 @@ class DsaBackend(AttentionBackendBase):
         self.page_size = page_size
         self.dtype = dtype
         self.kv_cache_dtype = dtype if kv_cache_dtype is None else kv_cache_dtype
-        self.device = canonical_device(device)
+        dtypes = (dtype, self.kv_cache_dtype)
+        self.device = kernel_device(device, self.backend, self.arch, dtypes)
         if not isinstance(index_pool, IndexKeyPool):
             fail("index_pool", "an IndexKeyPool", type(index_pool).__name__)
         self.config = select_config(

@@ -28,9 +28,9 @@ import torch
 from attngen.runtime.backend_base import (
     GRAPH_PHASES,
     AttentionBackendBase,
-    canonical_device,
     check_mirrors,
     host_mirrors,
+    kernel_device,
 )
 from attngen.runtime.batch import ForwardBatch, ForwardMode, VerifyInfo
 from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
@@ -143,7 +143,7 @@ class GdnBackend(AttentionBackendBase):
         self.num_k_heads, self.num_v_heads = num_k_heads, num_v_heads
         self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
         self.dtype = dtype
-        self.device = canonical_device(device)
+        self.device = kernel_device(device, self.backend, self.arch, (dtype,))
         self.config = select_config(
             self.kernels.CONFIGS,
             dict(

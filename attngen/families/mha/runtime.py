@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 
 from attngen.families.mha.key import MhaKey
-from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, canonical_device
+from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, kernel_device
 from attngen.runtime.batch import (
     AttentionLayer,
     DraftExtendInfo,
@@ -155,7 +155,8 @@ class PagedMhaBackend(AttentionBackendBase):
         self.page_size = page_size
         self.dtype = dtype
         self.kv_cache_dtype = dtype if kv_cache_dtype is None else kv_cache_dtype
-        self.device = canonical_device(device)
+        dtypes = (dtype, self.kv_cache_dtype)
+        self.device = kernel_device(device, self.backend, self.arch, dtypes)
         self.config = select_config(
             self.kernels.CONFIGS,
             MhaKey(

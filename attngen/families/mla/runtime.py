@@ -40,7 +40,7 @@ import torch
 from attngen.families.mha.runtime import decode_num_splits, select_config
 from attngen.families.mla.key import MlaKey
 from attngen.families.mla.pool import MlaLatentPool
-from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, canonical_device
+from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, kernel_device
 from attngen.runtime.batch import (
     AttentionLayer,
     DraftExtendInfo,
@@ -251,7 +251,8 @@ class PagedMlaBackend(AttentionBackendBase):
         self.page_size = page_size
         self.dtype = dtype
         self.kv_cache_dtype = dtype if kv_cache_dtype is None else kv_cache_dtype
-        self.device = canonical_device(device)
+        dtypes = (dtype, self.kv_cache_dtype)
+        self.device = kernel_device(device, self.backend, self.arch, dtypes)
         self.config = select_config(
             self.kernels.CONFIGS,
             MlaKey(

@@ -42,7 +42,7 @@ def cpu_backend(spec: str) -> type:
         configs[uri] = dataclasses.replace(c, dtype="float16", kv_dtype=kv)
     names = ("indexer_logits", "topk", "sparse_mla", "sparse_workspace", "choose_splits")
     kernels = SimpleNamespace(CONFIGS=configs, PHASES=k.PHASES, **{n: getattr(k, n) for n in names})
-    attrs = {a: getattr(gen, a) for a in ("graph", "spec_name", "arch", "num_sms")}
+    attrs = {a: getattr(gen, a) for a in ("graph", "spec_name", "arch", "backend", "num_sms")}
     return type("CpuDsaBackend", (DsaBackend,), dict(kernels=kernels, **attrs))
 
 

@@ -1,7 +1,8 @@
 """The generated CuTe DSL backends on CPU, up to the launchers: speculative verify (draft
 chains) and draft extend, eager and through CUDA-graph metadata, reach the CuTe DSL
 launchers with the arguments they take (the launchers then refuse CPU tensors before any
-GPU work, which is where a CPU run stops). Numerics and replays: the GPU suite
+GPU work, which is where a CPU run stops; construction, which refuses CPU for CuTe DSL,
+is let through by the ``backends_take_cpu`` fixture). Numerics and replays: the GPU suite
 (tests/families/mha/gpu/test_mha_backend_gpu.py discovers these packages)."""
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from attngen.runtime.checks import AttngenInputError
 from attngen.testing import PagedBatchBuilder, make_pools
 
 pytest.importorskip("cutlass")
+# construction refuses CPU for CuTe DSL (tests/runtime/test_kernel_device.py); here the
+# backends are built on CPU anyway, to follow the metadata up to the launchers
+pytestmark = pytest.mark.usefixtures("backends_take_cpu")
 
 SPEC = "mha_spec_chain_large_pages"
 CPU_REFUSAL = "q: expected a CUDA tensor"  # the CuTe DSL launchers' first device check

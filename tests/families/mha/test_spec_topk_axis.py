@@ -34,6 +34,11 @@ targets:
 """
 
 
+# construction only (config selection by spec_topk), of bf16 backends on CPU, where the
+# Triton interpreter could not run them (tests/runtime/test_kernel_device.py)
+pytestmark = pytest.mark.usefixtures("backends_take_cpu")
+
+
 @pytest.fixture(scope="module")
 def backend_cls(tmp_path_factory: pytest.TempPathFactory) -> type:
     root = tmp_path_factory.mktemp("topk")

@@ -52,7 +52,9 @@ def backend_class(page_size: int, kv_dtype: str = "float16", drafts: int = 3) ->
         ragged=library.ragged,
         merge_state=library.merge_state,
     )
-    attrs = dict(kernels=kernels, graph=generated_graph, spec_name="test", arch="sm90")
+    attrs = dict(
+        kernels=kernels, graph=generated_graph, spec_name="test", arch="sm90", backend="triton"
+    )
     return type("TestMlaBackend", (PagedMlaBackend,), dict(attrs, num_sms=4))
 
 
@@ -332,7 +334,14 @@ def test_tree_verify_eager_and_graph_buffers():
         absorbed=library.absorbed,
         absorbed_workspace=library.absorbed_workspace,
     )
-    attrs = dict(kernels=kernels, graph=generated_graph, spec_name="t", arch="sm90", num_sms=4)
+    attrs = dict(
+        kernels=kernels,
+        graph=generated_graph,
+        spec_name="t",
+        arch="sm90",
+        backend="triton",
+        num_sms=4,
+    )
     cls = type("TreeBackend", (PagedMlaBackend,), attrs)
     r = make_rig(cls, num_heads=16, page_size=1, dtype=F16, device="cpu")
     gen = torch.Generator().manual_seed(8)

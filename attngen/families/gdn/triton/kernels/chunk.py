@@ -391,8 +391,6 @@ def chunk_state_t_kernel(
         decay = tl.exp(cum_last)
         if K_DESC.dtype == tl.bfloat16:  # bf16 spans fp32's exponents: hi + lo unscaled
             u_hi, u_lo = _split16(u_in, K_DESC.dtype)
-            s_lo = s_lo * decay + (tl.dot(u_hi, k_lo) + tl.dot(u_lo, k_lo))
-            s_hi = s_hi * decay + (tl.dot(u_hi, k_hi) + tl.dot(u_lo, k_hi))
         else:
             # a power of two a row: its largest |entry| to [1, 2), so fp16 parts cannot overflow
             exponent = tl.max(tl.abs(u_in), axis=1).to(tl.int32, bitcast=True) & 0x7F800000
@@ -400,10 +398,13 @@ def chunk_state_t_kernel(
             row_scale = exponent.to(tl.float32, bitcast=True)
             inv_scale = (0x7F000000 - exponent).to(tl.float32, bitcast=True)  # 1 / row_scale
             u_hi, u_lo = _split16(u_in * inv_scale[:, None], K_DESC.dtype)
-            d_lo = tl.dot(u_hi, k_lo) + tl.dot(u_lo, k_lo)
-            d_hi = tl.dot(u_hi, k_hi) + tl.dot(u_lo, k_hi)
-            s_lo = s_lo * decay + d_lo * row_scale[:, None]
-            s_hi = s_hi * decay + d_hi * row_scale[:, None]
+        d_lo = tl.dot(u_hi, k_lo) + tl.dot(u_lo, k_lo)
+        d_hi = tl.dot(u_hi, k_hi) + tl.dot(u_lo, k_hi)
+        if K_DESC.dtype != tl.bfloat16:
+            d_lo = d_lo * row_scale[:, None]
+            d_hi = d_hi * row_scale[:, None]
+        s_lo = s_lo * decay + d_lo
+        s_hi = s_hi * decay + d_hi
         chunk += 1
     tl.store(pool, s_lo.to(STATE.dtype.element_ty), mask=slot > 0)
     tl.store(pool + HALF, s_hi.to(STATE.dtype.element_ty), mask=slot > 0)

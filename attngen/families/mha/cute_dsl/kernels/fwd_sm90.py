@@ -642,6 +642,12 @@ class MhaFwdSm90:
                 )
             state.advance()
 
+    def row_token_head(self, m_block: Int32, row: Int32, head: Int32) -> tuple[Int32, Int32]:
+        """Tile row -> (token of the request, query head). Packed GQA interleaves a kv head's
+        ``pack`` query heads row by row, so a tile holds ``rows_tok`` tokens; unpacked,
+        ``pack`` is 1 and the row is the token of ``head``."""
+        return m_block * self.rows_tok + row // self.pack, head + row % self.pack
+
     @cute.jit
     def page_of(
         self, mPageTable: Optional[cute.Tensor], batch: Int32, j: Int32, last_page: Int32
@@ -939,9 +945,7 @@ class MhaFwdSm90:
             thr_mma_pv.partition_C(cute.make_identity_tensor((self.tile_m, shape.v_head_dim)))
         )
         for r in cutlass.range_constexpr(num_rows):
-            # tile row -> (token of the request, query head): packed GQA interleaves heads
-            row = tOcO[r, 0][0]
-            token, head_r = m_block * self.rows_tok + row // self.pack, head + row % self.pack
+            token, head_r = self.row_token_head(m_block, tOcO[r, 0][0], head)
             total = cute.arch.warp_reduction_sum(row_sum[r], threads_in_group=4)
             m_scaled = row_max[r] * scale_log2
             if const_expr(shape.sinks):
@@ -965,8 +969,7 @@ class MhaFwdSm90:
         else:
             tOrO_rc = rows_cols(tOrO)
             for r in cutlass.range_constexpr(num_rows):
-                row = tOcO[r, 0][0]
-                token, head_r = m_block * self.rows_tok + row // self.pack, head + row % self.pack
+                token, head_r = self.row_token_head(m_block, tOcO[r, 0][0], head)
                 if token < seqlen_q:
                     for c in cutlass.range_constexpr(cute.size(tOrO_rc, mode=[1])):
                         mO[q_start + token, head_r, tOcO[r, c][1]] = tOrO_rc[r, c]
@@ -1004,12 +1007,10 @@ class MhaFwdSm90:
         for p in cutlass.range_constexpr((64 * chunks + WARPGROUP - 1) // WARPGROUP):
             piece = p * WARPGROUP + lane
             row, chunk = wg * 64 + piece // chunks, piece % chunks
-            token = m_block * self.rows_tok + row // self.pack
+            token, head_r = self.row_token_head(m_block, row, head)
             if piece < 64 * chunks and token < seqlen_q:
                 src = cute.local_tile(sO[row, None], (CHUNK,), (chunk,))
-                dst = cute.local_tile(
-                    mO[q_start + token, head + row % self.pack, None], (CHUNK,), (chunk,)
-                )
+                dst = cute.local_tile(mO[q_start + token, head_r, None], (CHUNK,), (chunk,))
                 dst.store(src.load())
 
     @cute.jit
@@ -1100,10 +1101,9 @@ class MhaFwdSm90:
         row0, chunk = lane // chunks, lane % chunks
         for p in cutlass.range_constexpr(64 // rows_per_pass):
             row = wg * 64 + p * rows_per_pass + row0
-            token = cutlass.min(m_block * self.rows_tok + row // self.pack, seqlen_q - 1)
-            src = cute.local_tile(
-                mQ[q_start + token, None, head + row % self.pack], (CHUNK,), (chunk,)
-            )
+            token, head_r = self.row_token_head(m_block, row, head)
+            token = cutlass.min(token, seqlen_q - 1)
+            src = cute.local_tile(mQ[q_start + token, None, head_r], (CHUNK,), (chunk,))
             cute.copy(atom, src, cute.local_tile(sQ[row, None], (CHUNK,), (chunk,)))
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
@@ -1356,7 +1356,7 @@ class MhaFwdSm90:
             row = tScS[r, 0][0]
             if const_expr(shape.decode):
                 row = 0  # every row is a head of the request's one query token
-            pos = m_block * self.rows_tok + row // self.pack + offset  # its query position
+            pos = self.row_token_head(m_block, row, 0)[0] + offset  # its query position
             key_end = seqlen_k
             if const_expr(shape.causal):
                 key_end = cutlass.min(pos + 1, seqlen_k)

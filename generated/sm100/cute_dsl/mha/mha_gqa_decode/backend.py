@@ -20,6 +20,7 @@ class MhaGqaDecodeBackend(PagedMhaBackend):
     graph = graph
     spec_name = "mha_gqa_decode"
     arch = "sm100"
+    backend = "cute_dsl"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

@@ -20,6 +20,7 @@ class DsaDeepseekV32Fp8Backend(DsaBackend):
     graph = graph
     spec_name = "dsa_deepseek_v32_fp8"
     arch = "sm100"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

@@ -20,6 +20,7 @@ class MhaE2eSoftcapBackend(PagedMhaBackend):
     graph = graph
     spec_name = "mha_e2e_softcap"
     arch = "sm100"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

@@ -20,6 +20,7 @@ class MhaGemma2SlidingBackend(PagedMhaBackend):
     graph = graph
     spec_name = "mha_gemma2_sliding"
     arch = "sm100"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

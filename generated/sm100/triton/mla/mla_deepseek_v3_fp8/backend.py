@@ -20,6 +20,7 @@ class MlaDeepseekV3Fp8Backend(PagedMlaBackend):
     graph = graph
     spec_name = "mla_deepseek_v3_fp8"
     arch = "sm100"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

@@ -20,6 +20,7 @@ class GdnGva1Backend(GdnBackend):
     graph = graph
     spec_name = "gdn_gva1"
     arch = "sm80"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

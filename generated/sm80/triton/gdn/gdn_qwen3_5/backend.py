@@ -20,6 +20,7 @@ class GdnQwen35Backend(GdnBackend):
     graph = graph
     spec_name = "gdn_qwen3_5"
     arch = "sm80"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

@@ -24,7 +24,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "5ca3c4cd81e09be5b62933fc657135697a534015d915d377972a62d9667c39b3"
+LIBRARY_SHA256 = "01bb5308c894b5a2c61a6ea90aca35e8853c549060692de4d845cbb100b21833"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "

@@ -20,6 +20,7 @@ class MhaFp8E5m2AmpereBackend(PagedMhaBackend):
     graph = graph
     spec_name = "mha_fp8_e5m2_ampere"
     arch = "sm80"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

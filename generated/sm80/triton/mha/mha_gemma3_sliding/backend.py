@@ -20,6 +20,7 @@ class MhaGemma3SlidingBackend(PagedMhaBackend):
     graph = graph
     spec_name = "mha_gemma3_sliding"
     arch = "sm80"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

@@ -20,6 +20,7 @@ class MhaGemma3Sliding4kBackend(PagedMhaBackend):
     graph = graph
     spec_name = "mha_gemma3_sliding_4k"
     arch = "sm80"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

@@ -20,6 +20,7 @@ class MhaNvfp4KvBackend(PagedMhaBackend):
     graph = graph
     spec_name = "mha_nvfp4_kv"
     arch = "sm80"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

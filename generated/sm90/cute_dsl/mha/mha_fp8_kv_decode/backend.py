@@ -20,6 +20,7 @@ class MhaFp8KvDecodeBackend(PagedMhaBackend):
     graph = graph
     spec_name = "mha_fp8_kv_decode"
     arch = "sm90"
+    backend = "cute_dsl"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

@@ -20,6 +20,7 @@ class MhaSpecChainLargePagesBackend(PagedMhaBackend):
     graph = graph
     spec_name = "mha_spec_chain_large_pages"
     arch = "sm90"
+    backend = "cute_dsl"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

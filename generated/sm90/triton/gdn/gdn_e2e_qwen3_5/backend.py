@@ -20,6 +20,7 @@ class GdnE2eQwen35Backend(GdnBackend):
     graph = graph
     spec_name = "gdn_e2e_qwen3_5"
     arch = "sm90"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

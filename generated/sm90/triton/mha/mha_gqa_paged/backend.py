@@ -20,6 +20,7 @@ class MhaGqaPagedBackend(PagedMhaBackend):
     graph = graph
     spec_name = "mha_gqa_paged"
     arch = "sm90"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

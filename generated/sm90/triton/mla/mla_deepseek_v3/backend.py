@@ -20,6 +20,7 @@ class MlaDeepseekV3Backend(PagedMlaBackend):
     graph = graph
     spec_name = "mla_deepseek_v3"
     arch = "sm90"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 

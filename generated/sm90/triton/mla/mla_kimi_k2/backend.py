@@ -20,6 +20,7 @@ class MlaKimiK2Backend(PagedMlaBackend):
     graph = graph
     spec_name = "mla_kimi_k2"
     arch = "sm90"
+    backend = "triton"
     num_sms = graph.NUM_SMS
     seq_len_fill_value = graph.SEQ_LEN_FILL_VALUE
 
