@@ -12,10 +12,8 @@ records are written there as JSON (what the support matrix reads to mark a cell 
 sources, module traits, config) and ``runtime`` the package's runtime identity (the host
 code the check ran: attngen.evidence.runtime_identity), so evidence goes stale when either
 changes and survives a move; ``module`` says which generated file the check ran through. Results are sorted and
-de-duplicated. With ``ATTNGEN_EVIDENCE_KEEP=<earlier file>`` (same arch and device) the
-earlier run's records are kept beside this run's and its header is listed under
-``earlier_runs``: each record still counts only while its identities hold. Under pytest-xdist each worker ships its records to the controller, which
-writes the one file. Nothing is written when no check passed. With
+de-duplicated; ``python tests/gpu_evidence.py merge`` folds a run into the recorded file.
+Under pytest-xdist each worker ships its records to the controller, which writes the one file. Nothing is written when no check passed. With
 ``ATTNGEN_EVIDENCE_SPOOL=<dir>`` every record is also appended to ``<dir>/<pid>.jsonl`` as it
 passes and merged into the file at the end, so a run cut short keeps what passed (after a
 run that was killed outright, ``python tests/gpu_evidence.py`` with the same variables
@@ -116,16 +114,6 @@ def _document() -> dict:
         "torch": torch.__version__,
         "triton": triton.__version__,
     }
-    keep = os.environ.get("ATTNGEN_EVIDENCE_KEEP")
-    if keep:  # an earlier run's file of the same arch and device: its records stay
-        earlier = json.loads(Path(keep).read_text(encoding="utf-8"))
-        for key in ("arch", "device"):
-            if earlier[key] != document[key]:
-                raise ValueError(f"{keep}: {key} {earlier[key]!r} is not {document[key]!r}")
-        EVIDENCE.merge_json(earlier["results"])
-        runs = earlier.pop("earlier_runs", [])
-        earlier.pop("results")
-        document["earlier_runs"] = runs + [earlier]
     return document | {"results": EVIDENCE.to_json()}
 
 
