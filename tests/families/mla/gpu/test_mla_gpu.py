@@ -196,12 +196,14 @@ def _check_extend(r, heads, evidence):
 
 
 # The other specs' variants the tests above leave out: every variant of the end-to-end spec
-# (pages 1 / 16 / 64, bf16 and fp16), and the draft-tree spec's decode and extend (its
-# verify has a test of its own), each through the main spec's checks
+# (pages 1 / 16 / 64, bf16 and fp16), and the draft-tree and draft-chain specs' decode and
+# extend (their verify and draft extend have tests of their own), each through the main
+# spec's checks
 OTHER_VARIANTS = [
     *(("mla_e2e_deepseek_v3", 16, ps, dt) for dt in (BF16, torch.float16) for ps in (1, 16, 64)),
     ("mla_deepseek_v3_tree", 16, 1, BF16),
     ("mla_deepseek_v3_tree", 128, 1, BF16),
+    *(("mla_deepseek_v3_mtp", h, ps, BF16) for h in (16, 128) for ps in (1, 64)),
 ]
 
 
