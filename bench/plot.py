@@ -244,7 +244,8 @@ def newest_run(results: Path) -> Path | None:
     """The newest bench run in ``results``: ``<gpu>-<UTC timestamp>-<commit>.json`` files
     (``h200-20261206T0207Z-564d0f0.json``) by their timestamp (other JSONs there are checks,
     sweeps and other benches, not runs)."""
-    stamp = re.compile(r"^[a-z]+\d+-(\d{8}T\d{4}Z)-[0-9a-f]+(-[a-z-]+)?\.json$")
+    # <gpu> is bench.device_tag's: a model name (h200, rtx4090) or "gpu"
+    stamp = re.compile(r"^[a-z0-9]+-(\d{8}T\d{4}Z)-[0-9a-f]+(-[a-z-]+)?\.json$")
     runs = sorted(
         (m.group(1), p) for p in results.glob("*.json") if (m := stamp.match(p.name)) is not None
     )

@@ -123,6 +123,8 @@ def test_the_default_is_the_newest_run_not_the_newest_named_file(tmp_path: Path)
     assert plot.newest_run(tmp_path) == tmp_path / "h100-20261204T0101Z-aaa.json"
     (tmp_path / "h200-20261205T0000Z-ccc.json").write_text("{}")
     assert plot.newest_run(tmp_path) == tmp_path / "h200-20261205T0000Z-ccc.json"
+    (tmp_path / "gpu-20261206T0000Z-ddd.json").write_text("{}")  # device_tag's fallback
+    assert plot.newest_run(tmp_path) == tmp_path / "gpu-20261206T0000Z-ddd.json"
     assert plot.newest_run(tmp_path / "missing") is None
 
 
