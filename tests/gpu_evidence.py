@@ -11,9 +11,10 @@ records are written there as JSON (what the support matrix reads to mark a cell 
 ``identity`` is the variant's kernel identity (attngen.evidence.kernel_identity: library
 sources, module traits, config) and ``runtime`` the package's runtime identity (the host
 code the check ran: attngen.evidence.runtime_identity), so evidence goes stale when either
-changes and survives a move; ``module`` says which generated file the check ran through. Results are sorted and
-de-duplicated; ``python tests/gpu_evidence.py merge`` folds a run into the recorded file.
-Under pytest-xdist each worker ships its records to the controller, which writes the one file. Nothing is written when no check passed. With
+changes and survives a move; ``module`` says which generated file the check ran through.
+Results are sorted and de-duplicated; ``python tests/gpu_evidence.py merge`` folds a run
+into the recorded file. Under pytest-xdist each worker ships its records to the controller,
+which writes the one file. Nothing is written when no check passed. With
 ``ATTNGEN_EVIDENCE_SPOOL=<dir>`` every record is also appended to ``<dir>/<pid>.jsonl`` as it
 passes and merged into the file at the end, so a run cut short keeps what passed (after a
 run that was killed outright, ``python tests/gpu_evidence.py`` with the same variables
