@@ -27,10 +27,11 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
     against 74 / 79 / 87 / 85, B256 272 us against 277 / 283 / 288 / 309; the loop had
     measured ahead in an earlier run, 291-299 us against 296). Chunked prefill: prepare on 4
     warps over [chunk, K] tiles, W / U / KT on 4 warps (8 x 4k x 32 heads: 1201 us against
-    1334 on 8); the sequential state kernel on the widest value block of 16 .. 64 that still
-    gives one program per SM (1 x 32k tokens x 16 heads: 16, spread over 128 SMs; 8 x 4k x
-    32 heads: 64, reading W and KT a quarter as often; sm_80 and sm_100a: up to 32, 64
-    spilled), 4 warps up to 32 values and 8 at 64, W, KT and U loaded two steps ahead at 16
+    1334 on 8); the sequential state kernel on the widest value block of 16 .. 32 that still
+    gives one program per SM (1 x 32k tokens x 16 heads: 16, spread over 128 SMs; 64 spilled
+    on sm_80 and sm_100a, and on sm_90a with its int arguments specialized as the JIT does;
+    on sm_90a every batch wide enough for 64 takes the transposed kernel below, whose
+    threshold is half of it), 4 warps, W, KT and U loaded two steps ahead at 16
     values (H200, 1 x 32k: 783 us, one step ahead 1123) and one step ahead at wider blocks
     (two would overflow shared memory); on sm_90a, for batches of at least half an SM's
     worth of 64-value programs, the transposed-state kernel instead (``state_transposed``:
@@ -47,7 +48,7 @@ def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
         "prepare_num_warps": 4,
         "wu_num_warps": 4,
         "state_block_v": 16,
-        "state_block_v_max": min(64 if arch is Arch.SM90 else 32, shape.value_dim),
+        "state_block_v_max": min(32, shape.value_dim),
         "state_min_programs": facts(arch).num_sms,
         "state_num_warps": 4,
         "state_num_stages": 3,

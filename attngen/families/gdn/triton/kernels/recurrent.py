@@ -94,11 +94,15 @@ def recurrent_kernel(
             a = tl.load(A + row * stride_a_tok + hv)
             b = tl.load(B + row * stride_b_tok + hv)
             g, beta = gate_values(a, b, a_log, dt_bias)
-            # -- S = exp(g) S; u = beta (v - S^T k); S += k u^T; o = S^T q ----
-            h = h * tl.exp(g)
-            u = beta * (v - tl.sum(h * k[None, :], axis=1))
-            h = h + u[:, None] * k[None, :]
-            o = tl.sum(h * q[None, :], axis=1)
+            # -- S = exp(g) S; u = beta (v - S^T k); S += k u^T; o = S^T q, with o taken
+            # from the old state (exp(g) S^T q + u (k . q)): both reductions read it
+            # before the update, so no second pass over the new state ----
+            decay = tl.exp(g)
+            hk_dot = tl.sum(h * k[None, :], axis=1)
+            hq = tl.sum(h * q[None, :], axis=1)
+            u = beta * (v - decay * hk_dot)
+            o = decay * hq + u * tl.sum(k * q, axis=0)
+            h = h * decay + u[:, None] * k[None, :]
             tl.store(OUT + row * stride_o_tok + hv * stride_o_head + vs, o.to(OUT.dtype.element_ty))
             if WRITE_STEPS:
                 step = STEPS + pid_b * stride_st_b + t * stride_st_t + hv * stride_st_head

@@ -24,7 +24,7 @@ from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
-LIBRARY_SHA256 = "01bb5308c894b5a2c61a6ea90aca35e8853c549060692de4d845cbb100b21833"
+LIBRARY_SHA256 = "f0ff13c8f61da09b977c72926c2e74436ee56d3f5844588f6e5e9f87f88c2a35"
 if library.SOURCE_SHA256 != LIBRARY_SHA256:  # the library was edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN Triton library {LIBRARY_SHA256[:12]}, but the "
