@@ -649,7 +649,12 @@ class GdnLayerJudge(LayerJudge):
     far (the observer keeps the inputs of earlier steps; pads zeroed, as the module's own
     padding mask does), bounded by LAYER_FACTOR x the deviation of the same reference on
     inputs rounded to the kernels' dtype, the conv's output and the layer's output rounded
-    too (attngen's conv writes the delta rule's q | k | v in that dtype)."""
+    too (attngen's conv writes the delta rule's q | k | v in that dtype), plus what that
+    emulation does not round: the chunked kernels' TF32 products and the recurrent steps'
+    fp32 sums, the family's own computation term (``attngen.families.gdn.testing``,
+    derived there) times max|ref|. Without that term, Qwen3.5 at seed 227733 measured 1.07
+    of the emulation-only bound at a decode step (layer 0, step 11) with the decode kernels
+    of a93415d and cc60ca5 alike (1.98e-3 against 1.85e-3), and passed it at seeds 1-11."""
 
     def __init__(self, kv_dtype: torch.dtype, act: torch.dtype, scale: float = 1.0) -> None:
         super().__init__(kv_dtype, act, scale)
@@ -679,7 +684,12 @@ class GdnLayerJudge(LayerJudge):
         ref, emu, got = flat(ref), flat(emu), flat(out.float())
         rms = ref.pow(2).mean().sqrt().item()
         eps = torch.finfo(self.act).eps / 2
-        bound = LAYER_FACTOR * max((emu - ref).abs().max().item(), eps * rms)
+        from attngen.families.gdn.testing import computation_factor
+
+        rounding = LAYER_FACTOR * max((emu - ref).abs().max().item(), eps * rms)
+        steps = max(1, self.step)  # recurrent steps since the prefill (0 = prefill)
+        computation = computation_factor(module.head_k_dim, steps) * ref.abs().max().item()
+        bound = rounding + computation
         error = (got - ref).abs().max().item()
         if not error == error:
             error = float("inf")
