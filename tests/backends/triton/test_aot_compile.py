@@ -146,6 +146,22 @@ def test_parse_ptxas_log() -> None:
         aot.parse_ptxas_log("ptxas info    : 0 bytes gmem\n")
 
 
+def test_both_specializations_recorded_the_worse(monkeypatch) -> None:
+    """Pointers are aligned in both compiles, integers multiples of 16 in the second only
+    (floats never); each measure of the row is the worse of the two."""
+    from types import SimpleNamespace
+
+    kernel = SimpleNamespace(arg_names=["X", "n", "m", "factor", "BLOCK"], __name__="kernel")
+    sig = {"X": "*fp16", "n": "i32", "m": "i64", "factor": "fp32"}
+    spec = SimpleNamespace(name="k", fn=kernel, signature=sig, constexprs={"BLOCK": 16})
+    aligned = [["tt.divisibility", 16]]
+    assert aot.divisibility(spec, "generic") == {(0,): aligned}
+    assert aot.divisibility(spec, "ints16") == {(0,): aligned, (1,): aligned, (2,): aligned}
+    measured = {"generic": (80, 0, 512), "ints16": (72, 16, 256)}
+    monkeypatch.setattr(aot, "compile_once", lambda spec, cap, s: aot.Resources(*measured[s]))
+    assert aot.compile_spec(spec, 90) == aot.Resources(80, 16, 512)
+
+
 @pytest.mark.slow
 def test_checker_on_a_tiny_tree(tmp_path: Path) -> None:
     generated = write_tiny_tree(tmp_path, "sm90")
