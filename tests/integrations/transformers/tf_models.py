@@ -699,11 +699,14 @@ class GdnLayerJudge(LayerJudge):
         ``attngen.families.gdn.testing`` derives their share of the error). Without the TF32
         products the emulation rounded less than attngen does: Qwen3.5 at seed 227733 left
         the layer bound by 1.07x (decode step 11), Qwen3-Next at seed 12 the logit bound by
-        1.35x (step 55, every layer within its bound), at a93415d and cc60ca5 alike. Without
-        ``rounded``, fp32 products throughout (the exact reference)."""
+        1.35x (step 55, every layer within its bound), at a93415d and cc60ca5 alike. With
+        ``rounded`` the conv's weight and bias are rounded to it too, as the integration
+        hands them to attngen's conv (in the backend's dtype). Without ``rounded``, fp32
+        weights and products throughout (the exact reference)."""
         modeling = sys.modules[type(module).__module__]
-        weight = module.conv1d.weight.float()[:, 0]
-        bias = None if module.conv1d.bias is None else module.conv1d.bias.float()
+        as_run = (lambda t: t.to(rounded).float()) if rounded is not None else (lambda t: t)
+        weight = as_run(module.conv1d.weight.float()[:, 0])
+        bias = None if module.conv1d.bias is None else as_run(module.conv1d.bias.float())
         x = modeling.causal_conv1d_fn(
             mixed.transpose(1, 2).contiguous(), weight, bias, activation=module.activation
         ).transpose(1, 2)
