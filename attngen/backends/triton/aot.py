@@ -90,7 +90,8 @@ SPECIALIZATIONS = ("generic", "ints16")  # the two compiles of every kernel (mod
 def divisibility(spec: Any, specialization: str) -> dict[tuple[int, ...], list[list[Any]]]:
     """Triton's ``tt.divisibility`` attributes of one compile: every pointer 16-byte aligned
     (what the JIT assumes of torch tensors), and with ``ints16`` every integer argument a
-    multiple of 16 too (what it assumes of an integer argument whose value is one)."""
+    multiple of 16 too (what it assumes of an integer argument whose value is a multiple
+    of 16; a value of 1 it makes a constant, which neither compile covers)."""
     signature = full_signature(spec)
     ints = specialization == "ints16"
     return {
