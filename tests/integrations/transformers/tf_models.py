@@ -704,9 +704,11 @@ class GdnLayerJudge(LayerJudge):
         hands them to attngen's conv (in the backend's dtype). Without ``rounded``, fp32
         weights and products throughout (the exact reference)."""
         modeling = sys.modules[type(module).__module__]
-        as_run = (lambda t: t.to(rounded).float()) if rounded is not None else (lambda t: t)
-        weight = as_run(module.conv1d.weight.float()[:, 0])
-        bias = None if module.conv1d.bias is None else as_run(module.conv1d.bias.float())
+        weight = module.conv1d.weight.float()[:, 0]
+        bias = None if module.conv1d.bias is None else module.conv1d.bias.float()
+        if rounded is not None:
+            weight = weight.to(rounded).float()
+            bias = None if bias is None else bias.to(rounded).float()
         x = modeling.causal_conv1d_fn(
             mixed.transpose(1, 2).contiguous(), weight, bias, activation=module.activation
         ).transpose(1, 2)
