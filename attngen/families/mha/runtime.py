@@ -19,14 +19,14 @@ capturable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 import functools
-from dataclasses import fields
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 
 from attngen.families.mha.key import MhaKey
+from attngen.families.mha.selection import decode_num_splits, select_config
 from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, kernel_device
 from attngen.runtime.batch import (
     AttentionLayer,
@@ -37,7 +37,7 @@ from attngen.runtime.batch import (
     VerifyInfo,
     tree_mask_bytes,
 )
-from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
+from attngen.runtime.checks import check_at_least, check_tensor, fail
 from attngen.runtime.graph import (
     DecodeGraphBuffers,
     DecodeMetadata,
@@ -85,48 +85,6 @@ def decode_split_cap(
     cost = {n: -(-n * programs // slots) / n for n in range(1, max(max_splits, 1) + 1)}
     best = min(cost.values())
     return min(n for n, c in cost.items() if c <= best * (1 + WAVE_SLACK))
-
-
-def decode_num_splits(
-    seq_lens: torch.Tensor,
-    *,
-    cap: int,
-    min_split_tokens: int,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Per-request int32 split counts in ``1..cap``, on the device (no host sync), in three
-    ops (into ``out`` when given: a graph replay writes its static buffer in place)."""
-    wanted = torch.div(
-        seq_lens.int() + (min_split_tokens - 1), min_split_tokens, rounding_mode="floor"
-    )
-    return torch.clamp(wanted, min=1, max=cap, out=out)
-
-
-# -- config selection ----
-
-
-def select_config(configs: Mapping[str, Any], want: MhaKey) -> Any:
-    # configs: a generated kernels module's CONFIGS (each has .key and .uri)
-    """The one config whose key is ``want``; else an error listing what was generated.
-
-    Fields of ``want`` set to None are free: a unique match on the rest is taken (so a spec
-    that generates one speculative topk needs no ``spec_topk=`` at construction)."""
-    ordered = [configs[uri] for uri in sorted(configs)]
-    given = {
-        f.name: getattr(want, f.name) for f in fields(want) if getattr(want, f.name) is not None
-    }
-    matches = [c for c in ordered if all(getattr(c.key, k) == v for k, v in given.items())]
-    if len(matches) == 1:
-        return matches[0]
-    available = "; ".join(f"{c.key.describe()} ({c.uri})" for c in ordered) or "none"
-    wanted = " ".join(f"{k}={v}" for k, v in given.items())
-    if matches:
-        free = sorted(k for k in (f.name for f in fields(want)) if k not in given)
-        raise AttngenInputError(
-            f"several generated configs for {wanted}: pass {' / '.join(free)} to choose; "
-            f"available: {available}"
-        )
-    raise AttngenInputError(f"no generated config for {wanted}; available: {available}")
 
 
 def _as_heads(name: str, x: object, rows: int, heads: int, dim: int) -> torch.Tensor:
