@@ -461,6 +461,7 @@ def main() -> int:
     )
     parser.add_argument("--decode", action="store_true", help="split-KV decode only")
     args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
     global OVERLAP
     OVERLAP = args.overlap
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
