@@ -30,12 +30,11 @@ attention (issue 13), on the GPU.
   every generated config that served one of its layers: the ``*_e2e_*`` specs the
   integration picks are verified by the models they serve (their prompts run extend with
   no cached prefix, less than the ``extend`` check asks, so that is not recorded).
-  The seed is random per session (``ATTNGEN_SEED`` fixes it). Open (2026-12-06, H100, at
-  a93415d and cc60ca5 alike): Qwen3-Next at seed 12 fails, its logits 1.15x the bound at
-  step 55 of row 2 with every layer within its own bound. A candidate cause, found after
-  that run: the integration hands attngen's conv its weight and bias in bf16 and the
-  emulation kept them fp32 (now rounded as run: ``GdnLayerJudge._reference``); not yet
-  re-run on the GPU.
+  The seed is random per session (``ATTNGEN_SEED`` fixes it). Qwen3-Next at seed 12
+  failed (2026-12-06, H100, at a93415d and cc60ca5 alike), its logits 1.15x the bound at
+  step 55 of row 2 with every layer within its own bound: the integration hands attngen's
+  conv its weight and bias in bf16 and the emulation kept them fp32. Rounded as run
+  (``GdnLayerJudge._reference``), the Qwen3 tests pass at seed 12 (56693a2, H100).
 - ``test_greedy_tokens_exact``: the acceptance's token equality, made exact: for every
   model, a fixed seed and an input-embedding scale (``tf_models.margin_case``: the residual
   stream dominated by the current token's embedding, every feature still on) for which eager
