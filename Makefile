@@ -36,9 +36,11 @@ test: $(TEST_STAMP)
 
 ## test-gpu: GPU numerics + CUDA-graph tests (on a CUDA machine; records evidence when
 ## ATTNGEN_EVIDENCE_OUT is set). Uses the machine's python (torch + triton installed there).
+## GPU_TESTS narrows it to some suites (`attngen review` names those a change needs)
 GPU_PYTEST_ARGS ?= -n 4
+GPU_TESTS ?= tests/families/*/gpu tests/integrations/*/gpu
 test-gpu:
-	ATTNGEN_GPU=1 $(PYTHON) -m pytest -q -p no:cacheprovider $(GPU_PYTEST_ARGS) tests/families/*/gpu tests/integrations/*/gpu
+	ATTNGEN_GPU=1 $(PYTHON) -m pytest -q -p no:cacheprovider $(GPU_PYTEST_ARGS) $(GPU_TESTS)
 
 ## sanitize-gpu: a small GPU suite under compute-sanitizer (memcheck, racecheck), recorded
 sanitize-gpu:

@@ -174,7 +174,24 @@ def _variant_row(item, spec: str, ev) -> dict:
         config=hashlib.sha256(repr(item.plan.config).encode()).hexdigest(),
         gpu=[c for c in GPU_CHECKS if ev.verified(item, frozenset({c}))],
         compiles=ev.compiles(item),
+        via=_via(item, ev, GPU_CHECKS),
     )
+
+
+def _via(item, ev, checks) -> list[str]:
+    """The integrations whose GPU runs recorded evidence of ``item`` (a detail
+    ``via=<integration>-<model>``, e.g. ``via=transformers-llama``): their suites, not the
+    family's, re-record it."""
+    gpu = ev.gpu.get(item.arch)
+    if gpu is None or not hasattr(gpu, "detail"):
+        return []
+    found = set()
+    for check in checks:
+        detail = gpu.detail(item.identity, check)
+        for word in detail.split():
+            if word.startswith("via="):
+                found.add(word.removeprefix("via=").split("-", 1)[0])
+    return sorted(found)
 
 
 def _lowered(plans: list, root: Path) -> tuple[list, dict[str, str]]:

@@ -11,7 +11,10 @@ from attngen.review.variants import VariantKey, target_order
 from attngen.review.files import generated_packages
 from attngen.review.sides import Sides
 
-GPU_SUITE = "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT={path} make test-gpu"
+GPU_SUITE = (
+    "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT={path} make test-gpu "
+    'GPU_TESTS="{tests}"'
+)
 
 
 @dataclass(frozen=True)
@@ -95,19 +98,38 @@ def _compile(sides: Sides, touched: list[dict]) -> list[Command]:
 
 
 def _gpu(sides: Sides, touched: list[dict]) -> list[Command]:
-    """One GPU suite run per arch that records GPU evidence (on either side)."""
+    """One GPU suite run per arch that records GPU evidence (on either side), over the test
+    folders that re-record what the change took: each family's own suite, and an
+    integration's where that integration's runs recorded a variant's evidence before."""
     paths = {**sides.base["evidence"]["gpu"], **sides.now["evidence"]["gpu"]}
+    before = {_key(r): r for r in sides.base["variants"]}
     out = []
     for arch in sorted(paths, key=lambda a: target_order(f"- {a}")):
         bare = [r for r in touched if r["arch"] == arch and not r["gpu"]]
-        if bare:
-            out.append(
-                Command(
-                    GPU_SUITE.format(path=paths[arch]["path"]),
-                    f"on an {arch} GPU: GPU evidence for {len(bare)} new or changed variant(s)",
-                )
+        if not bare:
+            continue
+        families: dict[str, int] = {}
+        via: dict[str, int] = {}
+        for r in bare:
+            families[r["family"]] = families.get(r["family"], 0) + 1
+            for name in set(r.get("via", [])) | set(before.get(_key(r), {}).get("via", [])):
+                via[name] = via.get(name, 0) + 1
+        tests = [f"tests/families/{f}/gpu" for f in sorted(families)]
+        tests += [f"tests/integrations/{name}/gpu" for name in sorted(via)]
+        counts = ", ".join(f"{f} {n}" for f, n in sorted(families.items()))
+        counts += "".join(f"; {n} of them verified by {name}" for name, n in sorted(via.items()))
+        out.append(
+            Command(
+                GPU_SUITE.format(path=paths[arch]["path"], tests=" ".join(tests)),
+                f"on an {arch} GPU: GPU evidence for {len(bare)} new or changed variant(s) "
+                f"({counts})",
             )
+        )
     return out
+
+
+def _key(row: dict) -> tuple[str, str, str, str]:
+    return row["spec"], row["backend"], row["arch"], row["uri"]
 
 
 def _bench(review: Review) -> list[Command]:

@@ -38,9 +38,7 @@ targets:
   triton: [sm80, sm90]
 """
 NEW_URI = "d128_g4_ps32_bf16_causal"
-GPU_SUITE_SM90 = (
-    "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT=evidence/gpu/sm90.json make test-gpu"
-)
+GPU_SUITE_SM90 = "ATTNGEN_COMMIT=$(git rev-parse HEAD) ATTNGEN_EVIDENCE_OUT=evidence/gpu/sm90.json make test-gpu"  # then GPU_TESTS="<the suites that re-record what the change took>"
 # one line of the MHA Triton kernel library (its sources are hashed into every identity)
 KERNEL_FILE = "attngen/families/mha/triton/kernels/decode.py"
 
@@ -93,7 +91,9 @@ def test_add_spec_lists_new_variants_cells_and_commands(repo: Path) -> None:
     assert commands[0] == "make generate"  # the new packages are not generated yet
     assert "make evidence-compile" in commands
     gpu = [c for c in data["commands"] if "make test-gpu" in c["command"]]
-    assert [c["command"] for c in gpu] == [GPU_SUITE_SM90]
+    # the new variants' family suite alone: no integration verified them before
+    assert [c["command"] for c in gpu] == [f'{GPU_SUITE_SM90} GPU_TESTS="tests/families/mha/gpu"']
+    assert gpu[0]["why"] == "on an sm90 GPU: GPU evidence for 1 new or changed variant(s) (mha 1)"
     assert "make bench" not in commands  # no kernel code changed
     # Markdown: the spec, its variants per target, the cell row and the commands
     assert "- **added** `mha_review_new` (`specs/mha/review_new.yaml`)" in md
@@ -215,7 +215,9 @@ def test_refused_variant_shows_the_capability_reason(repo: Path) -> None:
     stays valid because another target lowers it."""
     text = NEW_SPEC.replace("triton: [sm80, sm90]", "triton: [sm90]\n  cute_dsl: [sm100]")
     # an fp8 cache: CuTe DSL decodes one on sm90 only (and extends none)
-    text = text.replace("  page_size: [32]", "  page_size: [32]\n  dtype: fp8_e4m3\n  scale: per_tensor")
+    text = text.replace(
+        "  page_size: [32]", "  page_size: [32]\n  dtype: fp8_e4m3\n  scale: per_tensor"
+    )
     (repo / "specs/mha/review_new.yaml").write_text(text)
     spec = load_spec(repo / "specs/mha/review_new.yaml", repo)
     [variant] = expand(spec)
@@ -381,10 +383,39 @@ def test_runtime_change_drops_gpu_evidence_only(repo: Path) -> None:
     assert per["triton sm90"]["gpu_lost"] == per["triton sm90"]["runtime"]
     assert per["triton sm90"]["compile_lost"] == 0
     commands = {c["command"]: c["why"] for c in data["commands"]}
-    gpu = GPU_SUITE_SM90
-    assert gpu in commands and "make bench" in commands
+    [gpu] = [c for c in commands if c.startswith(GPU_SUITE_SM90)]
+    assert "make bench" in commands
+    # host code every family runs: every family's suite, and the suites of the
+    # integrations whose runs had recorded some of the variants' evidence
+    tests = gpu.split('GPU_TESTS="')[1].rstrip('"').split()
+    assert tests == ["tests/families/mha/gpu", "tests/families/mla/gpu"]
+    assert "verified by" not in commands[gpu]
     assert "make evidence-compile" not in commands
     assert "changed runtime identity: host code of the package changed" in md
+
+
+def test_evidence_an_integration_recorded_names_its_suite(repo: Path) -> None:
+    """A variant whose GPU evidence came from an integration's run (detail
+    ``via=<integration>-<model>``) is re-recorded by that integration's suite: the review's
+    GPU command names it beside the family's."""
+    path = repo / "evidence/gpu/sm90.json"
+    ev = json.loads(path.read_text())
+    first = next(r for r in ev["results"] if "/mha/" in r["module"] and r["check"] == "decode")
+    first["detail"] = "via=transformers-llama"
+    path.write_text(json.dumps(ev, indent=1) + "\n")
+    commit(repo, "evidence from an integration")
+    (repo / "attngen/runtime/graph.py").open("a").write("\nREVIEW_TEST_CONSTANT = 1\n")
+    data, _ = review(repo)
+    [(command, why)] = [
+        (c["command"], c["why"]) for c in data["commands"] if "test-gpu" in c["command"]
+    ]
+    tests = command.split('GPU_TESTS="')[1].rstrip('"').split()
+    assert tests == [
+        "tests/families/mha/gpu",
+        "tests/families/mla/gpu",
+        "tests/integrations/transformers/gpu",
+    ]
+    assert why.endswith("; 1 of them verified by transformers)")
 
 
 def test_spec_change_without_regenerating_asks_for_generate(repo: Path) -> None:
