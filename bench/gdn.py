@@ -29,6 +29,7 @@ import argparse
 import dataclasses
 import datetime
 import importlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -67,6 +68,8 @@ TABLES = ("prefill", "decode", "sweep")
 WARMUP_MS, REP_MS = 25, 100
 FLA_MS: dict[str, float] = {}
 FLA_KERNELS: dict[str, object] = {}  # fla's per-kernel times per case, profiled once
+# FlashInfer's GDN prefill (a second peer, CuTe DSL on sm90) when it imports: {"chunk": fn}
+FLASHINFER: dict[str, object] = {}
 DEV = "cuda"
 torch = None
 
@@ -245,6 +248,52 @@ def prefill_case(
     FLA_KERNELS.setdefault(key, row["fla_kernels_us"])
     row.update(attngen_ms=t_ours, fla_ms=t_fla, speedup=t_fla / t_ours)
     row.update(attngen_mtok_s=n / t_ours / 1e3, fla_mtok_s=n / t_fla / 1e3)
+    if FLASHINFER and tiles is None:  # the second peer, on the main rows
+        try:
+            row.update(flashinfer_prefill(FLASHINFER["chunk"], buffers, bs, length, heads))
+            row["speedup_vs_flashinfer"] = row["flashinfer_ms"] / t_ours
+        except Exception:  # its rows must not cost fla's
+            row["flashinfer_error"] = traceback.format_exc()[-600:]
+    return row
+
+
+def flashinfer_prefill(fi_chunk, buffers: dict, bs: int, length: int, heads: int) -> dict:
+    """FlashInfer's chunked GDN prefill on the same inputs (``[T, H, D]`` rows, varlen
+    ``cu_seqlens``, fp32 states ``[N, HV, V, K]`` like the pool's). Its API takes the gates
+    as values (alpha = exp(g) and beta, fp32 ``[T, HV]``), so they are computed before the
+    timed call and their cost is not in its time (attngen's and fla's include it)."""
+    from attngen.families.gdn import reference
+
+    x, out, pool, n = buffers["x"], buffers["out"], buffers["pool"], bs * length
+    g, beta = reference.gates(x["a"], x["b"], x["A_log"], x["dt_bias"])
+    alpha, beta = torch.exp(g).float().contiguous(), beta.float().contiguous()
+    fi_out = torch.empty(n, heads, DIM, dtype=torch.bfloat16, device=DEV)
+    fi_state = torch.empty(bs, heads, DIM, DIM, dtype=torch.float32, device=DEV)
+
+    def theirs():
+        return fi_chunk(
+            x["q"],
+            x["k"],
+            x["v"],
+            alpha,
+            beta,
+            scale=DIM**-0.5,
+            initial_state=None,
+            output_final_state=True,
+            cu_seqlens=buffers["qsl"].to(torch.int64),
+            use_qk_l2norm_in_kernel=True,
+            output=fi_out,
+            output_state=fi_state,
+        )
+
+    theirs()
+    torch.cuda.synchronize()
+    row = {
+        "out_diff_vs_flashinfer": diff(out, fi_out),
+        "state_diff_vs_flashinfer": diff(pool[1:], fi_state),
+    }
+    t = bench(theirs)
+    row.update(flashinfer_ms=t, flashinfer_mtok_s=n / t / 1e3)
     return row
 
 
@@ -344,6 +393,14 @@ def main() -> int:
     os.environ.setdefault("FLA_FLASH_QLA", "0")
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
+    try:  # optional: flashinfer-python (and its CuTe DSL kernels' nvidia-cutlass-dsl)
+        from flashinfer.gdn_prefill import chunk_gated_delta_rule as flashinfer_chunk
+
+        FLASHINFER["chunk"] = flashinfer_chunk
+        FLASHINFER["version"] = importlib.metadata.version("flashinfer-python")
+    except Exception as e:  # noqa: BLE001 -- fla's rows run either way
+        log(f"FlashInfer GDN prefill not importable ({type(e).__name__}: {e}); fla only")
+
     import triton
 
     sys.path.insert(0, str(ROOT))
@@ -368,6 +425,7 @@ def main() -> int:
             "torch": torch.__version__,
             "triton": triton.__version__,
             "peer": "fla-core 0.6.0",
+            "peer2": f"flashinfer-python {FLASHINFER['version']}" if FLASHINFER else "none",
         }
         (out / "gdn_bench.json").write_text(json.dumps({**head, **rows}, indent=1) + "\n")
 
@@ -412,6 +470,13 @@ def main() -> int:
             log(
                 f"{r['case']} | {r['attngen_mtok_s']:.1f} Mtok/s | {r['fla_mtok_s']:.1f} | {r['speedup']:.2f}x | {r['out_diff_vs_fla']:.2e} | {f64} | {r.get('kernels_us')}"
             )
+            if "flashinfer_mtok_s" in r:
+                log(
+                    f"  flashinfer {r['flashinfer_mtok_s']:.1f} Mtok/s: attngen "
+                    f"{r['speedup_vs_flashinfer']:.2f}x, diff {r['out_diff_vs_flashinfer']:.2e}"
+                )
+            elif "flashinfer_error" in r:
+                log(f"  flashinfer failed: {r['flashinfer_error'].splitlines()[-1]}")
     for r in rows["sweep"]:
         if "error" not in r:
             graphs = f" | graphs {r['graph_speedup']:.2f}x" if "graph_speedup" in r else ""

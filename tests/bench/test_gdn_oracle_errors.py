@@ -41,3 +41,40 @@ def test_oracle_errors_measure_each_side_on_request_zero(monkeypatch) -> None:
     # diff() measures in fp32: equal to its relative precision
     assert abs(errs["out_err_vs_f64"]["fla"] / (0.5 / rms) - 1) < 1e-5
     assert errs["state_err_vs_f64"]["fla"] > 0.0
+
+
+def test_flashinfer_rows_hand_it_the_gates_as_values(monkeypatch) -> None:
+    """The FlashInfer peer (not importable here: a stand-in with its signature) gets the
+    same rows in its layout, the gates as fp32 values (alpha = exp(g) in (0, 1], beta in
+    (0, 1)), int64 cu_seqlens, and its output and final state are compared with attngen's
+    buffers."""
+    monkeypatch.setattr(gdn, "torch", torch)
+    monkeypatch.setattr(gdn, "DEV", "cpu")
+    monkeypatch.setattr(gdn, "bench", lambda fn: (fn(), 2.0)[1])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    torch.manual_seed(0)
+    bs, length, heads = 2, 8, 2
+    x = gdn.inputs(bs * length, heads, heads)
+    out = torch.randn(bs * length, heads, gdn.DIM).to(torch.bfloat16)
+    pool = torch.randn(bs + 1, heads, gdn.DIM, gdn.DIM)
+    qsl = torch.arange(bs + 1, dtype=torch.int32) * length
+    seen = {}
+
+    def stand_in(q, k, v, alpha, beta, *, scale, initial_state, output_final_state,
+                 cu_seqlens, use_qk_l2norm_in_kernel, output, output_state):  # fmt: skip
+        seen.update(alpha=alpha, beta=beta, cu=cu_seqlens, l2=use_qk_l2norm_in_kernel)
+        assert q is x["q"] and v is x["v"] and initial_state is None and output_final_state
+        output.copy_(out)
+        output_state.copy_(pool[1:] * 1.01)  # its states differ from attngen's by 1%
+        return output, output_state
+
+    buffers = dict(x=x, out=out, pool=pool, qsl=qsl)
+    row = gdn.flashinfer_prefill(stand_in, buffers, bs, length, heads)
+    g, beta = reference.gates(x["a"], x["b"], x["A_log"], x["dt_bias"])
+    assert seen["alpha"].dtype == seen["beta"].dtype == torch.float32
+    assert torch.allclose(seen["alpha"].double(), torch.exp(g), rtol=1e-6)
+    assert 0 < float(seen["alpha"].min()) and float(seen["alpha"].max()) <= 1
+    assert torch.allclose(seen["beta"].double(), beta, rtol=1e-6)
+    assert seen["cu"].dtype == torch.int64 and seen["cu"].tolist() == [0, 8, 16] and seen["l2"]
+    assert row["out_diff_vs_flashinfer"] == 0.0 and row["state_diff_vs_flashinfer"] > 0.0
+    assert row["flashinfer_ms"] == 2.0 and row["flashinfer_mtok_s"] == bs * length / 2.0 / 1e3
