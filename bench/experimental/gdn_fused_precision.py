@@ -1,0 +1,181 @@
+"""Which operand precisions a fused GDN chunk kernel needs to meet attngen's bounds: a CPU
+float64 emulation (2026-12-06), no GPU.
+
+A fused prefill keeps each head's fp32 state for the whole sequence and, per chunk of C
+tokens, runs every product on the tensor cores (bench/README, "What the fastest published
+peer does"). In the chunk form used here (state H ``[K, V]``, log decays Γ = cumsum g,
+γ = exp Γ, D[t, s] = exp(Γ_t - Γ_s) for s <= t):
+
+    A = strict_lower(diag(β) (K K^T ∘ D)),   T = (I + A)^-1
+    u = T diag(β) (V - diag(γ) K H0)                    (the chunk's "new values")
+    O = diag(γ) Q H0 + (Q K^T ∘ D) u
+    H = γ_C H0 + (K ∘ exp(Γ_C - Γ))^T u
+
+Every product rounds its operands to the design's type per operand kind (``qk``: the
+normalized q and k; ``state``: H0; ``tri``: T; ``diff``: V - γ K H0; ``u``; ``p``: Q K^T ∘ D;
+``kdec``: K ∘ exp(Γ_C - Γ)) and its result to fp32, the accumulator; the state stays fp32.
+Operand types: fp32, tf32 (10-bit mantissa), bf16, and ``split``: a bf16 high part plus a
+bf16 low part (two MMAs, about 16 bits). Errors are measured against the float64
+token-by-token recurrence (``attngen.families.gdn.reference``) as a fraction of attngen's
+bounds (``attngen.families.gdn.testing``: prefill outputs in bf16, the final state), the
+largest over the draws: <= 1 passes. ``exact`` (float64 throughout) checks the chunk form.
+
+``python bench/experimental/gdn_fused_precision.py [--tokens 2048] [--draws 4]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from attngen.families.gdn import reference, testing  # noqa: E402
+
+F64 = torch.float64
+KINDS = ("qk", "state", "tri", "diff", "u", "p", "kdec")
+
+
+def tf32(x: torch.Tensor) -> torch.Tensor:
+    """Round to nearest even at TF32's 10 mantissa bits (the fp32 value first)."""
+    bits = x.float().view(torch.int32)
+    bias = ((bits >> 13) & 1) + 0xFFF
+    return ((bits + bias) & ~0x1FFF).view(torch.float32).double()
+
+
+def bf16(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.bfloat16).to(F64)
+
+
+def split(x: torch.Tensor) -> torch.Tensor:
+    hi = bf16(x)
+    return hi + bf16(x - hi)
+
+
+ROUND = {
+    "fp64": lambda x: x,
+    "fp32": lambda x: x.float().double(),
+    "tf32": tf32,
+    "bf16": bf16,
+    "split": split,
+}
+
+DESIGNS = {
+    "exact": {k: "fp64" for k in KINDS},
+    "tf32 everywhere": {k: "tf32" for k in KINDS},
+    "bf16 everywhere": {k: "bf16" for k in KINDS},
+    "bf16, split state": {**{k: "bf16" for k in KINDS}, "state": "split"},
+    "bf16, split state and u": {**{k: "bf16" for k in KINDS}, "state": "split", "u": "split"},
+    "bf16, split state, u, diff": {
+        **{k: "bf16" for k in KINDS},
+        **{k: "split" for k in ("state", "u", "diff")},
+    },
+    "bf16, split state, u, diff, T": {
+        **{k: "bf16" for k in KINDS},
+        **{k: "split" for k in ("state", "u", "diff", "tri")},
+    },
+    "bf16, split T": {**{k: "bf16" for k in KINDS}, "tri": "split"},
+    "bf16, split T and u": {**{k: "bf16" for k in KINDS}, "tri": "split", "u": "split"},
+    "bf16, split T, u, kdec": {
+        **{k: "bf16" for k in KINDS},
+        **{k: "split" for k in ("tri", "u", "kdec")},
+    },
+    "split all but q, k": {**{k: "split" for k in KINDS}, "qk": "bf16"},
+    "tf32, bf16 state": {**{k: "tf32" for k in KINDS}, "state": "bf16"},
+}
+
+
+def chunked(qn, kn, v, g, beta, design: dict[str, str], chunk: int):
+    """The fused kernel's arithmetic for one head: (out [T, V], final state [V, K])."""
+    exact = all(r == "fp64" for r in design.values())
+    op = {k: ROUND[r] for k, r in design.items()}
+    acc = (lambda x: x) if exact else ROUND["fp32"]
+
+    def mm(a, b, ka, kb):
+        return acc(op[ka](a) @ op[kb](b))
+
+    n, kdim = kn.shape
+    h = torch.zeros(kdim, v.shape[1], dtype=F64)
+    out = torch.empty(n, v.shape[1], dtype=F64)
+    for s in range(0, n, chunk):
+        e = min(s + chunk, n)
+        q, k, vv, gg, bb = qn[s:e], kn[s:e], v[s:e], g[s:e], beta[s:e]
+        cum = torch.cumsum(gg, 0)
+        diff = cum[:, None] - cum[None, :]
+        lower = torch.tril(torch.ones(e - s, e - s, dtype=torch.bool))
+        dmask = torch.where(lower, torch.exp(diff.clamp(max=0.0)), torch.zeros_like(diff))
+        a = torch.tril(bb[:, None] * mm(k, k.T, "qk", "qk") * dmask, -1)
+        t = acc(torch.linalg.inv(torch.eye(e - s, dtype=F64) + acc(a)))
+        gamma = torch.exp(cum)
+        d = acc(vv - gamma[:, None] * mm(k, h, "qk", "state"))
+        u = acc(op["tri"](t * bb[None, :]) @ op["diff"](d))  # T diag(β) folded
+        p = acc(mm(q, k.T, "qk", "qk") * dmask)
+        out[s:e] = acc(gamma[:, None] * mm(q, h, "qk", "state") + mm(p, u, "p", "u"))
+        kdec = k * torch.exp(cum[-1] - cum)[:, None]
+        h = acc(torch.exp(cum[-1]) * h + mm(kdec.T, u, "kdec", "u"))
+    return out, h.T
+
+
+def draw(tokens: int, slow: bool, correlated: bool, seed: int):
+    torch.manual_seed(seed)
+    kdim = vdim = 128
+    q = torch.randn(tokens, 1, kdim).to(torch.bfloat16)
+    k = torch.randn(tokens, 1, kdim)
+    if correlated:  # keys near a few shared directions: the triangular solve's hard case
+        base = torch.randn(4, kdim)
+        k = base[torch.randint(0, 4, (tokens,))][:, None] + 0.3 * k
+    k = k.to(torch.bfloat16)
+    v = torch.randn(tokens, 1, vdim).to(torch.bfloat16)
+    a = torch.randn(tokens, 1).to(torch.bfloat16)
+    b = torch.randn(tokens, 1).to(torch.bfloat16)
+    g, beta = reference.gates(
+        a, b, testing.gate_A_log(1, slow, "cpu"), testing.gate_dt_bias(1, slow, "cpu")
+    )
+    return q, k, v, g, beta
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--draws", type=int, default=4)
+    parser.add_argument("--chunk", type=int, default=64)
+    args = parser.parse_args()
+    kdim = 128
+    scale = kdim**-0.5
+    worst: dict[str, list[float]] = {name: [0.0, 0.0] for name in DESIGNS}
+    for i in range(args.draws):
+        for slow in (False, True):
+            for correlated in (False, True):
+                q, k, v, g, beta = draw(args.tokens, slow, correlated, 1000 * i + 7)
+                ref_out, ref_state, _ = reference.gdn_sequence(
+                    q, k, v, g, beta, None, scale=scale, l2norm_qk=True, keep_steps=False
+                )
+                qn, kn = reference.prepare_qk(q, k, 1, scale=scale, l2norm_qk=True)
+                ob = testing.output_bound(ref_out[:, 0], torch.bfloat16, kdim)
+                sb = testing.state_bound(ref_state[0], kdim)
+                for name, design in DESIGNS.items():
+                    out, state = chunked(
+                        qn[:, 0], kn[:, 0], v[:, 0].to(F64), g[:, 0], beta[:, 0], design,
+                        args.chunk,
+                    )  # fmt: skip
+                    out_b = bf16(out)  # the kernel writes bf16 outputs
+                    for j, (got, want, tol) in enumerate(
+                        ((out_b, ref_out[:, 0], ob), (state, ref_state[0], sb))
+                    ):
+                        allowed = tol.rel * want.abs() + tol.abs_
+                        ratio = float(((got - want).abs() / allowed).max())
+                        worst[name][j] = max(worst[name][j], ratio)
+        print(f"draw {i + 1}/{args.draws} done", file=sys.stderr, flush=True)
+    print(f"worst error / attngen's bound over {args.draws * 4} draws of {args.tokens} tokens")
+    print("| design | output (bf16) | final state |")
+    print("|---|---|---|")
+    for name, (o, s) in worst.items():
+        print(f"| {name} | {o:.2f} | {s:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
