@@ -269,6 +269,7 @@ def flashinfer_prefill(fi_chunk, buffers: dict, bs: int, length: int, heads: int
     alpha, beta = torch.exp(g).float().contiguous(), beta.float().contiguous()
     fi_out = torch.empty(n, heads, DIM, dtype=torch.bfloat16, device=DEV)
     fi_state = torch.empty(bs, heads, DIM, DIM, dtype=torch.float32, device=DEV)
+    cu = buffers["qsl"].to(torch.int64)  # converted once, outside the timed call
 
     def theirs():
         return fi_chunk(
@@ -280,7 +281,7 @@ def flashinfer_prefill(fi_chunk, buffers: dict, bs: int, length: int, heads: int
             scale=DIM**-0.5,
             initial_state=None,
             output_final_state=True,
-            cu_seqlens=buffers["qsl"].to(torch.int64),
+            cu_seqlens=cu,
             use_qk_l2norm_in_kernel=True,
             output=fi_out,
             output_state=fi_state,

@@ -4,10 +4,11 @@ and the evidence they lack) and the sources that changed."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from attngen.review.compare import Review
-from attngen.review.variants import VariantKey, target_order
+from attngen.review.variants import VariantKey, key, rows, target_order
 from attngen.review.files import generated_packages
 from attngen.review.sides import Sides
 
@@ -45,7 +46,7 @@ def commands(sides: Sides, review: Review) -> tuple[Command, ...]:
 
 def _touched(sides: Sides, review: Review, kinds: tuple[str, ...]) -> list[dict]:
     """The working tree's variants of the given variant kinds (compare.variant_kinds)."""
-    now = {(r["spec"], r["backend"], r["arch"], r["uri"]): r for r in sides.now["variants"]}
+    now = rows(sides.now)
     keys: list[VariantKey] = [k for kind in kinds for k in review.variants.get(kind, [])]
     return [now[k] for k in keys]
 
@@ -102,18 +103,18 @@ def _gpu(sides: Sides, touched: list[dict]) -> list[Command]:
     folders that re-record what the change took: each family's own suite, and an
     integration's where that integration's runs recorded a variant's evidence before."""
     paths = {**sides.base["evidence"]["gpu"], **sides.now["evidence"]["gpu"]}
-    before = {_key(r): r for r in sides.base["variants"]}
+    before = rows(sides.base)
     out = []
     for arch in sorted(paths, key=lambda a: target_order(f"- {a}")):
         bare = [r for r in touched if r["arch"] == arch and not r["gpu"]]
         if not bare:
             continue
-        families: dict[str, int] = {}
-        via: dict[str, int] = {}
-        for r in bare:
-            families[r["family"]] = families.get(r["family"], 0) + 1
-            for name in set(r.get("via", [])) | set(before.get(_key(r), {}).get("via", [])):
-                via[name] = via.get(name, 0) + 1
+        families = Counter(r["family"] for r in bare)
+        via = Counter(
+            name
+            for r in bare
+            for name in set(r.get("via", [])) | set(before.get(key(r), {}).get("via", []))
+        )
         tests = [f"tests/families/{f}/gpu" for f in sorted(families)]
         tests += [f"tests/integrations/{name}/gpu" for name in sorted(via)]
         counts = ", ".join(f"{f} {n}" for f, n in sorted(families.items()))
@@ -126,10 +127,6 @@ def _gpu(sides: Sides, touched: list[dict]) -> list[Command]:
             )
         )
     return out
-
-
-def _key(row: dict) -> tuple[str, str, str, str]:
-    return row["spec"], row["backend"], row["arch"], row["uri"]
 
 
 def _bench(review: Review) -> list[Command]:

@@ -6,8 +6,12 @@ from __future__ import annotations
 VariantKey = tuple[str, str, str, str]  # spec, backend, arch, uri
 
 
+def key(row: dict) -> VariantKey:
+    return row["spec"], row["backend"], row["arch"], row["uri"]
+
+
 def rows(snap: dict) -> dict[VariantKey, dict]:
-    return {(r["spec"], r["backend"], r["arch"], r["uri"]): r for r in snap["variants"]}
+    return {key(r): r for r in snap["variants"]}
 
 
 def target(row: dict) -> str:

@@ -63,28 +63,26 @@ ROUND = {
     "split": split,
 }
 
+
+def rounding(base: str, **kinds: str) -> dict[str, str]:
+    """Every operand kind rounded to ``base``, the named kinds as given."""
+    return {k: kinds.get(k, base) for k in KINDS}
+
+
+SPLIT = "split"
 DESIGNS = {
-    "exact": {k: "fp64" for k in KINDS},
-    "tf32 everywhere": {k: "tf32" for k in KINDS},
-    "bf16 everywhere": {k: "bf16" for k in KINDS},
-    "bf16, split state": {**{k: "bf16" for k in KINDS}, "state": "split"},
-    "bf16, split state and u": {**{k: "bf16" for k in KINDS}, "state": "split", "u": "split"},
-    "bf16, split state, u, diff": {
-        **{k: "bf16" for k in KINDS},
-        **{k: "split" for k in ("state", "u", "diff")},
-    },
-    "bf16, split state, u, diff, T": {
-        **{k: "bf16" for k in KINDS},
-        **{k: "split" for k in ("state", "u", "diff", "tri")},
-    },
-    "bf16, split T": {**{k: "bf16" for k in KINDS}, "tri": "split"},
-    "bf16, split T and u": {**{k: "bf16" for k in KINDS}, "tri": "split", "u": "split"},
-    "bf16, split T, u, kdec": {
-        **{k: "bf16" for k in KINDS},
-        **{k: "split" for k in ("tri", "u", "kdec")},
-    },
-    "split all but q, k": {**{k: "split" for k in KINDS}, "qk": "bf16"},
-    "tf32, bf16 state": {**{k: "tf32" for k in KINDS}, "state": "bf16"},
+    "exact": rounding("fp64"),
+    "tf32 everywhere": rounding("tf32"),
+    "bf16 everywhere": rounding("bf16"),
+    "bf16, split state": rounding("bf16", state=SPLIT),
+    "bf16, split state and u": rounding("bf16", state=SPLIT, u=SPLIT),
+    "bf16, split state, u, diff": rounding("bf16", state=SPLIT, u=SPLIT, diff=SPLIT),
+    "bf16, split state, u, diff, T": rounding("bf16", state=SPLIT, u=SPLIT, diff=SPLIT, tri=SPLIT),
+    "bf16, split T": rounding("bf16", tri=SPLIT),
+    "bf16, split T and u": rounding("bf16", tri=SPLIT, u=SPLIT),
+    "bf16, split T, u, kdec": rounding("bf16", tri=SPLIT, u=SPLIT, kdec=SPLIT),
+    "split all but q, k": rounding(SPLIT, qk="bf16"),
+    "tf32, bf16 state": rounding("tf32", state="bf16"),
 }
 
 
