@@ -212,6 +212,8 @@ def bench_decode(batch: int, ctx: int, page: int, d: int = 128, hq: int = 32, hk
     default) vs FA4's paged varlen forward, same cache and queries."""
     from triton.testing import do_bench
 
+    from attngen.families.mha.cute_dsl.host.compile import decode_shape
+    from attngen.families.mha.cute_dsl.kernels.decode_sm90 import resident_ctas
     from attngen.families.mha.runtime import MIN_SPLIT_TOKENS, decode_num_splits, decode_split_cap
 
     dt = torch.bfloat16
@@ -221,9 +223,16 @@ def bench_decode(batch: int, ctx: int, page: int, d: int = 128, hq: int = 32, hk
     q = torch.randn(batch, hq, d, dtype=dt, device="cuda")
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cap = decode_split_cap(programs_per_split=batch * hkv, num_sms=sms, max_splits=cfg.max_splits)
-    splits = decode_num_splits(seq_lens, cap=cap,
-                               min_split_tokens=max(MIN_SPLIT_TOKENS, cfg.decode_block_n))  # fmt: skip
+
+    def runtime_splits(c: MhaCuteConfig) -> torch.Tensor:
+        """The runtime's split counts for ``c`` (its rule reads the decode's resident CTAs)."""
+        resident = resident_ctas(decode_shape(c, traits))
+        cap = decode_split_cap(programs_per_split=batch * hkv, num_sms=sms,
+                               max_splits=c.max_splits, resident_ctas=resident)  # fmt: skip
+        return decode_num_splits(seq_lens, cap=cap,
+                                 min_split_tokens=max(MIN_SPLIT_TOKENS, c.decode_block_n))  # fmt: skip
+
+    splits = runtime_splits(cfg)
     out = torch.empty_like(q)
     po = torch.empty(batch, hq, cfg.max_splits, d, device="cuda")
     pl = torch.empty(batch, hq, cfg.max_splits, device="cuda")
@@ -255,9 +264,11 @@ def bench_decode(batch: int, ctx: int, page: int, d: int = 128, hq: int = 32, hk
     k8, ks = to_fp8(k_cache)
     v8, vs = to_fp8(v_cache)
     cfg8 = decode_config("bfloat16", d, hq // hkv, page, fp8=True)
+    splits8 = runtime_splits(cfg8)
+    row["fp8_splits"] = int(splits8.max())
 
     def ours_fp8() -> None:
-        library.decode(q, k8, v8, table, seq_lens, splits, out, po, pl, config=cfg8,
+        library.decode(q, k8, v8, table, seq_lens, splits8, out, po, pl, config=cfg8,
                        traits=traits, sm_scale=scale, k_scale=ks, v_scale=vs)  # fmt: skip
 
     try:  # both sides in CUDA graphs: eager launches of the fp8 kernel are host-bound

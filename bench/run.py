@@ -170,12 +170,15 @@ def find_variant(
     return None
 
 
-def decode_splits(cfg, seq_lens, num_sms: int):
-    """Per-request KV splits [B] int32 as the backend picks them, else the brief's formula."""
+def decode_splits(mod, cfg, seq_lens, num_sms: int):
+    """Per-request KV splits [B] int32 as the backend picks them (from the kernels module
+    ``mod``), else the brief's formula."""
     try:
         from attngen.families.mha.runtime import PagedMhaBackend
 
-        shim = SimpleNamespace(num_q_heads=HQ, num_kv_heads=HKV, config=cfg, num_sms=num_sms)
+        shim = SimpleNamespace(
+            num_q_heads=HQ, num_kv_heads=HKV, config=cfg, num_sms=num_sms, kernels=mod
+        )
         splits = PagedMhaBackend._num_splits(shim, seq_lens, seq_lens.shape[0])
         return splits.to(torch.int32), "attngen.families.mha.runtime.PagedMhaBackend._num_splits"
     except Exception as e:
@@ -310,7 +313,7 @@ def run_decode(batch, ctx, page_size, variants, fa4, num_sms, kv, q, keep_out=Fa
         res["attngen"] = {"status": "not generated"}
     else:
         spec, mod, cfg, _ = found
-        num_splits, how = decode_splits(cfg, seq_lens, num_sms)
+        num_splits, how = decode_splits(mod, cfg, seq_lens, num_sms)
         splits = int(num_splits.max())
         out = torch.full_like(q, float("nan"))
         part_o = torch.empty(batch, HQ, cfg.max_splits, D, dtype=torch.float32, device=DEV)
@@ -428,7 +431,7 @@ def run_quantized_decode(batch, ctx, variants, fa4, num_sms, kv, q) -> list[dict
         spec, mod, cfg, _ = found
         k_cache, v_cache, scales, bytes_per = quantized_cache(kv_name, *kv)
         row["bytes"] = batch * ctx * HKV * bytes_per
-        num_splits, _ = decode_splits(cfg, seq_lens, num_sms)
+        num_splits, _ = decode_splits(mod, cfg, seq_lens, num_sms)
         out = torch.full_like(q, float("nan"))
         part_o = torch.empty(batch, HQ, cfg.max_splits, D, dtype=torch.float32, device=DEV)
         part_lse = torch.empty(batch, HQ, cfg.max_splits, dtype=torch.float32, device=DEV)

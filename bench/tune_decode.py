@@ -41,7 +41,7 @@ def main() -> None:
             scales = {}
         else:
             k, v, scales, _ = bench.quantized_cache(kv_name, *kv)
-        splits, _ = bench.decode_splits(base, seq_lens, 132)
+        splits, _ = bench.decode_splits(mod, base, seq_lens, 132)
         for block_n in (32, 64, 128):
             for stages in (2, 3, 4):
                 cfg = dataclasses.replace(base, decode_block_n=block_n, decode_num_stages=stages)

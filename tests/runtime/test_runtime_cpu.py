@@ -15,6 +15,7 @@ same addresses; a backend that reallocated or copied metadata would replay stale
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import random
 from collections.abc import Callable, Iterator
@@ -49,6 +50,7 @@ from attngen.families.mha.triton import library
 from attngen.families.mha.runtime import (
     PagedMhaBackend,
     decode_num_splits,
+    WAVE_SLACK,
     decode_split_cap,
     select_config,
 )
@@ -100,6 +102,7 @@ class OracleKernels:
 
     HOOKS = MaskHooks()
     PHASES = ("extend", "decode")
+    DECODE_RESIDENT_CTAS: dict[str, int] = {}  # Triton's: the TARGET_WAVES rule
 
     def __init__(self, configs: list[MhaTritonConfig]) -> None:
         self.CONFIGS = {c.uri: c for c in configs}
@@ -610,6 +613,26 @@ def test_decode_split_heuristic() -> None:
     assert decode_split_cap(programs_per_split=100, num_sms=132, max_splits=16) == 6
     assert decode_split_cap(programs_per_split=528, num_sms=132, max_splits=16) == 1
     assert decode_split_cap(programs_per_split=5000, num_sms=132, max_splits=16) == 1
+    # with the kernel's resident CTAs an SM: whole waves, the fewest splits within WAVE_SLACK
+    # of the fewest waves per unit of work
+    cap = functools.partial(decode_split_cap, num_sms=132, max_splits=16)
+    assert cap(programs_per_split=64, resident_ctas=2) == 4  # 256 CTAs: one wave of 264
+    assert cap(programs_per_split=64, resident_ctas=1) == 2  # 128 CTAs: one wave of 132
+    assert cap(programs_per_split=8, resident_ctas=2) == 16  # 128 CTAs: max_splits binds
+    # 192 programs over 264 slots: 4 splits are 3 waves (0.75 a split; 1-3 splits: 1.0), 11
+    # are 8 (0.727): 4 is within WAVE_SLACK; over 132 slots, 2 splits 1.5 (11: 1.45)
+    assert cap(programs_per_split=192, resident_ctas=2) == 4
+    assert cap(programs_per_split=192, resident_ctas=1) == 2
+    assert cap(programs_per_split=512, resident_ctas=2) == 1  # every count: 2 waves a split
+    assert cap(programs_per_split=5000, resident_ctas=2) == 1
+    assert cap(programs_per_split=100, resident_ctas=2) == 5  # 2 waves: 0.4; 13 (5 waves):
+    # 0.385, within WAVE_SLACK of it
+    for programs in range(1, 700):
+        for resident in (1, 2, 3):
+            n = cap(programs_per_split=programs, resident_ctas=resident)
+            waves = [-(-k * programs // (132 * resident)) / k for k in range(1, 17)]
+            assert 1 <= n <= 16 and waves[n - 1] <= min(waves) * (1 + WAVE_SLACK)
+            assert all(w > min(waves) * (1 + WAVE_SLACK) for w in waves[: n - 1])
     seq_lens = torch.tensor([0, 1, 256, 257, 1000, 100000], dtype=torch.int32)
     got = decode_num_splits(seq_lens, cap=4, min_split_tokens=256)
     assert got.dtype == torch.int32 and got.tolist() == [1, 1, 1, 2, 4, 4]

@@ -33,7 +33,7 @@ import torch
 
 from attngen.families.dsa.pool import Fp8LatentPool, IndexKeyPool
 from attngen.families.dsa.triton.config import DsaKey
-from attngen.families.mha.runtime import select_config
+from attngen.families.mha.selection import select_config
 from attngen.families.mla.pool import MlaLatentPool
 from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, kernel_device
 from attngen.runtime.batch import (

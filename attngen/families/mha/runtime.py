@@ -19,13 +19,14 @@ capturable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import fields
+import functools
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 
 from attngen.families.mha.key import MhaKey
+from attngen.families.mha.selection import decode_num_splits, select_config
 from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, kernel_device
 from attngen.runtime.batch import (
     AttentionLayer,
@@ -36,7 +37,7 @@ from attngen.runtime.batch import (
     VerifyInfo,
     tree_mask_bytes,
 )
-from attngen.runtime.checks import AttngenInputError, check_at_least, check_tensor, fail
+from attngen.runtime.checks import check_at_least, check_tensor, fail
 from attngen.runtime.graph import (
     DecodeGraphBuffers,
     DecodeMetadata,
@@ -51,59 +52,39 @@ from attngen.runtime.pools import PagedKVPool
 # -- split-KV decode heuristic ----
 # Splitting one request's KV over n programs costs a combine pass and n partial rows; it
 # pays off only while the unsplit grid (one program per request and KV-head block) leaves
-# SMs idle. So: allow up to ceil(TARGET_WAVES * num_sms / programs) splits (capped by the
-# config's max_splits), and give every split at least MIN_SPLIT_TOKENS tokens, so short
-# requests stay unsplit and long ones in a small batch spread over the whole GPU.
+# SMs idle. A kernels module that does not state its decode's resident CTAs an SM (Triton)
+# allows up to ceil(TARGET_WAVES * num_sms / programs) splits (capped by the config's
+# max_splits); every split gets at least MIN_SPLIT_TOKENS tokens, so short requests stay
+# unsplit and long ones in a small batch spread over the whole GPU.
 TARGET_WAVES = 4  # H200, batch 8 x 16k ctx: 8 splits 3.7 TB/s, 4 splits 3.3 TB/s
 MIN_SPLIT_TOKENS = 256
+# A module that states them (DECODE_RESIDENT_CTAS: the CuTe DSL sm90 decode) takes the split
+# count with the fewest waves of resident CTAs per unit of a request's work,
+# ceil(n * programs / (num_sms * resident)) / n, the smallest n within WAVE_SLACK of the
+# best: whole waves, and no extra wave of CTAs' fixed costs for a few percent. Measured on
+# an H100 at 13 shapes (bench/experimental/cute_decode_splits.py, 2026-12-06, results in
+# bench/README.md; bf16 and fp8 caches in CUDA graphs, counts 1-16 timed): the rule's count
+# was within 2.1% of the fastest count everywhere (the fastest at 15 of 25 cache x shape
+# rows), and at most 1.5% slower than TARGET_WAVES's, which was up to 19% (fp8) and 10%
+# (bf16) slower than the rule's. Batch 8 x 8k tokens, 8 KV heads, fp8 (2 CTAs an SM): 4
+# splits (one wave of 256 CTAs) 55 us, TARGET_WAVES's 9 (2.2 waves) 61, 5 (1.2 waves) 69.
+WAVE_SLACK = 0.05
 
 
-def decode_split_cap(*, programs_per_split: int, num_sms: int, max_splits: int) -> int:
-    """Most KV splits worth having for a grid of ``programs_per_split`` (host ints only)."""
-    wanted = -(-TARGET_WAVES * num_sms // max(programs_per_split, 1))
-    return max(1, min(max_splits, wanted))
-
-
-def decode_num_splits(
-    seq_lens: torch.Tensor,
-    *,
-    cap: int,
-    min_split_tokens: int,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Per-request int32 split counts in ``1..cap``, on the device (no host sync), in three
-    ops (into ``out`` when given: a graph replay writes its static buffer in place)."""
-    wanted = torch.div(
-        seq_lens.int() + (min_split_tokens - 1), min_split_tokens, rounding_mode="floor"
-    )
-    return torch.clamp(wanted, min=1, max=cap, out=out)
-
-
-# -- config selection ----
-
-
-def select_config(configs: Mapping[str, Any], want: MhaKey) -> Any:
-    # configs: a generated kernels module's CONFIGS (each has .key and .uri)
-    """The one config whose key is ``want``; else an error listing what was generated.
-
-    Fields of ``want`` set to None are free: a unique match on the rest is taken (so a spec
-    that generates one speculative topk needs no ``spec_topk=`` at construction)."""
-    ordered = [configs[uri] for uri in sorted(configs)]
-    given = {
-        f.name: getattr(want, f.name) for f in fields(want) if getattr(want, f.name) is not None
-    }
-    matches = [c for c in ordered if all(getattr(c.key, k) == v for k, v in given.items())]
-    if len(matches) == 1:
-        return matches[0]
-    available = "; ".join(f"{c.key.describe()} ({c.uri})" for c in ordered) or "none"
-    wanted = " ".join(f"{k}={v}" for k, v in given.items())
-    if matches:
-        free = sorted(k for k in (f.name for f in fields(want)) if k not in given)
-        raise AttngenInputError(
-            f"several generated configs for {wanted}: pass {' / '.join(free)} to choose; "
-            f"available: {available}"
-        )
-    raise AttngenInputError(f"no generated config for {wanted}; available: {available}")
+@functools.lru_cache(maxsize=4096)
+def decode_split_cap(
+    *, programs_per_split: int, num_sms: int, max_splits: int, resident_ctas: int = 0
+) -> int:
+    """Most KV splits worth having for a grid of ``programs_per_split`` (host ints only);
+    ``resident_ctas``: the decode's CTAs an SM holds, 0 where the kernel does not say."""
+    programs = max(programs_per_split, 1)
+    if resident_ctas <= 0:
+        wanted = -(-TARGET_WAVES * num_sms // programs)
+        return max(1, min(max_splits, wanted))
+    slots = num_sms * resident_ctas
+    cost = {n: -(-n * programs // slots) / n for n in range(1, max(max_splits, 1) + 1)}
+    best = min(cost.values())
+    return min(n for n, c in cost.items() if c <= best * (1 + WAVE_SLACK))
 
 
 def _as_heads(name: str, x: object, rows: int, heads: int, dim: int) -> torch.Tensor:
@@ -311,6 +292,7 @@ class PagedMhaBackend(AttentionBackendBase):
             programs_per_split=bs * head_blocks,
             num_sms=self.num_sms,
             max_splits=self.config.max_splits,
+            resident_ctas=self.kernels.DECODE_RESIDENT_CTAS.get(self.config.uri, 0),
         )
         min_tokens = max(MIN_SPLIT_TOKENS, self.config.decode_block_n)
         return decode_num_splits(seq_lens, cap=cap, min_split_tokens=min_tokens, out=out)

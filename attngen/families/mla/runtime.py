@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from attngen.families.mha.runtime import decode_num_splits, select_config
+from attngen.families.mha.selection import decode_num_splits, select_config
 from attngen.families.mla.key import MlaKey
 from attngen.families.mla.pool import MlaLatentPool
 from attngen.runtime.backend_base import GRAPH_PHASES, AttentionBackendBase, kernel_device

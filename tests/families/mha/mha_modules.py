@@ -39,6 +39,7 @@ def load_kernels_module(
     module.LIBRARY_SHA256 = library.SOURCE_SHA256
     module.HOOKS, module.PHASES, module.TRAITS = hooks, phases, traits
     module.CONFIGS = {c.uri: c for c in configs}
+    module.DECODE_RESIDENT_CTAS = {}  # as the Triton template: the runtime's TARGET_WAVES rule
     module.decode_workspace = library.decode_workspace
     for name in ("decode", "extend", "verify", "prefill", "compile_specs"):
         setattr(module, name, functools.partial(getattr(library, name), traits=traits))

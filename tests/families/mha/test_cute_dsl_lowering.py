@@ -7,6 +7,8 @@ oracle on the H200 (tests/families/mha/gpu, bench/cute_mha_check.py)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +23,8 @@ from attngen.probes import base_variant
 from attngen.runtime.checks import AttngenInputError
 from attngen.spec.enums import Arch, Backend, DType, Family, MaskKind, Phase, ScaleGranularity
 from attngen.families.mha.spec import MhaShape
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def prefill_extend(page: int = 128, head_dim: int = 128, **kw: object):
@@ -473,6 +477,35 @@ def test_decode_config_and_kernels() -> None:
     assert (split.tile_n, split.pages_per_tile) == (128, 8)
     assert (combine.v_head_dim, combine.sinks) == (128, True)
     assert specs[1].requires["ptx"][0] == "wgmma.mma_async"
+
+
+def test_decode_resident_ctas_are_the_kernels() -> None:
+    """What every generated sm90 CuTe module tells the runtime's split rule (its decode's
+    CTAs an SM: DECODE_RESIDENT_CTAS, from tiles.py without the DSL) is what the kernel asks
+    ptxas for (decode_sm90.resident_ctas), config by config; sm100 modules state none (their
+    decode has not been timed)."""
+    pytest.importorskip("cutlass")
+    from attngen.families.mha.cute_dsl.host.compile import decode_shape
+    from attngen.families.mha.cute_dsl.kernels.decode_sm90 import resident_ctas
+
+    seen = set()
+    for arch in (Arch.SM90, Arch.SM100):
+        for path in sorted(
+            (ROOT / "generated" / arch.value / "cute_dsl" / "mha").glob("*/kernels.py")
+        ):
+            name = path.parent.name
+            module = importlib.import_module(f"generated.{arch.value}.cute_dsl.mha.{name}.kernels")
+            stated = module.DECODE_RESIDENT_CTAS
+            if arch is Arch.SM100 or "decode" not in module.PHASES:
+                assert stated == {}, name
+                continue
+            assert set(stated) == set(module.CONFIGS), name
+            for uri, config in module.CONFIGS.items():
+                want = resident_ctas(decode_shape(config, module.TRAITS))
+                assert stated[uri] == want, (name, uri)
+                seen.add((want, config.page_size < 16, config.kv_dtype == config.dtype))
+    # gathered pages (1), TMA pages over 16-bit (1 at d 128, 2 at d 64) and fp8 caches (2)
+    assert {(1, True, True), (1, False, True), (2, False, True), (2, False, False)} <= seen
 
 
 def test_sm100_decode_config_and_kernels() -> None:

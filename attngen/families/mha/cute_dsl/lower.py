@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from attngen.families.mha.cute_dsl.capability import PAGED_PHASES
+from attngen.families.mha.cute_dsl.capability import GATHER_PAGE_SIZES, PAGED_PHASES
 from attngen.families.mha.cute_dsl.config import MhaCuteConfig, MhaCuteTraits
 from attngen.families.mha.cute_dsl.tiles import (
     gqa_packs,
+    sm90_decode_resident_ctas,
     sm90_paged_tile_n,
     sm90_prefill_tile_n,
     sm90_tile_n,
@@ -53,6 +54,32 @@ FWD_STAGED_STORE = {Arch.SM90: 1, Arch.SM100: 0}  # O through shared memory (sm9
 # decode KV splits per request: the split heuristic (attngen.families.mha.runtime) allows up
 # to 4 waves of (request, kv head, split) programs, each split >= 256 keys
 MAX_SPLITS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class MhaCutePlan(ModulePlan):
+    """A CuTe DSL MHA module: the neutral plan, and its decode kernels' occupancy, which the
+    runtime's split rule reads (``DECODE_RESIDENT_CTAS`` of the generated module)."""
+
+    @property
+    def decode_resident_ctas(self) -> dict[str, int]:
+        """{uri: CTAs of its sm90 split-KV decode an SM holds}; empty on other archs, whose
+        decode has not been timed (the runtime then keeps its TARGET_WAVES rule)."""
+        if self.arch is not Arch.SM90 or Phase.DECODE not in self.spec.phases:
+            return {}
+        return {k.uri: _sm90_decode_resident_ctas(k.config) for k in self.kernels}
+
+
+def _sm90_decode_resident_ctas(config: MhaCuteConfig) -> int:
+    kv_bytes = 1 if config.kv_dtype.startswith("float8") else 2
+    return sm90_decode_resident_ctas(
+        config.head_dim,
+        config.v_head_dim,
+        config.decode_block_n,
+        config.decode_num_stages,
+        kv_bytes,
+        gather=config.page_size in GATHER_PAGE_SIZES,
+    )
 
 
 def fwd_tile_n(variant: Variant, arch: Arch) -> int:
@@ -170,6 +197,7 @@ def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:
             decode_graph_buffers(SEQ_LEN_FILL_VALUE) if Phase.DECODE in spec.phases else ()
         ),
         runtime_class=RUNTIME_CLASS,
+        plan_type=MhaCutePlan,
     )
 
 

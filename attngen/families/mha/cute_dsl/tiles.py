@@ -92,3 +92,21 @@ def sm90_decode_shared_bytes(
     row = tile_n * (head_dim + v_head_dim)
     converted = tile_n * v_head_dim * ELEMENT_BYTES if fp8 else 0
     return BARRIER_BYTES + q + stages * row * kv_bytes + converted
+
+
+SM90_SHARED_PER_SM = 228 * 1024  # one SM's shared memory; each resident CTA reserves 1 KiB
+CTA_RESERVED_SHARED = 1024
+SM90_DECODE_MAX_RESIDENT = 2  # the decode launch asks ptxas for at most 2 CTAs an SM
+
+
+def sm90_decode_resident_ctas(
+    head_dim: int, v_head_dim: int, tile_n: int, stages: int, kv_bytes: int, gather: bool
+) -> int:
+    """CTAs of one sm90 split-KV decode an SM holds: what the kernel asks ptxas for
+    (``kernels/decode_sm90.resident_ctas``, which tests hold this equal to): 1 where K/V rows
+    are gathered, else as many as shared memory holds, at most 2. The runtime's split rule
+    fills whole waves of them (``attngen.families.mha.runtime.decode_split_cap``)."""
+    if gather:
+        return 1
+    cta = sm90_decode_shared_bytes(head_dim, v_head_dim, tile_n, stages, kv_bytes)
+    return max(1, min(SM90_DECODE_MAX_RESIDENT, SM90_SHARED_PER_SM // (cta + CTA_RESERVED_SHARED)))

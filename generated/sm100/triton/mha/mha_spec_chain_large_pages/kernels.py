@@ -154,6 +154,8 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         verify_num_warps=4,
     ),
 }
+# the decode's resident CTAs an SM are not stated: the runtime's split rule is TARGET_WAVES
+DECODE_RESIDENT_CTAS: dict[str, int] = {}
 
 decode = functools.partial(library.decode, traits=TRAITS)
 decode_workspace = library.decode_workspace

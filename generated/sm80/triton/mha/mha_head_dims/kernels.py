@@ -142,6 +142,8 @@ CONFIGS: dict[str, MhaTritonConfig] = {
         extend_num_stages=2,
     ),
 }
+# the decode's resident CTAs an SM are not stated: the runtime's split rule is TARGET_WAVES
+DECODE_RESIDENT_CTAS: dict[str, int] = {}
 
 decode = functools.partial(library.decode, traits=TRAITS)
 decode_workspace = library.decode_workspace

@@ -283,6 +283,22 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_staged_store=1,
     ),
 }
+# CTAs of each config's split-KV decode an SM holds, where its decode has been timed (the
+# runtime's split rule fills whole waves of them; a config not listed keeps TARGET_WAVES)
+DECODE_RESIDENT_CTAS: dict[str, int] = {
+    "d64_g4_ps16_bf16_kvfp8_e4m3_causal": 2,
+    "d64_g4_ps64_bf16_kvfp8_e4m3_causal": 2,
+    "d64_g4_ps128_bf16_kvfp8_e4m3_causal": 2,
+    "d64_g8_ps16_bf16_kvfp8_e4m3_causal": 2,
+    "d64_g8_ps64_bf16_kvfp8_e4m3_causal": 2,
+    "d64_g8_ps128_bf16_kvfp8_e4m3_causal": 2,
+    "d128_g4_ps16_bf16_kvfp8_e4m3_causal": 2,
+    "d128_g4_ps64_bf16_kvfp8_e4m3_causal": 2,
+    "d128_g4_ps128_bf16_kvfp8_e4m3_causal": 2,
+    "d128_g8_ps16_bf16_kvfp8_e4m3_causal": 2,
+    "d128_g8_ps64_bf16_kvfp8_e4m3_causal": 2,
+    "d128_g8_ps128_bf16_kvfp8_e4m3_causal": 2,
+}
 
 extend = functools.partial(library.extend, traits=TRAITS)
 prefill = functools.partial(library.prefill, traits=TRAITS)

@@ -351,6 +351,9 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_staged_store=1,
     ),
 }
+# CTAs of each config's split-KV decode an SM holds, where its decode has been timed (the
+# runtime's split rule fills whole waves of them; a config not listed keeps TARGET_WAVES)
+DECODE_RESIDENT_CTAS: dict[str, int] = {}
 
 extend = functools.partial(library.extend, traits=TRAITS)
 prefill = functools.partial(library.prefill, traits=TRAITS)

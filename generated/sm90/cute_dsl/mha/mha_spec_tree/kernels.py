@@ -288,6 +288,22 @@ CONFIGS: dict[str, MhaCuteConfig] = {
         fwd_staged_store=1,
     ),
 }
+# CTAs of each config's split-KV decode an SM holds, where its decode has been timed (the
+# runtime's split rule fills whole waves of them; a config not listed keeps TARGET_WAVES)
+DECODE_RESIDENT_CTAS: dict[str, int] = {
+    "d64_g8_ps1_bf16_custom_topk4": 1,
+    "d64_g8_ps16_bf16_custom_topk4": 2,
+    "d64_g8_ps64_bf16_custom_topk4": 2,
+    "d64_g8_ps1_fp16_custom_topk4": 1,
+    "d64_g8_ps16_fp16_custom_topk4": 2,
+    "d64_g8_ps64_fp16_custom_topk4": 2,
+    "d128_g8_ps1_bf16_custom_topk4": 1,
+    "d128_g8_ps16_bf16_custom_topk4": 1,
+    "d128_g8_ps64_bf16_custom_topk4": 1,
+    "d128_g8_ps1_fp16_custom_topk4": 1,
+    "d128_g8_ps16_fp16_custom_topk4": 1,
+    "d128_g8_ps64_fp16_custom_topk4": 1,
+}
 
 extend = functools.partial(library.extend, traits=TRAITS)
 prefill = functools.partial(library.prefill, traits=TRAITS)
