@@ -31,6 +31,7 @@ import datetime
 import importlib
 import importlib.metadata
 import json
+import math
 import os
 import sys
 import traceback
@@ -137,10 +138,9 @@ def diff(x, y) -> float:
     return float((x - y).abs().max() / y.pow(2).mean().sqrt())
 
 
-def oracle_errors(x: dict, length: int, out, fla_out, state, fla_state) -> dict:
-    """Both sides' errors against the float64 token-by-token recurrence on request 0, value
-    head 0 (the first ``length`` rows; its final state is pool slot 1's), as ``diff``
-    measures them: max |error| / RMS of the oracle, for the output and the final state."""
+def oracle(x: dict, length: int) -> tuple:
+    """The float64 token-by-token recurrence on request 0, value head 0 (the first
+    ``length`` rows): its outputs ``[length, 1, V]`` and final state ``[V, K]``."""
     from attngen.families.gdn import reference
 
     one = {n: x[n][:length, :1] for n in ("q", "k", "v", "a", "b")}
@@ -149,16 +149,17 @@ def oracle_errors(x: dict, length: int, out, fla_out, state, fla_state) -> dict:
         one["q"], one["k"], one["v"], g, beta, None,
         scale=DIM**-0.5, l2norm_qk=True, keep_steps=False,
     )  # fmt: skip
-    rows = slice(0, length)
+    return ref_out, ref_state[0]
+
+
+def oracle_errors(ref: tuple, length: int, sides: dict) -> dict:
+    """Each side's errors against ``ref`` (``oracle``'s), as ``diff`` measures them: max
+    |error| / RMS of the oracle. ``sides`` maps a name to its ``(out [T, HV, V], final state
+    of request 0, value head 0 [V, K])``; only request 0, value head 0 is compared."""
+    ref_out, ref_state = ref
     return {
-        "out_err_vs_f64": {
-            "attngen": diff(out[rows, :1], ref_out),
-            "fla": diff(fla_out[rows, :1], ref_out),
-        },
-        "state_err_vs_f64": {
-            "attngen": diff(state, ref_state[0]),
-            "fla": diff(fla_state, ref_state[0]),
-        },
+        "out_err_vs_f64": {k: diff(out[:length, :1], ref_out) for k, (out, _) in sides.items()},
+        "state_err_vs_f64": {k: diff(state, ref_state) for k, (_, state) in sides.items()},
     }
 
 
@@ -232,7 +233,9 @@ def prefill_case(
     row["out_diff_vs_fla"] = diff(out, fla_out[0])
     row["state_diff_vs_fla"] = diff(pool[1:], fla_state)
     if oracle:  # the main rows (the sweep's tiles compute the same values)
-        row.update(oracle_errors(x, length, out, fla_out[0], pool[1, 0], fla_state[0, 0]))
+        buffers["oracle"] = oracle(x, length)
+        sides = {"attngen": (out, pool[1, 0]), "fla": (fla_out[0], fla_state[0, 0])}
+        row.update(oracle_errors(buffers["oracle"], length, sides))
     t_ours = bench(ours)
     if key not in FLA_MS:  # fla timed once per case (the sweep reuses it)
         FLA_MS[key] = bench(theirs)
@@ -260,21 +263,24 @@ def prefill_case(
 def flashinfer_prefill(fi_chunk, buffers: dict, bs: int, length: int, heads: int) -> dict:
     """FlashInfer's chunked GDN prefill on the same inputs (``[T, H, D]`` rows, varlen
     ``cu_seqlens``, fp32 states ``[N, HV, V, K]`` like the pool's). Its API takes the gates
-    as values (alpha = exp(g) and beta, fp32 ``[T, HV]``), so they are computed before the
-    timed call and their cost is not in its time (attngen's and fla's include it)."""
+    as values (alpha = exp(g) and beta, fp32 ``[T, HV]``), and 0.6.14 accepts
+    ``use_qk_l2norm_in_kernel`` but never reads it (raw keys make its states blow up to NaN),
+    so q and k are normalised here (as the oracle does, rounded to bf16) too. Both happen before the timed
+    call: its time leaves out the gates and the norms, which attngen's and fla's include."""
     from attngen.families.gdn import reference
 
     x, out, pool, n = buffers["x"], buffers["out"], buffers["pool"], bs * length
     g, beta = reference.gates(x["a"], x["b"], x["A_log"], x["dt_bias"])
     alpha, beta = torch.exp(g).float().contiguous(), beta.float().contiguous()
+    q, k = (reference.l2norm(t).to(t.dtype).contiguous() for t in (x["q"], x["k"]))
     fi_out = torch.empty(n, heads, DIM, dtype=torch.bfloat16, device=DEV)
     fi_state = torch.empty(bs, heads, DIM, DIM, dtype=torch.float32, device=DEV)
     cu = buffers["qsl"].to(torch.int64)  # converted once, outside the timed call
 
     def theirs():
         return fi_chunk(
-            x["q"],
-            x["k"],
+            q,
+            k,
             x["v"],
             alpha,
             beta,
@@ -282,7 +288,7 @@ def flashinfer_prefill(fi_chunk, buffers: dict, bs: int, length: int, heads: int
             initial_state=None,
             output_final_state=True,
             cu_seqlens=cu,
-            use_qk_l2norm_in_kernel=True,
+            use_qk_l2norm_in_kernel=False,  # normalised above
             output=fi_out,
             output_state=fi_state,
         )
@@ -293,6 +299,12 @@ def flashinfer_prefill(fi_chunk, buffers: dict, bs: int, length: int, heads: int
         "out_diff_vs_flashinfer": diff(out, fi_out),
         "state_diff_vs_flashinfer": diff(pool[1:], fi_state),
     }
+    if not all(math.isfinite(v) for v in row.values()):  # no time for a wrong answer
+        raise ValueError(f"FlashInfer's output or state is not finite: {row}")
+    if "oracle" in buffers:
+        errs = oracle_errors(buffers["oracle"], length, {"fi": (fi_out, fi_state[0, 0])})
+        row["flashinfer_out_err_vs_f64"] = errs["out_err_vs_f64"]["fi"]
+        row["flashinfer_state_err_vs_f64"] = errs["state_err_vs_f64"]["fi"]
     t = bench(theirs)
     row.update(flashinfer_ms=t, flashinfer_mtok_s=n / t / 1e3)
     return row
@@ -475,6 +487,12 @@ def main() -> int:
                 log(
                     f"  flashinfer {r['flashinfer_mtok_s']:.1f} Mtok/s: attngen "
                     f"{r['speedup_vs_flashinfer']:.2f}x, diff {r['out_diff_vs_flashinfer']:.2e}"
+                    + (
+                        f", out / state error vs float64 {r['flashinfer_out_err_vs_f64']:.1e}"
+                        f" / {r['flashinfer_state_err_vs_f64']:.1e}"
+                        if "flashinfer_out_err_vs_f64" in r
+                        else ""
+                    )
                 )
             elif "flashinfer_error" in r:
                 log(f"  flashinfer failed: {r['flashinfer_error'].splitlines()[-1]}")
