@@ -1,0 +1,245 @@
+"""GPU harness of ``gdn_fused_sm90.py``: numerics against the float64 recurrence and timing
+against attngen's four-launch Triton prefill (and fla when importable), same inputs.
+
+``--check``: ragged requests (lengths 1 .. 1000, a chunk's edges among them), some from a
+pool row's initial state, pool slots shuffled, one padding request (slot 0: nothing read or
+written), GVA 1 and 2, keys random and correlated. Outputs start as NaN: every row of a real
+request must be written, the padding request's left alone. Each output and final state is
+held to attngen's bounds (``attngen.families.gdn.testing``), the Triton extend's errors
+printed beside it. ``--bench``: bench/gdn.py's prefill cases, prepare + fused against the
+Triton extend. Writes ``gdn_fused.json`` under ``--out`` when given.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from attngen.families.gdn import reference, testing  # noqa: E402
+from attngen.families.gdn.triton.host.options import prepare_options  # noqa: E402
+from attngen.families.gdn.triton.kernels.chunk import chunk_prepare_kernel  # noqa: E402
+from bench.experimental import gdn_fused_sm90 as fused  # noqa: E402
+
+DEV = "cuda"
+SPECS = {1: "gdn_gva1", 2: "gdn_qwen3_next"}  # generated sm90 modules by GVA group
+_COMPILED: dict[int, object] = {}
+
+
+def module(group: int):
+    import importlib
+
+    mod = importlib.import_module(f"generated.sm90.triton.gdn.{SPECS[group]}.kernels")
+    cfg = next(c for c in mod.CONFIGS.values() if c.v_heads_per_k_head == group)
+    return mod, cfg
+
+
+def _rows(t):
+    from cutlass.cute.runtime import from_dlpack
+
+    return from_dlpack(t, assumed_align=16).mark_layout_dynamic(leading_dim=t.dim() - 1)
+
+
+def _small(t):
+    from cutlass.cute.runtime import from_dlpack
+
+    return from_dlpack(t, assumed_align=4).mark_layout_dynamic(leading_dim=t.dim() - 1)
+
+
+def fused_extend(x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: float):
+    """The prepare kernel, then the fused kernel: the same contract as the Triton extend."""
+    import cuda.bindings.driver as cuda
+    import cutlass.cute as cute
+
+    q, k, v = x["q"], x["k"], x["v"]
+    n, hv, group = q.shape[0], v.shape[1], cfg.v_heads_per_k_head
+    f32 = dict(dtype=torch.float32, device=q.device)
+    t_buf = torch.empty((n, hv, cfg.chunk_size), **f32)
+    g_buf, beta_buf, qs_buf, kn_buf = (torch.empty((hv, n), **f32) for _ in range(4))
+    chunks = [plan.chunk_seq, plan.chunk_start, qsl]
+    args = [q, k, x["a"], x["b"], x["A_log"], x["dt_bias"], *chunks]
+    args += [g_buf, beta_buf, qs_buf, kn_buf, t_buf, scale, q.stride(0), q.stride(1)]
+    args += [k.stride(0), k.stride(1), x["a"].stride(0), x["b"].stride(0), hv, n]
+    chunk_prepare_kernel[(plan.num_chunks, hv)](*args, **prepare_options(cfg))
+    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    cargs = (
+        _rows(q), _rows(k), _rows(v), _small(t_buf), _small(g_buf), _small(beta_buf),
+        _small(qs_buf), _small(kn_buf), _small(pool), _small(slots), _small(has_init),
+        _small(qsl), _rows(out), stream,
+    )  # fmt: skip
+    if group not in _COMPILED:
+        t0 = time.time()
+        _COMPILED[group] = cute.compile(fused.GdnFusedSm90(group), *cargs)
+        print(f"compiled the fused kernel (group {group}) in {time.time() - t0:.1f} s", flush=True)
+    _COMPILED[group](*cargs)
+    return out
+
+
+def make_inputs(lens, h, hv, correlated: bool, seed: int):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    n = sum(lens)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+
+    k = randn(n, h, fused.KD)
+    if correlated:  # keys near a few shared directions: the triangular solve's hard case
+        base = randn(4, fused.KD)
+        k = base[torch.randint(0, 4, (n * h,), generator=g)].view(n, h, -1) + 0.3 * k
+    bf = dict(dtype=torch.bfloat16, device=DEV)
+    return dict(
+        q=randn(n, h, fused.KD).to(**bf),
+        k=k.to(**bf),
+        v=randn(n, hv, fused.VD).to(**bf),
+        a=randn(n, hv).to(**bf),
+        b=randn(n, hv).to(**bf),
+        A_log=testing.gate_A_log(hv, False, DEV),
+        dt_bias=testing.gate_dt_bias(hv, False, DEV),
+    )
+
+
+def check_case(lens, group: int, correlated: bool, seed: int) -> dict:
+    mod, cfg = module(group)
+    hv, h = 4, 4 // group
+    scale = fused.KD**-0.5
+    bs = len(lens) + 1  # the last request is padding (slot 0)
+    lens_all = list(lens) + [3]
+    x = make_inputs(lens_all, h, hv, correlated, seed)
+    n = sum(lens_all)
+    i32 = dict(dtype=torch.int32, device=DEV)
+    qsl = torch.tensor([0] + list(torch.tensor(lens_all).cumsum(0)), **i32)
+    perm = torch.randperm(bs - 1, generator=torch.Generator().manual_seed(seed)) + 1
+    slots = torch.cat([perm.to(torch.int32), torch.zeros(1, dtype=torch.int32)]).to(DEV)
+    has_init = torch.tensor([i % 2 for i in range(bs)], **i32)
+    pool0 = torch.randn(bs + 1, hv, fused.VD, fused.KD, device=DEV) * 0.5
+    plan = mod.chunk_plan(lens_all, cfg.chunk_size, torch.device(DEV))
+    results = {}
+    for name in ("fused", "triton"):
+        pool = pool0.clone()
+        out = torch.full((n, hv, fused.VD), float("nan"), dtype=torch.bfloat16, device=DEV)
+        if name == "fused":
+            fused_extend(x, pool, slots, has_init, qsl, out, plan, cfg, scale)
+        else:
+            mod.extend(
+                x["q"], x["k"], x["v"], x["a"], x["b"], A_log=x["A_log"],
+                dt_bias=x["dt_bias"], ssm_states=pool, cache_indices=slots,
+                has_initial_state=has_init, query_start_loc=qsl, out=out, plan=plan,
+                config=cfg, scale=scale,
+            )  # fmt: skip
+        torch.cuda.synchronize()
+        results[name] = (out, pool)
+    row = {"lens": list(lens), "group": group, "correlated": correlated}
+    worst = {"fused": [0.0, 0.0], "triton": [0.0, 0.0]}
+    failures = []
+    for b, length in enumerate(lens):
+        s, e = int(qsl[b]), int(qsl[b + 1])
+        g, beta = reference.gates(x["a"][s:e], x["b"][s:e], x["A_log"], x["dt_bias"])
+        init = pool0[int(slots[b])] if has_init[b] else None
+        ref_out, ref_state, _ = reference.gdn_sequence(
+            x["q"][s:e], x["k"][s:e], x["v"][s:e], g, beta, init, scale=scale,
+            l2norm_qk=True, keep_steps=False,
+        )  # fmt: skip
+        ob = testing.output_bound(ref_out, torch.bfloat16, fused.KD)
+        sb = testing.state_bound(ref_state, fused.KD)
+        for name, (out, pool) in results.items():
+            for j, (got, want, tol) in enumerate(
+                ((out[s:e], ref_out, ob), (pool[int(slots[b])], ref_state, sb))
+            ):
+                try:
+                    ratio = testing.check_close(f"{name} request {b}", got, want, tol)
+                except AssertionError as err:
+                    failures.append(f"{name}: {err}")
+                    ratio = float("inf")
+                worst[name][j] = max(worst[name][j], ratio)
+    pad = slice(int(qsl[bs - 1]), int(qsl[bs]))
+    for name, (out, pool) in results.items():
+        if name == "fused" and not bool(torch.isnan(out[pad]).all()):
+            # (the Triton extend's output kernel runs per chunk and writes them)
+            failures.append(f"{name}: the padding request's rows were written")
+        if not torch.equal(pool[0], pool0[0]):
+            failures.append(f"{name}: pool row 0 (padding) changed")
+    row["fused_out_state_of_bound"] = worst["fused"]
+    row["triton_out_state_of_bound"] = worst["triton"]
+    row["fused_failures"] = [f for f in failures if f.startswith("fused")]
+    row["triton_failures"] = [f for f in failures if f.startswith("triton")]
+    row["ok"] = not row["fused_failures"]
+    return row
+
+
+def bench_case(bs: int, length: int, heads: int) -> dict:
+    import triton
+
+    mod, cfg = module(1)
+    scale = fused.KD**-0.5
+    x = make_inputs([length] * bs, heads, heads, False, 7)
+    n = bs * length
+    i32 = dict(dtype=torch.int32, device=DEV)
+    qsl = torch.arange(bs + 1, **i32) * length
+    slots = torch.arange(1, bs + 1, **i32)
+    no_init = torch.zeros(bs, **i32)
+    pool = torch.zeros(bs + 1, heads, fused.VD, fused.KD, device=DEV)
+    out_f = torch.empty(n, heads, fused.VD, dtype=torch.bfloat16, device=DEV)
+    out_t = torch.empty_like(out_f)
+    plan = mod.chunk_plan([length] * bs, cfg.chunk_size, torch.device(DEV))
+
+    def ours_fused():
+        fused_extend(x, pool, slots, no_init, qsl, out_f, plan, cfg, scale)
+
+    def ours_triton():
+        mod.extend(
+            x["q"], x["k"], x["v"], x["a"], x["b"], A_log=x["A_log"], dt_bias=x["dt_bias"],
+            ssm_states=pool, cache_indices=slots, has_initial_state=no_init,
+            query_start_loc=qsl, out=out_t, plan=plan, config=cfg, scale=scale,
+        )  # fmt: skip
+
+    ours_fused()
+    ours_triton()
+    torch.cuda.synchronize()
+    diff = float((out_f.float() - out_t.float()).abs().max() / out_t.float().pow(2).mean().sqrt())
+    t_f = triton.testing.do_bench(ours_fused, warmup=25, rep=100)
+    t_t = triton.testing.do_bench(ours_triton, warmup=25, rep=100)
+    return {
+        "case": f"{bs}x{length} H{heads}", "fused_ms": t_f, "triton_ms": t_t,
+        "speedup_vs_triton": t_t / t_f, "out_diff_vs_triton": diff,
+    }  # fmt: skip
+
+
+CHECKS = (
+    ((1, 63, 64, 65, 200), 1, False),
+    ((1000, 129, 7), 1, True),
+    ((64, 300, 33), 2, False),
+    ((513, 2, 190), 2, True),
+)
+BENCH = ((1, 32768, 16), (4, 8192, 16), (8, 4096, 32))
+
+
+def run(args) -> int:
+    report = {"device": torch.cuda.get_device_name(), "checks": [], "bench": []}
+    out_dir = Path(args.out) if args.out else None
+
+    def save():
+        if out_dir:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "gdn_fused.json").write_text(json.dumps(report, indent=1))
+
+    ok = True
+    if args.check:
+        for i, (lens, group, corr) in enumerate(CHECKS):
+            row = check_case(lens, group, corr, seed=100 + i)
+            report["checks"].append(row)
+            ok &= row["ok"]
+            print(json.dumps(row), flush=True)
+            save()
+    if args.bench:
+        for bs, length, heads in BENCH:
+            row = bench_case(bs, length, heads)
+            report["bench"].append(row)
+            print(json.dumps(row), flush=True)
+            save()
+    return 0 if ok else 1

@@ -1,0 +1,390 @@
+"""A fused GDN chunk kernel for sm90 in CuTe DSL: the sequential half of the prefill in one
+launch (experimental, 2026-12-06; not a generated kernel yet).
+
+attngen's Triton prefill moves about 8 KB a token and head through DRAM in four launches
+(W, U, K^T, H and u in fp32; bench/README.md, "the memory floor of the four-launch design").
+This kernel keeps the state on chip for a whole request and forms W / U's work, the output
+and the state update per chunk from what is stored once: q, k, v (bf16) and the Triton
+prepare kernel's T = (I + A)^-1 (fp32) with the per-row gates and inverse norms. About 1.3 KB
+a token and head instead of 8 KB (prepare's own 0.8 KB unchanged).
+
+One CTA (one warpgroup, 128 threads) holds 64 value rows of one (request, value head)'s state
+transposed, S^T [64, K] fp32, in its wgmma accumulator registers, and walks the request's
+chunks of C = 64 tokens in order. Per chunk (t, s: token rows; v: value rows; G the
+cumulative log decay, γ = exp G, qs / kn the q / k inverse norms, qs with the scale):
+
+    P     = (Q K^T ∘ qs_t kn_s exp(G_t - G_s))[s <= t]           wgmma, smem operands; bf16
+    TB    = T diag(β)                                          bf16 high + low parts (split)
+    Kd    = diag(kn_t exp(G_C - G_t)) K                        split
+    d^T   = V^T - (S^T K^T) diag(γ kn)                         S^T as a bf16 register operand
+    u^T   = d^T TB^T                                           two MMAs (TB split)
+    O^T   = (S^T Q^T) diag(γ qs) + u^T P^T                     u split: two MMAs
+    S^T   = γ_C S^T + u^T Kd                                   three MMAs (u and Kd split)
+
+The operand precisions are the emulated design "bf16, split T, u, kdec"
+(``gdn_fused_precision.py``: 0.56 / 0.46 of the output bound, 0.41 / 0.31 of the final
+state's at 2k / 8k tokens), with q and k unrounded (their norms scale the products' results).
+
+Not yet: warp specialization (a producer for the loads, the S-independent P, TB and Kd of the
+next chunk computed under this chunk's state products), TMA, the triangular inverse in the
+kernel. ``--check`` (GPU) compares with the float64 recurrence on fresh random data and
+``--bench`` times it against attngen's four launches; without a GPU, ``--compile`` builds it
+for sm_90a and prints its registers and spills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+import cutlass.utils.hopper_helpers as sm90
+from cutlass import BFloat16, Float32, Int32, const_expr
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from attngen.families.mha.cute_dsl.kernels.common import rows_aligned, smem_layout  # noqa: E402
+from attngen.families.mha.cute_dsl.kernels.fragments import (  # noqa: E402
+    mma_a,
+    transpose_smem,
+)
+
+C = 64  # tokens a chunk (the prepare kernel's chunk_size)
+KD = VD = 128  # key and value head dims
+VB = 64  # value rows of the state a CTA holds (one warpgroup's wgmma M)
+THREADS = 128
+LOG2_E = 1.4426950408889634
+COPY = 8  # bf16 elements a 16-byte cp.async
+
+
+@cute.jit
+def _mma(tiled_mma, acc, t_a, t_b, zero_init: cutlass.Constexpr[bool]):
+    """acc (+)= A B over the fragments' k blocks, one wgmma group, waited for."""
+    warpgroup.fence()
+    atom = cute.make_mma_atom(tiled_mma.op)
+    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+    for k in cutlass.range_constexpr(cute.size(t_a.shape[2])):
+        cute.gemm(atom, acc, t_a[None, None, k], t_b[None, None, k], acc)
+        atom.set(warpgroup.Field.ACCUMULATE, True)
+    warpgroup.commit_group()
+    warpgroup.wait_group(0)
+
+
+class GdnFusedSm90:
+    """q, k ``[N, H, KD]`` and v, out ``[N, HV, VD]`` bf16; T ``[N, HV, C]`` fp32 (the
+    prepare kernel's, row t of token t's chunk); G, beta, qs, kn ``[HV, N]`` fp32; the pool
+    ``[slots + 1, HV, VD, KD]`` fp32; cache_indices, has_initial_state ``[B]``,
+    query_start_loc ``[B + 1]`` int32. Request b's final state goes to its pool row."""
+
+    def __init__(self, group: int = 1):
+        self.group = group  # value heads per key head
+
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mT: cute.Tensor,
+        mG: cute.Tensor,
+        mBeta: cute.Tensor,
+        mQs: cute.Tensor,
+        mKn: cute.Tensor,
+        mPool: cute.Tensor,
+        mSlots: cute.Tensor,
+        mHasInit: cute.Tensor,
+        mQsl: cute.Tensor,
+        mO: cute.Tensor,
+        stream,
+    ):
+        mQ, mK = rows_aligned(mQ), rows_aligned(mK)  # 16-byte rows: the cp.async copies'
+        bf = BFloat16
+        k_major, mn_major = sm90.OperandMajorMode.K, sm90.OperandMajorMode.MN
+        rmem = sm90.OperandSource.RMEM
+        mma_qk = sm90.make_trivial_tiled_mma(
+            bf, bf, k_major, k_major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(C, C)
+        )
+        mma_rk = sm90.make_trivial_tiled_mma(
+            bf, bf, k_major, k_major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(VB, C),
+            a_source=rmem,
+        )  # fmt: skip
+        mma_upd = sm90.make_trivial_tiled_mma(
+            bf, bf, k_major, mn_major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(VB, KD),
+            a_source=rmem,
+        )  # fmt: skip
+        l_rows = smem_layout(bf, C, KD, None)  # q, k, Kd: [t, key]
+        l_sq = smem_layout(bf, C, C, None)  # P, TB: [t, s]
+
+        def tile(layout) -> type:
+            return cute.struct.Align[cute.struct.MemRange[bf, cute.cosize(layout)], 1024]
+
+        def vec() -> type:
+            return cute.struct.MemRange[Float32, C]
+
+        members = {
+            "g": vec(), "beta": vec(), "qs": vec(), "kn": vec(),
+            "sQ": tile(l_rows), "sK": tile(l_rows), "sKdh": tile(l_rows), "sKdl": tile(l_rows),
+            "sP": tile(l_sq), "sTBh": tile(l_sq), "sTBl": tile(l_sq),
+        }  # fmt: skip
+        Storage = cute.struct(type("Storage", (), {"__annotations__": members}))
+        grid = (VD // VB, cute.size(mSlots.shape[0]), cute.size(mV.shape[1]))
+        self.kernel(
+            mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mQsl, mO,
+            l_rows, l_sq, mma_qk, mma_rk, mma_upd, Storage,
+        ).launch(grid=grid, block=[THREADS, 1, 1], smem=Storage.size_in_bytes(), stream=stream)  # fmt: skip
+
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mT: cute.Tensor,
+        mG: cute.Tensor,
+        mBeta: cute.Tensor,
+        mQs: cute.Tensor,
+        mKn: cute.Tensor,
+        mPool: cute.Tensor,
+        mSlots: cute.Tensor,
+        mHasInit: cute.Tensor,
+        mQsl: cute.Tensor,
+        mO: cute.Tensor,
+        l_rows: cute.ComposedLayout,
+        l_sq: cute.ComposedLayout,
+        mma_qk: cute.TiledMma,
+        mma_rk: cute.TiledMma,
+        mma_upd: cute.TiledMma,
+        Storage: cutlass.Constexpr,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        vb, b, h = cute.arch.block_idx()
+        slot = mSlots[b]
+        if slot > 0:  # padding rows read and write nothing
+            st = cutlass.memory.SmemAllocator().allocate(Storage)
+            sQ, sK, sKdh, sKdl = (
+                m.get_tensor(l_rows.outer, swizzle=l_rows.inner)
+                for m in (st.sQ, st.sK, st.sKdh, st.sKdl)
+            )
+            sP, sTBh, sTBl = (
+                m.get_tensor(l_sq.outer, swizzle=l_sq.inner) for m in (st.sP, st.sTBh, st.sTBl)
+            )
+            sG, sBeta, sQs, sKn = (
+                m.get_tensor(cute.make_layout(C)) for m in (st.g, st.beta, st.qs, st.kn)
+            )
+            start = mQsl[b]
+            end = mQsl[b + 1]
+            hk = h // self.group
+            v0 = vb * VB
+            thr_qk, thr_rk, thr_upd = (m.get_slice(tidx) for m in (mma_qk, mma_rk, mma_upd))
+            wg_qk, wg_rk, wg_upd = (m.get_slice(0) for m in (mma_qk, mma_rk, mma_upd))
+            # -- the state, S^T [VB, KD] of value rows v0 .., fp32 accumulator registers ----
+            acc_S = cute.make_rmem_tensor(mma_upd.partition_shape_C((VB, KD)), Float32)
+            cS = thr_upd.partition_C(cute.make_identity_tensor((VB, KD)))
+            acc_S.fill(0.0)
+            if mHasInit[b] != 0:
+                for j in cutlass.range_constexpr(cute.size(acc_S)):
+                    acc_S[j] = mPool[slot, h, v0 + cS[j][0], cS[j][1]]
+            # -- operand fragments ----
+            tPa = wg_qk.make_fragment_A(wg_qk.partition_A(sQ))
+            tPb = wg_qk.make_fragment_B(wg_qk.partition_B(sK))
+            tKb = wg_rk.make_fragment_B(wg_rk.partition_B(sK))
+            tQb = wg_rk.make_fragment_B(wg_rk.partition_B(sQ))
+            tTBh = wg_rk.make_fragment_B(wg_rk.partition_B(sTBh))
+            tTBl = wg_rk.make_fragment_B(wg_rk.partition_B(sTBl))
+            tPt = wg_rk.make_fragment_B(wg_rk.partition_B(sP))
+            tKdh = wg_upd.make_fragment_B(wg_upd.partition_B(transpose_smem(sKdh)))
+            tKdl = wg_upd.make_fragment_B(wg_upd.partition_B(transpose_smem(sKdl)))
+            tSa = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, KD)))
+            tDa = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
+            tUh = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
+            tUl = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
+            cP = thr_qk.partition_C(cute.make_identity_tensor((C, C)))  # (t, s)
+            cR = thr_rk.partition_C(cute.make_identity_tensor((VB, C)))  # (v, t)
+            copy = cute.make_copy_atom(cpasync.CopyG2SOp(), BFloat16, num_bits_per_copy=128)
+            chunks_a_row = KD // COPY
+            rows_a_pass = THREADS // chunks_a_row
+            for c in cutlass.range((end - start + C - 1) // C, unroll=1):
+                t0 = start + c * C
+                n = cutlass.min(end - t0, C)
+                cute.arch.barrier()  # every read of the last chunk's tiles is done
+                # -- loads: q, k rows (cp.async; rows past the request repeat its last) ----
+                for p in cutlass.range_constexpr(C // rows_a_pass):
+                    row = p * rows_a_pass + tidx // chunks_a_row
+                    tok = t0 + cutlass.min(row, n - 1)
+                    part = tidx % chunks_a_row
+                    for src, dst in ((mQ, sQ), (mK, sK)):
+                        cute.copy(
+                            copy,
+                            cute.local_tile(src[tok, hk, None], (COPY,), (part,)),
+                            cute.local_tile(dst[row, None], (COPY,), (part,)),
+                        )
+                cute.arch.cp_async_commit_group()
+                if tidx < C:
+                    tok = t0 + cutlass.min(tidx, n - 1)
+                    valid = tidx < n
+                    sG[tidx] = mG[h, tok]
+                    sBeta[tidx] = mBeta[h, tok] if valid else Float32(0.0)
+                    sQs[tidx] = mQs[h, tok] if valid else Float32(0.0)
+                    sKn[tidx] = mKn[h, tok] if valid else Float32(0.0)
+                cute.arch.cp_async_wait_group(0)
+                cute.arch.fence_view_async_shared()
+                cute.arch.barrier()
+                g_last = sG[n - 1]
+                # -- P = Q K^T, scaled and masked (s <= t), bf16 ----
+                acc_P = cute.make_rmem_tensor(mma_qk.partition_shape_C((C, C)), Float32)
+                _mma(mma_qk, acc_P, tPa, tPb, True)
+                for j in cutlass.range_constexpr(cute.size(acc_P)):
+                    t, s = cP[j]
+                    x = Float32(0.0)
+                    if s <= t:
+                        decay = cute.math.exp2((sG[t] - sG[s]) * LOG2_E, fastmath=True)
+                        x = acc_P[j] * sQs[t] * sKn[s] * decay
+                    acc_P[j] = x
+                r_P = cute.make_rmem_tensor_like(acc_P, BFloat16)
+                r_P.store(acc_P.load().to(BFloat16))
+                for j in cutlass.range_constexpr(cute.size(acc_P)):
+                    sP[cP[j]] = r_P[j]
+                # -- TB = T diag(beta) (rows past the request: 0), Kd; each as bf16 hi + lo ----
+                self.split_rows(mT, sTBh, sTBl, sBeta, sKn, sG, sK, t0, h, n, g_last, tidx, True)
+                self.split_rows(mT, sKdh, sKdl, sBeta, sKn, sG, sK, t0, h, n, g_last, tidx, False)
+                cute.arch.fence_view_async_shared()
+                cute.arch.barrier()
+                # -- d^T = V^T - (S^T K^T) diag(gamma kn); S^T Q^T alongside ----
+                tSa.store(mma_a(acc_S).load().to(BFloat16))
+                acc_D = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
+                acc_O = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
+                _mma(mma_rk, acc_D, tSa, tKb, True)
+                _mma(mma_rk, acc_O, tSa, tQb, True)
+                for j in cutlass.range_constexpr(cute.size(acc_D)):
+                    v, t = cR[j]
+                    x = Float32(0.0)
+                    o = Float32(0.0)
+                    if t < n:
+                        gamma = cute.math.exp2(sG[t] * LOG2_E, fastmath=True)
+                        x = Float32(mV[t0 + t, h, v0 + v]) - gamma * sKn[t] * acc_D[j]
+                        o = acc_O[j] * gamma * sQs[t]
+                    acc_D[j] = x
+                    acc_O[j] = o
+                tDa.store(mma_a(acc_D).load().to(BFloat16))
+                # -- u^T = d^T TB^T, then split ----
+                acc_U = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
+                _mma(mma_rk, acc_U, tDa, tTBh, True)
+                _mma(mma_rk, acc_U, tDa, tTBl, False)
+                u = mma_a(acc_U).load()
+                u_hi = u.to(BFloat16)
+                tUh.store(u_hi)
+                tUl.store((u - u_hi.to(Float32)).to(BFloat16))
+                # -- O^T += u^T P^T; store the rows this request has ----
+                _mma(mma_rk, acc_O, tUh, tPt, False)
+                _mma(mma_rk, acc_O, tUl, tPt, False)
+                r_O = cute.make_rmem_tensor_like(acc_O, BFloat16)
+                r_O.store(acc_O.load().to(BFloat16))
+                for j in cutlass.range_constexpr(cute.size(acc_O)):
+                    v, t = cR[j]
+                    if t < n:
+                        mO[t0 + t, h, v0 + v] = r_O[j]
+                # -- S^T = gamma_C S^T + u^T Kd ----
+                gamma_c = cute.math.exp2(g_last * LOG2_E, fastmath=True)
+                acc_S.store(acc_S.load() * gamma_c)
+                _mma(mma_upd, acc_S, tUh, tKdh, False)
+                _mma(mma_upd, acc_S, tUh, tKdl, False)
+                _mma(mma_upd, acc_S, tUl, tKdh, False)
+            for j in cutlass.range_constexpr(cute.size(acc_S)):
+                mPool[slot, h, v0 + cS[j][0], cS[j][1]] = acc_S[j]
+
+    @cute.jit
+    def split_rows(
+        self,
+        mT: cute.Tensor,
+        s_hi: cute.Tensor,
+        s_lo: cute.Tensor,
+        sBeta: cute.Tensor,
+        sKn: cute.Tensor,
+        sG: cute.Tensor,
+        sK: cute.Tensor,
+        t0: Int32,
+        h: Int32,
+        n: Int32,
+        g_last: Float32,
+        tidx: Int32,
+        tb: cutlass.Constexpr[bool],
+    ):
+        """One bf16 high + low pair of tiles, 8 consecutive elements a thread and pass:
+        ``tb``: TB[t, s] = T[t, s] beta_s for s <= t < n (else 0); otherwise Kd[t, key] =
+        k[t, key] kn_t exp(G_last - G_t) (kn is 0 past the request)."""
+        cols = C if const_expr(tb) else KD
+        per_pass = THREADS * COPY
+        x = cute.make_rmem_tensor(COPY, Float32)
+        for p in cutlass.range_constexpr(C * cols // per_pass):
+            e = p * per_pass + tidx * COPY
+            t = e // cols
+            col0 = e % cols
+            if const_expr(tb):
+                for i in cutlass.range_constexpr(COPY):
+                    s = col0 + i
+                    val = Float32(0.0)
+                    if t < n and s <= t:
+                        val = mT[t0 + t, h, s] * sBeta[s]
+                    x[i] = val
+            else:
+                scale = sKn[t] * cute.math.exp2((g_last - sG[t]) * LOG2_E, fastmath=True)
+                for i in cutlass.range_constexpr(COPY):
+                    x[i] = Float32(sK[t, col0 + i]) * scale
+            vals = x.load()
+            hi = vals.to(BFloat16)
+            lo = (vals - hi.to(Float32)).to(BFloat16)
+            r_hi = cute.make_rmem_tensor(COPY, BFloat16)
+            r_lo = cute.make_rmem_tensor(COPY, BFloat16)
+            r_hi.store(hi)
+            r_lo.store(lo)
+            for i in cutlass.range_constexpr(COPY):
+                s_hi[t, col0 + i] = r_hi[i]
+                s_lo[t, col0 + i] = r_lo[i]
+
+
+def fake_args(group: int = 1):
+    """Arguments with the launch's types and dynamic sizes, no memory (CPU compile)."""
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    def tensor(dt, dims, align=16):
+        strides = [cute.sym_int64() for _ in dims[:-1]]  # as DLPack's dynamic layouts
+        return make_fake_tensor(dt, dims, (*strides, 1), assumed_align=align)
+
+    n, h, hv, b, slots = (cute.sym_int32() for _ in range(5))
+    ints = [tensor(Int32, (b,), 4), tensor(Int32, (b,), 4), tensor(Int32, (cute.sym_int32(),), 4)]
+    vecs = [tensor(Float32, (hv, n), 4) for _ in range(4)]
+    return (
+        tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, hv, VD)),
+        tensor(Float32, (n, hv, C), 4), *vecs, tensor(Float32, (slots, hv, VD, KD), 4), *ints,
+        tensor(BFloat16, (n, hv, VD)), make_fake_stream(),
+    )  # fmt: skip
+
+
+def compile_cpu(group: int = 1, arch: str = "sm_90a"):
+    return cute.compile(GdnFusedSm90(group), *fake_args(group), options=f"--gpu-arch {arch}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--compile", action="store_true", help="CPU: build for sm_90a only")
+    parser.add_argument("--check", action="store_true", help="GPU: against float64")
+    parser.add_argument("--bench", action="store_true", help="GPU: time against attngen")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if args.compile:
+        os.environ.setdefault("CUTE_DSL_COMPILER_OPT", "remarks{ptx}")
+        compile_cpu()
+        print("compiled for sm_90a")
+        return 0
+    from bench.experimental import gdn_fused_check
+
+    return gdn_fused_check.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
