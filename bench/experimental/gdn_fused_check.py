@@ -69,7 +69,7 @@ def fused_extend(x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: flo
     chunk_prepare_kernel[(plan.num_chunks, hv)](*args, **prepare_options(cfg))
     stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
     cargs = (
-        _rows(q), _rows(k), _rows(v), _small(t_buf), _small(g_buf), _small(beta_buf),
+        _rows(q), _rows(k), _rows(v), _rows(t_buf), _small(g_buf), _small(beta_buf),
         _small(qs_buf), _small(kn_buf), _small(pool), _small(slots), _small(has_init),
         _small(qsl), _rows(out), stream,
     )  # fmt: skip

@@ -25,9 +25,11 @@ The operand precisions are the emulated design "bf16, split T, u, kdec"
 (``gdn_fused_precision.py``: 0.56 / 0.46 of the output bound, 0.41 / 0.31 of the final
 state's at 2k / 8k tokens), with q and k unrounded (their norms scale the products' results).
 
-Not yet: warp specialization (a producer for the loads, the S-independent P, TB and Kd of the
-next chunk computed under this chunk's state products), TMA, the triangular inverse in the
-kernel. ``--check`` (GPU) compares with the float64 recurrence on fresh random data and
+q, k, T and the CTA's V columns come by 16-byte cp.async into two stages, the next chunk's
+under this one's work. Not yet: warp specialization (the S-independent P, TB and Kd of the
+next chunk computed by another warpgroup under this chunk's state products), TMA, vector
+stores of O, the triangular inverse in the kernel. ``chunk_reference`` is the same
+arithmetic in float64 torch (tests/bench/test_gdn_fused.py holds it to the recurrence). ``--check`` (GPU) compares with the float64 recurrence on fresh random data and
 ``--bench`` times it against attngen's four launches; without a GPU, ``--compile`` builds it
 for sm_90a and prints its registers and spills.
 """
@@ -57,6 +59,7 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (  # noqa: E402
 C = 64  # tokens a chunk (the prepare kernel's chunk_size)
 KD = VD = 128  # key and value head dims
 VB = 64  # value rows of the state a CTA holds (one warpgroup's wgmma M)
+STAGES = 2  # chunks of q, k, T and V rows in shared memory: the next one loads under this one
 THREADS = 128
 LOG2_E = 1.4426950408889634
 COPY = 8  # bf16 elements a 16-byte cp.async
@@ -102,7 +105,8 @@ class GdnFusedSm90:
         mO: cute.Tensor,
         stream,
     ):
-        mQ, mK = rows_aligned(mQ), rows_aligned(mK)  # 16-byte rows: the cp.async copies'
+        # 16-byte rows: the cp.async copies'
+        mQ, mK, mV, mT = (rows_aligned(t) for t in (mQ, mK, mV, mT))
         bf = BFloat16
         k_major, mn_major = sm90.OperandMajorMode.K, sm90.OperandMajorMode.MN
         rmem = sm90.OperandSource.RMEM
@@ -117,25 +121,29 @@ class GdnFusedSm90:
             bf, bf, k_major, mn_major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(VB, KD),
             a_source=rmem,
         )  # fmt: skip
-        l_rows = smem_layout(bf, C, KD, None)  # q, k, Kd: [t, key]
+        l_rows = smem_layout(bf, C, KD, None)  # Kd: [t, key]
+        l_qk = smem_layout(bf, C, KD, STAGES)  # q, k: [t, key, stage]
         l_sq = smem_layout(bf, C, C, None)  # P, TB: [t, s]
+        l_t = cute.make_layout((C, C, STAGES), stride=(C, 1, C * C))  # T rows, fp32
+        l_v = cute.make_layout((C, VB, STAGES), stride=(VB, 1, C * VB))  # the CTA's V columns
 
-        def tile(layout) -> type:
-            return cute.struct.Align[cute.struct.MemRange[bf, cute.cosize(layout)], 1024]
+        def tile(layout, dtype=bf) -> type:
+            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
         def vec() -> type:
             return cute.struct.MemRange[Float32, C]
 
         members = {
             "g": vec(), "beta": vec(), "qs": vec(), "kn": vec(),
-            "sQ": tile(l_rows), "sK": tile(l_rows), "sKdh": tile(l_rows), "sKdl": tile(l_rows),
+            "sQ": tile(l_qk), "sK": tile(l_qk), "sKdh": tile(l_rows), "sKdl": tile(l_rows),
             "sP": tile(l_sq), "sTBh": tile(l_sq), "sTBl": tile(l_sq),
+            "sT": tile(l_t, Float32), "sV": tile(l_v),
         }  # fmt: skip
         Storage = cute.struct(type("Storage", (), {"__annotations__": members}))
         grid = (VD // VB, cute.size(mSlots.shape[0]), cute.size(mV.shape[1]))
         self.kernel(
             mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mQsl, mO,
-            l_rows, l_sq, mma_qk, mma_rk, mma_upd, Storage,
+            l_rows, l_qk, l_sq, l_t, l_v, mma_qk, mma_rk, mma_upd, Storage,
         ).launch(grid=grid, block=[THREADS, 1, 1], smem=Storage.size_in_bytes(), stream=stream)  # fmt: skip
 
     @cute.kernel
@@ -155,7 +163,10 @@ class GdnFusedSm90:
         mQsl: cute.Tensor,
         mO: cute.Tensor,
         l_rows: cute.ComposedLayout,
+        l_qk: cute.ComposedLayout,
         l_sq: cute.ComposedLayout,
+        l_t: cute.Layout,
+        l_v: cute.Layout,
         mma_qk: cute.TiledMma,
         mma_rk: cute.TiledMma,
         mma_upd: cute.TiledMma,
@@ -166,10 +177,12 @@ class GdnFusedSm90:
         slot = mSlots[b]
         if slot > 0:  # padding rows read and write nothing
             st = cutlass.memory.SmemAllocator().allocate(Storage)
-            sQ, sK, sKdh, sKdl = (
-                m.get_tensor(l_rows.outer, swizzle=l_rows.inner)
-                for m in (st.sQ, st.sK, st.sKdh, st.sKdl)
+            sKdh, sKdl = (
+                m.get_tensor(l_rows.outer, swizzle=l_rows.inner) for m in (st.sKdh, st.sKdl)
             )
+            sQ, sK = (m.get_tensor(l_qk.outer, swizzle=l_qk.inner) for m in (st.sQ, st.sK))
+            sT = st.sT.get_tensor(l_t)
+            sV = st.sV.get_tensor(l_v)
             sP, sTBh, sTBl = (
                 m.get_tensor(l_sq.outer, swizzle=l_sq.inner) for m in (st.sP, st.sTBh, st.sTBl)
             )
@@ -205,24 +218,18 @@ class GdnFusedSm90:
             tUl = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
             cP = thr_qk.partition_C(cute.make_identity_tensor((C, C)))  # (t, s)
             cR = thr_rk.partition_C(cute.make_identity_tensor((VB, C)))  # (v, t)
-            copy = cute.make_copy_atom(cpasync.CopyG2SOp(), BFloat16, num_bits_per_copy=128)
-            chunks_a_row = KD // COPY
-            rows_a_pass = THREADS // chunks_a_row
-            for c in cutlass.range((end - start + C - 1) // C, unroll=1):
+            num_chunks = (end - start + C - 1) // C
+            self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, start, end, Int32(0), hk, h, v0, tidx)
+            cute.arch.cp_async_commit_group()
+            for c in cutlass.range(num_chunks, unroll=1):
                 t0 = start + c * C
                 n = cutlass.min(end - t0, C)
-                cute.arch.barrier()  # every read of the last chunk's tiles is done
-                # -- loads: q, k rows (cp.async; rows past the request repeat its last) ----
-                for p in cutlass.range_constexpr(C // rows_a_pass):
-                    row = p * rows_a_pass + tidx // chunks_a_row
-                    tok = t0 + cutlass.min(row, n - 1)
-                    part = tidx % chunks_a_row
-                    for src, dst in ((mQ, sQ), (mK, sK)):
-                        cute.copy(
-                            copy,
-                            cute.local_tile(src[tok, hk, None], (COPY,), (part,)),
-                            cute.local_tile(dst[row, None], (COPY,), (part,)),
-                        )
+                stage = c % STAGES
+                # every read of the other stage (last chunk) and of P, TB, Kd is done
+                cute.arch.barrier()
+                if c + 1 < num_chunks:  # the next chunk's rows, under this one's work
+                    self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, start, end, c + 1, hk, h, v0,
+                                    tidx)  # fmt: skip
                 cute.arch.cp_async_commit_group()
                 if tidx < C:
                     tok = t0 + cutlass.min(tidx, n - 1)
@@ -231,13 +238,15 @@ class GdnFusedSm90:
                     sBeta[tidx] = mBeta[h, tok] if valid else Float32(0.0)
                     sQs[tidx] = mQs[h, tok] if valid else Float32(0.0)
                     sKn[tidx] = mKn[h, tok] if valid else Float32(0.0)
-                cute.arch.cp_async_wait_group(0)
+                cute.arch.cp_async_wait_group(1)  # this chunk's group
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier()
                 g_last = sG[n - 1]
                 # -- P = Q K^T, scaled and masked (s <= t), bf16 ----
                 acc_P = cute.make_rmem_tensor(mma_qk.partition_shape_C((C, C)), Float32)
-                _mma(mma_qk, acc_P, tPa, tPb, True)
+                _mma(
+                    mma_qk, acc_P, tPa[None, None, None, stage], tPb[None, None, None, stage], True
+                )
                 for j in cutlass.range_constexpr(cute.size(acc_P)):
                     t, s = cP[j]
                     x = Float32(0.0)
@@ -250,23 +259,24 @@ class GdnFusedSm90:
                 for j in cutlass.range_constexpr(cute.size(acc_P)):
                     sP[cP[j]] = r_P[j]
                 # -- TB = T diag(beta) (rows past the request: 0), Kd; each as bf16 hi + lo ----
-                self.split_rows(mT, sTBh, sTBl, sBeta, sKn, sG, sK, t0, h, n, g_last, tidx, True)
-                self.split_rows(mT, sKdh, sKdl, sBeta, sKn, sG, sK, t0, h, n, g_last, tidx, False)
+                s_t, s_k = sT[None, None, stage], sK[None, None, stage]
+                self.split_rows(s_t, sTBh, sTBl, sBeta, sKn, sG, s_k, n, g_last, tidx, True)
+                self.split_rows(s_t, sKdh, sKdl, sBeta, sKn, sG, s_k, n, g_last, tidx, False)
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier()
                 # -- d^T = V^T - (S^T K^T) diag(gamma kn); S^T Q^T alongside ----
                 tSa.store(mma_a(acc_S).load().to(BFloat16))
                 acc_D = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
                 acc_O = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
-                _mma(mma_rk, acc_D, tSa, tKb, True)
-                _mma(mma_rk, acc_O, tSa, tQb, True)
+                _mma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True)
+                _mma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True)
                 for j in cutlass.range_constexpr(cute.size(acc_D)):
                     v, t = cR[j]
                     x = Float32(0.0)
                     o = Float32(0.0)
                     if t < n:
                         gamma = cute.math.exp2(sG[t] * LOG2_E, fastmath=True)
-                        x = Float32(mV[t0 + t, h, v0 + v]) - gamma * sKn[t] * acc_D[j]
+                        x = Float32(sV[t, v, stage]) - gamma * sKn[t] * acc_D[j]
                         o = acc_O[j] * gamma * sQs[t]
                     acc_D[j] = x
                     acc_O[j] = o
@@ -298,17 +308,61 @@ class GdnFusedSm90:
                 mPool[slot, h, v0 + cS[j][0], cS[j][1]] = acc_S[j]
 
     @cute.jit
+    def load_chunk(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mT: cute.Tensor,
+        mV: cute.Tensor,
+        sQ: cute.Tensor,
+        sK: cute.Tensor,
+        sT: cute.Tensor,
+        sV: cute.Tensor,
+        start: Int32,
+        end: Int32,
+        c: Int32,
+        hk: Int32,
+        h: Int32,
+        v0: Int32,
+        tidx: Int32,
+    ):
+        """16-byte cp.async copies of chunk ``c``'s rows into stage ``c % STAGES``: q and k
+        (key head ``hk``), T (fp32) and the CTA's value columns ``v0 ..``; rows past the
+        request repeat its last (never used: masked)."""
+        t0 = start + c * C
+        last = cutlass.min(end - t0, C) - 1
+        stage = c % STAGES
+        bf = cute.make_copy_atom(cpasync.CopyG2SOp(), BFloat16, num_bits_per_copy=128)
+        f32 = cute.make_copy_atom(cpasync.CopyG2SOp(), Float32, num_bits_per_copy=128)
+        # (source, destination, elements a copy, copies a row, atom)
+        rows = (
+            (mQ[None, hk, None], sQ[None, None, stage], COPY, KD // COPY, bf, 0),
+            (mK[None, hk, None], sK[None, None, stage], COPY, KD // COPY, bf, 0),
+            (mT[None, h, None], sT[None, None, stage], 4, C // 4, f32, 0),
+            (mV[None, h, None], sV[None, None, stage], COPY, VB // COPY, bf, v0 // COPY),
+        )
+        for src, dst, width, per_row, atom, first in rows:
+            rows_a_pass = THREADS // per_row
+            part = tidx % per_row
+            for p in cutlass.range_constexpr(C // rows_a_pass):
+                row = p * rows_a_pass + tidx // per_row
+                tok = t0 + cutlass.min(row, last)
+                cute.copy(
+                    atom,
+                    cute.local_tile(src[tok, None], (width,), (first + part,)),
+                    cute.local_tile(dst[row, None], (width,), (part,)),
+                )
+
+    @cute.jit
     def split_rows(
         self,
-        mT: cute.Tensor,
+        sT: cute.Tensor,
         s_hi: cute.Tensor,
         s_lo: cute.Tensor,
         sBeta: cute.Tensor,
         sKn: cute.Tensor,
         sG: cute.Tensor,
         sK: cute.Tensor,
-        t0: Int32,
-        h: Int32,
         n: Int32,
         g_last: Float32,
         tidx: Int32,
@@ -329,7 +383,7 @@ class GdnFusedSm90:
                     s = col0 + i
                     val = Float32(0.0)
                     if t < n and s <= t:
-                        val = mT[t0 + t, h, s] * sBeta[s]
+                        val = sT[t, s] * sBeta[s]
                     x[i] = val
             else:
                 scale = sKn[t] * cute.math.exp2((g_last - sG[t]) * LOG2_E, fastmath=True)
@@ -347,6 +401,50 @@ class GdnFusedSm90:
                 s_lo[t, col0 + i] = r_lo[i]
 
 
+def chunk_reference(q, k, v, g, beta, state, *, scale: float, eps: float = 1e-6):
+    """The kernel's arithmetic for one value head in float64 torch (no roundings): the
+    prepare kernel's T and row vectors, then per chunk the transposed products above, with
+    the kernel's masks (rows past the request repeat its last). ``q, k [T, K]`` raw, ``v [T,
+    V]``, ``g, beta [T]``, ``state [V, K]`` (S^T). Returns (out [T, V], final S^T)."""
+    import torch
+
+    f64 = torch.float64
+    q, k, v, g, beta = (x.to(f64) for x in (q, k, v, g, beta))
+    st = state.to(f64).clone()
+    n_tok = q.shape[0]
+    out = torch.empty(n_tok, v.shape[1], dtype=f64)
+    qs = scale / torch.sqrt((q * q).sum(-1) + eps)
+    kn = 1.0 / torch.sqrt((k * k).sum(-1) + eps)
+    rows = torch.arange(C)
+    lower = rows[:, None] > rows[None, :]
+    on_or_below = rows[:, None] >= rows[None, :]
+    for t0 in range(0, n_tok, C):
+        n = min(C, n_tok - t0)
+        valid = rows < n
+        idx = t0 + rows.clamp(max=n - 1)
+        qc, kc, vc = q[idx], k[idx], v[idx]
+        gc = torch.cumsum(g[t0 : t0 + n], 0)[rows.clamp(max=n - 1)]
+        qsv, knv, bv = (torch.where(valid, x[idx], 0.0) for x in (qs, kn, beta))
+        decay = torch.exp(gc[:, None] - gc[None, :])
+        # the prepare kernel: M and T = (I + M)^-1
+        kk = (kc * knv[:, None]) @ (kc * knv[:, None]).T
+        m = torch.where(lower, bv[:, None] * decay * kk, 0.0)
+        t = torch.linalg.inv(torch.eye(C, dtype=f64) + m)
+        t = t[rows.clamp(max=n - 1)]  # the kernel's T rows past the request: its last
+        # this kernel
+        p = torch.where(on_or_below, (qc @ kc.T) * qsv[:, None] * knv[None, :] * decay, 0.0)
+        tb = torch.where(on_or_below & valid[:, None], t * bv[None, :], 0.0)
+        kd = kc * (knv * torch.exp(gc[n - 1] - gc))[:, None]
+        gamma = torch.exp(gc)
+        d = torch.where(valid[None, :], vc.T - (st @ kc.T) * (gamma * knv)[None, :], 0.0)
+        o = torch.where(valid[None, :], (st @ qc.T) * (gamma * qsv)[None, :], 0.0)
+        u = d @ tb.T
+        o = o + u @ p.T
+        out[t0 : t0 + n] = o[:, :n].T
+        st = torch.exp(gc[n - 1]) * st + u @ kd
+    return out, st
+
+
 def fake_args(group: int = 1):
     """Arguments with the launch's types and dynamic sizes, no memory (CPU compile)."""
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
@@ -360,7 +458,7 @@ def fake_args(group: int = 1):
     vecs = [tensor(Float32, (hv, n), 4) for _ in range(4)]
     return (
         tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, hv, VD)),
-        tensor(Float32, (n, hv, C), 4), *vecs, tensor(Float32, (slots, hv, VD, KD), 4), *ints,
+        tensor(Float32, (n, hv, C)), *vecs, tensor(Float32, (slots, hv, VD, KD), 4), *ints,
         tensor(BFloat16, (n, hv, VD)), make_fake_stream(),
     )  # fmt: skip
 
