@@ -265,8 +265,9 @@ def flashinfer_prefill(fi_chunk, buffers: dict, bs: int, length: int, heads: int
     ``cu_seqlens``, fp32 states ``[N, HV, V, K]`` like the pool's). Its API takes the gates
     as values (alpha = exp(g) and beta, fp32 ``[T, HV]``), and 0.6.14 accepts
     ``use_qk_l2norm_in_kernel`` but never reads it (raw keys make its states blow up to NaN),
-    so q and k are normalised here (as the oracle does, rounded to bf16) too. Both happen before the timed
-    call: its time leaves out the gates and the norms, which attngen's and fla's include."""
+    so q and k are normalised here (as the oracle does, rounded to bf16) too. Both happen
+    before the timed call: its time leaves out the gates and the norms, which attngen's and
+    fla's include."""
     from attngen.families.gdn import reference
 
     x, out, pool, n = buffers["x"], buffers["out"], buffers["pool"], bs * length

@@ -29,8 +29,9 @@ q, k, T and the CTA's V columns come by 16-byte cp.async into two stages, the ne
 under this one's work. Not yet: warp specialization (the S-independent P, TB and Kd of the
 next chunk computed by another warpgroup under this chunk's state products), TMA, vector
 stores of O, the triangular inverse in the kernel. ``chunk_reference`` is the same
-arithmetic in float64 torch (tests/bench/test_gdn_fused.py holds it to the recurrence). ``--check`` (GPU) compares with the float64 recurrence on fresh random data and
-``--bench`` times it against attngen's four launches; without a GPU, ``--compile`` builds it
+arithmetic in float64 torch (tests/bench/test_gdn_fused.py holds it to the recurrence).
+``--check`` (GPU) compares with the float64 recurrence on fresh random data and ``--bench``
+times it against attngen's four launches; without a GPU, ``--compile`` builds it
 for sm_90a and prints its registers and spills.
 """
 
@@ -46,11 +47,16 @@ import cutlass.cute as cute
 import cutlass.memory
 import cutlass.utils.hopper_helpers as sm90
 from cutlass import BFloat16, Float32, Int32, const_expr
-from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cute.nvgpu import cpasync
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from attngen.families.mha.cute_dsl.kernels.common import rows_aligned, smem_layout  # noqa: E402
+from attngen.families.mha.cute_dsl.kernels.common import (  # noqa: E402
+    LOG2_E,
+    rows_aligned,
+    smem_layout,
+)
+from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import _wgmma  # noqa: E402
 from attngen.families.mha.cute_dsl.kernels.fragments import (  # noqa: E402
     mma_a,
     transpose_smem,
@@ -61,21 +67,7 @@ KD = VD = 128  # key and value head dims
 VB = 64  # value rows of the state a CTA holds (one warpgroup's wgmma M)
 STAGES = 2  # chunks of q, k, T and V rows in shared memory: the next one loads under this one
 THREADS = 128
-LOG2_E = 1.4426950408889634
 COPY = 8  # bf16 elements a 16-byte cp.async
-
-
-@cute.jit
-def _mma(tiled_mma, acc, t_a, t_b, zero_init: cutlass.Constexpr[bool]):
-    """acc (+)= A B over the fragments' k blocks, one wgmma group, waited for."""
-    warpgroup.fence()
-    atom = cute.make_mma_atom(tiled_mma.op)
-    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
-    for k in cutlass.range_constexpr(cute.size(t_a.shape[2])):
-        cute.gemm(atom, acc, t_a[None, None, k], t_b[None, None, k], acc)
-        atom.set(warpgroup.Field.ACCUMULATE, True)
-    warpgroup.commit_group()
-    warpgroup.wait_group(0)
 
 
 class GdnFusedSm90:
@@ -144,7 +136,9 @@ class GdnFusedSm90:
         self.kernel(
             mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mQsl, mO,
             l_rows, l_qk, l_sq, l_t, l_v, mma_qk, mma_rk, mma_upd, Storage,
-        ).launch(grid=grid, block=[THREADS, 1, 1], smem=Storage.size_in_bytes(), stream=stream)  # fmt: skip
+        ).launch(
+            grid=grid, block=[THREADS, 1, 1], smem=Storage.size_in_bytes(), stream=stream
+        )  # fmt: skip
 
     @cute.kernel
     def kernel(
@@ -244,7 +238,7 @@ class GdnFusedSm90:
                 g_last = sG[n - 1]
                 # -- P = Q K^T, scaled and masked (s <= t), bf16 ----
                 acc_P = cute.make_rmem_tensor(mma_qk.partition_shape_C((C, C)), Float32)
-                _mma(
+                _wgmma(
                     mma_qk, acc_P, tPa[None, None, None, stage], tPb[None, None, None, stage], True
                 )
                 for j in cutlass.range_constexpr(cute.size(acc_P)):
@@ -268,8 +262,8 @@ class GdnFusedSm90:
                 tSa.store(mma_a(acc_S).load().to(BFloat16))
                 acc_D = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
                 acc_O = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
-                _mma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True)
-                _mma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True)
+                _wgmma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True)
+                _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True)
                 for j in cutlass.range_constexpr(cute.size(acc_D)):
                     v, t = cR[j]
                     x = Float32(0.0)
@@ -283,15 +277,15 @@ class GdnFusedSm90:
                 tDa.store(mma_a(acc_D).load().to(BFloat16))
                 # -- u^T = d^T TB^T, then split ----
                 acc_U = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
-                _mma(mma_rk, acc_U, tDa, tTBh, True)
-                _mma(mma_rk, acc_U, tDa, tTBl, False)
+                _wgmma(mma_rk, acc_U, tDa, tTBh, True)
+                _wgmma(mma_rk, acc_U, tDa, tTBl, False)
                 u = mma_a(acc_U).load()
                 u_hi = u.to(BFloat16)
                 tUh.store(u_hi)
                 tUl.store((u - u_hi.to(Float32)).to(BFloat16))
                 # -- O^T += u^T P^T; store the rows this request has ----
-                _mma(mma_rk, acc_O, tUh, tPt, False)
-                _mma(mma_rk, acc_O, tUl, tPt, False)
+                _wgmma(mma_rk, acc_O, tUh, tPt, False)
+                _wgmma(mma_rk, acc_O, tUl, tPt, False)
                 r_O = cute.make_rmem_tensor_like(acc_O, BFloat16)
                 r_O.store(acc_O.load().to(BFloat16))
                 for j in cutlass.range_constexpr(cute.size(acc_O)):
@@ -301,9 +295,9 @@ class GdnFusedSm90:
                 # -- S^T = gamma_C S^T + u^T Kd ----
                 gamma_c = cute.math.exp2(g_last * LOG2_E, fastmath=True)
                 acc_S.store(acc_S.load() * gamma_c)
-                _mma(mma_upd, acc_S, tUh, tKdh, False)
-                _mma(mma_upd, acc_S, tUh, tKdl, False)
-                _mma(mma_upd, acc_S, tUl, tKdh, False)
+                _wgmma(mma_upd, acc_S, tUh, tKdh, False)
+                _wgmma(mma_upd, acc_S, tUh, tKdl, False)
+                _wgmma(mma_upd, acc_S, tUl, tKdh, False)
             for j in cutlass.range_constexpr(cute.size(acc_S)):
                 mPool[slot, h, v0 + cS[j][0], cS[j][1]] = acc_S[j]
 

@@ -47,21 +47,27 @@ def test_oracle_errors_measure_each_side_on_request_zero(monkeypatch) -> None:
     assert errs["state_err_vs_f64"]["fla"] > 0.0
 
 
+def _on_cpu(monkeypatch, bench, bs: int, length: int, heads: int):
+    """bench/gdn.py on CPU with ``bench`` as its timer: a FlashInfer case's inputs ``x``,
+    attngen's ``out`` and ``pool`` (random) and ``qsl`` for ``bs`` requests of ``length``."""
+    monkeypatch.setattr(gdn, "torch", torch)
+    monkeypatch.setattr(gdn, "DEV", "cpu")
+    monkeypatch.setattr(gdn, "bench", bench)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    torch.manual_seed(0)
+    x = gdn.inputs(bs * length, heads, heads)
+    out = torch.randn(bs * length, heads, gdn.DIM).to(torch.bfloat16)
+    pool = torch.randn(bs + 1, heads, gdn.DIM, gdn.DIM)
+    return x, out, pool, torch.arange(bs + 1, dtype=torch.int32) * length
+
+
 def test_flashinfer_rows_hand_it_the_gates_as_values(monkeypatch) -> None:
     """The FlashInfer peer (not importable here: a stand-in with its signature) gets the
     same rows in its layout, the gates as fp32 values (alpha = exp(g) in (0, 1], beta in
     (0, 1)), int64 cu_seqlens, and its output and final state are compared with attngen's
     buffers."""
-    monkeypatch.setattr(gdn, "torch", torch)
-    monkeypatch.setattr(gdn, "DEV", "cpu")
-    monkeypatch.setattr(gdn, "bench", lambda fn: (fn(), 2.0)[1])
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    torch.manual_seed(0)
     bs, length, heads = 2, 8, 2
-    x = gdn.inputs(bs * length, heads, heads)
-    out = torch.randn(bs * length, heads, gdn.DIM).to(torch.bfloat16)
-    pool = torch.randn(bs + 1, heads, gdn.DIM, gdn.DIM)
-    qsl = torch.arange(bs + 1, dtype=torch.int32) * length
+    x, out, pool, qsl = _on_cpu(monkeypatch, lambda fn: (fn(), 2.0)[1], bs, length, heads)
     seen = {}
 
     def stand_in(q, k, v, alpha, beta, *, scale, initial_state, output_final_state,
@@ -99,20 +105,14 @@ def test_flashinfer_rows_hand_it_the_gates_as_values(monkeypatch) -> None:
 
 def test_flashinfer_rows_refuse_a_non_finite_answer(monkeypatch):
     """A peer whose output holds NaN gets an error, not a time."""
-    monkeypatch.setattr(gdn, "torch", torch)
-    monkeypatch.setattr(gdn, "DEV", "cpu")
-    monkeypatch.setattr(gdn, "bench", lambda fn: pytest.fail("timed a NaN answer"))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    torch.manual_seed(0)
     bs, length, heads = 1, 4, 1
-    x = gdn.inputs(bs * length, heads, heads)
-    out = torch.randn(bs * length, heads, gdn.DIM).to(torch.bfloat16)
-    pool = torch.randn(bs + 1, heads, gdn.DIM, gdn.DIM)
+    no_timing = lambda fn: pytest.fail("timed a NaN answer")  # noqa: E731
+    x, out, pool, qsl = _on_cpu(monkeypatch, no_timing, bs, length, heads)
 
     def nan_peer(*args, output, output_state, **kwargs):
         output.fill_(float("nan"))
         output_state.copy_(pool[1:])
 
-    buffers = dict(x=x, out=out, pool=pool, qsl=torch.tensor([0, length], dtype=torch.int32))
+    buffers = dict(x=x, out=out, pool=pool, qsl=qsl)
     with pytest.raises(ValueError, match="not finite"):
         gdn.flashinfer_prefill(nan_peer, buffers, bs, length, heads)
