@@ -29,7 +29,7 @@ from bench.experimental import gdn_fused_sm90 as fused  # noqa: E402
 
 DEV = "cuda"
 SPECS = {1: "gdn_gva1", 2: "gdn_qwen3_next"}  # generated sm90 modules by GVA group
-_COMPILED: dict[int, object] = {}
+_COMPILED: dict[tuple, object] = {}
 
 
 def module(group: int):
@@ -52,13 +52,10 @@ def _small(t):
     return from_dlpack(t, assumed_align=4).mark_layout_dynamic(leading_dim=t.dim() - 1)
 
 
-def fused_extend(x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: float):
-    """The prepare kernel, then the fused kernel: the same contract as the Triton extend."""
-    import cuda.bindings.driver as cuda
-    import cutlass.cute as cute
-
+def prepare(x: dict, plan, qsl, cfg, scale: float):
+    """The Triton prepare kernel: T ``[N, HV, C]`` and G, beta, qs, kn ``[HV, N]`` (fp32)."""
     q, k, v = x["q"], x["k"], x["v"]
-    n, hv, group = q.shape[0], v.shape[1], cfg.v_heads_per_k_head
+    n, hv = q.shape[0], v.shape[1]
     f32 = dict(dtype=torch.float32, device=q.device)
     t_buf = torch.empty((n, hv, cfg.chunk_size), **f32)
     g_buf, beta_buf, qs_buf, kn_buf = (torch.empty((hv, n), **f32) for _ in range(4))
@@ -67,17 +64,39 @@ def fused_extend(x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: flo
     args += [g_buf, beta_buf, qs_buf, kn_buf, t_buf, scale, q.stride(0), q.stride(1)]
     args += [k.stride(0), k.stride(1), x["a"].stride(0), x["b"].stride(0), hv, n]
     chunk_prepare_kernel[(plan.num_chunks, hv)](*args, **prepare_options(cfg))
+    return t_buf, g_buf, beta_buf, qs_buf, kn_buf
+
+
+def fused_args(x: dict, prepared, pool, slots, has_init, qsl, out) -> tuple:
+    """The fused kernel's arguments (CuTe tensors) on the current stream."""
+    import cuda.bindings.driver as cuda
+
+    t_buf, g_buf, beta_buf, qs_buf, kn_buf = prepared
     stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
-    cargs = (
-        _rows(q), _rows(k), _rows(v), _rows(t_buf), _small(g_buf), _small(beta_buf),
-        _small(qs_buf), _small(kn_buf), _small(pool), _small(slots), _small(has_init),
-        _small(qsl), _rows(out), stream,
+    return (
+        _rows(x["q"]), _rows(x["k"]), _rows(x["v"]), _rows(t_buf), _small(g_buf),
+        _small(beta_buf), _small(qs_buf), _small(kn_buf), _small(pool), _small(slots),
+        _small(has_init), _small(qsl), _rows(out), stream,
     )  # fmt: skip
-    if group not in _COMPILED:
+
+
+def compiled(group: int, cargs: tuple, skip: tuple[str, ...] = ()):
+    """The fused kernel for ``group`` (and a timing ablation's ``skip``), compiled once."""
+    import cutlass.cute as cute
+
+    key = (group, tuple(sorted(skip)))
+    if key not in _COMPILED:
         t0 = time.time()
-        _COMPILED[group] = cute.compile(fused.GdnFusedSm90(group), *cargs)
-        print(f"compiled the fused kernel (group {group}) in {time.time() - t0:.1f} s", flush=True)
-    _COMPILED[group](*cargs)
+        _COMPILED[key] = cute.compile(fused.GdnFusedSm90(group, skip), *cargs)
+        print(f"compiled the fused kernel {key} in {time.time() - t0:.1f} s", flush=True)
+    return _COMPILED[key]
+
+
+def fused_extend(x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: float):
+    """The prepare kernel, then the fused kernel: the same contract as the Triton extend."""
+    prepared = prepare(x, plan, qsl, cfg, scale)
+    cargs = fused_args(x, prepared, pool, slots, has_init, qsl, out)
+    compiled(cfg.v_heads_per_k_head, cargs)(*cargs)
     return out
 
 

@@ -14,25 +14,26 @@ chunks of C = 64 tokens in order. Per chunk (t, s: token rows; v: value rows; G 
 cumulative log decay, γ = exp G, qs / kn the q / k inverse norms, qs with the scale):
 
     P     = (Q K^T ∘ qs_t kn_s exp(G_t - G_s))[s <= t]           wgmma, smem operands; bf16
-    TB    = T diag(β)                                          bf16 high + low parts (split)
-    Kd    = diag(kn_t exp(G_C - G_t)) K                        split
-    d^T   = V^T - (S^T K^T) diag(γ kn)                         S^T as a bf16 register operand
-    u^T   = d^T TB^T                                           two MMAs (TB split)
+    T     = (I + A)^-1 from prepare                            bf16 high + low parts (split)
+    d^T   = (V^T - (S^T K^T) diag(γ kn)) diag(β)               S^T as a bf16 register operand
+    u^T   = d^T T^T                                            two MMAs (T split)
     O^T   = (S^T Q^T) diag(γ qs) + u^T P^T                     u split: two MMAs
-    S^T   = γ_C S^T + u^T Kd                                   three MMAs (u and Kd split)
+    S^T   = γ_C S^T + (u^T diag(kn exp(G_C - G))) K            the scaled u split, K exact
 
-The operand precisions are the emulated design "bf16, split T, u, kdec"
-(``gdn_fused_precision.py``: 0.56 / 0.46 of the output bound, 0.41 / 0.31 of the final
-state's at 2k / 8k tokens), with q and k unrounded (their norms scale the products' results).
+The row factors (β, γ kn, γ qs, kn exp(G_C - G), zero past the request) are computed once a
+chunk into shared vectors; β rides on d and the update's factors on u, so the only tiles
+formed per chunk are P and T's two parts. Operand precisions: the emulated "bf16, split T,
+u" design of ``gdn_fused_precision.py`` with the keys of the update exact instead of a split
+K ∘ decay; q and k unrounded (their norms scale the products' results).
 
-q, k, T and the CTA's V columns come by 16-byte cp.async into two stages, the next chunk's
-under this one's work. Not yet: warp specialization (the S-independent P, TB and Kd of the
-next chunk computed by another warpgroup under this chunk's state products), TMA, vector
-stores of O, the triangular inverse in the kernel. ``chunk_reference`` is the same
-arithmetic in float64 torch (tests/bench/test_gdn_fused.py holds it to the recurrence).
-``--check`` (GPU) compares with the float64 recurrence on fresh random data and ``--bench``
-times it against attngen's four launches; without a GPU, ``--compile`` builds it
-for sm_90a and prints its registers and spills.
+q, k, T, the CTA's V columns and the gate vectors come by cp.async into two stages, the next
+chunk's under this one's work. P and O leave the accumulators by stmatrix (O transposed into
+[t, v] rows, then 16-byte stores). Not yet: warp specialization (P and T's split for the
+next chunk under this chunk's state products), TMA, the triangular inverse in the kernel.
+``chunk_reference`` is the same arithmetic in float64 torch (tests/bench/test_gdn_fused.py
+holds it to the recurrence). ``--check`` (GPU) compares with the float64 recurrence on fresh
+random data and ``--bench`` times it against attngen's four launches; without a GPU,
+``--compile`` builds it for sm_90a and prints its registers and spills.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import cutlass.cute as cute
 import cutlass.memory
 import cutlass.utils.hopper_helpers as sm90
 from cutlass import BFloat16, Float32, Int32, const_expr
-from cutlass.cute.nvgpu import cpasync
+from cutlass.cute.nvgpu import cpasync, warpgroup
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -76,8 +77,13 @@ class GdnFusedSm90:
     ``[slots + 1, HV, VD, KD]`` fp32; cache_indices, has_initial_state ``[B]``,
     query_start_loc ``[B + 1]`` int32. Request b's final state goes to its pool row."""
 
-    def __init__(self, group: int = 1):
+    # parts a timing ablation may leave out (``skip``; the results are then wrong)
+    PARTS = ("gates", "loads", "p", "split", "state", "epi", "ostore")
+
+    def __init__(self, group: int = 1, skip: tuple[str, ...] = ()):
         self.group = group  # value heads per key head
+        assert set(skip) <= set(self.PARTS), skip
+        self.skip = frozenset(skip)
 
     @cute.jit
     def __call__(
@@ -98,7 +104,7 @@ class GdnFusedSm90:
         stream,
     ):
         # 16-byte rows: the cp.async copies'
-        mQ, mK, mV, mT = (rows_aligned(t) for t in (mQ, mK, mV, mT))
+        mQ, mK, mV, mT, mO = (rows_aligned(t) for t in (mQ, mK, mV, mT, mO))
         bf = BFloat16
         k_major, mn_major = sm90.OperandMajorMode.K, sm90.OperandMajorMode.MN
         rmem = sm90.OperandSource.RMEM
@@ -113,7 +119,6 @@ class GdnFusedSm90:
             bf, bf, k_major, mn_major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(VB, KD),
             a_source=rmem,
         )  # fmt: skip
-        l_rows = smem_layout(bf, C, KD, None)  # Kd: [t, key]
         l_qk = smem_layout(bf, C, KD, STAGES)  # q, k: [t, key, stage]
         l_sq = smem_layout(bf, C, C, None)  # P, TB: [t, s]
         l_t = cute.make_layout((C, C, STAGES), stride=(C, 1, C * C))  # T rows, fp32
@@ -122,20 +127,20 @@ class GdnFusedSm90:
         def tile(layout, dtype=bf) -> type:
             return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
 
-        def vec() -> type:
-            return cute.struct.MemRange[Float32, C]
+        def vec(stages: int = STAGES) -> type:
+            return cute.struct.MemRange[Float32, C * stages]
 
         members = {
-            "g": vec(), "beta": vec(), "qs": vec(), "kn": vec(),
-            "sQ": tile(l_qk), "sK": tile(l_qk), "sKdh": tile(l_rows), "sKdl": tile(l_rows),
-            "sP": tile(l_sq), "sTBh": tile(l_sq), "sTBl": tile(l_sq),
+            "g": vec(), "beta": vec(), "qs": vec(), "kn": vec(), "ca": vec(1), "cv": vec(1),
+            "cb": vec(1), "cu": vec(1), "sQ": tile(l_qk), "sK": tile(l_qk),
+            "sP": tile(l_sq), "sTh": tile(l_sq), "sTl": tile(l_sq),
             "sT": tile(l_t, Float32), "sV": tile(l_v),
         }  # fmt: skip
         Storage = cute.struct(type("Storage", (), {"__annotations__": members}))
         grid = (VD // VB, cute.size(mSlots.shape[0]), cute.size(mV.shape[1]))
         self.kernel(
             mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mQsl, mO,
-            l_rows, l_qk, l_sq, l_t, l_v, mma_qk, mma_rk, mma_upd, Storage,
+            l_qk, l_sq, l_t, l_v, mma_qk, mma_rk, mma_upd, Storage,
         ).launch(
             grid=grid, block=[THREADS, 1, 1], smem=Storage.size_in_bytes(), stream=stream
         )  # fmt: skip
@@ -156,7 +161,6 @@ class GdnFusedSm90:
         mHasInit: cute.Tensor,
         mQsl: cute.Tensor,
         mO: cute.Tensor,
-        l_rows: cute.ComposedLayout,
         l_qk: cute.ComposedLayout,
         l_sq: cute.ComposedLayout,
         l_t: cute.Layout,
@@ -171,18 +175,18 @@ class GdnFusedSm90:
         slot = mSlots[b]
         if slot > 0:  # padding rows read and write nothing
             st = cutlass.memory.SmemAllocator().allocate(Storage)
-            sKdh, sKdl = (
-                m.get_tensor(l_rows.outer, swizzle=l_rows.inner) for m in (st.sKdh, st.sKdl)
-            )
             sQ, sK = (m.get_tensor(l_qk.outer, swizzle=l_qk.inner) for m in (st.sQ, st.sK))
             sT = st.sT.get_tensor(l_t)
             sV = st.sV.get_tensor(l_v)
-            sP, sTBh, sTBl = (
-                m.get_tensor(l_sq.outer, swizzle=l_sq.inner) for m in (st.sP, st.sTBh, st.sTBl)
+            sP, sTh, sTl = (
+                m.get_tensor(l_sq.outer, swizzle=l_sq.inner) for m in (st.sP, st.sTh, st.sTl)
             )
-            sG, sBeta, sQs, sKn = (
-                m.get_tensor(cute.make_layout(C)) for m in (st.g, st.beta, st.qs, st.kn)
+            l_vec = cute.make_layout((C, STAGES))
+            sG, sBeta, sQs, sKn = (m.get_tensor(l_vec) for m in (st.g, st.beta, st.qs, st.kn))
+            sCa, sCv, sCb, sCu = (
+                m.get_tensor(cute.make_layout(C)) for m in (st.ca, st.cv, st.cb, st.cu)
             )
+            sO = sP  # O's [t, v] bf16 tile, once P's last read of the chunk is done
             start = mQsl[b]
             end = mQsl[b + 1]
             hk = h // self.group
@@ -201,105 +205,136 @@ class GdnFusedSm90:
             tPb = wg_qk.make_fragment_B(wg_qk.partition_B(sK))
             tKb = wg_rk.make_fragment_B(wg_rk.partition_B(sK))
             tQb = wg_rk.make_fragment_B(wg_rk.partition_B(sQ))
-            tTBh = wg_rk.make_fragment_B(wg_rk.partition_B(sTBh))
-            tTBl = wg_rk.make_fragment_B(wg_rk.partition_B(sTBl))
+            tTh = wg_rk.make_fragment_B(wg_rk.partition_B(sTh))
+            tTl = wg_rk.make_fragment_B(wg_rk.partition_B(sTl))
             tPt = wg_rk.make_fragment_B(wg_rk.partition_B(sP))
-            tKdh = wg_upd.make_fragment_B(wg_upd.partition_B(transpose_smem(sKdh)))
-            tKdl = wg_upd.make_fragment_B(wg_upd.partition_B(transpose_smem(sKdl)))
+            tKu = wg_upd.make_fragment_B(wg_upd.partition_B(transpose_smem(sK)))
             tSa = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, KD)))
             tDa = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
             tUh = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
             tUl = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
             cP = thr_qk.partition_C(cute.make_identity_tensor((C, C)))  # (t, s)
+            atom_o = cute.make_copy_atom(
+                cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=True, num_matrices=4), BFloat16
+            )
+            thr_o = cute.make_tiled_copy_C(atom_o, mma_rk).get_slice(tidx)
             cR = thr_rk.partition_C(cute.make_identity_tensor((VB, C)))  # (v, t)
             num_chunks = (end - start + C - 1) // C
-            self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, start, end, Int32(0), hk, h, v0, tidx)
+            gates = ((mG, sG), (mBeta, sBeta), (mQs, sQs), (mKn, sKn))
+            self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, gates, start, end, Int32(0), hk, h, v0,
+                            tidx)  # fmt: skip
             cute.arch.cp_async_commit_group()
             for c in cutlass.range(num_chunks, unroll=1):
                 t0 = start + c * C
                 n = cutlass.min(end - t0, C)
                 stage = c % STAGES
-                # every read of the other stage (last chunk) and of P, TB, Kd is done
+                # every read of the other stage (last chunk), of P / O and of T's split is done
                 cute.arch.barrier()
-                if c + 1 < num_chunks:  # the next chunk's rows, under this one's work
-                    self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, start, end, c + 1, hk, h, v0,
-                                    tidx)  # fmt: skip
+                if c + 1 < num_chunks and const_expr("loads" not in self.skip):
+                    # the next chunk's rows, under this one's work
+                    self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, gates, start, end, c + 1,
+                                    hk, h, v0, tidx)  # fmt: skip
                 cute.arch.cp_async_commit_group()
-                if tidx < C:
-                    tok = t0 + cutlass.min(tidx, n - 1)
-                    valid = tidx < n
-                    sG[tidx] = mG[h, tok]
-                    sBeta[tidx] = mBeta[h, tok] if valid else Float32(0.0)
-                    sQs[tidx] = mQs[h, tok] if valid else Float32(0.0)
-                    sKn[tidx] = mKn[h, tok] if valid else Float32(0.0)
                 cute.arch.cp_async_wait_group(1)  # this chunk's group
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier()
-                g_last = sG[n - 1]
+                sg, sbeta, sqs, skn = (x[None, stage] for x in (sG, sBeta, sQs, sKn))
+                g_last = sg[n - 1]
+                if tidx < C:  # the row factors of d, O and the update's u (0 past n)
+                    valid = tidx < n
+                    gamma = cute.math.exp2(sg[tidx] * LOG2_E, fastmath=True)
+                    to_end = cute.math.exp2((g_last - sg[tidx]) * LOG2_E, fastmath=True)
+                    beta = cutlass.select_(valid, sbeta[tidx], Float32(0.0))
+                    sCv[tidx] = beta
+                    sCa[tidx] = beta * gamma * skn[tidx]
+                    sCb[tidx] = cutlass.select_(valid, gamma * sqs[tidx], Float32(0.0))
+                    sCu[tidx] = cutlass.select_(valid, to_end * skn[tidx], Float32(0.0))
                 # -- P = Q K^T, scaled and masked (s <= t), bf16 ----
-                acc_P = cute.make_rmem_tensor(mma_qk.partition_shape_C((C, C)), Float32)
-                _wgmma(
-                    mma_qk, acc_P, tPa[None, None, None, stage], tPb[None, None, None, stage], True
-                )
-                for j in cutlass.range_constexpr(cute.size(acc_P)):
-                    t, s = cP[j]
-                    x = Float32(0.0)
-                    if s <= t:
-                        decay = cute.math.exp2((sG[t] - sG[s]) * LOG2_E, fastmath=True)
-                        x = acc_P[j] * sQs[t] * sKn[s] * decay
-                    acc_P[j] = x
-                r_P = cute.make_rmem_tensor_like(acc_P, BFloat16)
-                r_P.store(acc_P.load().to(BFloat16))
-                for j in cutlass.range_constexpr(cute.size(acc_P)):
-                    sP[cP[j]] = r_P[j]
-                # -- TB = T diag(beta) (rows past the request: 0), Kd; each as bf16 hi + lo ----
-                s_t, s_k = sT[None, None, stage], sK[None, None, stage]
-                self.split_rows(s_t, sTBh, sTBl, sBeta, sKn, sG, s_k, n, g_last, tidx, True)
-                self.split_rows(s_t, sKdh, sKdl, sBeta, sKn, sG, s_k, n, g_last, tidx, False)
+                if const_expr("p" not in self.skip):
+                    self.form_p(mma_qk, tPa, tPb, cP, sP, sg, sqs, skn, stage, tidx)
+                # -- T as bf16 hi + lo (beta goes on d, the update's row factors on u) ----
+                if const_expr("split" not in self.skip):
+                    self.split_t(sT[None, None, stage], sTh, sTl, tidx)
                 cute.arch.fence_view_async_shared()
                 cute.arch.barrier()
-                # -- d^T = V^T - (S^T K^T) diag(gamma kn); S^T Q^T alongside ----
+                # -- d^T diag(beta) = (V^T - (S^T K^T) diag(gamma kn)) diag(beta); S^T Q^T ----
                 tSa.store(mma_a(acc_S).load().to(BFloat16))
                 acc_D = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
                 acc_O = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
-                _wgmma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True)
-                _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True)
-                for j in cutlass.range_constexpr(cute.size(acc_D)):
-                    v, t = cR[j]
-                    x = Float32(0.0)
-                    o = Float32(0.0)
-                    if t < n:
-                        gamma = cute.math.exp2(sG[t] * LOG2_E, fastmath=True)
-                        x = Float32(sV[t, v, stage]) - gamma * sKn[t] * acc_D[j]
-                        o = acc_O[j] * gamma * sQs[t]
-                    acc_D[j] = x
-                    acc_O[j] = o
+                state = const_expr("state" not in self.skip)
+                if const_expr(state):
+                    _wgmma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True)
+                    _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True)
+                if const_expr("epi" not in self.skip):
+                    # (columns t >= n: 0; u's columns there are finite, and multiply P's
+                    # zeros, O's columns that are not stored and the update's zero factors)
+                    for j in cutlass.range_constexpr(cute.size(acc_D)):
+                        v, t = cR[j]
+                        acc_D[j] = sCv[t] * Float32(sV[t, v, stage]) - sCa[t] * acc_D[j]
+                        acc_O[j] = acc_O[j] * sCb[t]
                 tDa.store(mma_a(acc_D).load().to(BFloat16))
-                # -- u^T = d^T TB^T, then split ----
+                # -- u^T = d^T diag(beta) T^T, then split ----
                 acc_U = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
-                _wgmma(mma_rk, acc_U, tDa, tTBh, True)
-                _wgmma(mma_rk, acc_U, tDa, tTBl, False)
-                u = mma_a(acc_U).load()
-                u_hi = u.to(BFloat16)
-                tUh.store(u_hi)
-                tUl.store((u - u_hi.to(Float32)).to(BFloat16))
+                if const_expr(state):
+                    _wgmma(mma_rk, acc_U, tDa, tTh, True)
+                    _wgmma(mma_rk, acc_U, tDa, tTl, False)
+                split_a(acc_U, tUh, tUl)
                 # -- O^T += u^T P^T; store the rows this request has ----
-                _wgmma(mma_rk, acc_O, tUh, tPt, False)
-                _wgmma(mma_rk, acc_O, tUl, tPt, False)
+                if const_expr(state):
+                    _wgmma(mma_rk, acc_O, tUh, tPt, False)
+                    _wgmma(mma_rk, acc_O, tUl, tPt, False)
                 r_O = cute.make_rmem_tensor_like(acc_O, BFloat16)
                 r_O.store(acc_O.load().to(BFloat16))
-                for j in cutlass.range_constexpr(cute.size(acc_O)):
-                    v, t = cR[j]
-                    if t < n:
-                        mO[t0 + t, h, v0 + v] = r_O[j]
-                # -- S^T = gamma_C S^T + u^T Kd ----
+                # -- S^T = gamma_C S^T + (u^T diag(kn exp(G_C - G))) K, in flight while O goes
+                # out: K exact (the stored keys), the scaled u split ----
+                for j in cutlass.range_constexpr(cute.size(acc_U)):
+                    acc_U[j] = acc_U[j] * sCu[cR[j][1]]
+                split_a(acc_U, tUh, tUl)
                 gamma_c = cute.math.exp2(g_last * LOG2_E, fastmath=True)
                 acc_S.store(acc_S.load() * gamma_c)
-                _wgmma(mma_upd, acc_S, tUh, tKdh, False)
-                _wgmma(mma_upd, acc_S, tUh, tKdl, False)
-                _wgmma(mma_upd, acc_S, tUl, tKdh, False)
+                if const_expr(state):
+                    k_upd = tKu[None, None, None, stage]
+                    _wgmma(mma_upd, acc_S, tUh, k_upd, False, -1)
+                    _wgmma(mma_upd, acc_S, tUl, k_upd, False, -1)
+                # -- O^T by stmatrix (transposed) into [t, v] rows over P, then 16-byte rows ----
+                if const_expr("ostore" not in self.skip):
+                    cute.copy(atom_o, thr_o.retile(r_O), thr_o.partition_D(transpose_smem(sO)))
+                    cute.arch.barrier()
+                    self.store_rows(sO, mO, t0, n, h, v0, tidx)
+                warpgroup.wait_group(0)
             for j in cutlass.range_constexpr(cute.size(acc_S)):
                 mPool[slot, h, v0 + cS[j][0], cS[j][1]] = acc_S[j]
+
+    @cute.jit
+    def form_p(
+        self,
+        mma_qk: cute.TiledMma,
+        tPa: cute.Tensor,
+        tPb: cute.Tensor,
+        cP: cute.Tensor,
+        sP: cute.Tensor,
+        sG: cute.Tensor,
+        sQs: cute.Tensor,
+        sKn: cute.Tensor,
+        stage: Int32,
+        tidx: Int32,
+    ):
+        """P = (Q K^T ∘ qs_t kn_s exp(G_t - G_s))[s <= t] into ``sP`` as bf16 (the vectors:
+        this chunk's stage)."""
+        acc_P = cute.make_rmem_tensor(mma_qk.partition_shape_C((C, C)), Float32)
+        _wgmma(mma_qk, acc_P, tPa[None, None, None, stage], tPb[None, None, None, stage], True)
+        for j in cutlass.range_constexpr(cute.size(acc_P)):
+            t, s = cP[j]
+            # (s > t: G_t - G_s >= 0 clamped, the product then dropped: no branch)
+            decay = cute.math.exp2(cutlass.min(sG[t] - sG[s], 0.0) * LOG2_E, fastmath=True)
+            acc_P[j] = cutlass.select_(s <= t, acc_P[j] * sQs[t] * sKn[s] * decay, Float32(0.0))
+        r_P = cute.make_rmem_tensor_like(acc_P, BFloat16)
+        r_P.store(acc_P.load().to(BFloat16))
+        atom = cute.make_copy_atom(
+            cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), BFloat16
+        )
+        thr = cute.make_tiled_copy_C(atom, mma_qk).get_slice(tidx)
+        cute.copy(atom, thr.retile(r_P), thr.partition_D(sP))
 
     @cute.jit
     def load_chunk(
@@ -312,6 +347,7 @@ class GdnFusedSm90:
         sK: cute.Tensor,
         sT: cute.Tensor,
         sV: cute.Tensor,
+        gates: cutlass.Constexpr,
         start: Int32,
         end: Int32,
         c: Int32,
@@ -321,8 +357,9 @@ class GdnFusedSm90:
         tidx: Int32,
     ):
         """16-byte cp.async copies of chunk ``c``'s rows into stage ``c % STAGES``: q and k
-        (key head ``hk``), T (fp32) and the CTA's value columns ``v0 ..``; rows past the
-        request repeat its last (never used: masked)."""
+        (key head ``hk``), T (fp32) and the CTA's value columns ``v0 ..``, and 4-byte ones of
+        the gate vectors ``gates`` ((global [HV, N], shared [C, STAGES]) pairs); rows past
+        the request repeat its last (never used: masked)."""
         t0 = start + c * C
         last = cutlass.min(end - t0, C) - 1
         stage = c % STAGES
@@ -346,53 +383,74 @@ class GdnFusedSm90:
                     cute.local_tile(src[tok, None], (width,), (first + part,)),
                     cute.local_tile(dst[row, None], (width,), (part,)),
                 )
+        if const_expr("gates" not in self.skip):
+            one = cute.make_copy_atom(cpasync.CopyG2SOp(), Float32, num_bits_per_copy=32)
+            for i in cutlass.range_constexpr(len(gates) * C // THREADS):
+                which = i * THREADS + tidx
+                row = which % C
+                tok = t0 + cutlass.min(row, last)
+                for g in cutlass.range_constexpr(len(gates)):
+                    if which // C == g:
+                        src, dst = gates[g]
+                        cute.copy(
+                            one,
+                            cute.local_tile(src[h, None], (1,), (tok,)),
+                            cute.local_tile(dst[None, stage], (1,), (row,)),
+                        )
 
     @cute.jit
-    def split_rows(
+    def store_rows(
         self,
-        sT: cute.Tensor,
-        s_hi: cute.Tensor,
-        s_lo: cute.Tensor,
-        sBeta: cute.Tensor,
-        sKn: cute.Tensor,
-        sG: cute.Tensor,
-        sK: cute.Tensor,
+        sO: cute.Tensor,
+        mO: cute.Tensor,
+        t0: Int32,
         n: Int32,
-        g_last: Float32,
+        h: Int32,
+        v0: Int32,
         tidx: Int32,
-        tb: cutlass.Constexpr[bool],
     ):
-        """One bf16 high + low pair of tiles, 8 consecutive elements a thread and pass:
-        ``tb``: TB[t, s] = T[t, s] beta_s for s <= t < n (else 0); otherwise Kd[t, key] =
-        k[t, key] kn_t exp(G_last - G_t) (kn is 0 past the request)."""
-        cols = C if const_expr(tb) else KD
+        """The chunk's first ``n`` rows of O (``sO`` [t, v], this CTA's value columns) to
+        ``mO[t0 + t, h, v0 ..]``, 16 bytes a thread and pass."""
+        per_row = VB // COPY
+        for p in cutlass.range_constexpr(C * per_row // THREADS):
+            piece = p * THREADS + tidx
+            row = piece // per_row
+            part = piece % per_row
+            if row < n:
+                src = cute.local_tile(sO[row, None], (COPY,), (part,))
+                dst = cute.local_tile(mO[t0 + row, h, None], (COPY,), (v0 // COPY + part,))
+                dst.store(src.load())
+
+    @cute.jit
+    def split_t(self, sT: cute.Tensor, s_hi: cute.Tensor, s_lo: cute.Tensor, tidx: Int32):
+        """T (fp32 [t, s]) as a bf16 high + low pair of tiles, 8 consecutive elements (16-byte
+        pieces) a thread and pass; above the diagonal 0 (prepare's T is unit lower
+        triangular; the mask only makes sure)."""
         per_pass = THREADS * COPY
         x = cute.make_rmem_tensor(COPY, Float32)
-        for p in cutlass.range_constexpr(C * cols // per_pass):
+        for p in cutlass.range_constexpr(C * C // per_pass):
             e = p * per_pass + tidx * COPY
-            t = e // cols
-            col0 = e % cols
-            if const_expr(tb):
-                for i in cutlass.range_constexpr(COPY):
-                    s = col0 + i
-                    val = Float32(0.0)
-                    if t < n and s <= t:
-                        val = sT[t, s] * sBeta[s]
-                    x[i] = val
-            else:
-                scale = sKn[t] * cute.math.exp2((g_last - sG[t]) * LOG2_E, fastmath=True)
-                for i in cutlass.range_constexpr(COPY):
-                    x[i] = Float32(sK[t, col0 + i]) * scale
+            t = e // C
+            part = (e % C) // COPY
+            x.store(cute.local_tile(sT[t, None], (COPY,), (part,)).load())
+            for i in cutlass.range_constexpr(COPY):
+                x[i] = cutlass.select_(part * COPY + i <= t, x[i], Float32(0.0))
             vals = x.load()
             hi = vals.to(BFloat16)
-            lo = (vals - hi.to(Float32)).to(BFloat16)
-            r_hi = cute.make_rmem_tensor(COPY, BFloat16)
-            r_lo = cute.make_rmem_tensor(COPY, BFloat16)
-            r_hi.store(hi)
-            r_lo.store(lo)
-            for i in cutlass.range_constexpr(COPY):
-                s_hi[t, col0 + i] = r_hi[i]
-                s_lo[t, col0 + i] = r_lo[i]
+            cute.local_tile(s_hi[t, None], (COPY,), (part,)).store(hi)
+            cute.local_tile(s_lo[t, None], (COPY,), (part,)).store(
+                (vals - hi.to(Float32)).to(BFloat16)
+            )
+
+
+@cute.jit
+def split_a(acc: cute.Tensor, hi: cute.Tensor, lo: cute.Tensor):
+    """An accumulator as a register A operand in two bf16 parts: hi + lo = acc to about 16
+    bits."""
+    x = mma_a(acc).load()
+    x_hi = x.to(BFloat16)
+    hi.store(x_hi)
+    lo.store((x - x_hi.to(Float32)).to(BFloat16))
 
 
 def chunk_reference(q, k, v, g, beta, state, *, scale: float, eps: float = 1e-6):
@@ -427,15 +485,15 @@ def chunk_reference(q, k, v, g, beta, state, *, scale: float, eps: float = 1e-6)
         t = t[rows.clamp(max=n - 1)]  # the kernel's T rows past the request: its last
         # this kernel
         p = torch.where(on_or_below, (qc @ kc.T) * qsv[:, None] * knv[None, :] * decay, 0.0)
-        tb = torch.where(on_or_below & valid[:, None], t * bv[None, :], 0.0)
-        kd = kc * (knv * torch.exp(gc[n - 1] - gc))[:, None]
+        t = torch.where(on_or_below, t, 0.0)
         gamma = torch.exp(gc)
-        d = torch.where(valid[None, :], vc.T - (st @ kc.T) * (gamma * knv)[None, :], 0.0)
+        d = (vc.T - (st @ kc.T) * (gamma * knv)[None, :]) * bv[None, :]  # beta: 0 past n
         o = torch.where(valid[None, :], (st @ qc.T) * (gamma * qsv)[None, :], 0.0)
-        u = d @ tb.T
+        u = d @ t.T
         o = o + u @ p.T
         out[t0 : t0 + n] = o[:, :n].T
-        st = torch.exp(gc[n - 1]) * st + u @ kd
+        to_end = torch.where(valid, knv * torch.exp(gc[n - 1] - gc), 0.0)
+        st = torch.exp(gc[n - 1]) * st + (u * to_end[None, :]) @ kc
     return out, st
 
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Where the fused GDN kernel's time goes: ``gdn_fused_sm90.py`` timed alone (after one
+prepare launch) with parts of its chunk step left out (``GdnFusedSm90.PARTS``: the results
+are then wrong, only the times mean something), at bench/gdn.py's prefill cases.
+
+``python3 bench/experimental/gdn_fused_ablate.py [--out DIR] [--ncu]`` on the GPU (CuTe DSL
+wheels installed); ``--ncu``: one 8x4k H32 launch of the whole kernel and nothing else, for
+``ncu -k regex:kernel_``. Writes ``gdn_fused_ablate.json`` under ``--out``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.experimental import gdn_fused_check as chk  # noqa: E402
+from bench.experimental import gdn_fused_sm90 as fused  # noqa: E402
+
+ALL = fused.GdnFusedSm90.PARTS
+VARIANTS = (
+    (),
+    *((p,) for p in ALL),
+    ("p", "split"),
+    tuple(p for p in ALL if p != "state"),  # the state products' chain alone
+    ALL,  # the loop's skeleton: barriers, exps of the gate loads' absence, pool I/O
+)
+
+
+def setup(bs: int, length: int, heads: int):
+    mod, cfg = chk.module(1)
+    x = chk.make_inputs([length] * bs, heads, heads, False, 7)
+    n = bs * length
+    i32 = dict(dtype=torch.int32, device=chk.DEV)
+    qsl = torch.arange(bs + 1, **i32) * length
+    slots = torch.arange(1, bs + 1, **i32)
+    no_init = torch.zeros(bs, **i32)
+    pool = torch.zeros(bs + 1, heads, fused.VD, fused.KD, device=chk.DEV)
+    out = torch.empty(n, heads, fused.VD, dtype=torch.bfloat16, device=chk.DEV)
+    plan = mod.chunk_plan([length] * bs, cfg.chunk_size, torch.device(chk.DEV))
+    prepared = chk.prepare(x, plan, qsl, cfg, fused.KD**-0.5)
+    return chk.fused_args(x, prepared, pool, slots, no_init, qsl, out)
+
+
+def main() -> int:
+    import triton
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--ncu", action="store_true")
+    args = parser.parse_args()
+    if args.ncu:
+        cargs = setup(8, 4096, 32)
+        kernel = chk.compiled(1, cargs)
+        kernel(*cargs)
+        torch.cuda.synchronize()
+        return 0
+    rows = []
+    for bs, length, heads in chk.BENCH:
+        cargs = setup(bs, length, heads)
+        chunks = length // fused.C
+        for skip in VARIANTS:
+            kernel = chk.compiled(1, cargs, skip)
+            ms = triton.testing.do_bench(lambda: kernel(*cargs), warmup=10, rep=60)
+            row = {
+                "case": f"{bs}x{length} H{heads}", "skip": list(skip), "ms": ms,
+                "us_per_chunk": 1e3 * ms / chunks,
+            }  # fmt: skip
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        report = {"device": torch.cuda.get_device_name(), "rows": rows}
+        (out / "gdn_fused_ablate.json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
