@@ -200,13 +200,10 @@ def prefill_runner(mod, bs: int, length: int, heads: int, tiles=None):
     return ours, dict(x=x, out=out, pool=pool, qsl=qsl)
 
 
-def prefill_case(
-    mod, fla_chunk, bs: int, length: int, heads: int, tiles=None, oracle: bool = False
-) -> dict:
-    ours, buffers = prefill_runner(mod, bs, length, heads, tiles)
-    x, out, pool, n = buffers["x"], buffers["out"], buffers["pool"], bs * length
-    gates = dict(A_log=x["A_log"], dt_bias=x["dt_bias"])
-    cu = buffers["qsl"].to(torch.int64)
+def fla_prefill_call(fla_chunk, x: dict, cu):
+    """fla's chunked prefill of the inputs ``x`` (q, k, v, a, b, A_log, dt_bias; ragged rows
+    at ``cu``, int64) with its gates, q/k norms and beta in the kernel, no initial state, the
+    final states returned ([V, K] layout): a closure to time."""
 
     def theirs():
         return fla_chunk(
@@ -220,12 +217,24 @@ def prefill_case(
             output_final_state=True,
             use_qk_l2norm_in_kernel=True,
             use_gate_in_kernel=True,
-            **gates,
+            A_log=x["A_log"],
+            dt_bias=x["dt_bias"],
             use_beta_sigmoid_in_kernel=True,
             state_v_first=True,
             cu_seqlens=cu,
         )
 
+    return theirs
+
+
+def prefill_case(
+    mod, fla_chunk, bs: int, length: int, heads: int, tiles=None, oracle: bool = False
+) -> dict:
+    ours, buffers = prefill_runner(mod, bs, length, heads, tiles)
+    x, out, pool, n = buffers["x"], buffers["out"], buffers["pool"], bs * length
+    cu = buffers["qsl"].to(torch.int64)
+
+    theirs = fla_prefill_call(fla_chunk, x, cu)
     ours()
     fla_out, fla_state = theirs()
     key = f"{bs}x{length} H{heads}"

@@ -8,10 +8,12 @@ and the state update per chunk from what is stored once: q, k, v (bf16) and the 
 prepare kernel's T = (I + A)^-1 (fp32) with the per-row gates and inverse norms. About 1.3 KB
 a token and head instead of 8 KB (prepare's own 0.8 KB unchanged).
 
-One CTA (one warpgroup, 128 threads) holds 64 value rows of one (request, value head)'s state
-transposed, S^T [64, K] fp32, in its wgmma accumulator registers, and walks the request's
-chunks of C = 64 tokens in order. Per chunk (t, s: token rows; v: value rows; G the
-cumulative log decay, γ = exp G, qs / kn the q / k inverse norms, qs with the scale):
+One CTA holds 64 value rows of one (request, value head)'s state transposed, S^T [64, K]
+fp32, in the wgmma accumulator registers of its consumer warpgroup for the whole request,
+and walks the request's chunks of C = 64 tokens in order; a producer warpgroup loads each
+chunk and forms its S-independent tiles while the consumer runs the previous chunk's state
+products. Per chunk (t, s: token rows; v: value rows; G the cumulative log decay, γ = exp G,
+qs / kn the q / k inverse norms, qs with the scale):
 
     P     = (Q K^T ∘ qs_t kn_s exp(G_t - G_s))[s <= t]           wgmma, smem operands; bf16
     T     = (I + A)^-1 from prepare                            bf16 high + low parts (split)
@@ -26,13 +28,20 @@ formed per chunk are P and T's two parts. Operand precisions: the emulated "bf16
 u" design of ``gdn_fused_precision.py`` with the keys of the update exact instead of a split
 K ∘ decay; q and k unrounded (their norms scale the products' results).
 
-q, k, T, the CTA's V columns and the gate vectors come by cp.async into two stages, the next
-chunk's under this one's work. P and O leave the accumulators by stmatrix (O transposed into
-[t, v] rows, then 16-byte stores). Not yet: warp specialization (P and T's split for the
-next chunk under this chunk's state products), TMA, the triangular inverse in the kernel.
+The producer (warpgroup 1) loads q, k, T, the CTA's V columns and the gate vectors by
+cp.async into two stages, forms the row factors, P (a wgmma and stmatrix) and T's split, and
+signals FULL (named barriers: bar.arrive, the consumer's bar.sync); then, once the consumer
+signals EMPTY for the chunk before, it loads the next chunk into that stage. The consumer
+(warpgroup 0) runs d, u, O and the update (48 wgmmas a chunk with P's) and writes O by
+stmatrix (transposed into [t, v] rows) and 16-byte stores while the update is in flight.
+Not yet: TMA, the triangular inverse in the kernel (prepare still runs before it), a third
+stage (tried: slower, 2.08 / 0.87 / 1.73 ms against 1.90 / 0.81 / 1.61), several CTAs on
+one long request.
+
 ``chunk_reference`` is the same arithmetic in float64 torch (tests/bench/test_gdn_fused.py
 holds it to the recurrence). ``--check`` (GPU) compares with the float64 recurrence on fresh
-random data and ``--bench`` times it against attngen's four launches; without a GPU,
+random data and ``--bench`` times it against attngen's four launches and fla (when it
+imports) on the same inputs; without a GPU,
 ``--compile`` builds it for sm_90a and prints its registers and spills.
 """
 
@@ -66,8 +75,12 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (  # noqa: E402
 C = 64  # tokens a chunk (the prepare kernel's chunk_size)
 KD = VD = 128  # key and value head dims
 VB = 64  # value rows of the state a CTA holds (one warpgroup's wgmma M)
-STAGES = 2  # chunks of q, k, T and V rows in shared memory: the next one loads under this one
-THREADS = 128
+STAGES = 2  # chunks in shared memory: the producer's next one under the consumer's current
+THREADS = 128  # a warpgroup: the consumer (state) is warpgroup 0, the producer warpgroup 1
+ALL = 2 * THREADS
+# named barriers: FULL + s (the producer has filled stage s), EMPTY + s (the consumer is
+# done with it), and one inside each warpgroup
+FULL, EMPTY, PRODUCER, CONSUMER = 1, 3, 5, 6
 COPY = 8  # bf16 elements a 16-byte cp.async
 
 
@@ -119,8 +132,9 @@ class GdnFusedSm90:
             bf, bf, k_major, mn_major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(VB, KD),
             a_source=rmem,
         )  # fmt: skip
-        l_qk = smem_layout(bf, C, KD, STAGES)  # q, k: [t, key, stage]
-        l_sq = smem_layout(bf, C, C, None)  # P, TB: [t, s]
+        l_qk = smem_layout(bf, C, KD, STAGES)  # q, k: [t, key, load stage]
+        l_sq = smem_layout(bf, C, C, STAGES)  # P, T's parts: [t, s, stage]
+        l_o = smem_layout(bf, C, VB, None)  # O: [t, v]
         l_t = cute.make_layout((C, C, STAGES), stride=(C, 1, C * C))  # T rows, fp32
         l_v = cute.make_layout((C, VB, STAGES), stride=(VB, 1, C * VB))  # the CTA's V columns
 
@@ -131,18 +145,18 @@ class GdnFusedSm90:
             return cute.struct.MemRange[Float32, C * stages]
 
         members = {
-            "g": vec(), "beta": vec(), "qs": vec(), "kn": vec(), "ca": vec(1), "cv": vec(1),
-            "cb": vec(1), "cu": vec(1), "sQ": tile(l_qk), "sK": tile(l_qk),
-            "sP": tile(l_sq), "sTh": tile(l_sq), "sTl": tile(l_sq),
+            "g": vec(), "beta": vec(), "qs": vec(), "kn": vec(), "ca": vec(), "cv": vec(),
+            "cb": vec(), "cu": vec(), "sQ": tile(l_qk), "sK": tile(l_qk),
+            "sP": tile(l_sq), "sTh": tile(l_sq), "sTl": tile(l_sq), "sO": tile(l_o),
             "sT": tile(l_t, Float32), "sV": tile(l_v),
         }  # fmt: skip
         Storage = cute.struct(type("Storage", (), {"__annotations__": members}))
         grid = (VD // VB, cute.size(mSlots.shape[0]), cute.size(mV.shape[1]))
         self.kernel(
             mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mQsl, mO,
-            l_qk, l_sq, l_t, l_v, mma_qk, mma_rk, mma_upd, Storage,
+            l_qk, l_sq, l_o, l_t, l_v, mma_qk, mma_rk, mma_upd, Storage,
         ).launch(
-            grid=grid, block=[THREADS, 1, 1], smem=Storage.size_in_bytes(), stream=stream
+            grid=grid, block=[ALL, 1, 1], smem=Storage.size_in_bytes(), stream=stream
         )  # fmt: skip
 
     @cute.kernel
@@ -163,6 +177,7 @@ class GdnFusedSm90:
         mO: cute.Tensor,
         l_qk: cute.ComposedLayout,
         l_sq: cute.ComposedLayout,
+        l_o: cute.ComposedLayout,
         l_t: cute.Layout,
         l_v: cute.Layout,
         mma_qk: cute.TiledMma,
@@ -181,129 +196,155 @@ class GdnFusedSm90:
             sP, sTh, sTl = (
                 m.get_tensor(l_sq.outer, swizzle=l_sq.inner) for m in (st.sP, st.sTh, st.sTl)
             )
-            l_vec = cute.make_layout((C, STAGES))
-            sG, sBeta, sQs, sKn = (m.get_tensor(l_vec) for m in (st.g, st.beta, st.qs, st.kn))
-            sCa, sCv, sCb, sCu = (
-                m.get_tensor(cute.make_layout(C)) for m in (st.ca, st.cv, st.cb, st.cu)
+            sO = st.sO.get_tensor(l_o.outer, swizzle=l_o.inner)
+            sG, sBeta, sQs, sKn = (
+                m.get_tensor(cute.make_layout((C, STAGES))) for m in (st.g, st.beta, st.qs, st.kn)
             )
-            sO = sP  # O's [t, v] bf16 tile, once P's last read of the chunk is done
+            sCa, sCv, sCb, sCu = (
+                m.get_tensor(cute.make_layout((C, STAGES))) for m in (st.ca, st.cv, st.cb, st.cu)
+            )
             start = mQsl[b]
             end = mQsl[b + 1]
-            hk = h // self.group
-            v0 = vb * VB
-            thr_qk, thr_rk, thr_upd = (m.get_slice(tidx) for m in (mma_qk, mma_rk, mma_upd))
-            wg_qk, wg_rk, wg_upd = (m.get_slice(0) for m in (mma_qk, mma_rk, mma_upd))
-            # -- the state, S^T [VB, KD] of value rows v0 .., fp32 accumulator registers ----
-            acc_S = cute.make_rmem_tensor(mma_upd.partition_shape_C((VB, KD)), Float32)
-            cS = thr_upd.partition_C(cute.make_identity_tensor((VB, KD)))
-            acc_S.fill(0.0)
-            if mHasInit[b] != 0:
-                for j in cutlass.range_constexpr(cute.size(acc_S)):
-                    acc_S[j] = mPool[slot, h, v0 + cS[j][0], cS[j][1]]
-            # -- operand fragments ----
-            tPa = wg_qk.make_fragment_A(wg_qk.partition_A(sQ))
-            tPb = wg_qk.make_fragment_B(wg_qk.partition_B(sK))
-            tKb = wg_rk.make_fragment_B(wg_rk.partition_B(sK))
-            tQb = wg_rk.make_fragment_B(wg_rk.partition_B(sQ))
-            tTh = wg_rk.make_fragment_B(wg_rk.partition_B(sTh))
-            tTl = wg_rk.make_fragment_B(wg_rk.partition_B(sTl))
-            tPt = wg_rk.make_fragment_B(wg_rk.partition_B(sP))
-            tKu = wg_upd.make_fragment_B(wg_upd.partition_B(transpose_smem(sK)))
-            tSa = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, KD)))
-            tDa = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
-            tUh = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
-            tUl = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
-            cP = thr_qk.partition_C(cute.make_identity_tensor((C, C)))  # (t, s)
-            atom_o = cute.make_copy_atom(
-                cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=True, num_matrices=4), BFloat16
-            )
-            thr_o = cute.make_tiled_copy_C(atom_o, mma_rk).get_slice(tidx)
-            cR = thr_rk.partition_C(cute.make_identity_tensor((VB, C)))  # (v, t)
             num_chunks = (end - start + C - 1) // C
-            gates = ((mG, sG), (mBeta, sBeta), (mQs, sQs), (mKn, sKn))
-            self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, gates, start, end, Int32(0), hk, h, v0,
-                            tidx)  # fmt: skip
-            cute.arch.cp_async_commit_group()
-            for c in cutlass.range(num_chunks, unroll=1):
-                t0 = start + c * C
-                n = cutlass.min(end - t0, C)
-                stage = c % STAGES
-                # every read of the other stage (last chunk), of P / O and of T's split is done
-                cute.arch.barrier()
-                if c + 1 < num_chunks and const_expr("loads" not in self.skip):
-                    # the next chunk's rows, under this one's work
-                    self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, gates, start, end, c + 1,
-                                    hk, h, v0, tidx)  # fmt: skip
+            v0 = vb * VB
+            wg = cute.arch.make_warp_uniform(tidx // THREADS)
+            if wg == 1:
+                # -- the producer: loads, the row factors, P and T's split, a chunk ahead ----
+                ptid = tidx - THREADS
+                hk = h // self.group
+                thr_qk = mma_qk.get_slice(ptid)
+                wg_qk = mma_qk.get_slice(0)
+                tPa = wg_qk.make_fragment_A(wg_qk.partition_A(sQ))
+                tPb = wg_qk.make_fragment_B(wg_qk.partition_B(sK))
+                cP = thr_qk.partition_C(cute.make_identity_tensor((C, C)))  # (t, s)
+                gates = ((mG, sG), (mBeta, sBeta), (mQs, sQs), (mKn, sKn))
+                if num_chunks > 0:
+                    self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, gates, start, end, Int32(0),
+                                    hk, h, v0, ptid)  # fmt: skip
                 cute.arch.cp_async_commit_group()
-                cute.arch.cp_async_wait_group(1)  # this chunk's group
-                cute.arch.fence_view_async_shared()
-                cute.arch.barrier()
-                sg, sbeta, sqs, skn = (x[None, stage] for x in (sG, sBeta, sQs, sKn))
-                g_last = sg[n - 1]
-                if tidx < C:  # the row factors of d, O and the update's u (0 past n)
-                    valid = tidx < n
-                    gamma = cute.math.exp2(sg[tidx] * LOG2_E, fastmath=True)
-                    to_end = cute.math.exp2((g_last - sg[tidx]) * LOG2_E, fastmath=True)
-                    beta = cutlass.select_(valid, sbeta[tidx], Float32(0.0))
-                    sCv[tidx] = beta
-                    sCa[tidx] = beta * gamma * skn[tidx]
-                    sCb[tidx] = cutlass.select_(valid, gamma * sqs[tidx], Float32(0.0))
-                    sCu[tidx] = cutlass.select_(valid, to_end * skn[tidx], Float32(0.0))
-                # -- P = Q K^T, scaled and masked (s <= t), bf16 ----
-                if const_expr("p" not in self.skip):
-                    self.form_p(mma_qk, tPa, tPb, cP, sP, sg, sqs, skn, stage, tidx)
-                # -- T as bf16 hi + lo (beta goes on d, the update's row factors on u) ----
-                if const_expr("split" not in self.skip):
-                    self.split_t(sT[None, None, stage], sTh, sTl, tidx)
-                cute.arch.fence_view_async_shared()
-                cute.arch.barrier()
-                # -- d^T diag(beta) = (V^T - (S^T K^T) diag(gamma kn)) diag(beta); S^T Q^T ----
-                tSa.store(mma_a(acc_S).load().to(BFloat16))
-                acc_D = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
-                acc_O = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
+                for c in cutlass.range(num_chunks, unroll=1):
+                    stage = c % STAGES
+                    n = cutlass.min(end - start - c * C, C)
+                    cute.arch.cp_async_wait_group(0)  # this chunk's loads
+                    cute.arch.fence_view_async_shared()
+                    cute.arch.barrier(barrier_id=PRODUCER, number_of_threads=THREADS)
+                    sg, sbeta, sqs, skn = (x[None, stage] for x in (sG, sBeta, sQs, sKn))
+                    if ptid < C:  # the row factors of d, O and the update's u (0 past n)
+                        valid = ptid < n
+                        g_last = sg[n - 1]
+                        gamma = cute.math.exp2(sg[ptid] * LOG2_E, fastmath=True)
+                        to_end = cute.math.exp2((g_last - sg[ptid]) * LOG2_E, fastmath=True)
+                        beta = cutlass.select_(valid, sbeta[ptid], Float32(0.0))
+                        sCv[ptid, stage] = beta
+                        sCa[ptid, stage] = beta * gamma * skn[ptid]
+                        sCb[ptid, stage] = cutlass.select_(valid, gamma * sqs[ptid], Float32(0.0))
+                        sCu[ptid, stage] = cutlass.select_(valid, to_end * skn[ptid], Float32(0.0))
+                    # -- P = Q K^T, scaled and masked (s <= t), bf16 ----
+                    if const_expr("p" not in self.skip):
+                        self.form_p(mma_qk, tPa, tPb, cP, sP[None, None, stage], sg, sqs, skn,
+                                    stage, ptid)  # fmt: skip
+                    # -- T as bf16 hi + lo (beta goes on d, the update's row factors on u) ----
+                    if const_expr("split" not in self.skip):
+                        self.split_t(
+                            sT[None, None, stage], sTh[None, None, stage], sTl[None, None, stage],
+                            ptid,
+                        )  # fmt: skip
+                    cute.arch.fence_view_async_shared()
+                    cute.arch.barrier_arrive(barrier_id=FULL + stage, number_of_threads=ALL)
+                    # the next chunk's loads, into the stage of chunk c - 1 once the consumer
+                    # is done with it (its sync also orders every producer thread's reads of
+                    # that stage before them): they, and then chunk c + 1's P, T and row
+                    # factors, come under the consumer's chunk c
+                    if c + 1 < num_chunks:
+                        if c >= 1:
+                            cute.arch.barrier(barrier_id=EMPTY + 1 - stage, number_of_threads=ALL)
+                        if const_expr("loads" not in self.skip):
+                            self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, gates, start, end,
+                                            c + 1, hk, h, v0, ptid)  # fmt: skip
+                        cute.arch.cp_async_commit_group()
+            else:
+                # -- the consumer: the state, S^T [VB, KD] of value rows v0 .., in registers ----
+                thr_rk, thr_upd = (m.get_slice(tidx) for m in (mma_rk, mma_upd))
+                wg_rk, wg_upd = (m.get_slice(0) for m in (mma_rk, mma_upd))
+                acc_S = cute.make_rmem_tensor(mma_upd.partition_shape_C((VB, KD)), Float32)
+                cS = thr_upd.partition_C(cute.make_identity_tensor((VB, KD)))
+                acc_S.fill(0.0)
+                if mHasInit[b] != 0:
+                    for j in cutlass.range_constexpr(cute.size(acc_S)):
+                        acc_S[j] = mPool[slot, h, v0 + cS[j][0], cS[j][1]]
+                tKb = wg_rk.make_fragment_B(wg_rk.partition_B(sK))
+                tQb = wg_rk.make_fragment_B(wg_rk.partition_B(sQ))
+                tTh = wg_rk.make_fragment_B(wg_rk.partition_B(sTh))
+                tTl = wg_rk.make_fragment_B(wg_rk.partition_B(sTl))
+                tPt = wg_rk.make_fragment_B(wg_rk.partition_B(sP))
+                tKu = wg_upd.make_fragment_B(wg_upd.partition_B(transpose_smem(sK)))
+                tSa = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, KD)))
+                tDa = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
+                tUh = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
+                tUl = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
+                tUsh = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
+                tUsl = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
+                atom_o = cute.make_copy_atom(
+                    cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=True, num_matrices=4), BFloat16
+                )
+                thr_o = cute.make_tiled_copy_C(atom_o, mma_rk).get_slice(tidx)
+                cR = thr_rk.partition_C(cute.make_identity_tensor((VB, C)))  # (v, t)
                 state = const_expr("state" not in self.skip)
-                if const_expr(state):
-                    _wgmma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True)
-                    _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True)
-                if const_expr("epi" not in self.skip):
-                    # (columns t >= n: 0; u's columns there are finite, and multiply P's
-                    # zeros, O's columns that are not stored and the update's zero factors)
-                    for j in cutlass.range_constexpr(cute.size(acc_D)):
-                        v, t = cR[j]
-                        acc_D[j] = sCv[t] * Float32(sV[t, v, stage]) - sCa[t] * acc_D[j]
-                        acc_O[j] = acc_O[j] * sCb[t]
-                tDa.store(mma_a(acc_D).load().to(BFloat16))
-                # -- u^T = d^T diag(beta) T^T, then split ----
-                acc_U = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
-                if const_expr(state):
-                    _wgmma(mma_rk, acc_U, tDa, tTh, True)
-                    _wgmma(mma_rk, acc_U, tDa, tTl, False)
-                split_a(acc_U, tUh, tUl)
-                # -- O^T += u^T P^T; store the rows this request has ----
-                if const_expr(state):
-                    _wgmma(mma_rk, acc_O, tUh, tPt, False)
-                    _wgmma(mma_rk, acc_O, tUl, tPt, False)
-                r_O = cute.make_rmem_tensor_like(acc_O, BFloat16)
-                r_O.store(acc_O.load().to(BFloat16))
-                # -- S^T = gamma_C S^T + (u^T diag(kn exp(G_C - G))) K, in flight while O goes
-                # out: K exact (the stored keys), the scaled u split ----
-                for j in cutlass.range_constexpr(cute.size(acc_U)):
-                    acc_U[j] = acc_U[j] * sCu[cR[j][1]]
-                split_a(acc_U, tUh, tUl)
-                gamma_c = cute.math.exp2(g_last * LOG2_E, fastmath=True)
-                acc_S.store(acc_S.load() * gamma_c)
-                if const_expr(state):
-                    k_upd = tKu[None, None, None, stage]
-                    _wgmma(mma_upd, acc_S, tUh, k_upd, False, -1)
-                    _wgmma(mma_upd, acc_S, tUl, k_upd, False, -1)
-                # -- O^T by stmatrix (transposed) into [t, v] rows over P, then 16-byte rows ----
-                if const_expr("ostore" not in self.skip):
-                    cute.copy(atom_o, thr_o.retile(r_O), thr_o.partition_D(transpose_smem(sO)))
-                    cute.arch.barrier()
-                    self.store_rows(sO, mO, t0, n, h, v0, tidx)
-                warpgroup.wait_group(0)
-            for j in cutlass.range_constexpr(cute.size(acc_S)):
-                mPool[slot, h, v0 + cS[j][0], cS[j][1]] = acc_S[j]
+                for c in cutlass.range(num_chunks, unroll=1):
+                    t0 = start + c * C
+                    n = cutlass.min(end - t0, C)
+                    stage = c % STAGES
+                    # chunk c's q, k, V, P, T's parts and row factors are in shared memory
+                    cute.arch.barrier(barrier_id=FULL + stage, number_of_threads=ALL)
+                    # -- d^T diag(beta) = (V^T - (S^T K^T) diag(gamma kn)) diag(beta); S^T Q^T
+                    tSa.store(mma_a(acc_S).load().to(BFloat16))
+                    acc_D = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
+                    acc_O = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
+                    if const_expr(state):
+                        _wgmma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True, -1)
+                        _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True)
+                    if const_expr("epi" not in self.skip):
+                        # (columns t >= n: 0; u's columns there are finite, and multiply P's
+                        # zeros, O's columns that are not stored and the update's zero factors)
+                        for j in cutlass.range_constexpr(cute.size(acc_D)):
+                            v, t = cR[j]
+                            d = sCv[t, stage] * Float32(sV[t, v, stage])
+                            acc_D[j] = d - sCa[t, stage] * acc_D[j]
+                            acc_O[j] = acc_O[j] * sCb[t, stage]
+                    tDa.store(mma_a(acc_D).load().to(BFloat16))
+                    # -- u^T = d^T diag(beta) T^T, then split ----
+                    acc_U = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
+                    if const_expr(state):
+                        _wgmma(mma_rk, acc_U, tDa, tTh[None, None, None, stage], True)
+                        _wgmma(mma_rk, acc_U, tDa, tTl[None, None, None, stage], False)
+                    split_a(acc_U, tUh, tUl)
+                    # the update's u: u^T diag(kn exp(G_C - G)), split
+                    for j in cutlass.range_constexpr(cute.size(acc_U)):
+                        acc_U[j] = acc_U[j] * sCu[cR[j][1], stage]
+                    split_a(acc_U, tUsh, tUsl)
+                    gamma_c = cute.math.exp2(sG[n - 1, stage] * LOG2_E, fastmath=True)
+                    acc_S.store(acc_S.load() * gamma_c)
+                    # -- O^T += u^T P^T, then S^T = gamma_C S^T + (scaled u^T) K (K exact, the
+                    # stored keys) in flight while O goes out ----
+                    if const_expr(state):
+                        _wgmma(mma_rk, acc_O, tUh, tPt[None, None, None, stage], False, -1)
+                        _wgmma(mma_rk, acc_O, tUl, tPt[None, None, None, stage], False, -1)
+                        k_upd = tKu[None, None, None, stage]
+                        _wgmma(mma_upd, acc_S, tUsh, k_upd, False, -1)
+                        _wgmma(mma_upd, acc_S, tUsl, k_upd, False, 2)  # O's groups done
+                    r_O = cute.make_rmem_tensor_like(acc_O, BFloat16)
+                    r_O.store(acc_O.load().to(BFloat16))
+                    # -- O^T by stmatrix (transposed) into [t, v] rows, then 16-byte rows
+                    # (the last chunk's loads of sO finished before this chunk's FULL) ----
+                    if const_expr("ostore" not in self.skip):
+                        cute.copy(atom_o, thr_o.retile(r_O), thr_o.partition_D(transpose_smem(sO)))
+                        cute.arch.barrier(barrier_id=CONSUMER, number_of_threads=THREADS)
+                        self.store_rows(sO, mO, t0, n, h, v0, tidx)
+                    warpgroup.wait_group(0)
+                    if c + 2 < num_chunks:  # the producer loads chunk c + 2 into this stage
+                        cute.arch.barrier_arrive(barrier_id=EMPTY + stage, number_of_threads=ALL)
+                for j in cutlass.range_constexpr(cute.size(acc_S)):
+                    mPool[slot, h, v0 + cS[j][0], cS[j][1]] = acc_S[j]
 
     @cute.jit
     def form_p(
@@ -524,6 +565,7 @@ def main() -> int:
     parser.add_argument("--compile", action="store_true", help="CPU: build for sm_90a only")
     parser.add_argument("--check", action="store_true", help="GPU: against float64")
     parser.add_argument("--bench", action="store_true", help="GPU: time against attngen")
+    parser.add_argument("--first", action="store_true", help="only the first check (sanitizers)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.compile:
