@@ -80,23 +80,25 @@ def fused_args(x: dict, prepared, pool, slots, has_init, qsl, out) -> tuple:
     )  # fmt: skip
 
 
-def compiled(group: int, cargs: tuple, skip: tuple[str, ...] = ()):
+def compiled(group: int, cargs: tuple, skip: tuple[str, ...] = (), consumers: int = 1):
     """The fused kernel for ``group`` (and a timing ablation's ``skip``), compiled once."""
     import cutlass.cute as cute
 
-    key = (group, tuple(sorted(skip)))
+    key = (group, tuple(sorted(skip)), consumers)
     if key not in _COMPILED:
         t0 = time.time()
-        _COMPILED[key] = cute.compile(fused.GdnFusedSm90(group, skip), *cargs)
+        _COMPILED[key] = cute.compile(fused.GdnFusedSm90(group, skip, consumers), *cargs)
         print(f"compiled the fused kernel {key} in {time.time() - t0:.1f} s", flush=True)
     return _COMPILED[key]
 
 
-def fused_extend(x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: float):
+def fused_extend(
+    x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: float, consumers: int = 1
+):
     """The prepare kernel, then the fused kernel: the same contract as the Triton extend."""
     prepared = prepare(x, plan, qsl, cfg, scale)
     cargs = fused_args(x, prepared, pool, slots, has_init, qsl, out)
-    compiled(cfg.v_heads_per_k_head, cargs)(*cargs)
+    compiled(cfg.v_heads_per_k_head, cargs, (), consumers)(*cargs)
     return out
 
 
@@ -123,7 +125,7 @@ def make_inputs(lens, h, hv, correlated: bool, seed: int):
     )
 
 
-def check_case(lens, group: int, correlated: bool, seed: int) -> dict:
+def check_case(lens, group: int, correlated: bool, seed: int, consumers: int = 1) -> dict:
     mod, cfg = module(group)
     hv, h = 4, 4 // group
     scale = fused.KD**-0.5
@@ -143,7 +145,7 @@ def check_case(lens, group: int, correlated: bool, seed: int) -> dict:
         pool = pool0.clone()
         out = torch.full((n, hv, fused.VD), float("nan"), dtype=torch.bfloat16, device=DEV)
         if name == "fused":
-            fused_extend(x, pool, slots, has_init, qsl, out, plan, cfg, scale)
+            fused_extend(x, pool, slots, has_init, qsl, out, plan, cfg, scale, consumers)
         else:
             mod.extend(
                 x["q"], x["k"], x["v"], x["a"], x["b"], A_log=x["A_log"],
@@ -153,7 +155,7 @@ def check_case(lens, group: int, correlated: bool, seed: int) -> dict:
             )  # fmt: skip
         torch.cuda.synchronize()
         results[name] = (out, pool)
-    row = {"lens": list(lens), "group": group, "correlated": correlated}
+    row = {"lens": list(lens), "group": group, "correlated": correlated, "consumers": consumers}
     worst = {"fused": [0.0, 0.0], "triton": [0.0, 0.0]}
     failures = []
     for b, length in enumerate(lens):
@@ -191,7 +193,9 @@ def check_case(lens, group: int, correlated: bool, seed: int) -> dict:
     return row
 
 
-def bench_case(bs: int, length: int, heads: int) -> dict:
+def bench_case(bs: int, length: int, heads: int, consumers: tuple[int, ...] = (1,)) -> dict:
+    """Prepare + fused (each of ``consumers``' variants; the first is the row's ``fused_ms``)
+    against the Triton extend and fla, same inputs."""
     import triton
 
     mod, cfg = module(1)
@@ -207,8 +211,8 @@ def bench_case(bs: int, length: int, heads: int) -> dict:
     out_t = torch.empty_like(out_f)
     plan = mod.chunk_plan([length] * bs, cfg.chunk_size, torch.device(DEV))
 
-    def ours_fused():
-        fused_extend(x, pool, slots, no_init, qsl, out_f, plan, cfg, scale)
+    def ours_fused(cons: int = consumers[0]):
+        fused_extend(x, pool, slots, no_init, qsl, out_f, plan, cfg, scale, cons)
 
     def ours_triton():
         mod.extend(
@@ -221,11 +225,16 @@ def bench_case(bs: int, length: int, heads: int) -> dict:
     ours_triton()
     torch.cuda.synchronize()
     diff = float((out_f.float() - out_t.float()).abs().max() / out_t.float().pow(2).mean().sqrt())
-    t_f = triton.testing.do_bench(ours_fused, warmup=25, rep=100)
+    by_consumers = {}
+    for cons in consumers:
+        ours_fused(cons)
+        by_consumers[cons] = triton.testing.do_bench(lambda: ours_fused(cons), warmup=25, rep=100)
+    t_f = by_consumers[consumers[0]]
     t_t = triton.testing.do_bench(ours_triton, warmup=25, rep=100)
     row = {
         "case": f"{bs}x{length} H{heads}", "fused_ms": t_f, "triton_ms": t_t,
         "speedup_vs_triton": t_t / t_f, "out_diff_vs_triton": diff,
+        "fused_ms_by_consumers": by_consumers,
     }  # fmt: skip
     try:  # fla-core 0.6.0, the issue's peer, on the same inputs when it imports
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
@@ -293,15 +302,16 @@ def run(args) -> int:
 
     ok = True
     if args.check:
-        for i, (lens, group, corr) in enumerate(CHECKS[:1] if args.first else CHECKS):
-            row = check_case(lens, group, corr, seed=100 + i)
-            report["checks"].append(row)
-            ok &= row["ok"]
-            print(json.dumps(row), flush=True)
-            save()
+        for cons in args.consumers:
+            for i, (lens, group, corr) in enumerate(CHECKS[:1] if args.first else CHECKS):
+                row = check_case(lens, group, corr, seed=100 + i, consumers=cons)
+                report["checks"].append(row)
+                ok &= row["ok"]
+                print(json.dumps(row), flush=True)
+                save()
     if args.bench:
         for bs, length, heads in BENCH:
-            row = bench_case(bs, length, heads)
+            row = bench_case(bs, length, heads, tuple(args.consumers))
             report["bench"].append(row)
             print(json.dumps(row), flush=True)
             save()

@@ -34,6 +34,10 @@ signals FULL (named barriers: bar.arrive, the consumer's bar.sync); then, once t
 signals EMPTY for the chunk before, it loads the next chunk into that stage. The consumer
 (warpgroup 0) runs d, u, O and the update (48 wgmmas a chunk with P's) and writes O by
 stmatrix (transposed into [t, v] rows) and 16-byte stores while the update is in flight.
+``consumers=2`` (not yet run on a GPU): two consumer warpgroups in one CTA hold a head's
+128 value rows and share one producer (its loads, P and T's split serve both), so one's
+scalar work can run under the other's wgmmas; 384 threads with setmaxnreg (producer 96,
+consumers 208 registers: 32 bytes of spill on sm_90a, in both roles), half the CTAs.
 Not yet: TMA, the triangular inverse in the kernel (prepare still runs before it), a third
 stage (tried: slower, 2.08 / 0.87 / 1.73 ms against 1.90 / 0.81 / 1.61), several CTAs on
 one long request.
@@ -74,12 +78,13 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (  # noqa: E402
 
 C = 64  # tokens a chunk (the prepare kernel's chunk_size)
 KD = VD = 128  # key and value head dims
-VB = 64  # value rows of the state a CTA holds (one warpgroup's wgmma M)
+VB = 64  # value rows of the state a consumer warpgroup holds (wgmma's M)
 STAGES = 2  # chunks in shared memory: the producer's next one under the consumer's current
-THREADS = 128  # a warpgroup: the consumer (state) is warpgroup 0, the producer warpgroup 1
-ALL = 2 * THREADS
-# named barriers: FULL + s (the producer has filled stage s), EMPTY + s (the consumer is
-# done with it), and one inside each warpgroup
+THREADS = 128  # a warpgroup: the consumers (state) are warpgroups 0 .., the producer the last
+# registers after setmaxnreg with two consumer warpgroups (2 x 128 x 216 + 128 x 80 = 64 K)
+PRODUCER_REGS, CONSUMER_REGS = 96, 208
+# named barriers: FULL + s (the producer has filled stage s), EMPTY + s (the consumers are
+# done with it), and one inside each warpgroup (CONSUMER + the consumer's index)
 FULL, EMPTY, PRODUCER, CONSUMER = 1, 3, 5, 6
 COPY = 8  # bf16 elements a 16-byte cp.async
 
@@ -93,8 +98,14 @@ class GdnFusedSm90:
     # parts a timing ablation may leave out (``skip``; the results are then wrong)
     PARTS = ("gates", "loads", "p", "split", "state", "epi", "ostore")
 
-    def __init__(self, group: int = 1, skip: tuple[str, ...] = ()):
+    def __init__(self, group: int = 1, skip: tuple[str, ...] = (), consumers: int = 1):
         self.group = group  # value heads per key head
+        # consumer warpgroups of a CTA, each VB value rows of the head's state; the
+        # producer's loads, P and T's split serve them all
+        assert consumers in (1, 2), consumers
+        self.consumers = consumers
+        self.threads = (consumers + 1) * THREADS
+        self.cols = consumers * VB  # the CTA's value columns
         assert set(skip) <= set(self.PARTS), skip
         self.skip = frozenset(skip)
 
@@ -134,9 +145,10 @@ class GdnFusedSm90:
         )  # fmt: skip
         l_qk = smem_layout(bf, C, KD, STAGES)  # q, k: [t, key, load stage]
         l_sq = smem_layout(bf, C, C, STAGES)  # P, T's parts: [t, s, stage]
-        l_o = smem_layout(bf, C, VB, None)  # O: [t, v]
+        l_o = smem_layout(bf, C, VB, self.consumers)  # O: [t, v, consumer]
         l_t = cute.make_layout((C, C, STAGES), stride=(C, 1, C * C))  # T rows, fp32
-        l_v = cute.make_layout((C, VB, STAGES), stride=(VB, 1, C * VB))  # the CTA's V columns
+        cols = self.cols
+        l_v = cute.make_layout((C, cols, STAGES), stride=(cols, 1, C * cols))  # the CTA's V
 
         def tile(layout, dtype=bf) -> type:
             return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
@@ -151,12 +163,12 @@ class GdnFusedSm90:
             "sT": tile(l_t, Float32), "sV": tile(l_v),
         }  # fmt: skip
         Storage = cute.struct(type("Storage", (), {"__annotations__": members}))
-        grid = (VD // VB, cute.size(mSlots.shape[0]), cute.size(mV.shape[1]))
+        grid = (VD // self.cols, cute.size(mSlots.shape[0]), cute.size(mV.shape[1]))
         self.kernel(
             mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mQsl, mO,
             l_qk, l_sq, l_o, l_t, l_v, mma_qk, mma_rk, mma_upd, Storage,
         ).launch(
-            grid=grid, block=[ALL, 1, 1], smem=Storage.size_in_bytes(), stream=stream
+            grid=grid, block=[self.threads, 1, 1], smem=Storage.size_in_bytes(), stream=stream
         )  # fmt: skip
 
     @cute.kernel
@@ -206,11 +218,13 @@ class GdnFusedSm90:
             start = mQsl[b]
             end = mQsl[b + 1]
             num_chunks = (end - start + C - 1) // C
-            v0 = vb * VB
+            v0 = vb * self.cols  # the CTA's first value column
             wg = cute.arch.make_warp_uniform(tidx // THREADS)
-            if wg == 1:
+            if wg == self.consumers:
                 # -- the producer: loads, the row factors, P and T's split, a chunk ahead ----
-                ptid = tidx - THREADS
+                if const_expr(self.consumers > 1):
+                    cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+                ptid = tidx - self.consumers * THREADS
                 hk = h // self.group
                 thr_qk = mma_qk.get_slice(ptid)
                 wg_qk = mma_qk.get_slice(0)
@@ -250,28 +264,37 @@ class GdnFusedSm90:
                             ptid,
                         )  # fmt: skip
                     cute.arch.fence_view_async_shared()
-                    cute.arch.barrier_arrive(barrier_id=FULL + stage, number_of_threads=ALL)
+                    cute.arch.barrier_arrive(
+                        barrier_id=FULL + stage, number_of_threads=self.threads
+                    )
                     # the next chunk's loads, into the stage of chunk c - 1 once the consumer
                     # is done with it (its sync also orders every producer thread's reads of
                     # that stage before them): they, and then chunk c + 1's P, T and row
                     # factors, come under the consumer's chunk c
                     if c + 1 < num_chunks:
                         if c >= 1:
-                            cute.arch.barrier(barrier_id=EMPTY + 1 - stage, number_of_threads=ALL)
+                            cute.arch.barrier(
+                                barrier_id=EMPTY + 1 - stage, number_of_threads=self.threads
+                            )
                         if const_expr("loads" not in self.skip):
                             self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, gates, start, end,
                                             c + 1, hk, h, v0, ptid)  # fmt: skip
                         cute.arch.cp_async_commit_group()
             else:
-                # -- the consumer: the state, S^T [VB, KD] of value rows v0 .., in registers ----
-                thr_rk, thr_upd = (m.get_slice(tidx) for m in (mma_rk, mma_upd))
+                # -- a consumer: the state, S^T [VB, KD] of value rows v0 + wg VB .., in
+                # registers ----
+                if const_expr(self.consumers > 1):
+                    cute.arch.setmaxregister_increase(CONSUMER_REGS)
+                ctid = tidx - wg * THREADS
+                vc = wg * VB  # this consumer's first column of the CTA's
+                thr_rk, thr_upd = (m.get_slice(ctid) for m in (mma_rk, mma_upd))
                 wg_rk, wg_upd = (m.get_slice(0) for m in (mma_rk, mma_upd))
                 acc_S = cute.make_rmem_tensor(mma_upd.partition_shape_C((VB, KD)), Float32)
                 cS = thr_upd.partition_C(cute.make_identity_tensor((VB, KD)))
                 acc_S.fill(0.0)
                 if mHasInit[b] != 0:
                     for j in cutlass.range_constexpr(cute.size(acc_S)):
-                        acc_S[j] = mPool[slot, h, v0 + cS[j][0], cS[j][1]]
+                        acc_S[j] = mPool[slot, h, v0 + vc + cS[j][0], cS[j][1]]
                 tKb = wg_rk.make_fragment_B(wg_rk.partition_B(sK))
                 tQb = wg_rk.make_fragment_B(wg_rk.partition_B(sQ))
                 tTh = wg_rk.make_fragment_B(wg_rk.partition_B(sTh))
@@ -287,7 +310,7 @@ class GdnFusedSm90:
                 atom_o = cute.make_copy_atom(
                     cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=True, num_matrices=4), BFloat16
                 )
-                thr_o = cute.make_tiled_copy_C(atom_o, mma_rk).get_slice(tidx)
+                thr_o = cute.make_tiled_copy_C(atom_o, mma_rk).get_slice(ctid)
                 cR = thr_rk.partition_C(cute.make_identity_tensor((VB, C)))  # (v, t)
                 state = const_expr("state" not in self.skip)
                 for c in cutlass.range(num_chunks, unroll=1):
@@ -295,7 +318,7 @@ class GdnFusedSm90:
                     n = cutlass.min(end - t0, C)
                     stage = c % STAGES
                     # chunk c's q, k, V, P, T's parts and row factors are in shared memory
-                    cute.arch.barrier(barrier_id=FULL + stage, number_of_threads=ALL)
+                    cute.arch.barrier(barrier_id=FULL + stage, number_of_threads=self.threads)
                     # -- d^T diag(beta) = (V^T - (S^T K^T) diag(gamma kn)) diag(beta); S^T Q^T
                     tSa.store(mma_a(acc_S).load().to(BFloat16))
                     acc_D = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
@@ -308,7 +331,7 @@ class GdnFusedSm90:
                         # zeros, O's columns that are not stored and the update's zero factors)
                         for j in cutlass.range_constexpr(cute.size(acc_D)):
                             v, t = cR[j]
-                            d = sCv[t, stage] * Float32(sV[t, v, stage])
+                            d = sCv[t, stage] * Float32(sV[t, vc + v, stage])
                             acc_D[j] = d - sCa[t, stage] * acc_D[j]
                             acc_O[j] = acc_O[j] * sCb[t, stage]
                     tDa.store(mma_a(acc_D).load().to(BFloat16))
@@ -337,14 +360,17 @@ class GdnFusedSm90:
                     # -- O^T by stmatrix (transposed) into [t, v] rows, then 16-byte rows
                     # (the last chunk's loads of sO finished before this chunk's FULL) ----
                     if const_expr("ostore" not in self.skip):
-                        cute.copy(atom_o, thr_o.retile(r_O), thr_o.partition_D(transpose_smem(sO)))
-                        cute.arch.barrier(barrier_id=CONSUMER, number_of_threads=THREADS)
-                        self.store_rows(sO, mO, t0, n, h, v0, tidx)
+                        s_o = sO[None, None, wg]
+                        cute.copy(atom_o, thr_o.retile(r_O), thr_o.partition_D(transpose_smem(s_o)))
+                        cute.arch.barrier(barrier_id=CONSUMER + wg, number_of_threads=THREADS)
+                        self.store_rows(s_o, mO, t0, n, h, v0 + vc, ctid)
                     warpgroup.wait_group(0)
                     if c + 2 < num_chunks:  # the producer loads chunk c + 2 into this stage
-                        cute.arch.barrier_arrive(barrier_id=EMPTY + stage, number_of_threads=ALL)
+                        cute.arch.barrier_arrive(
+                            barrier_id=EMPTY + stage, number_of_threads=self.threads
+                        )
                 for j in cutlass.range_constexpr(cute.size(acc_S)):
-                    mPool[slot, h, v0 + cS[j][0], cS[j][1]] = acc_S[j]
+                    mPool[slot, h, v0 + vc + cS[j][0], cS[j][1]] = acc_S[j]
 
     @cute.jit
     def form_p(
@@ -411,7 +437,7 @@ class GdnFusedSm90:
             (mQ[None, hk, None], sQ[None, None, stage], COPY, KD // COPY, bf, 0),
             (mK[None, hk, None], sK[None, None, stage], COPY, KD // COPY, bf, 0),
             (mT[None, h, None], sT[None, None, stage], 4, C // 4, f32, 0),
-            (mV[None, h, None], sV[None, None, stage], COPY, VB // COPY, bf, v0 // COPY),
+            (mV[None, h, None], sV[None, None, stage], COPY, self.cols // COPY, bf, v0 // COPY),
         )
         for src, dst, width, per_row, atom, first in rows:
             rows_a_pass = THREADS // per_row
@@ -566,6 +592,9 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="GPU: against float64")
     parser.add_argument("--bench", action="store_true", help="GPU: time against attngen")
     parser.add_argument("--first", action="store_true", help="only the first check (sanitizers)")
+    parser.add_argument(
+        "--consumers", type=int, nargs="+", default=[1], help="consumer warpgroups a CTA (1, 2)"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.compile:

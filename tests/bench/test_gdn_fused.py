@@ -59,3 +59,20 @@ def test_fused_kernel_compiles_for_sm90a_without_spills():
     # P and O leave the registers by stmatrix (O transposed into [t, v] rows)
     assert sass.count("STSM") >= 2
     assert ptx.count("cp.async.cg.shared.global") + ptx.count("cp.async.ca.shared.global") > 0
+
+
+@pytest.mark.slow
+def test_two_consumer_kernel_compiles_for_sm90a():
+    """The two-consumer variant (384 threads) builds, with the registers handed over by
+    setmaxnreg and the same 48 wgmmas in its code (one copy serves both consumers)."""
+    import cutlass.cute as cute
+
+    from attngen.backends.cute_dsl.aot import cubin_resources
+
+    with tempfile.TemporaryDirectory() as dump:
+        options = f"--gpu-arch sm_90a --keep-ptx --keep-cubin --dump-dir {dump}"
+        compiled = cute.compile(fused.GdnFusedSm90(1, (), 2), *fused.fake_args(1), options=options)
+        cubin = compiled.artifacts.CUBIN
+    registers, spills, sass = cubin_resources(cubin)
+    assert registers <= 65536 // 384 and sass.count("HGMMA") == 48
+    assert "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
