@@ -25,9 +25,11 @@ sys.path.insert(0, str(ROOT))
 from attngen.families.gdn import reference, testing  # noqa: E402
 from attngen.families.gdn.triton.host.options import prepare_options  # noqa: E402
 from attngen.families.gdn.triton.kernels.chunk import chunk_prepare_kernel  # noqa: E402
+from bench.experimental import gdn_fused_cp as cp  # noqa: E402
 from bench.experimental import gdn_fused_sm90 as fused  # noqa: E402
 
 DEV = "cuda"
+F32 = dict(dtype=torch.float32, device=DEV)
 SPECS = {1: "gdn_gva1", 2: "gdn_qwen3_next"}  # generated sm90 modules by GVA group
 _COMPILED: dict[tuple, object] = {}
 
@@ -67,16 +69,21 @@ def prepare(x: dict, plan, qsl, cfg, scale: float):
     return t_buf, g_buf, beta_buf, qs_buf, kn_buf
 
 
-def fused_args(x: dict, prepared, pool, slots, has_init, qsl, out) -> tuple:
-    """The fused kernel's arguments (CuTe tensors) on the current stream."""
+def fused_args(x: dict, prepared, pool, slots, has_init, qsl, out, runs=None) -> tuple:
+    """The fused kernel's arguments (CuTe tensors) on the current stream: one run a request
+    (rows ``qsl[b] .. qsl[b + 1]``, outputs and values) unless ``runs`` gives (starts, ends,
+    modes) int32 tensors of its own."""
     import cuda.bindings.driver as cuda
 
     t_buf, g_buf, beta_buf, qs_buf, kn_buf = prepared
+    if runs is None:
+        modes = torch.full_like(slots, fused.OUT | fused.VALUES)
+        runs = (qsl[:-1], qsl[1:], modes)
     stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
     return (
         _rows(x["q"]), _rows(x["k"]), _rows(x["v"]), _rows(t_buf), _small(g_buf),
         _small(beta_buf), _small(qs_buf), _small(kn_buf), _small(pool), _small(slots),
-        _small(has_init), _small(qsl), _rows(out), stream,
+        _small(has_init), *(_small(r) for r in runs), _rows(out), stream,
     )  # fmt: skip
 
 
@@ -92,13 +99,46 @@ def compiled(group: int, cargs: tuple, skip: tuple[str, ...] = (), consumers: in
     return _COMPILED[key]
 
 
+def fused_runner(x: dict, prepared, out, group: int, consumers: int = 1):
+    """``gdn_fused_cp``'s runner on the GPU: one launch of the fused kernel over ``runs``
+    from ``inits`` (a scratch pool, row i + 1 for run i), their final states returned."""
+    cache: dict[tuple, tuple] = {}
+
+    def run(runs, inits):
+        if runs not in cache:
+            i32 = dict(dtype=torch.int32, device=DEV)
+            cache[runs] = (
+                torch.arange(1, len(runs) + 1, **i32), torch.ones(len(runs), **i32),
+                *(torch.tensor([getattr(r, f) for r in runs], **i32)
+                  for f in ("start", "end", "mode")),
+            )  # fmt: skip
+        slots, has_init, *spans = cache[runs]
+        scratch = torch.empty((len(runs) + 1, *inits.shape[1:]), **F32)
+        scratch[1:] = inits
+        cargs = fused_args(x, prepared, scratch, slots, has_init, None, out, runs=tuple(spans))
+        compiled(group, cargs, (), consumers)(*cargs)
+        return scratch[1:]
+
+    return run
+
+
 def fused_extend(
-    x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: float, consumers: int = 1
-):
-    """The prepare kernel, then the fused kernel: the same contract as the Triton extend."""
+    x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: float, consumers: int = 1,
+    cp_host=None,
+):  # fmt: skip
+    """The prepare kernel, then the fused kernel: the same contract as the Triton extend,
+    except that a padding request's rows are left alone. With ``cp_host`` (a
+    ``gdn_fused_cp.plan_segments`` plan, the slots and has_init as host lists: no sync),
+    long requests run as segments side by side."""
     prepared = prepare(x, plan, qsl, cfg, scale)
+    group = cfg.v_heads_per_k_head
+    if cp_host is not None:
+        cp_plan, slots_host, has_init_host = cp_host
+        runner = fused_runner(x, prepared, out, group, consumers)
+        cp.extend_cp(runner, cp_plan, pool, slots_host, has_init_host)
+        return out
     cargs = fused_args(x, prepared, pool, slots, has_init, qsl, out)
-    compiled(cfg.v_heads_per_k_head, cargs, (), consumers)(*cargs)
+    compiled(group, cargs, (), consumers)(*cargs)
     return out
 
 
@@ -125,7 +165,9 @@ def make_inputs(lens, h, hv, correlated: bool, seed: int):
     )
 
 
-def check_case(lens, group: int, correlated: bool, seed: int, consumers: int = 1) -> dict:
+def check_case(
+    lens, group: int, correlated: bool, seed: int, consumers: int = 1, segments: int = 1
+) -> dict:
     mod, cfg = module(group)
     hv, h = 4, 4 // group
     scale = fused.KD**-0.5
@@ -145,7 +187,11 @@ def check_case(lens, group: int, correlated: bool, seed: int, consumers: int = 1
         pool = pool0.clone()
         out = torch.full((n, hv, fused.VD), float("nan"), dtype=torch.bfloat16, device=DEV)
         if name == "fused":
-            fused_extend(x, pool, slots, has_init, qsl, out, plan, cfg, scale, consumers)
+            cp_host = None
+            if segments > 1:
+                host = (slots.tolist(), has_init.tolist())
+                cp_host = (cp.plan_segments(qsl.tolist(), host[0], segments), *host)
+            fused_extend(x, pool, slots, has_init, qsl, out, plan, cfg, scale, consumers, cp_host)
         else:
             mod.extend(
                 x["q"], x["k"], x["v"], x["a"], x["b"], A_log=x["A_log"],
@@ -155,7 +201,8 @@ def check_case(lens, group: int, correlated: bool, seed: int, consumers: int = 1
             )  # fmt: skip
         torch.cuda.synchronize()
         results[name] = (out, pool)
-    row = {"lens": list(lens), "group": group, "correlated": correlated, "consumers": consumers}
+    row = {"lens": list(lens), "group": group, "correlated": correlated}
+    row.update(consumers=consumers, segments=segments)
     worst = {"fused": [0.0, 0.0], "triton": [0.0, 0.0]}
     failures = []
     for b, length in enumerate(lens):
@@ -181,7 +228,7 @@ def check_case(lens, group: int, correlated: bool, seed: int, consumers: int = 1
     pad = slice(int(qsl[bs - 1]), int(qsl[bs]))
     for name, (out, pool) in results.items():
         if name == "fused" and not bool(torch.isnan(out[pad]).all()):
-            # (the Triton extend's output kernel runs per chunk and writes them)
+            # (the Triton extend computes them from a zero state, as its decode does)
             failures.append(f"{name}: the padding request's rows were written")
         if not torch.equal(pool[0], pool0[0]):
             failures.append(f"{name}: pool row 0 (padding) changed")
@@ -193,9 +240,12 @@ def check_case(lens, group: int, correlated: bool, seed: int, consumers: int = 1
     return row
 
 
-def bench_case(bs: int, length: int, heads: int, consumers: tuple[int, ...] = (1,)) -> dict:
-    """Prepare + fused (each of ``consumers``' variants; the first is the row's ``fused_ms``)
-    against the Triton extend and fla, same inputs."""
+def bench_case(
+    bs: int, length: int, heads: int, consumers: tuple[int, ...] = (1,),
+    segments: tuple[int, ...] = (1,),
+) -> dict:  # fmt: skip
+    """Prepare + fused (each variant of ``consumers`` x ``segments``; the first is the row's
+    ``fused_ms``) against the Triton extend and fla, same inputs."""
     import triton
 
     mod, cfg = module(1)
@@ -211,8 +261,12 @@ def bench_case(bs: int, length: int, heads: int, consumers: tuple[int, ...] = (1
     out_t = torch.empty_like(out_f)
     plan = mod.chunk_plan([length] * bs, cfg.chunk_size, torch.device(DEV))
 
-    def ours_fused(cons: int = consumers[0]):
-        fused_extend(x, pool, slots, no_init, qsl, out_f, plan, cfg, scale, cons)
+    host = (slots.tolist(), no_init.tolist())
+    cp_plans = {s: (cp.plan_segments(qsl.tolist(), host[0], s), *host) for s in segments}
+
+    def ours_fused(cons: int = consumers[0], segs: int = segments[0]):
+        cp_host = cp_plans[segs] if segs > 1 else None
+        fused_extend(x, pool, slots, no_init, qsl, out_f, plan, cfg, scale, cons, cp_host)
 
     def ours_triton():
         mod.extend(
@@ -225,16 +279,19 @@ def bench_case(bs: int, length: int, heads: int, consumers: tuple[int, ...] = (1
     ours_triton()
     torch.cuda.synchronize()
     diff = float((out_f.float() - out_t.float()).abs().max() / out_t.float().pow(2).mean().sqrt())
-    by_consumers = {}
+    variants = {}  # "consumers x segments" -> ms
     for cons in consumers:
-        ours_fused(cons)
-        by_consumers[cons] = triton.testing.do_bench(lambda: ours_fused(cons), warmup=25, rep=100)
-    t_f = by_consumers[consumers[0]]
+        for segs in segments:
+            ours_fused(cons, segs)
+            variants[f"{cons}x{segs}"] = triton.testing.do_bench(
+                lambda: ours_fused(cons, segs), warmup=25, rep=100
+            )
+    t_f = variants[f"{consumers[0]}x{segments[0]}"]
     t_t = triton.testing.do_bench(ours_triton, warmup=25, rep=100)
     row = {
         "case": f"{bs}x{length} H{heads}", "fused_ms": t_f, "triton_ms": t_t,
         "speedup_vs_triton": t_t / t_f, "out_diff_vs_triton": diff,
-        "fused_ms_by_consumers": by_consumers,
+        "fused_ms_by_consumers_x_segments": variants,
     }  # fmt: skip
     try:  # fla-core 0.6.0, the issue's peer, on the same inputs when it imports
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
@@ -257,6 +314,10 @@ CHECKS = (
     ((1000, 129, 7), 1, True),
     ((64, 300, 33), 2, False),
     ((513, 2, 190), 2, True),
+)
+CP_CHECKS = (  # long requests for the segmented runs (gdn_fused_cp), with short ones beside
+    ((2000, 700, 64, 5), 1, False),
+    ((1500, 300), 2, True),
 )
 BENCH = ((1, 32768, 16), (4, 8192, 16), (8, 4096, 32))
 
@@ -302,16 +363,18 @@ def run(args) -> int:
 
     ok = True
     if args.check:
+        cases = [(c, 1) for c in (CHECKS[:1] if args.first else CHECKS)]
+        cases += [(c, s) for s in args.segments if s > 1 for c in CP_CHECKS]
         for cons in args.consumers:
-            for i, (lens, group, corr) in enumerate(CHECKS[:1] if args.first else CHECKS):
-                row = check_case(lens, group, corr, seed=100 + i, consumers=cons)
+            for i, ((lens, group, corr), segs) in enumerate(cases):
+                row = check_case(lens, group, corr, 100 + i, consumers=cons, segments=segs)
                 report["checks"].append(row)
                 ok &= row["ok"]
                 print(json.dumps(row), flush=True)
                 save()
     if args.bench:
         for bs, length, heads in BENCH:
-            row = bench_case(bs, length, heads, tuple(args.consumers))
+            row = bench_case(bs, length, heads, tuple(args.consumers), tuple(args.segments))
             report["bench"].append(row)
             print(json.dumps(row), flush=True)
             save()

@@ -38,6 +38,10 @@ stmatrix (transposed into [t, v] rows) and 16-byte stores while the update is in
 128 value rows and share one producer (its loads, P and T's split serve both), so one's
 scalar work can run under the other's wgmmas; 384 threads with setmaxnreg (producer 96,
 consumers 208 registers: 32 bytes of spill on sm_90a, in both roles), half the CTAs.
+The launch takes runs, not requests: (start, end, mode) per CTA row, the mode's bits
+``OUT`` (write the output rows; without it P and O are skipped) and ``VALUES`` (without it
+v is taken as 0), so ``gdn_fused_cp.py`` can run a long request's segments side by side
+(not yet run on a GPU either).
 Not yet: TMA, the triangular inverse in the kernel (prepare still runs before it), a third
 stage (tried: slower, 2.08 / 0.87 / 1.73 ms against 1.90 / 0.81 / 1.61), several CTAs on
 one long request.
@@ -86,6 +90,9 @@ PRODUCER_REGS, CONSUMER_REGS = 96, 208
 # named barriers: FULL + s (the producer has filled stage s), EMPTY + s (the consumers are
 # done with it), and one inside each warpgroup (CONSUMER + the consumer's index)
 FULL, EMPTY, PRODUCER, CONSUMER = 1, 3, 5, 6
+# a run's mode bits: OUT writes its output rows, VALUES reads v (without it v is taken as
+# 0: the run from S^T = I gives the segment's transition A); a request's run is OUT | VALUES
+OUT, VALUES = 1, 2
 COPY = 8  # bf16 elements a 16-byte cp.async
 
 
@@ -123,7 +130,9 @@ class GdnFusedSm90:
         mPool: cute.Tensor,
         mSlots: cute.Tensor,
         mHasInit: cute.Tensor,
-        mQsl: cute.Tensor,
+        mStart: cute.Tensor,
+        mEnd: cute.Tensor,
+        mMode: cute.Tensor,
         mO: cute.Tensor,
         stream,
     ):
@@ -165,7 +174,8 @@ class GdnFusedSm90:
         Storage = cute.struct(type("Storage", (), {"__annotations__": members}))
         grid = (VD // self.cols, cute.size(mSlots.shape[0]), cute.size(mV.shape[1]))
         self.kernel(
-            mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mQsl, mO,
+            mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mStart, mEnd, mMode,
+            mO,
             l_qk, l_sq, l_o, l_t, l_v, mma_qk, mma_rk, mma_upd, Storage,
         ).launch(
             grid=grid, block=[self.threads, 1, 1], smem=Storage.size_in_bytes(), stream=stream
@@ -185,7 +195,9 @@ class GdnFusedSm90:
         mPool: cute.Tensor,
         mSlots: cute.Tensor,
         mHasInit: cute.Tensor,
-        mQsl: cute.Tensor,
+        mStart: cute.Tensor,
+        mEnd: cute.Tensor,
+        mMode: cute.Tensor,
         mO: cute.Tensor,
         l_qk: cute.ComposedLayout,
         l_sq: cute.ComposedLayout,
@@ -215,8 +227,10 @@ class GdnFusedSm90:
             sCa, sCv, sCb, sCu = (
                 m.get_tensor(cute.make_layout((C, STAGES))) for m in (st.ca, st.cv, st.cb, st.cu)
             )
-            start = mQsl[b]
-            end = mQsl[b + 1]
+            start = mStart[b]  # the run's token rows [start, end)
+            end = mEnd[b]
+            write_out = (mMode[b] & OUT) != 0
+            v_scale = cutlass.select_((mMode[b] & VALUES) != 0, Float32(1.0), Float32(0.0))
             num_chunks = (end - start + C - 1) // C
             v0 = vb * self.cols  # the CTA's first value column
             wg = cute.arch.make_warp_uniform(tidx // THREADS)
@@ -255,8 +269,9 @@ class GdnFusedSm90:
                         sCu[ptid, stage] = cutlass.select_(valid, to_end * skn[ptid], Float32(0.0))
                     # -- P = Q K^T, scaled and masked (s <= t), bf16 ----
                     if const_expr("p" not in self.skip):
-                        self.form_p(mma_qk, tPa, tPb, cP, sP[None, None, stage], sg, sqs, skn,
-                                    stage, ptid)  # fmt: skip
+                        if write_out:
+                            self.form_p(mma_qk, tPa, tPb, cP, sP[None, None, stage], sg, sqs, skn,
+                                        stage, ptid)  # fmt: skip
                     # -- T as bf16 hi + lo (beta goes on d, the update's row factors on u) ----
                     if const_expr("split" not in self.skip):
                         self.split_t(
@@ -325,13 +340,15 @@ class GdnFusedSm90:
                     acc_O = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
                     if const_expr(state):
                         _wgmma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True, -1)
-                        _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True)
+                        if write_out:
+                            _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True, -1)
+                        warpgroup.wait_group(0)
                     if const_expr("epi" not in self.skip):
                         # (columns t >= n: 0; u's columns there are finite, and multiply P's
                         # zeros, O's columns that are not stored and the update's zero factors)
                         for j in cutlass.range_constexpr(cute.size(acc_D)):
                             v, t = cR[j]
-                            d = sCv[t, stage] * Float32(sV[t, vc + v, stage])
+                            d = v_scale * sCv[t, stage] * Float32(sV[t, vc + v, stage])
                             acc_D[j] = d - sCa[t, stage] * acc_D[j]
                             acc_O[j] = acc_O[j] * sCb[t, stage]
                     tDa.store(mma_a(acc_D).load().to(BFloat16))
@@ -350,20 +367,25 @@ class GdnFusedSm90:
                     # -- O^T += u^T P^T, then S^T = gamma_C S^T + (scaled u^T) K (K exact, the
                     # stored keys) in flight while O goes out ----
                     if const_expr(state):
-                        _wgmma(mma_rk, acc_O, tUh, tPt[None, None, None, stage], False, -1)
-                        _wgmma(mma_rk, acc_O, tUl, tPt[None, None, None, stage], False, -1)
+                        if write_out:
+                            _wgmma(mma_rk, acc_O, tUh, tPt[None, None, None, stage], False, -1)
+                            _wgmma(mma_rk, acc_O, tUl, tPt[None, None, None, stage], False, -1)
                         k_upd = tKu[None, None, None, stage]
                         _wgmma(mma_upd, acc_S, tUsh, k_upd, False, -1)
-                        _wgmma(mma_upd, acc_S, tUsl, k_upd, False, 2)  # O's groups done
-                    r_O = cute.make_rmem_tensor_like(acc_O, BFloat16)
-                    r_O.store(acc_O.load().to(BFloat16))
+                        _wgmma(mma_upd, acc_S, tUsl, k_upd, False, -1)
                     # -- O^T by stmatrix (transposed) into [t, v] rows, then 16-byte rows
                     # (the last chunk's loads of sO finished before this chunk's FULL) ----
-                    if const_expr("ostore" not in self.skip):
-                        s_o = sO[None, None, wg]
-                        cute.copy(atom_o, thr_o.retile(r_O), thr_o.partition_D(transpose_smem(s_o)))
-                        cute.arch.barrier(barrier_id=CONSUMER + wg, number_of_threads=THREADS)
-                        self.store_rows(s_o, mO, t0, n, h, v0 + vc, ctid)
+                    if write_out:
+                        warpgroup.wait_group(2)  # O's groups done, the update's in flight
+                        r_O = cute.make_rmem_tensor_like(acc_O, BFloat16)
+                        r_O.store(acc_O.load().to(BFloat16))
+                        if const_expr("ostore" not in self.skip):
+                            s_o = sO[None, None, wg]
+                            cute.copy(
+                                atom_o, thr_o.retile(r_O), thr_o.partition_D(transpose_smem(s_o))
+                            )
+                            cute.arch.barrier(barrier_id=CONSUMER + wg, number_of_threads=THREADS)
+                            self.store_rows(s_o, mO, t0, n, h, v0 + vc, ctid)
                     warpgroup.wait_group(0)
                     if c + 2 < num_chunks:  # the producer loads chunk c + 2 into this stage
                         cute.arch.barrier_arrive(
@@ -573,7 +595,7 @@ def fake_args(group: int = 1):
         return make_fake_tensor(dt, dims, (*strides, 1), assumed_align=align)
 
     n, h, hv, b, slots = (cute.sym_int32() for _ in range(5))
-    ints = [tensor(Int32, (b,), 4), tensor(Int32, (b,), 4), tensor(Int32, (cute.sym_int32(),), 4)]
+    ints = [tensor(Int32, (b,), 4) for _ in range(5)]  # slots, has_init, start, end, mode
     vecs = [tensor(Float32, (hv, n), 4) for _ in range(4)]
     return (
         tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, hv, VD)),
@@ -595,6 +617,10 @@ def main() -> int:
     parser.add_argument(
         "--consumers", type=int, nargs="+", default=[1], help="consumer warpgroups a CTA (1, 2)"
     )
+    parser.add_argument(
+        "--segments", type=int, nargs="+", default=[1],
+        help="segments a long request runs as (gdn_fused_cp; 1: none)",
+    )  # fmt: skip
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.compile:
