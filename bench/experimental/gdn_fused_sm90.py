@@ -37,7 +37,8 @@ stmatrix (transposed into [t, v] rows) and 16-byte stores while the update is in
 ``consumers=2`` (not yet run on a GPU): two consumer warpgroups in one CTA hold a head's
 128 value rows and share one producer (its loads, P and T's split serve both), so one's
 scalar work can run under the other's wgmmas; 384 threads with setmaxnreg (producer 96,
-consumers 208 registers: 32 bytes of spill on sm_90a, in both roles), half the CTAs.
+consumers 208 registers; no spill on sm_90a since the runs' mode bits, 32 bytes before),
+half the CTAs.
 The launch takes runs, not requests: (start, end, mode) per CTA row, the mode's bits
 ``OUT`` (write the output rows; without it P and O are skipped) and ``VALUES`` (without it
 v is taken as 0), so ``gdn_fused_cp.py`` can run a long request's segments side by side
