@@ -20,7 +20,13 @@ token-by-token recurrence (``attngen.families.gdn.reference``) as a fraction of 
 bounds (``attngen.families.gdn.testing``: prefill outputs in bf16, the final state), the
 largest over the draws: <= 1 passes. ``exact`` (float64 throughout) checks the chunk form.
 
-``python bench/experimental/gdn_fused_precision.py [--tokens 2048] [--draws 4]``
+T itself comes from ``inverse``: ``exact`` (float64, rounded to fp32), or the blocked form a
+kernel would compute (``blocked_inverse``: the 16 x 16 diagonal blocks by forward
+substitution in fp32, the rest by four products whose operands round as named: ``tf32``, as
+attngen's Triton prepare kernel; ``bf16``; ``split``). ``--inverse`` compares those under the
+fused kernel's design.
+
+``python bench/experimental/gdn_fused_precision.py [--tokens 2048] [--draws 4] [--inverse]``
 """
 
 from __future__ import annotations
@@ -64,9 +70,9 @@ ROUND = {
 }
 
 
-def rounding(base: str, **kinds: str) -> dict[str, str]:
-    """Every operand kind rounded to ``base``, the named kinds as given."""
-    return {k: kinds.get(k, base) for k in KINDS}
+def rounding(base: str, inverse: str = "exact", **kinds: str) -> dict[str, str]:
+    """Every operand kind rounded to ``base``, the named kinds as given; T by ``inverse``."""
+    return {**{k: kinds.get(k, base) for k in KINDS}, "inverse": inverse}
 
 
 SPLIT = "split"
@@ -84,12 +90,45 @@ DESIGNS = {
     "split all but q, k": rounding(SPLIT, qk="bf16"),
     "tf32, bf16 state": rounding("tf32", state="bf16"),
 }
+# the fused kernel's operands (bf16; T, u and the update's u split, the update's keys exact:
+# about "bf16, split T, u, kdec"), with T from each inverse
+KERNEL = dict(tri=SPLIT, u=SPLIT, kdec=SPLIT)
+INVERSE_DESIGNS = {
+    f"kernel, T {inv}": rounding("bf16", inverse=inv, **KERNEL)
+    for inv in ("exact", "tf32", "split", "bf16")
+}
+
+
+def blocked_inverse(a: torch.Tensor, prod: str, sub: int = 16) -> torch.Tensor:
+    """T = (I + A)^-1 of a strictly lower A as a kernel computes it: D = I + A's diagonal
+    sub x sub blocks inverted by forward substitution in fp32; N = D^-1 (A - blocks), which
+    is block-strictly-lower (N^4 = 0 for four blocks), then T = (I - N)(I + N^2) D^-1 in
+    four products whose operands round as ``prod`` and whose results are fp32."""
+    n = a.shape[0]
+    a32 = a.float()
+    blocks = torch.zeros_like(a32)
+    dinv = torch.zeros_like(a32)
+    for b0 in range(0, n, sub):
+        blk = a32[b0 : b0 + sub, b0 : b0 + sub]
+        inv = torch.eye(blk.shape[0], dtype=torch.float32)
+        for j in range(1, blk.shape[0]):  # row j from the final rows above it, in fp32
+            inv[j] = inv[j] - blk[j, :j] @ inv[:j]
+        blocks[b0 : b0 + sub, b0 : b0 + sub] = blk
+        dinv[b0 : b0 + sub, b0 : b0 + sub] = inv
+    eye = torch.eye(n, dtype=torch.float32)
+
+    def mm(x, y):
+        return (ROUND[prod](x) @ ROUND[prod](y)).float()
+
+    nmat = mm(dinv, a32 - blocks)
+    series = mm(eye - nmat, eye + mm(nmat, nmat))
+    return mm(series, dinv).double()
 
 
 def chunked(qn, kn, v, g, beta, design: dict[str, str], chunk: int):
     """The fused kernel's arithmetic for one head: (out [T, V], final state [V, K])."""
-    exact = all(r == "fp64" for r in design.values())
-    op = {k: ROUND[r] for k, r in design.items()}
+    exact = all(design[k] == "fp64" for k in KINDS)
+    op = {k: ROUND[design[k]] for k in KINDS}
     acc = (lambda x: x) if exact else ROUND["fp32"]
 
     def mm(a, b, ka, kb):
@@ -106,7 +145,10 @@ def chunked(qn, kn, v, g, beta, design: dict[str, str], chunk: int):
         lower = torch.tril(torch.ones(e - s, e - s, dtype=torch.bool))
         dmask = torch.where(lower, torch.exp(diff.clamp(max=0.0)), torch.zeros_like(diff))
         a = torch.tril(bb[:, None] * mm(k, k.T, "qk", "qk") * dmask, -1)
-        t = acc(torch.linalg.inv(torch.eye(e - s, dtype=F64) + acc(a)))
+        if design["inverse"] == "exact":
+            t = acc(torch.linalg.inv(torch.eye(e - s, dtype=F64) + acc(a)))
+        else:
+            t = blocked_inverse(acc(a), design["inverse"])
         gamma = torch.exp(cum)
         d = acc(vv - gamma[:, None] * mm(k, h, "qk", "state"))
         u = acc(op["tri"](t * bb[None, :]) @ op["diff"](d))  # T diag(β) folded
@@ -140,10 +182,12 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--draws", type=int, default=4)
     parser.add_argument("--chunk", type=int, default=64)
+    parser.add_argument("--inverse", action="store_true", help="compare T's computations")
     args = parser.parse_args()
+    designs = INVERSE_DESIGNS if args.inverse else DESIGNS
     kdim = 128
     scale = kdim**-0.5
-    worst: dict[str, list[float]] = {name: [0.0, 0.0] for name in DESIGNS}
+    worst: dict[str, list[float]] = {name: [0.0, 0.0] for name in designs}
     for i in range(args.draws):
         for slow in (False, True):
             for correlated in (False, True):
@@ -154,7 +198,7 @@ def main() -> int:
                 qn, kn = reference.prepare_qk(q, k, 1, scale=scale, l2norm_qk=True)
                 ob = testing.output_bound(ref_out[:, 0], torch.bfloat16, kdim)
                 sb = testing.state_bound(ref_state[0], kdim)
-                for name, design in DESIGNS.items():
+                for name, design in designs.items():
                     out, state = chunked(
                         qn[:, 0], kn[:, 0], v[:, 0].to(F64), g[:, 0], beta[:, 0], design,
                         args.chunk,
