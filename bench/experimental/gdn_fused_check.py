@@ -1,13 +1,15 @@
 """GPU harness of ``gdn_fused_sm90.py``: numerics against the float64 recurrence and timing
-against attngen's four-launch Triton prefill (and fla when importable), same inputs.
+against attngen's four-launch Triton prefill and the peers, same inputs.
 
 ``--check``: ragged requests (lengths 1 .. 1000, a chunk's edges among them), some from a
 pool row's initial state, pool slots shuffled, one padding request (slot 0: nothing read or
 written), GVA 1 and 2, keys random and correlated. Outputs start as NaN: every row of a real
 request must be written, the padding request's left alone. Each output and final state is
 held to attngen's bounds (``attngen.families.gdn.testing``), the Triton extend's errors
-printed beside it. ``--bench``: bench/gdn.py's prefill cases, prepare + fused against the
-Triton extend. Writes ``gdn_fused.json`` under ``--out`` when given.
+printed beside it; with ``--segments`` S > 1 also long requests run as S segments
+(``gdn_fused_cp``). ``--bench``: bench/gdn.py's prefill cases, prepare + fused (each
+``--consumers`` x ``--segments`` variant) against the Triton extend, fla-core and
+FlashInfer (each when it imports), same inputs. Writes ``gdn_fused.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -293,19 +295,46 @@ def bench_case(
         "speedup_vs_triton": t_t / t_f, "out_diff_vs_triton": diff,
         "fused_ms_by_consumers_x_segments": variants,
     }  # fmt: skip
-    try:  # fla-core 0.6.0, the issue's peer, on the same inputs when it imports
+    ours_fused()  # out_f and the pool as the first variant leaves them, for the diffs below
+    torch.cuda.synchronize()
+    row.update(peer_rows(x, out_f, pool, qsl, bs, length, heads, t_f, t_t))
+    return row
+
+
+def peer_rows(x, out_f, pool, qsl, bs: int, length: int, heads: int, t_f, t_t) -> dict:
+    """fla-core (the issue's peer) and FlashInfer's CuTe DSL GDN prefill on the same inputs,
+    each when it imports (FlashInfer as bench/gdn.py runs it: q and k normalised before its
+    timed call)."""
+    import traceback
+
+    import triton
+
+    from bench import gdn
+
+    row: dict = {}
+    try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     except ImportError:
+        chunk_gated_delta_rule = None
+    if chunk_gated_delta_rule is not None:
+        theirs = gdn.fla_prefill_call(chunk_gated_delta_rule, x, qsl.to(torch.int64))
+        fla_out, _ = theirs()
+        torch.cuda.synchronize()
+        t_fla = triton.testing.do_bench(theirs, warmup=25, rep=100)
+        ref = out_f.float().pow(2).mean().sqrt()
+        row["out_diff_vs_fla"] = float((out_f.float() - fla_out[0].float()).abs().max() / ref)
+        row.update(fla_ms=t_fla, speedup_vs_fla=t_fla / t_f, triton_speedup_vs_fla=t_fla / t_t)
+    try:
+        from flashinfer.gdn_prefill import chunk_gated_delta_rule as fi_chunk
+    except ImportError:
         return row
-    from bench.gdn import fla_prefill_call
-
-    theirs = fla_prefill_call(chunk_gated_delta_rule, x, qsl.to(torch.int64))
-    fla_out, _ = theirs()
-    torch.cuda.synchronize()
-    t_fla = triton.testing.do_bench(theirs, warmup=25, rep=100)
-    ref = out_f.float().pow(2).mean().sqrt()
-    row["out_diff_vs_fla"] = float((out_f.float() - fla_out[0].float()).abs().max() / ref)
-    row.update(fla_ms=t_fla, speedup_vs_fla=t_fla / t_f, triton_speedup_vs_fla=t_fla / t_t)
+    gdn.torch = torch  # bench/gdn.py binds torch when its main runs
+    buffers = {"x": x, "out": out_f, "pool": pool, "qsl": qsl}
+    try:
+        row.update(gdn.flashinfer_prefill(fi_chunk, buffers, bs, length, heads))
+        row["speedup_vs_flashinfer"] = row["flashinfer_ms"] / t_f
+    except Exception:  # its row must not cost fla's
+        row["flashinfer_error"] = traceback.format_exc()[-600:]
     return row
 
 
@@ -343,7 +372,7 @@ def _peers() -> dict:
     import importlib.metadata as md
 
     found = {}
-    for dist in ("fla-core", "nvidia-cutlass-dsl", "triton", "torch"):
+    for dist in ("fla-core", "flashinfer-python", "nvidia-cutlass-dsl", "triton", "torch"):
         try:
             found[dist] = md.version(dist)
         except md.PackageNotFoundError:
