@@ -32,18 +32,13 @@ VARIANTS = (
 
 
 def setup(bs: int, length: int, heads: int):
-    mod, cfg = chk.module(1)
-    x = chk.make_inputs([length] * bs, heads, heads, False, 7)
-    n = bs * length
-    i32 = dict(dtype=torch.int32, device=chk.DEV)
-    qsl = torch.arange(bs + 1, **i32) * length
-    slots = torch.arange(1, bs + 1, **i32)
-    no_init = torch.zeros(bs, **i32)
-    pool = torch.zeros(bs + 1, heads, fused.VD, fused.KD, device=chk.DEV)
-    out = torch.empty(n, heads, fused.VD, dtype=torch.bfloat16, device=chk.DEV)
-    plan = mod.chunk_plan([length] * bs, cfg.chunk_size, torch.device(chk.DEV))
-    prepared = chk.prepare(x, plan, qsl, cfg, fused.KD**-0.5)
-    return chk.fused_args(x, prepared, pool, slots, no_init, qsl, out)
+    """The fused kernel's arguments on bench/gdn.py's inputs, after one prepare launch."""
+    batch = chk.uniform_batch(bs, length, heads)
+    prepared = chk.prepare(batch["x"], batch["plan"], batch["qsl"], batch["cfg"], fused.KD**-0.5)
+    return chk.fused_args(
+        batch["x"], prepared, batch["pool"], batch["slots"], batch["no_init"], batch["qsl"],
+        batch["out"],
+    )  # fmt: skip
 
 
 def main() -> int:

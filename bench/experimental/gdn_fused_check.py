@@ -37,11 +37,11 @@ _COMPILED: dict[tuple, object] = {}
 
 
 def module(group: int):
-    import importlib
+    """The generated sm90 Triton GDN module of ``group`` and its config (bench/gdn.py's)."""
+    from bench import gdn
 
-    mod = importlib.import_module(f"generated.sm90.triton.gdn.{SPECS[group]}.kernels")
-    cfg = next(c for c in mod.CONFIGS.values() if c.v_heads_per_k_head == group)
-    return mod, cfg
+    mod = gdn.kernels_module(SPECS[group])
+    return mod, gdn.config_for(mod, group)
 
 
 def _rows(t):
@@ -242,6 +242,22 @@ def check_case(
     return row
 
 
+def uniform_batch(bs: int, length: int, heads: int) -> dict:
+    """bench/gdn.py's prefill inputs (GVA 1, ``bs`` requests of ``length`` rows, no initial
+    state, slots 1 ..) with the pool, an output and the chunk plan: what the bench and the
+    ablation time."""
+    mod, cfg = module(1)
+    i32 = dict(dtype=torch.int32, device=DEV)
+    return dict(
+        mod=mod, cfg=cfg, x=make_inputs([length] * bs, heads, heads, False, 7),
+        qsl=torch.arange(bs + 1, **i32) * length, slots=torch.arange(1, bs + 1, **i32),
+        no_init=torch.zeros(bs, **i32),
+        pool=torch.zeros(bs + 1, heads, fused.VD, fused.KD, device=DEV),
+        out=torch.empty(bs * length, heads, fused.VD, dtype=torch.bfloat16, device=DEV),
+        plan=mod.chunk_plan([length] * bs, cfg.chunk_size, torch.device(DEV)),
+    )  # fmt: skip
+
+
 def bench_case(
     bs: int, length: int, heads: int, consumers: tuple[int, ...] = (1,),
     segments: tuple[int, ...] = (1,),
@@ -250,18 +266,14 @@ def bench_case(
     ``fused_ms``) against the Triton extend and fla, same inputs."""
     import triton
 
-    mod, cfg = module(1)
+    from bench import gdn
+
+    batch = uniform_batch(bs, length, heads)
+    mod, cfg, x, qsl, slots, no_init, pool, out_f, plan = (
+        batch[k] for k in ("mod", "cfg", "x", "qsl", "slots", "no_init", "pool", "out", "plan")
+    )
     scale = fused.KD**-0.5
-    x = make_inputs([length] * bs, heads, heads, False, 7)
-    n = bs * length
-    i32 = dict(dtype=torch.int32, device=DEV)
-    qsl = torch.arange(bs + 1, **i32) * length
-    slots = torch.arange(1, bs + 1, **i32)
-    no_init = torch.zeros(bs, **i32)
-    pool = torch.zeros(bs + 1, heads, fused.VD, fused.KD, device=DEV)
-    out_f = torch.empty(n, heads, fused.VD, dtype=torch.bfloat16, device=DEV)
     out_t = torch.empty_like(out_f)
-    plan = mod.chunk_plan([length] * bs, cfg.chunk_size, torch.device(DEV))
 
     host = (slots.tolist(), no_init.tolist())
     cp_plans = {s: (cp.plan_segments(qsl.tolist(), host[0], s), *host) for s in segments}
@@ -280,7 +292,8 @@ def bench_case(
     ours_fused()
     ours_triton()
     torch.cuda.synchronize()
-    diff = float((out_f.float() - out_t.float()).abs().max() / out_t.float().pow(2).mean().sqrt())
+    gdn.torch = torch  # bench/gdn.py binds torch when its main runs
+    diff = gdn.diff(out_f, out_t)
     variants = {}  # "consumers x segments" -> ms
     for cons in consumers:
         for segs in segments:
@@ -321,14 +334,12 @@ def peer_rows(x, out_f, pool, qsl, bs: int, length: int, heads: int, t_f, t_t) -
         fla_out, _ = theirs()
         torch.cuda.synchronize()
         t_fla = triton.testing.do_bench(theirs, warmup=25, rep=100)
-        ref = out_f.float().pow(2).mean().sqrt()
-        row["out_diff_vs_fla"] = float((out_f.float() - fla_out[0].float()).abs().max() / ref)
+        row["out_diff_vs_fla"] = gdn.diff(fla_out[0], out_f)
         row.update(fla_ms=t_fla, speedup_vs_fla=t_fla / t_f, triton_speedup_vs_fla=t_fla / t_t)
     try:
         from flashinfer.gdn_prefill import chunk_gated_delta_rule as fi_chunk
     except ImportError:
         return row
-    gdn.torch = torch  # bench/gdn.py binds torch when its main runs
     buffers = {"x": x, "out": out_f, "pool": pool, "qsl": qsl}
     try:
         row.update(gdn.flashinfer_prefill(fi_chunk, buffers, bs, length, heads))
@@ -351,22 +362,6 @@ CP_CHECKS = (  # long requests for the segmented runs (gdn_fused_cp), with short
 BENCH = ((1, 32768, 16), (4, 8192, 16), (8, 4096, 32))
 
 
-def _commit() -> str:
-    """The tree measured: $ATTNGEN_COMMIT, else git's HEAD (with "+dirty" for local edits)."""
-    import os
-    import subprocess
-
-    if os.environ.get("ATTNGEN_COMMIT"):
-        return os.environ["ATTNGEN_COMMIT"]
-    try:
-        git = ["git", "-C", str(ROOT)]
-        head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(git + ["status", "--porcelain"], capture_output=True, text=True)
-        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except OSError:
-        return "unknown"
-
-
 def _peers() -> dict:
     """Versions of the peers and of the CuTe DSL the kernel was built with."""
     import importlib.metadata as md
@@ -381,7 +376,12 @@ def _peers() -> dict:
 
 
 def run(args) -> int:
-    report = {"device": torch.cuda.get_device_name(), "commit": _commit(), "peers": _peers()}
+    import os
+
+    from bench.run import tree_commit
+
+    commit = os.environ.get("ATTNGEN_COMMIT") or tree_commit()  # as bench/gdn.py records it
+    report = {"device": torch.cuda.get_device_name(), "commit": commit, "peers": _peers()}
     report.update(checks=[], bench=[])
     out_dir = Path(args.out) if args.out else None
 
