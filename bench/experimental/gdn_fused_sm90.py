@@ -616,7 +616,12 @@ def main() -> int:
     parser.add_argument("--bench", action="store_true", help="GPU: time against attngen")
     parser.add_argument("--first", action="store_true", help="only the first check (sanitizers)")
     parser.add_argument(
-        "--consumers", type=int, nargs="+", default=[1], help="consumer warpgroups a CTA (1, 2)"
+        "--consumers",
+        type=int,
+        nargs="+",
+        default=[1],
+        choices=(1, 2),
+        help="consumer warpgroups a CTA",
     )
     parser.add_argument(
         "--segments", type=int, nargs="+", default=[1],
