@@ -47,10 +47,19 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=None)
     parser.add_argument("--ncu", action="store_true")
+    parser.add_argument("--variant", default="c1", choices=tuple(chk.VARIANTS))
+    parser.add_argument(
+        "--skip", nargs="+", default=None,
+        help="the sets of parts to leave out, comma-separated ('-': none); default: VARIANTS",
+    )  # fmt: skip
     args = parser.parse_args()
+    skips = VARIANTS
+    if args.skip is not None:
+        skips = [tuple(p for p in sk.split(",") if p not in ("", "-")) for sk in args.skip]
+        assert all(set(sk) <= set(ALL) for sk in skips), skips
     if args.ncu:
         cargs = setup(8, 4096, 32)
-        kernel = chk.compiled(1, cargs)
+        kernel = chk.compiled(1, cargs, (), args.variant)
         kernel(*cargs)
         torch.cuda.synchronize()
         return 0
@@ -58,11 +67,12 @@ def main() -> int:
     for bs, length, heads in chk.BENCH:
         cargs = setup(bs, length, heads)
         chunks = length // fused.C
-        for skip in VARIANTS:
-            kernel = chk.compiled(1, cargs, skip)
+        for skip in skips:
+            kernel = chk.compiled(1, cargs, skip, args.variant)
             ms = triton.testing.do_bench(lambda: kernel(*cargs), warmup=10, rep=60)
             row = {
-                "case": f"{bs}x{length} H{heads}", "skip": list(skip), "ms": ms,
+                "case": f"{bs}x{length} H{heads}", "variant": args.variant, "skip": list(skip),
+                "ms": ms,
                 "us_per_chunk": 1e3 * ms / chunks,
             }  # fmt: skip
             rows.append(row)

@@ -8,7 +8,7 @@ request must be written, the padding request's left alone. Each output and final
 held to attngen's bounds (``attngen.families.gdn.testing``), the Triton extend's errors
 printed beside it; with ``--segments`` S > 1 also long requests run as S segments
 (``gdn_fused_cp``). ``--bench``: bench/gdn.py's prefill cases, prepare + fused (each
-``--consumers`` x ``--segments`` variant) against the Triton extend, fla-core and
+``--variants`` x ``--segments`` form) against the Triton extend, fla-core and
 FlashInfer (each when it imports), same inputs. Writes ``gdn_fused.json`` under ``--out``.
 """
 
@@ -28,11 +28,15 @@ from attngen.families.gdn import reference, testing  # noqa: E402
 from attngen.families.gdn.triton.host.options import prepare_options  # noqa: E402
 from attngen.families.gdn.triton.kernels.chunk import chunk_prepare_kernel  # noqa: E402
 from bench.experimental import gdn_fused_cp as cp  # noqa: E402
+from bench.experimental import gdn_fused_gates as gates  # noqa: E402
 from bench.experimental import gdn_fused_sm90 as fused  # noqa: E402
 
 DEV = "cuda"
 F32 = dict(dtype=torch.float32, device=DEV)
 SPECS = {1: "gdn_gva1", 2: "gdn_qwen3_next"}  # generated sm90 modules by GVA group
+# the kernel's forms by name: one or two consumer warpgroups with prepare's T, or T formed
+# in the kernel (``inverse``: prepare shrinks to gdn_fused_gates)
+VARIANTS = {"c1": {}, "c2": {"consumers": 2}, "inv": {"inverse": True}}
 _COMPILED: dict[tuple, object] = {}
 
 
@@ -89,19 +93,23 @@ def fused_args(x: dict, prepared, pool, slots, has_init, qsl, out, runs=None) ->
     )  # fmt: skip
 
 
-def compiled(group: int, cargs: tuple, skip: tuple[str, ...] = (), consumers: int = 1):
-    """The fused kernel for ``group`` (and a timing ablation's ``skip``), compiled once."""
+def compiled(
+    group: int, cargs: tuple, skip: tuple[str, ...] = (), variant: str = "c1", modes: bool = False
+):
+    """The fused kernel for ``group`` (and a timing ablation's ``skip``; ``modes``: reading
+    each run's mode bits, for gdn_fused_cp's launches), compiled once."""
     import cutlass.cute as cute
 
-    key = (group, tuple(sorted(skip)), consumers)
+    key = (group, tuple(sorted(skip)), variant, modes)
     if key not in _COMPILED:
         t0 = time.time()
-        _COMPILED[key] = cute.compile(fused.GdnFusedSm90(group, skip, consumers), *cargs)
+        kernel = fused.GdnFusedSm90(group, skip, **VARIANTS[variant], modes=modes)
+        _COMPILED[key] = cute.compile(kernel, *cargs)
         print(f"compiled the fused kernel {key} in {time.time() - t0:.1f} s", flush=True)
     return _COMPILED[key]
 
 
-def fused_runner(x: dict, prepared, out, group: int, consumers: int = 1):
+def fused_runner(x: dict, prepared, out, group: int, variant: str = "c1"):
     """``gdn_fused_cp``'s runner on the GPU: one launch of the fused kernel over ``runs``
     from ``inits`` (a scratch pool, row i + 1 for run i), their final states returned."""
     cache: dict[tuple, tuple] = {}
@@ -118,29 +126,33 @@ def fused_runner(x: dict, prepared, out, group: int, consumers: int = 1):
         scratch = torch.empty((len(runs) + 1, *inits.shape[1:]), **F32)
         scratch[1:] = inits
         cargs = fused_args(x, prepared, scratch, slots, has_init, None, out, runs=tuple(spans))
-        compiled(group, cargs, (), consumers)(*cargs)
+        compiled(group, cargs, (), variant, modes=True)(*cargs)
         return scratch[1:]
 
     return run
 
 
 def fused_extend(
-    x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: float, consumers: int = 1,
+    x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: float, variant: str = "c1",
     cp_host=None,
 ):  # fmt: skip
-    """The prepare kernel, then the fused kernel: the same contract as the Triton extend,
-    except that a padding request's rows are left alone. With ``cp_host`` (a
-    ``gdn_fused_cp.plan_segments`` plan, the slots and has_init as host lists: no sync),
-    long requests run as segments side by side."""
-    prepared = prepare(x, plan, qsl, cfg, scale)
+    """The prepare kernel (or, for ``inv``, the gates kernel), then the fused kernel: the
+    same contract as the Triton extend, except that a padding request's rows are left alone.
+    With ``cp_host`` (a ``gdn_fused_cp.plan_segments`` plan, the slots and has_init as host
+    lists: no sync), long requests run as segments side by side."""
+    if VARIANTS[variant].get("inverse"):
+        no_t = torch.empty((1, x["v"].shape[1], cfg.chunk_size), **F32)  # not read
+        prepared = (no_t, *gates.gates(x, plan, qsl, cfg, scale))
+    else:
+        prepared = prepare(x, plan, qsl, cfg, scale)
     group = cfg.v_heads_per_k_head
     if cp_host is not None:
         cp_plan, slots_host, has_init_host = cp_host
-        runner = fused_runner(x, prepared, out, group, consumers)
+        runner = fused_runner(x, prepared, out, group, variant)
         cp.extend_cp(runner, cp_plan, pool, slots_host, has_init_host)
         return out
     cargs = fused_args(x, prepared, pool, slots, has_init, qsl, out)
-    compiled(group, cargs, (), consumers)(*cargs)
+    compiled(group, cargs, (), variant)(*cargs)
     return out
 
 
@@ -168,7 +180,7 @@ def make_inputs(lens, h, hv, correlated: bool, seed: int):
 
 
 def check_case(
-    lens, group: int, correlated: bool, seed: int, consumers: int = 1, segments: int = 1
+    lens, group: int, correlated: bool, seed: int, variant: str = "c1", segments: int = 1
 ) -> dict:
     mod, cfg = module(group)
     hv, h = 4, 4 // group
@@ -193,7 +205,7 @@ def check_case(
             if segments > 1:
                 host = (slots.tolist(), has_init.tolist())
                 cp_host = (cp.plan_segments(qsl.tolist(), host[0], segments), *host)
-            fused_extend(x, pool, slots, has_init, qsl, out, plan, cfg, scale, consumers, cp_host)
+            fused_extend(x, pool, slots, has_init, qsl, out, plan, cfg, scale, variant, cp_host)
         else:
             mod.extend(
                 x["q"], x["k"], x["v"], x["a"], x["b"], A_log=x["A_log"],
@@ -204,7 +216,7 @@ def check_case(
         torch.cuda.synchronize()
         results[name] = (out, pool)
     row = {"lens": list(lens), "group": group, "correlated": correlated}
-    row.update(consumers=consumers, segments=segments)
+    row.update(variant=variant, segments=segments)
     worst = {"fused": [0.0, 0.0], "triton": [0.0, 0.0]}
     failures = []
     for b, length in enumerate(lens):
@@ -259,10 +271,10 @@ def uniform_batch(bs: int, length: int, heads: int) -> dict:
 
 
 def bench_case(
-    bs: int, length: int, heads: int, consumers: tuple[int, ...] = (1,),
+    bs: int, length: int, heads: int, variants: tuple[str, ...] = ("c1",),
     segments: tuple[int, ...] = (1,),
 ) -> dict:  # fmt: skip
-    """Prepare + fused (each variant of ``consumers`` x ``segments``; the first is the row's
+    """Prepare + fused (each form of ``variants`` x ``segments``; the first is the row's
     ``fused_ms``) against the Triton extend and fla, same inputs."""
     import triton
 
@@ -278,9 +290,9 @@ def bench_case(
     host = (slots.tolist(), no_init.tolist())
     cp_plans = {s: (cp.plan_segments(qsl.tolist(), host[0], s), *host) for s in segments}
 
-    def ours_fused(cons: int = consumers[0], segs: int = segments[0]):
+    def ours_fused(var: str = variants[0], segs: int = segments[0]):
         cp_host = cp_plans[segs] if segs > 1 else None
-        fused_extend(x, pool, slots, no_init, qsl, out_f, plan, cfg, scale, cons, cp_host)
+        fused_extend(x, pool, slots, no_init, qsl, out_f, plan, cfg, scale, var, cp_host)
 
     def ours_triton():
         mod.extend(
@@ -294,19 +306,22 @@ def bench_case(
     torch.cuda.synchronize()
     gdn.torch = torch  # bench/gdn.py binds torch when its main runs
     diff = gdn.diff(out_f, out_t)
-    variants = {}  # "consumers x segments" -> ms
-    for cons in consumers:
+    forms = {}  # "variant x segments" -> ms
+    for var in variants:
         for segs in segments:
-            ours_fused(cons, segs)
-            variants[f"{cons}x{segs}"] = triton.testing.do_bench(
-                lambda: ours_fused(cons, segs), warmup=25, rep=100
+            ours_fused(var, segs)
+            forms[f"{var}x{segs}"] = triton.testing.do_bench(
+                lambda: ours_fused(var, segs), warmup=25, rep=100
             )
-    t_f = variants[f"{consumers[0]}x{segments[0]}"]
+    t_f = forms[f"{variants[0]}x{segments[0]}"]
     t_t = triton.testing.do_bench(ours_triton, warmup=25, rep=100)
+    t_p = triton.testing.do_bench(lambda: prepare(x, plan, qsl, cfg, scale), warmup=25, rep=100)
+    t_g = triton.testing.do_bench(lambda: gates.gates(x, plan, qsl, cfg, scale), warmup=25, rep=100)
     row = {
         "case": f"{bs}x{length} H{heads}", "fused_ms": t_f, "triton_ms": t_t,
-        "speedup_vs_triton": t_t / t_f, "out_diff_vs_triton": diff,
-        "fused_ms_by_consumers_x_segments": variants,
+        "speedup_vs_triton": t_t / t_f, "out_diff_vs_triton": diff, "prepare_ms": t_p,
+        "gates_ms": t_g,
+        "fused_ms_by_variant_x_segments": forms,
     }  # fmt: skip
     ours_fused()  # out_f and the pool as the first variant leaves them, for the diffs below
     torch.cuda.synchronize()
@@ -394,16 +409,16 @@ def run(args) -> int:
     if args.check:
         cases = [(c, 1) for c in (CHECKS[:1] if args.first else CHECKS)]
         cases += [(c, s) for s in args.segments if s > 1 for c in CP_CHECKS]
-        for cons in args.consumers:
+        for var in args.variants:
             for i, ((lens, group, corr), segs) in enumerate(cases):
-                row = check_case(lens, group, corr, 100 + i, consumers=cons, segments=segs)
+                row = check_case(lens, group, corr, 100 + i, variant=var, segments=segs)
                 report["checks"].append(row)
                 ok &= row["ok"]
                 print(json.dumps(row), flush=True)
                 save()
     if args.bench:
         for bs, length, heads in BENCH:
-            row = bench_case(bs, length, heads, tuple(args.consumers), tuple(args.segments))
+            row = bench_case(bs, length, heads, tuple(args.variants), tuple(args.segments))
             report["bench"].append(row)
             print(json.dumps(row), flush=True)
             save()

@@ -86,11 +86,22 @@ KD = VD = 128  # key and value head dims
 VB = 64  # value rows of the state a consumer warpgroup holds (wgmma's M)
 STAGES = 2  # chunks in shared memory: the producer's next one under the consumer's current
 THREADS = 128  # a warpgroup: the consumers (state) are warpgroups 0 .., the producer the last
-# registers after setmaxnreg with two consumer warpgroups (2 x 128 x 216 + 128 x 80 = 64 K)
-PRODUCER_REGS, CONSUMER_REGS = 96, 208
+# registers after setmaxnreg: a CTA's pool is what it launched with (168 a thread at 384
+# threads, 504 per three warpgroups); asking for more hangs setmaxnreg.inc for ever.
+# Two consumers and the producer:
+PRODUCER_REGS, CONSUMER_REGS = 88, 208
+# one consumer, the producer and the inverse's warpgroup:
+INV_CONSUMER_REGS, INV_PRODUCER_REGS, INV_REGS = 232, 96, 176
+POOL_REGS = 504
+assert 2 * CONSUMER_REGS + PRODUCER_REGS <= POOL_REGS
+assert INV_CONSUMER_REGS + INV_PRODUCER_REGS + INV_REGS <= POOL_REGS
 # named barriers: FULL + s (the producer has filled stage s), EMPTY + s (the consumers are
 # done with it), and one inside each warpgroup (CONSUMER + the consumer's index)
 FULL, EMPTY, PRODUCER, CONSUMER = 1, 3, 5, 6
+# with ``inverse``: LOADED + s (the producer's loads of stage s landed: the inverse's
+# warpgroup may read k and the gates), and one inside the inverse's warpgroup
+LOADED, INVERSE, PAIR = 8, 10, 11  # PAIR + p: warps 2p, 2p + 1 of the inverse's warpgroup
+PAD = 4  # fp32 elements after each row of the inverse's tiles
 # a run's mode bits: OUT writes its output rows, VALUES reads v (without it v is taken as
 # 0: the run from S^T = I gives the segment's transition A); a request's run is OUT | VALUES
 OUT, VALUES = 1, 2
@@ -104,15 +115,26 @@ class GdnFusedSm90:
     query_start_loc ``[B + 1]`` int32. Request b's final state goes to its pool row."""
 
     # parts a timing ablation may leave out (``skip``; the results are then wrong)
-    PARTS = ("gates", "loads", "p", "split", "state", "epi", "ostore")
+    PARTS = ("gates", "loads", "p", "split", "state", "epi", "ostore", "solve")
 
-    def __init__(self, group: int = 1, skip: tuple[str, ...] = (), consumers: int = 1):
+    def __init__(
+        self, group: int = 1, skip: tuple[str, ...] = (), consumers: int = 1,
+        inverse: bool = False, modes: bool = False,
+    ):  # fmt: skip
         self.group = group  # value heads per key head
         # consumer warpgroups of a CTA, each VB value rows of the head's state; the
         # producer's loads, P and T's split serve them all
         assert consumers in (1, 2), consumers
         self.consumers = consumers
-        self.threads = (consumers + 1) * THREADS
+        # inverse: a warpgroup of its own forms T = (I + M)^-1 a chunk ahead (form_t), so
+        # mT is not read (prepare's gates and norms still are)
+        assert not (inverse and consumers > 1), "the inverse's warpgroup: one consumer only"
+        self.inverse = inverse
+        # modes: read each run's mode bits (OUT, VALUES) at run time (gdn_fused_cp's mixed
+        # launches); without, every run is OUT | VALUES and the branches on them compile away
+        self.modes = modes
+        self.threads = (consumers + 1 + int(inverse)) * THREADS
+        self.empty_threads = (consumers + 1) * THREADS  # EMPTY: the consumers and producer
         self.cols = consumers * VB  # the CTA's value columns
         assert set(skip) <= set(self.PARTS), skip
         self.skip = frozenset(skip)
@@ -172,12 +194,21 @@ class GdnFusedSm90:
             "sP": tile(l_sq), "sTh": tile(l_sq), "sTl": tile(l_sq), "sO": tile(l_o),
             "sT": tile(l_t, Float32), "sV": tile(l_v),
         }  # fmt: skip
+        # the inverse's fp32 M, T [t, s] and a product's scratch [32, 32]: rows padded by 4
+        # so that four rows' 16-byte pieces fall in different banks
+        l_m = cute.make_layout((C, C), stride=(C + PAD, 1))
+        if const_expr(self.inverse):
+            members["sM"] = tile(l_m, Float32)
+            members["sTf"] = tile(l_m, Float32)
+            members["sY"] = tile(
+                cute.make_layout((C // 2, C // 2), stride=(C // 2 + PAD, 1)), Float32
+            )
         Storage = cute.struct(type("Storage", (), {"__annotations__": members}))
         grid = (VD // self.cols, cute.size(mSlots.shape[0]), cute.size(mV.shape[1]))
         self.kernel(
             mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mStart, mEnd, mMode,
             mO,
-            l_qk, l_sq, l_o, l_t, l_v, mma_qk, mma_rk, mma_upd, Storage,
+            l_qk, l_sq, l_o, l_t, l_v, l_m, mma_qk, mma_rk, mma_upd, Storage,
         ).launch(
             grid=grid, block=[self.threads, 1, 1], smem=Storage.size_in_bytes(), stream=stream
         )  # fmt: skip
@@ -205,6 +236,7 @@ class GdnFusedSm90:
         l_o: cute.ComposedLayout,
         l_t: cute.Layout,
         l_v: cute.Layout,
+        l_m: cute.Layout,
         mma_qk: cute.TiledMma,
         mma_rk: cute.TiledMma,
         mma_upd: cute.TiledMma,
@@ -230,14 +262,19 @@ class GdnFusedSm90:
             )
             start = mStart[b]  # the run's token rows [start, end)
             end = mEnd[b]
-            write_out = (mMode[b] & OUT) != 0
-            v_scale = cutlass.select_((mMode[b] & VALUES) != 0, Float32(1.0), Float32(0.0))
+            write_out = True  # a request's run (OUT | VALUES), known when compiled
+            v_scale = Float32(1.0)
+            if const_expr(self.modes):  # the run's mode bits, read (context parallelism)
+                write_out = (mMode[b] & OUT) != 0
+                v_scale = cutlass.select_((mMode[b] & VALUES) != 0, Float32(1.0), Float32(0.0))
             num_chunks = (end - start + C - 1) // C
             v0 = vb * self.cols  # the CTA's first value column
             wg = cute.arch.make_warp_uniform(tidx // THREADS)
             if wg == self.consumers:
                 # -- the producer: loads, the row factors, P and T's split, a chunk ahead ----
-                if const_expr(self.consumers > 1):
+                if const_expr(self.inverse):
+                    cute.arch.setmaxregister_decrease(INV_PRODUCER_REGS)
+                elif const_expr(self.consumers > 1):
                     cute.arch.setmaxregister_decrease(PRODUCER_REGS)
                 ptid = tidx - self.consumers * THREADS
                 hk = h // self.group
@@ -257,6 +294,10 @@ class GdnFusedSm90:
                     cute.arch.cp_async_wait_group(0)  # this chunk's loads
                     cute.arch.fence_view_async_shared()
                     cute.arch.barrier(barrier_id=PRODUCER, number_of_threads=THREADS)
+                    if const_expr(self.inverse):  # k and the gates are here: the inverse
+                        cute.arch.barrier_arrive(
+                            barrier_id=LOADED + stage, number_of_threads=2 * THREADS
+                        )
                     sg, sbeta, sqs, skn = (x[None, stage] for x in (sG, sBeta, sQs, sKn))
                     if ptid < C:  # the row factors of d, O and the update's u (0 past n)
                         valid = ptid < n
@@ -274,7 +315,7 @@ class GdnFusedSm90:
                             self.form_p(mma_qk, tPa, tPb, cP, sP[None, None, stage], sg, sqs, skn,
                                         stage, ptid)  # fmt: skip
                     # -- T as bf16 hi + lo (beta goes on d, the update's row factors on u) ----
-                    if const_expr("split" not in self.skip):
+                    if const_expr("split" not in self.skip and not self.inverse):
                         self.split_t(
                             sT[None, None, stage], sTh[None, None, stage], sTl[None, None, stage],
                             ptid,
@@ -290,16 +331,48 @@ class GdnFusedSm90:
                     if c + 1 < num_chunks:
                         if c >= 1:
                             cute.arch.barrier(
-                                barrier_id=EMPTY + 1 - stage, number_of_threads=self.threads
+                                barrier_id=EMPTY + 1 - stage, number_of_threads=self.empty_threads
                             )
                         if const_expr("loads" not in self.skip):
                             self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, gates, start, end,
                                             c + 1, hk, h, v0, ptid)  # fmt: skip
                         cute.arch.cp_async_commit_group()
+            elif wg > self.consumers:
+                # -- the inverse: T = (I + M)^-1 of each chunk, split, a chunk ahead ----
+                if const_expr(self.inverse):
+                    # (above the 168 a thread it launched with: an increase; a decrease
+                    # to more is an illegal instruction)
+                    cute.arch.setmaxregister_increase(INV_REGS)
+                    itid = tidx - (self.consumers + 1) * THREADS
+                    sM, sTf = st.sM.get_tensor(l_m), st.sTf.get_tensor(l_m)
+                    sY = st.sY.get_tensor(
+                        cute.make_layout((C // 2, C // 2), stride=(C // 2 + PAD, 1))
+                    )
+                    wg_kk = mma_qk.get_slice(0)
+                    tKa = wg_kk.make_fragment_A(wg_kk.partition_A(sK))
+                    tKk = wg_kk.make_fragment_B(wg_kk.partition_B(sK))
+                    cM = mma_qk.get_slice(itid).partition_C(cute.make_identity_tensor((C, C)))
+                    for c in cutlass.range(num_chunks, unroll=1):
+                        stage = c % STAGES
+                        n = cutlass.min(end - start - c * C, C)
+                        cute.arch.barrier(barrier_id=LOADED + stage, number_of_threads=2 * THREADS)
+                        if const_expr("solve" not in self.skip):
+                            self.form_m(mma_qk, tKa[None, None, None, stage],
+                                        tKk[None, None, None, stage], cM, sM, sG[None, stage],
+                                        sBeta[None, stage], sKn[None, stage], n, itid)  # fmt: skip
+                            cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
+                            self.form_t(sM, sTf, sY, itid)
+                            self.split_t(sTf, sTh[None, None, stage], sTl[None, None, stage], itid)
+                        cute.arch.fence_view_async_shared()
+                        cute.arch.barrier_arrive(
+                            barrier_id=FULL + stage, number_of_threads=self.threads
+                        )
             else:
                 # -- a consumer: the state, S^T [VB, KD] of value rows v0 + wg VB .., in
                 # registers ----
-                if const_expr(self.consumers > 1):
+                if const_expr(self.inverse):
+                    cute.arch.setmaxregister_increase(INV_CONSUMER_REGS)
+                elif const_expr(self.consumers > 1):
                     cute.arch.setmaxregister_increase(CONSUMER_REGS)
                 ctid = tidx - wg * THREADS
                 vc = wg * VB  # this consumer's first column of the CTA's
@@ -390,7 +463,7 @@ class GdnFusedSm90:
                     warpgroup.wait_group(0)
                     if c + 2 < num_chunks:  # the producer loads chunk c + 2 into this stage
                         cute.arch.barrier_arrive(
-                            barrier_id=EMPTY + stage, number_of_threads=self.threads
+                            barrier_id=EMPTY + stage, number_of_threads=self.empty_threads
                         )
                 for j in cutlass.range_constexpr(cute.size(acc_S)):
                     mPool[slot, h, v0 + vc + cS[j][0], cS[j][1]] = acc_S[j]
@@ -427,6 +500,120 @@ class GdnFusedSm90:
         cute.copy(atom, thr.retile(r_P), thr.partition_D(sP))
 
     @cute.jit
+    def form_m(
+        self,
+        mma_qk: cute.TiledMma,
+        tKa: cute.Tensor,
+        tKb: cute.Tensor,
+        cM: cute.Tensor,
+        sM: cute.Tensor,
+        sG: cute.Tensor,
+        sBeta: cute.Tensor,
+        sKn: cute.Tensor,
+        n: Int32,
+        tidx: Int32,
+    ):
+        """M = (K K^T ∘ beta_t kn_t kn_s exp(G_t - G_s))[s < t < n] in fp32 into ``sM``
+        [t, s] from the stored keys (exact bf16 products), as the prepare kernel forms it."""
+        acc = cute.make_rmem_tensor(mma_qk.partition_shape_C((C, C)), Float32)
+        tMs = mma_qk.get_slice(tidx).partition_C(sM)  # sM as the accumulator: static offsets
+        _wgmma(mma_qk, acc, tKa, tKb, True)
+        # everyone is done reading the last chunk's M
+        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
+        for j in cutlass.range_constexpr(cute.size(acc)):
+            t, s = cM[j]
+            decay = cute.math.exp2(cutlass.min(sG[t] - sG[s], 0.0) * LOG2_E, fastmath=True)
+            factor = cutlass.select_(t < n, sBeta[t] * sKn[t] * sKn[s] * decay, Float32(0.0))
+            tMs[j] = acc[j] * cutlass.select_(s < t, factor, Float32(0.0))
+
+    @cute.jit
+    def form_t(self, sM: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, tidx: Int32):
+        """T = (I + M)^-1 into ``sT`` (fp32 [t, s], lower triangular; the blocks above the
+        diagonal that the products below read are zeroed, the rest are left: split_t masks
+        them) by blocked forward substitution, in fp32 FMAs: each warp inverts one 16 x 16
+        diagonal block by substitution (a lane a column, its T column in registers), then
+        the 16 -> 32 and 32 -> 64 merges, T_21 = -T_22 (M_21 T_11), as shared-memory products
+        of all 128 threads (four dependent steps of 64 .. 256 FMAs a thread)."""
+        warp = tidx // 32
+        lane = tidx % 32
+        col = lane % 16
+        blk = 16
+        m_blk = cute.local_tile(sM, (blk, blk), (warp, warp))
+        mine = cute.make_rmem_tensor(blk, Float32)  # T[base + r, base + col]
+        for r in cutlass.range_constexpr(blk):
+            mine[r] = cutlass.select_(r == col, Float32(1.0), Float32(0.0))
+        x = cute.make_rmem_tensor(4, Float32)
+        for t in cutlass.range_constexpr(1, blk):
+            parts = [Float32(0.0) for _ in range(4)]
+            for q in cutlass.range_constexpr((t + 3) // 4):  # M[t, s], s < t (0 at s >= t)
+                x.store(cute.local_tile(m_blk[t, None], (4,), (q,)).load())
+                for e in cutlass.range_constexpr(4):
+                    parts[e] = parts[e] + x[e] * mine[4 * q + e]
+            mine[t] = mine[t] - ((parts[0] + parts[1]) + (parts[2] + parts[3]))
+        t_blk = cute.local_tile(sT, (blk, blk), (warp, warp))
+        if lane < blk:
+            for r in cutlass.range_constexpr(blk):
+                t_blk[r, col] = mine[r]
+        if warp % 2 == 0:  # the block right of this one is read by the 32 -> 64 merge: 0
+            right = cute.local_tile(sT, (blk, blk), (warp, warp + 1))
+            for r in cutlass.range_constexpr(blk * blk // 32):
+                right[r * 2 + lane // 16, col] = Float32(0.0)
+        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
+        # -- 16 -> 32: warps 2p, 2p + 1 merge diagonal blocks 2p and 2p + 1 ----
+        pair = warp // 2
+        ptid = tidx % 64
+        y = cute.local_tile(sY, (blk, blk), (pair, 0))
+
+        def block(tile, i, j, size=blk):
+            return cute.local_tile(tile, (size, size), (i, j))
+
+        lo, hi = 2 * pair, 2 * pair + 1
+        self.small_gemm(y, block(sM, hi, lo), block(sT, lo, lo), 1.0, ptid, 64)
+        cute.arch.barrier(barrier_id=PAIR + pair, number_of_threads=64)
+        self.small_gemm(block(sT, hi, lo), block(sT, hi, hi), y, -1.0, ptid, 64)
+        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
+        # -- 32 -> 64 ----
+        half = 2 * blk
+        self.small_gemm(sY, block(sM, 1, 0, half), block(sT, 0, 0, half), 1.0, tidx, THREADS)
+        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
+        self.small_gemm(block(sT, 1, 0, half), block(sT, 1, 1, half), sY, -1.0, tidx, THREADS)
+        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
+
+    @cute.jit
+    def small_gemm(
+        self,
+        out: cute.Tensor,
+        a: cute.Tensor,
+        b: cute.Tensor,
+        scale: cutlass.Constexpr,
+        tidx: Int32,
+        threads: cutlass.Constexpr,
+    ):
+        """out = scale (a b) for fp32 shared tiles (rows x k) (k x cols) in fp32 FMAs: thread
+        ``tidx`` of ``threads`` forms 4 adjacent columns of rows tidx // (cols / 4) + passes,
+        reading a and b by 16-byte pieces."""
+        rows, cols = cute.size(out, mode=[0]), cute.size(out, mode=[1])
+        depth = cute.size(a, mode=[1])
+        groups = cols // 4
+        per_pass = threads // groups
+        g = tidx % groups
+        av = cute.make_rmem_tensor(4, Float32)
+        bv = cute.make_rmem_tensor(4, Float32)
+        acc = cute.make_rmem_tensor(4, Float32)
+        for p in cutlass.range_constexpr(rows // per_pass):
+            i = p * per_pass + tidx // groups
+            acc.fill(0.0)
+            for k4 in cutlass.range_constexpr(depth // 4):
+                av.store(cute.local_tile(a[i, None], (4,), (k4,)).load())
+                for kk in cutlass.range_constexpr(4):
+                    bv.store(cute.local_tile(b[4 * k4 + kk, None], (4,), (g,)).load())
+                    for e in cutlass.range_constexpr(4):
+                        acc[e] = acc[e] + av[kk] * bv[e]
+            for e in cutlass.range_constexpr(4):
+                acc[e] = acc[e] * scale
+            cute.local_tile(out[i, None], (4,), (g,)).store(acc.load())
+
+    @cute.jit
     def load_chunk(
         self,
         mQ: cute.Tensor,
@@ -459,9 +646,10 @@ class GdnFusedSm90:
         rows = (
             (mQ[None, hk, None], sQ[None, None, stage], COPY, KD // COPY, bf, 0),
             (mK[None, hk, None], sK[None, None, stage], COPY, KD // COPY, bf, 0),
-            (mT[None, h, None], sT[None, None, stage], 4, C // 4, f32, 0),
             (mV[None, h, None], sV[None, None, stage], COPY, self.cols // COPY, bf, v0 // COPY),
         )
+        if const_expr(not self.inverse):  # T from the prepare kernel
+            rows += ((mT[None, h, None], sT[None, None, stage], 4, C // 4, f32, 0),)
         for src, dst, width, per_row, atom, first in rows:
             rows_a_pass = THREADS // per_row
             part = tidx % per_row
@@ -605,8 +793,9 @@ def fake_args(group: int = 1):
     )  # fmt: skip
 
 
-def compile_cpu(group: int = 1, arch: str = "sm_90a"):
-    return cute.compile(GdnFusedSm90(group), *fake_args(group), options=f"--gpu-arch {arch}")
+def compile_cpu(group: int = 1, arch: str = "sm_90a", **kw):
+    kernel = GdnFusedSm90(group, **kw)
+    return cute.compile(kernel, *fake_args(group), options=f"--gpu-arch {arch}")
 
 
 def main() -> int:
@@ -616,13 +805,9 @@ def main() -> int:
     parser.add_argument("--bench", action="store_true", help="GPU: time against attngen")
     parser.add_argument("--first", action="store_true", help="only the first check (sanitizers)")
     parser.add_argument(
-        "--consumers",
-        type=int,
-        nargs="+",
-        default=[1],
-        choices=(1, 2),
-        help="consumer warpgroups a CTA",
-    )
+        "--variants", nargs="+", default=["c1"], choices=("c1", "c2", "inv"),
+        help="the kernel's forms (gdn_fused_check.VARIANTS)",
+    )  # fmt: skip
     parser.add_argument(
         "--segments", type=int, nargs="+", default=[1],
         help="segments a long request runs as (gdn_fused_cp; 1: none)",

@@ -76,3 +76,54 @@ def test_two_consumer_kernel_compiles_for_sm90a():
     registers, spills, sass = cubin_resources(cubin)
     assert registers <= 65536 // 384 and sass.count("HGMMA") == 48
     assert "USETMAXREG.DEALLOC" in sass and "USETMAXREG.TRY_ALLOC" in sass
+
+
+def _sm90a(kernel):
+    import cutlass.cute as cute
+
+    from attngen.backends.cute_dsl.aot import cubin_resources
+
+    with tempfile.TemporaryDirectory() as dump:
+        options = f"--gpu-arch sm_90a --keep-cubin --dump-dir {dump}"
+        compiled = cute.compile(kernel, *fused.fake_args(1), options=options)
+        return cubin_resources(compiled.artifacts.CUBIN)
+
+
+def _setmaxnreg_total(sass: str) -> int:
+    """Registers a thread the warpgroups ask for by setmaxnreg, one warpgroup each (the
+    CTA's pool, 168 a thread at 384 threads, must cover them: more hangs the alloc)."""
+    import re
+
+    return sum(
+        int(x, 16) for x in re.findall(r"USETMAXREG\.\w+\.CTAPOOL (?:UP\d, )?0x([0-9a-f]+)", sass)
+    )
+
+
+@pytest.mark.slow
+def test_inverse_kernel_compiles_for_sm90a_without_spills():
+    """T formed in the kernel: a third warpgroup (K K^T on one more wgmma group), no spill,
+    and setmaxnreg's three asks within the pool the CTA launched with."""
+    registers, spills, sass = _sm90a(fused.GdnFusedSm90(1, inverse=True))
+    assert spills == 0 and registers <= 65536 // 384
+    assert sass.count("HGMMA") == 48 + 8
+    assert sass.count("USETMAXREG") == 3 and _setmaxnreg_total(sass) <= 3 * (65536 // 384 // 8 * 8)
+
+
+@pytest.mark.slow
+def test_two_consumer_asks_fit_the_pool():
+    _, _, sass = _sm90a(fused.GdnFusedSm90(1, (), 2))
+    total = _setmaxnreg_total(sass)
+    # the producer's decrease counts once, each consumer's increase once (two warpgroups)
+    producer, consumer = fused.PRODUCER_REGS, fused.CONSUMER_REGS
+    assert total == producer + consumer and producer + 2 * consumer <= 3 * 168
+
+
+@pytest.mark.slow
+def test_request_runs_compile_without_the_mode_branches():
+    """Without ``modes`` every run writes outputs and reads values, known when compiled: no
+    branch on the run's mode bits separates the wgmmas, so ptxas keeps them pipelined
+    (with the branches it fenced them, 96 warpgroup arrive / wait instructions against 15,
+    and v4's 2.9 us a chunk became 3.3 on an H100)."""
+    *_, plain = _sm90a(fused.GdnFusedSm90(1))
+    *_, modes = _sm90a(fused.GdnFusedSm90(1, modes=True))
+    assert plain.count("WARPGROUP") < 30 < modes.count("WARPGROUP")
