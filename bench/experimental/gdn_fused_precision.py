@@ -56,6 +56,11 @@ def bf16(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.bfloat16).to(F64)
 
 
+def fp16(x: torch.Tensor) -> torch.Tensor:
+    """fp16 (10 mantissa bits; finite only below 65504: what overflows shows as inf)."""
+    return x.to(torch.float16).to(F64)
+
+
 def split(x: torch.Tensor) -> torch.Tensor:
     hi = bf16(x)
     return hi + bf16(x - hi)
@@ -66,6 +71,7 @@ ROUND = {
     "fp32": lambda x: x.float().double(),
     "tf32": tf32,
     "bf16": bf16,
+    "fp16": fp16,
     "split": split,
 }
 
@@ -89,6 +95,12 @@ DESIGNS = {
     "bf16, split T, u, kdec": rounding("bf16", tri=SPLIT, u=SPLIT, kdec=SPLIT),
     "split all but q, k": rounding(SPLIT, qk="bf16"),
     "tf32, bf16 state": rounding("tf32", state="bf16"),
+    # one MMA a product with fp16 operands where bf16 needed a split (an MMA takes one type
+    # for both operands: T, d, u, P and the update's keys fp16; q, k and the state bf16)
+    "fp16 everywhere": rounding("fp16"),
+    "fp16 T, d, u, P, kdec; bf16 q, k, state": rounding(
+        "fp16", qk="bf16", state="bf16"
+    ),
 }
 # the fused kernel's operands (bf16; T, u and the update's u split, the update's keys exact:
 # about "bf16, split T, u, kdec"), with T from each inverse
