@@ -34,9 +34,7 @@ from bench.experimental import gdn_fused_sm90 as fused  # noqa: E402
 DEV = "cuda"
 F32 = dict(dtype=torch.float32, device=DEV)
 SPECS = {1: "gdn_gva1", 2: "gdn_qwen3_next"}  # generated sm90 modules by GVA group
-# the kernel's forms by name: one or two consumer warpgroups with prepare's T, or T formed
-# in the kernel (``inverse``: prepare shrinks to gdn_fused_gates)
-VARIANTS = {"c1": {}, "c2": {"consumers": 2}, "inv": {"inverse": True}}
+VARIANTS = fused.FORMS  # the kernel's forms by name
 _COMPILED: dict[tuple, object] = {}
 
 

@@ -65,7 +65,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.memory
 import cutlass.utils.hopper_helpers as sm90
-from cutlass import BFloat16, Float32, Int32, const_expr
+from cutlass import BFloat16, Float16, Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -108,6 +108,16 @@ OUT, VALUES = 1, 2
 COPY = 8  # bf16 elements a 16-byte cp.async
 
 
+# the kernel's forms by name (the harness's --variants): one or two consumer warpgroups with
+# prepare's T, or T formed in the kernel (``inverse``: prepare shrinks to gdn_fused_gates);
+# "h": fp16 operands where the others split bf16 (``half``)
+FORMS = {
+    "c1": {}, "c2": {"consumers": 2}, "inv": {"inverse": True},
+    "c1h": {"half": True}, "c2h": {"consumers": 2, "half": True},
+    "invh": {"inverse": True, "half": True},
+}  # fmt: skip
+
+
 class GdnFusedSm90:
     """q, k ``[N, H, KD]`` and v, out ``[N, HV, VD]`` bf16; T ``[N, HV, C]`` fp32 (the
     prepare kernel's, row t of token t's chunk); G, beta, qs, kn ``[HV, N]`` fp32; the pool
@@ -115,11 +125,16 @@ class GdnFusedSm90:
     query_start_loc ``[B + 1]`` int32. Request b's final state goes to its pool row."""
 
     # parts a timing ablation may leave out (``skip``; the results are then wrong)
-    PARTS = ("gates", "loads", "p", "split", "state", "epi", "ostore", "solve")
+    # (the inverse's warpgroup: "solve" all of it, or its parts "mform" (K K^T and M),
+    # "diag" (the diagonal blocks), "merge" (the two merges), "tsplit" (T to the operand))
+    PARTS = (
+        "gates", "loads", "p", "split", "state", "epi", "ostore", "solve", "mform", "diag",
+        "merge", "tsplit",
+    )  # fmt: skip
 
     def __init__(
         self, group: int = 1, skip: tuple[str, ...] = (), consumers: int = 1,
-        inverse: bool = False, modes: bool = False,
+        inverse: bool = False, modes: bool = False, half: bool = False,
     ):  # fmt: skip
         self.group = group  # value heads per key head
         # consumer warpgroups of a CTA, each VB value rows of the head's state; the
@@ -133,6 +148,11 @@ class GdnFusedSm90:
         # modes: read each run's mode bits (OUT, VALUES) at run time (gdn_fused_cp's mixed
         # launches); without, every run is OUT | VALUES and the branches on them compile away
         self.modes = modes
+        # half: T, d, u, P and the update's keys as fp16 operands, one MMA a product (the
+        # split-bf16 pairs otherwise); q, k and the state stay bf16 (gdn_fused_precision:
+        # 0.30 / 0.19 of the bounds at 8k against the split design's 0.46 / 0.31)
+        self.half = half
+        self.lo = Float16 if half else BFloat16  # the type of those operands
         self.threads = (consumers + 1 + int(inverse)) * THREADS
         self.empty_threads = (consumers + 1) * THREADS  # EMPTY: the consumers and producer
         self.cols = consumers * VB  # the CTA's value columns
@@ -172,8 +192,13 @@ class GdnFusedSm90:
             a_source=rmem,
         )  # fmt: skip
         mma_upd = sm90.make_trivial_tiled_mma(
-            bf, bf, k_major, mn_major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(VB, KD),
-            a_source=rmem,
+            self.lo, self.lo, k_major, mn_major, Float32, atom_layout_mnk=(1, 1, 1),
+            tiler_mn=(VB, KD), a_source=rmem,
+        )  # fmt: skip
+        # u = d T^T and O += u P^T on the low operands (with ``half``: fp16)
+        mma_lo = sm90.make_trivial_tiled_mma(
+            self.lo, self.lo, k_major, k_major, Float32, atom_layout_mnk=(1, 1, 1),
+            tiler_mn=(VB, C), a_source=rmem,
         )  # fmt: skip
         l_qk = smem_layout(bf, C, KD, STAGES)  # q, k: [t, key, load stage]
         l_sq = smem_layout(bf, C, C, STAGES)  # P, T's parts: [t, s, stage]
@@ -191,9 +216,13 @@ class GdnFusedSm90:
         members = {
             "g": vec(), "beta": vec(), "qs": vec(), "kn": vec(), "ca": vec(), "cv": vec(),
             "cb": vec(), "cu": vec(), "sQ": tile(l_qk), "sK": tile(l_qk),
-            "sP": tile(l_sq), "sTh": tile(l_sq), "sTl": tile(l_sq), "sO": tile(l_o),
+            "sP": tile(l_sq, self.lo), "sTh": tile(l_sq, self.lo), "sO": tile(l_o),
             "sT": tile(l_t, Float32), "sV": tile(l_v),
         }  # fmt: skip
+        if const_expr(self.half):  # the update's keys as fp16 (the producer converts them)
+            members["sK16"] = tile(l_qk, Float16)
+        else:  # T's low part
+            members["sTl"] = tile(l_sq)
         # the inverse's fp32 M, T [t, s] and a product's scratch [32, 32]: rows padded by 4
         # so that four rows' 16-byte pieces fall in different banks
         l_m = cute.make_layout((C, C), stride=(C + PAD, 1))
@@ -208,7 +237,7 @@ class GdnFusedSm90:
         self.kernel(
             mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mStart, mEnd, mMode,
             mO,
-            l_qk, l_sq, l_o, l_t, l_v, l_m, mma_qk, mma_rk, mma_upd, Storage,
+            l_qk, l_sq, l_o, l_t, l_v, l_m, mma_qk, mma_rk, mma_lo, mma_upd, Storage,
         ).launch(
             grid=grid, block=[self.threads, 1, 1], smem=Storage.size_in_bytes(), stream=stream
         )  # fmt: skip
@@ -239,6 +268,7 @@ class GdnFusedSm90:
         l_m: cute.Layout,
         mma_qk: cute.TiledMma,
         mma_rk: cute.TiledMma,
+        mma_lo: cute.TiledMma,
         mma_upd: cute.TiledMma,
         Storage: cutlass.Constexpr,
     ):
@@ -250,9 +280,16 @@ class GdnFusedSm90:
             sQ, sK = (m.get_tensor(l_qk.outer, swizzle=l_qk.inner) for m in (st.sQ, st.sK))
             sT = st.sT.get_tensor(l_t)
             sV = st.sV.get_tensor(l_v)
-            sP, sTh, sTl = (
-                m.get_tensor(l_sq.outer, swizzle=l_sq.inner) for m in (st.sP, st.sTh, st.sTl)
-            )
+            sP, sTh = (m.get_tensor(l_sq.outer, swizzle=l_sq.inner) for m in (st.sP, st.sTh))
+            sTl = sTh  # (with ``half`` T is one tile; split_t leaves sTl alone then)
+            sK16 = sK  # (the update's keys: bf16 as stored, or an fp16 copy with ``half``)
+            flat_k, flat_k16 = sK, sK  # (their raw elements, for the producer's conversion)
+            if const_expr(self.half):
+                sK16 = st.sK16.get_tensor(l_qk.outer, swizzle=l_qk.inner)
+                raw = cute.make_layout(cute.cosize(l_qk))
+                flat_k, flat_k16 = st.sK.get_tensor(raw), st.sK16.get_tensor(raw)
+            else:
+                sTl = st.sTl.get_tensor(l_sq.outer, swizzle=l_sq.inner)
             sO = st.sO.get_tensor(l_o.outer, swizzle=l_o.inner)
             sG, sBeta, sQs, sKn = (
                 m.get_tensor(cute.make_layout((C, STAGES))) for m in (st.g, st.beta, st.qs, st.kn)
@@ -320,6 +357,8 @@ class GdnFusedSm90:
                             sT[None, None, stage], sTh[None, None, stage], sTl[None, None, stage],
                             ptid,
                         )  # fmt: skip
+                    if const_expr(self.half):  # the update's keys as fp16 (exact in range)
+                        self.keys_fp16(flat_k, flat_k16, stage, ptid)
                     cute.arch.fence_view_async_shared()
                     cute.arch.barrier_arrive(
                         barrier_id=FULL + stage, number_of_threads=self.threads
@@ -357,12 +396,17 @@ class GdnFusedSm90:
                         n = cutlass.min(end - start - c * C, C)
                         cute.arch.barrier(barrier_id=LOADED + stage, number_of_threads=2 * THREADS)
                         if const_expr("solve" not in self.skip):
-                            self.form_m(mma_qk, tKa[None, None, None, stage],
-                                        tKk[None, None, None, stage], cM, sM, sG[None, stage],
-                                        sBeta[None, stage], sKn[None, stage], n, itid)  # fmt: skip
+                            if const_expr("mform" not in self.skip):
+                                self.form_m(mma_qk, tKa[None, None, None, stage],
+                                            tKk[None, None, None, stage], cM, sM,
+                                            sG[None, stage], sBeta[None, stage],
+                                            sKn[None, stage], n, itid)  # fmt: skip
                             cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
                             self.form_t(sM, sTf, sY, itid)
-                            self.split_t(sTf, sTh[None, None, stage], sTl[None, None, stage], itid)
+                            if const_expr("tsplit" not in self.skip):
+                                self.split_t(
+                                    sTf, sTh[None, None, stage], sTl[None, None, stage], itid
+                                )
                         cute.arch.fence_view_async_shared()
                         cute.arch.barrier_arrive(
                             barrier_id=FULL + stage, number_of_threads=self.threads
@@ -377,7 +421,7 @@ class GdnFusedSm90:
                 ctid = tidx - wg * THREADS
                 vc = wg * VB  # this consumer's first column of the CTA's
                 thr_rk, thr_upd = (m.get_slice(ctid) for m in (mma_rk, mma_upd))
-                wg_rk, wg_upd = (m.get_slice(0) for m in (mma_rk, mma_upd))
+                wg_rk, wg_lo, wg_upd = (m.get_slice(0) for m in (mma_rk, mma_lo, mma_upd))
                 acc_S = cute.make_rmem_tensor(mma_upd.partition_shape_C((VB, KD)), Float32)
                 cS = thr_upd.partition_C(cute.make_identity_tensor((VB, KD)))
                 acc_S.fill(0.0)
@@ -386,16 +430,16 @@ class GdnFusedSm90:
                         acc_S[j] = mPool[slot, h, v0 + vc + cS[j][0], cS[j][1]]
                 tKb = wg_rk.make_fragment_B(wg_rk.partition_B(sK))
                 tQb = wg_rk.make_fragment_B(wg_rk.partition_B(sQ))
-                tTh = wg_rk.make_fragment_B(wg_rk.partition_B(sTh))
-                tTl = wg_rk.make_fragment_B(wg_rk.partition_B(sTl))
-                tPt = wg_rk.make_fragment_B(wg_rk.partition_B(sP))
-                tKu = wg_upd.make_fragment_B(wg_upd.partition_B(transpose_smem(sK)))
+                tTh = wg_lo.make_fragment_B(wg_lo.partition_B(sTh))
+                tTl = wg_lo.make_fragment_B(wg_lo.partition_B(sTl))
+                tPt = wg_lo.make_fragment_B(wg_lo.partition_B(sP))
+                tKu = wg_upd.make_fragment_B(wg_upd.partition_B(transpose_smem(sK16)))
                 tSa = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, KD)))
-                tDa = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
-                tUh = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
-                tUl = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
-                tUsh = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
-                tUsl = wg_rk.make_fragment_A(wg_rk.partition_shape_A((VB, C)))
+
+                def a_operand():  # (VB, C) in the low type, registers
+                    return wg_lo.make_fragment_A(wg_lo.partition_shape_A((VB, C)))
+
+                tDa, tUh, tUl, tUsh, tUsl = (a_operand() for _ in range(5))
                 atom_o = cute.make_copy_atom(
                     cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=True, num_matrices=4), BFloat16
                 )
@@ -425,32 +469,40 @@ class GdnFusedSm90:
                             d = v_scale * sCv[t, stage] * Float32(sV[t, vc + v, stage])
                             acc_D[j] = d - sCa[t, stage] * acc_D[j]
                             acc_O[j] = acc_O[j] * sCb[t, stage]
-                    tDa.store(mma_a(acc_D).load().to(BFloat16))
-                    # -- u^T = d^T diag(beta) T^T, then split ----
+                    tDa.store(mma_a(acc_D).load().to(self.lo))
+                    # -- u^T = d^T diag(beta) T^T, then split (with ``half``: fp16) ----
                     acc_U = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
                     if const_expr(state):
-                        _wgmma(mma_rk, acc_U, tDa, tTh[None, None, None, stage], True)
-                        _wgmma(mma_rk, acc_U, tDa, tTl[None, None, None, stage], False)
-                    split_a(acc_U, tUh, tUl)
-                    # the update's u: u^T diag(kn exp(G_C - G)), split
+                        t_hi = tTh[None, None, None, stage]
+                        if const_expr(self.half):
+                            _wgmma(mma_lo, acc_U, tDa, t_hi, True)
+                        else:
+                            _wgmma(mma_lo, acc_U, tDa, t_hi, True, -1)
+                            _wgmma(mma_lo, acc_U, tDa, tTl[None, None, None, stage], False)
+                    self.operand(acc_U, tUh, tUl)
+                    # the update's u: u^T diag(kn exp(G_C - G))
                     for j in cutlass.range_constexpr(cute.size(acc_U)):
                         acc_U[j] = acc_U[j] * sCu[cR[j][1], stage]
-                    split_a(acc_U, tUsh, tUsl)
+                    self.operand(acc_U, tUsh, tUsl)
                     gamma_c = cute.math.exp2(sG[n - 1, stage] * LOG2_E, fastmath=True)
                     acc_S.store(acc_S.load() * gamma_c)
                     # -- O^T += u^T P^T, then S^T = gamma_C S^T + (scaled u^T) K (K exact, the
                     # stored keys) in flight while O goes out ----
                     if const_expr(state):
-                        if write_out:
-                            _wgmma(mma_rk, acc_O, tUh, tPt[None, None, None, stage], False, -1)
-                            _wgmma(mma_rk, acc_O, tUl, tPt[None, None, None, stage], False, -1)
+                        p_t = tPt[None, None, None, stage]
                         k_upd = tKu[None, None, None, stage]
+                        if write_out:
+                            _wgmma(mma_lo, acc_O, tUh, p_t, False, -1)
+                            if const_expr(not self.half):
+                                _wgmma(mma_lo, acc_O, tUl, p_t, False, -1)
                         _wgmma(mma_upd, acc_S, tUsh, k_upd, False, -1)
-                        _wgmma(mma_upd, acc_S, tUsl, k_upd, False, -1)
+                        if const_expr(not self.half):
+                            _wgmma(mma_upd, acc_S, tUsl, k_upd, False, -1)
                     # -- O^T by stmatrix (transposed) into [t, v] rows, then 16-byte rows
                     # (the last chunk's loads of sO finished before this chunk's FULL) ----
                     if write_out:
-                        warpgroup.wait_group(2)  # O's groups done, the update's in flight
+                        # O's groups done, the update's in flight
+                        warpgroup.wait_group(1 if const_expr(self.half) else 2)
                         r_O = cute.make_rmem_tensor_like(acc_O, BFloat16)
                         r_O.store(acc_O.load().to(BFloat16))
                         if const_expr("ostore" not in self.skip):
@@ -491,10 +543,10 @@ class GdnFusedSm90:
             # (s > t: G_t - G_s >= 0 clamped, the product then dropped: no branch)
             decay = cute.math.exp2(cutlass.min(sG[t] - sG[s], 0.0) * LOG2_E, fastmath=True)
             acc_P[j] = cutlass.select_(s <= t, acc_P[j] * sQs[t] * sKn[s] * decay, Float32(0.0))
-        r_P = cute.make_rmem_tensor_like(acc_P, BFloat16)
-        r_P.store(acc_P.load().to(BFloat16))
+        r_P = cute.make_rmem_tensor_like(acc_P, self.lo)
+        r_P.store(acc_P.load().to(self.lo))
         atom = cute.make_copy_atom(
-            cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), BFloat16
+            cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.lo
         )
         thr = cute.make_tiled_copy_C(atom, mma_qk).get_slice(tidx)
         cute.copy(atom, thr.retile(r_P), thr.partition_D(sP))
@@ -538,45 +590,47 @@ class GdnFusedSm90:
         lane = tidx % 32
         col = lane % 16
         blk = 16
-        m_blk = cute.local_tile(sM, (blk, blk), (warp, warp))
-        mine = cute.make_rmem_tensor(blk, Float32)  # T[base + r, base + col]
-        for r in cutlass.range_constexpr(blk):
-            mine[r] = cutlass.select_(r == col, Float32(1.0), Float32(0.0))
-        x = cute.make_rmem_tensor(4, Float32)
-        for t in cutlass.range_constexpr(1, blk):
-            parts = [Float32(0.0) for _ in range(4)]
-            for q in cutlass.range_constexpr((t + 3) // 4):  # M[t, s], s < t (0 at s >= t)
-                x.store(cute.local_tile(m_blk[t, None], (4,), (q,)).load())
-                for e in cutlass.range_constexpr(4):
-                    parts[e] = parts[e] + x[e] * mine[4 * q + e]
-            mine[t] = mine[t] - ((parts[0] + parts[1]) + (parts[2] + parts[3]))
-        t_blk = cute.local_tile(sT, (blk, blk), (warp, warp))
-        if lane < blk:
+        if const_expr("diag" not in self.skip):
+            m_blk = cute.local_tile(sM, (blk, blk), (warp, warp))
+            mine = cute.make_rmem_tensor(blk, Float32)  # T[base + r, base + col]
             for r in cutlass.range_constexpr(blk):
-                t_blk[r, col] = mine[r]
-        if warp % 2 == 0:  # the block right of this one is read by the 32 -> 64 merge: 0
-            right = cute.local_tile(sT, (blk, blk), (warp, warp + 1))
-            for r in cutlass.range_constexpr(blk * blk // 32):
-                right[r * 2 + lane // 16, col] = Float32(0.0)
+                mine[r] = cutlass.select_(r == col, Float32(1.0), Float32(0.0))
+            x = cute.make_rmem_tensor(4, Float32)
+            for t in cutlass.range_constexpr(1, blk):
+                parts = [Float32(0.0) for _ in range(4)]
+                for q in cutlass.range_constexpr((t + 3) // 4):  # M[t, s], s < t (0 at s >= t)
+                    x.store(cute.local_tile(m_blk[t, None], (4,), (q,)).load())
+                    for e in cutlass.range_constexpr(4):
+                        parts[e] = parts[e] + x[e] * mine[4 * q + e]
+                mine[t] = mine[t] - ((parts[0] + parts[1]) + (parts[2] + parts[3]))
+            t_blk = cute.local_tile(sT, (blk, blk), (warp, warp))
+            if lane < blk:
+                for r in cutlass.range_constexpr(blk):
+                    t_blk[r, col] = mine[r]
+            if warp % 2 == 0:  # the block right of this one is read by the 32 -> 64 merge: 0
+                right = cute.local_tile(sT, (blk, blk), (warp, warp + 1))
+                for r in cutlass.range_constexpr(blk * blk // 32):
+                    right[r * 2 + lane // 16, col] = Float32(0.0)
         cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
         # -- 16 -> 32: warps 2p, 2p + 1 merge diagonal blocks 2p and 2p + 1 ----
-        pair = warp // 2
-        ptid = tidx % 64
-        y = cute.local_tile(sY, (blk, blk), (pair, 0))
+        if const_expr("merge" not in self.skip):
+            pair = warp // 2
+            ptid = tidx % 64
+            y = cute.local_tile(sY, (blk, blk), (pair, 0))
 
-        def block(tile, i, j, size=blk):
-            return cute.local_tile(tile, (size, size), (i, j))
+            def block(tile, i, j, size=blk):
+                return cute.local_tile(tile, (size, size), (i, j))
 
-        lo, hi = 2 * pair, 2 * pair + 1
-        self.small_gemm(y, block(sM, hi, lo), block(sT, lo, lo), 1.0, ptid, 64)
-        cute.arch.barrier(barrier_id=PAIR + pair, number_of_threads=64)
-        self.small_gemm(block(sT, hi, lo), block(sT, hi, hi), y, -1.0, ptid, 64)
-        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
-        # -- 32 -> 64 ----
-        half = 2 * blk
-        self.small_gemm(sY, block(sM, 1, 0, half), block(sT, 0, 0, half), 1.0, tidx, THREADS)
-        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
-        self.small_gemm(block(sT, 1, 0, half), block(sT, 1, 1, half), sY, -1.0, tidx, THREADS)
+            lo, hi = 2 * pair, 2 * pair + 1
+            self.small_gemm(y, block(sM, hi, lo), block(sT, lo, lo), 1.0, ptid, 64)
+            cute.arch.barrier(barrier_id=PAIR + pair, number_of_threads=64)
+            self.small_gemm(block(sT, hi, lo), block(sT, hi, hi), y, -1.0, ptid, 64)
+            cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
+            # -- 32 -> 64 ----
+            half = 2 * blk
+            self.small_gemm(sY, block(sM, 1, 0, half), block(sT, 0, 0, half), 1.0, tidx, THREADS)
+            cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
+            self.small_gemm(block(sT, 1, 0, half), block(sT, 1, 1, half), sY, -1.0, tidx, THREADS)
         cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
 
     @cute.jit
@@ -590,28 +644,33 @@ class GdnFusedSm90:
         threads: cutlass.Constexpr,
     ):
         """out = scale (a b) for fp32 shared tiles (rows x k) (k x cols) in fp32 FMAs: thread
-        ``tidx`` of ``threads`` forms 4 adjacent columns of rows tidx // (cols / 4) + passes,
-        reading a and b by 16-byte pieces."""
+        ``tidx`` of ``threads`` forms 4 adjacent columns of rows tidx // (cols / 4) + p
+        threads / (cols / 4) for each pass p, reading a and b by 16-byte pieces (each piece
+        of b serves every pass's row)."""
         rows, cols = cute.size(out, mode=[0]), cute.size(out, mode=[1])
         depth = cute.size(a, mode=[1])
         groups = cols // 4
         per_pass = threads // groups
+        passes = rows // per_pass
         g = tidx % groups
-        av = cute.make_rmem_tensor(4, Float32)
+        row0 = tidx // groups
+        av = cute.make_rmem_tensor((4, passes), Float32)
         bv = cute.make_rmem_tensor(4, Float32)
-        acc = cute.make_rmem_tensor(4, Float32)
-        for p in cutlass.range_constexpr(rows // per_pass):
-            i = p * per_pass + tidx // groups
-            acc.fill(0.0)
-            for k4 in cutlass.range_constexpr(depth // 4):
-                av.store(cute.local_tile(a[i, None], (4,), (k4,)).load())
-                for kk in cutlass.range_constexpr(4):
-                    bv.store(cute.local_tile(b[4 * k4 + kk, None], (4,), (g,)).load())
+        acc = cute.make_rmem_tensor((4, passes), Float32)
+        acc.fill(0.0)
+        for k4 in cutlass.range_constexpr(depth // 4):
+            for p in cutlass.range_constexpr(passes):
+                piece = cute.local_tile(a[row0 + p * per_pass, None], (4,), (k4,))
+                av[None, p].store(piece.load())
+            for kk in cutlass.range_constexpr(4):
+                bv.store(cute.local_tile(b[4 * k4 + kk, None], (4,), (g,)).load())
+                for p in cutlass.range_constexpr(passes):
                     for e in cutlass.range_constexpr(4):
-                        acc[e] = acc[e] + av[kk] * bv[e]
+                        acc[e, p] = acc[e, p] + av[kk, p] * bv[e]
+        for p in cutlass.range_constexpr(passes):
             for e in cutlass.range_constexpr(4):
-                acc[e] = acc[e] * scale
-            cute.local_tile(out[i, None], (4,), (g,)).store(acc.load())
+                acc[e, p] = acc[e, p] * scale
+            cute.local_tile(out[row0 + p * per_pass, None], (4,), (g,)).store(acc[None, p].load())
 
     @cute.jit
     def load_chunk(
@@ -700,6 +759,29 @@ class GdnFusedSm90:
                 dst.store(src.load())
 
     @cute.jit
+    def operand(self, acc: cute.Tensor, hi: cute.Tensor, lo: cute.Tensor):
+        """An accumulator as a register A operand: fp16 with ``half``, else two bf16 parts
+        (hi + lo = acc to about 16 bits; ``lo`` untouched with ``half``)."""
+        x = mma_a(acc).load()
+        x_hi = x.to(self.lo)
+        hi.store(x_hi)
+        if const_expr(not self.half):
+            lo.store((x - x_hi.to(Float32)).to(BFloat16))
+
+    @cute.jit
+    def keys_fp16(self, src: cute.Tensor, dst: cute.Tensor, stage: Int32, tidx: Int32):
+        """Stage ``stage`` of the keys into their fp16 copy, 8 elements (16 bytes) a thread
+        and pass, over the tiles' raw memory (``src``, ``dst``: both tiles share one
+        swizzled layout, stages outermost, so raw element i of one is element i of the
+        other); exact for |k| in fp16's normal range."""
+        size = C * KD
+        x = cute.make_rmem_tensor(COPY, Float32)
+        for p in cutlass.range_constexpr(size // (THREADS * COPY)):
+            piece = stage * (size // COPY) + p * THREADS + tidx
+            x.store(cute.local_tile(src, (COPY,), (piece,)).load().to(Float32))
+            cute.local_tile(dst, (COPY,), (piece,)).store(x.load().to(Float16))
+
+    @cute.jit
     def split_t(self, sT: cute.Tensor, s_hi: cute.Tensor, s_lo: cute.Tensor, tidx: Int32):
         """T (fp32 [t, s]) as a bf16 high + low pair of tiles, 8 consecutive elements (16-byte
         pieces) a thread and pass; above the diagonal 0 (prepare's T is unit lower
@@ -714,21 +796,12 @@ class GdnFusedSm90:
             for i in cutlass.range_constexpr(COPY):
                 x[i] = cutlass.select_(part * COPY + i <= t, x[i], Float32(0.0))
             vals = x.load()
-            hi = vals.to(BFloat16)
+            hi = vals.to(self.lo)
             cute.local_tile(s_hi[t, None], (COPY,), (part,)).store(hi)
-            cute.local_tile(s_lo[t, None], (COPY,), (part,)).store(
-                (vals - hi.to(Float32)).to(BFloat16)
-            )
-
-
-@cute.jit
-def split_a(acc: cute.Tensor, hi: cute.Tensor, lo: cute.Tensor):
-    """An accumulator as a register A operand in two bf16 parts: hi + lo = acc to about 16
-    bits."""
-    x = mma_a(acc).load()
-    x_hi = x.to(BFloat16)
-    hi.store(x_hi)
-    lo.store((x - x_hi.to(Float32)).to(BFloat16))
+            if const_expr(not self.half):
+                cute.local_tile(s_lo[t, None], (COPY,), (part,)).store(
+                    (vals - hi.to(Float32)).to(BFloat16)
+                )
 
 
 def chunk_reference(q, k, v, g, beta, state, *, scale: float, eps: float = 1e-6):
@@ -805,8 +878,8 @@ def main() -> int:
     parser.add_argument("--bench", action="store_true", help="GPU: time against attngen")
     parser.add_argument("--first", action="store_true", help="only the first check (sanitizers)")
     parser.add_argument(
-        "--variants", nargs="+", default=["c1"], choices=("c1", "c2", "inv"),
-        help="the kernel's forms (gdn_fused_check.VARIANTS)",
+        "--variants", nargs="+", default=["c1"], choices=tuple(FORMS),
+        help="the kernel's forms (FORMS)",
     )  # fmt: skip
     parser.add_argument(
         "--segments", type=int, nargs="+", default=[1],

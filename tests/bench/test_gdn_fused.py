@@ -127,3 +127,28 @@ def test_request_runs_compile_without_the_mode_branches():
     *_, plain = _sm90a(fused.GdnFusedSm90(1))
     *_, modes = _sm90a(fused.GdnFusedSm90(1, modes=True))
     assert plain.count("WARPGROUP") < 30 < modes.count("WARPGROUP")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inverse", [False, True])
+def test_half_kernel_compiles_with_one_fp16_mma_a_product(inverse):
+    """``half``: u = d T^T, O += u P^T and the update each one fp16 wgmma group (4 k-steps;
+    the update's N is 128), where the split form runs two bf16 ones; P, S K^T and S Q^T stay
+    bf16 (8 each), and K K^T with the inverse; no spill."""
+    import re
+
+    import cutlass.cute as cute
+
+    from attngen.backends.cute_dsl.aot import cubin_resources
+
+    with tempfile.TemporaryDirectory() as dump:
+        options = f"--gpu-arch sm_90a --keep-ptx --keep-cubin --dump-dir {dump}"
+        kernel = fused.GdnFusedSm90(1, half=True, inverse=inverse)
+        compiled = cute.compile(kernel, *fused.fake_args(1), options=options)
+        ptx, cubin = compiled.artifacts.PTX, compiled.artifacts.CUBIN
+    _, spills, _ = cubin_resources(cubin)
+    kinds = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)\.f32\.(\w+)\.(\w+)", ptx)
+    assert spills == 0
+    assert kinds.count(("m64n64k16", "f16", "f16")) == 8
+    assert kinds.count(("m64n128k16", "f16", "f16")) == 4
+    assert kinds.count(("m64n64k16", "bf16", "bf16")) == 24 + 8 * inverse
