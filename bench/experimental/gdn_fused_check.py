@@ -29,6 +29,7 @@ from attngen.families.gdn.triton.host.options import prepare_options  # noqa: E4
 from attngen.families.gdn.triton.kernels.chunk import chunk_prepare_kernel  # noqa: E402
 from bench.experimental import gdn_fused_cp as cp  # noqa: E402
 from bench.experimental import gdn_fused_gates as gates  # noqa: E402
+from bench.experimental import gdn_prep_sm90 as prep  # noqa: E402
 from bench.experimental import gdn_fused_sm90 as fused  # noqa: E402
 
 DEV = "cuda"
@@ -141,6 +142,8 @@ def fused_extend(
     if VARIANTS[variant].get("inverse"):
         no_t = torch.empty((1, x["v"].shape[1], cfg.chunk_size), **F32)  # not read
         prepared = (no_t, *gates.gates(x, plan, qsl, cfg, scale))
+    elif VARIANTS[variant].get("t16"):
+        prepared = prep.prepare(x, plan, qsl, cfg, scale)
     else:
         prepared = prepare(x, plan, qsl, cfg, scale)
     group = cfg.v_heads_per_k_head
@@ -315,10 +318,16 @@ def bench_case(
     t_t = triton.testing.do_bench(ours_triton, warmup=25, rep=100)
     t_p = triton.testing.do_bench(lambda: prepare(x, plan, qsl, cfg, scale), warmup=25, rep=100)
     t_g = triton.testing.do_bench(lambda: gates.gates(x, plan, qsl, cfg, scale), warmup=25, rep=100)
+    try:  # (its error recorded, not the other rows lost)
+        t_p16 = triton.testing.do_bench(
+            lambda: prep.prepare(x, plan, qsl, cfg, scale), warmup=25, rep=100
+        )
+    except Exception as err:
+        t_p16 = f"failed: {err!r}"[:400]
     row = {
         "case": f"{bs}x{length} H{heads}", "fused_ms": t_f, "triton_ms": t_t,
         "speedup_vs_triton": t_t / t_f, "out_diff_vs_triton": diff, "prepare_ms": t_p,
-        "gates_ms": t_g,
+        "gates_ms": t_g, "prep_sm90_ms": t_p16,
         "fused_ms_by_variant_x_segments": forms,
     }  # fmt: skip
     ours_fused()  # out_f and the pool as the first variant leaves them, for the diffs below

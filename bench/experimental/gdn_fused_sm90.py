@@ -80,6 +80,8 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (  # noqa: E402
     mma_a,
     transpose_smem,
 )
+from bench.experimental.gdn_inverse_sm90 import INVERSE, InverseSm90  # noqa: E402
+from bench.experimental.gdn_inverse_sm90 import tile_layout as inv_tile  # noqa: E402
 
 C = 64  # tokens a chunk (the prepare kernel's chunk_size)
 KD = VD = 128  # key and value head dims
@@ -100,8 +102,7 @@ assert INV_CONSUMER_REGS + INV_PRODUCER_REGS + INV_REGS <= POOL_REGS
 FULL, EMPTY, PRODUCER, CONSUMER = 1, 3, 5, 6
 # with ``inverse``: LOADED + s (the producer's loads of stage s landed: the inverse's
 # warpgroup may read k and the gates), and one inside the inverse's warpgroup
-LOADED, INVERSE, PAIR = 8, 10, 11  # PAIR + p: warps 2p, 2p + 1 of the inverse's warpgroup
-PAD = 4  # fp32 elements after each row of the inverse's tiles
+LOADED = 8
 # a run's mode bits: OUT writes its output rows, VALUES reads v (without it v is taken as
 # 0: the run from S^T = I gives the segment's transition A); a request's run is OUT | VALUES
 OUT, VALUES = 1, 2
@@ -115,10 +116,11 @@ FORMS = {
     "c1": {}, "c2": {"consumers": 2}, "inv": {"inverse": True},
     "c1h": {"half": True}, "c2h": {"consumers": 2, "half": True},
     "invh": {"inverse": True, "half": True},
+    "c1p": {"half": True, "t16": True},  # after gdn_prep_sm90 (fp16 T)
 }  # fmt: skip
 
 
-class GdnFusedSm90:
+class GdnFusedSm90(InverseSm90):
     """q, k ``[N, H, KD]`` and v, out ``[N, HV, VD]`` bf16; T ``[N, HV, C]`` fp32 (the
     prepare kernel's, row t of token t's chunk); G, beta, qs, kn ``[HV, N]`` fp32; the pool
     ``[slots + 1, HV, VD, KD]`` fp32; cache_indices, has_initial_state ``[B]``,
@@ -134,7 +136,7 @@ class GdnFusedSm90:
 
     def __init__(
         self, group: int = 1, skip: tuple[str, ...] = (), consumers: int = 1,
-        inverse: bool = False, modes: bool = False, half: bool = False,
+        inverse: bool = False, modes: bool = False, half: bool = False, t16: bool = False,
     ):  # fmt: skip
         self.group = group  # value heads per key head
         # consumer warpgroups of a CTA, each VB value rows of the head's state; the
@@ -153,6 +155,9 @@ class GdnFusedSm90:
         # 0.30 / 0.19 of the bounds at 8k against the split design's 0.46 / 0.31)
         self.half = half
         self.lo = Float16 if half else BFloat16  # the type of those operands
+        # t16: mT is fp16 T from gdn_prep_sm90, loaded as the operand (no conversion)
+        assert not t16 or (half and not inverse), "t16 takes the half form's prepare T"
+        self.t16 = t16
         self.threads = (consumers + 1 + int(inverse)) * THREADS
         self.empty_threads = (consumers + 1) * THREADS  # EMPTY: the consumers and producer
         self.cols = consumers * VB  # the CTA's value columns
@@ -225,13 +230,11 @@ class GdnFusedSm90:
             members["sTl"] = tile(l_sq)
         # the inverse's fp32 M, T [t, s] and a product's scratch [32, 32]: rows padded by 4
         # so that four rows' 16-byte pieces fall in different banks
-        l_m = cute.make_layout((C, C), stride=(C + PAD, 1))
+        l_m = inv_tile()
         if const_expr(self.inverse):
             members["sM"] = tile(l_m, Float32)
             members["sTf"] = tile(l_m, Float32)
-            members["sY"] = tile(
-                cute.make_layout((C // 2, C // 2), stride=(C // 2 + PAD, 1)), Float32
-            )
+            members["sY"] = tile(inv_tile(C // 2), Float32)
         Storage = cute.struct(type("Storage", (), {"__annotations__": members}))
         grid = (VD // self.cols, cute.size(mSlots.shape[0]), cute.size(mV.shape[1]))
         self.kernel(
@@ -282,6 +285,9 @@ class GdnFusedSm90:
             sV = st.sV.get_tensor(l_v)
             sP, sTh = (m.get_tensor(l_sq.outer, swizzle=l_sq.inner) for m in (st.sP, st.sTh))
             sTl = sTh  # (with ``half`` T is one tile; split_t leaves sTl alone then)
+            s_t = sT  # where T's loads land: fp32 rows to split, or (t16) the operand tile
+            if const_expr(self.t16):
+                s_t = sTh
             sK16 = sK  # (the update's keys: bf16 as stored, or an fp16 copy with ``half``)
             flat_k, flat_k16 = sK, sK  # (their raw elements, for the producer's conversion)
             if const_expr(self.half):
@@ -322,7 +328,7 @@ class GdnFusedSm90:
                 cP = thr_qk.partition_C(cute.make_identity_tensor((C, C)))  # (t, s)
                 gates = ((mG, sG), (mBeta, sBeta), (mQs, sQs), (mKn, sKn))
                 if num_chunks > 0:
-                    self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, gates, start, end, Int32(0),
+                    self.load_chunk(mQ, mK, mT, mV, sQ, sK, s_t, sV, gates, start, end, Int32(0),
                                     hk, h, v0, ptid)  # fmt: skip
                 cute.arch.cp_async_commit_group()
                 for c in cutlass.range(num_chunks, unroll=1):
@@ -352,7 +358,7 @@ class GdnFusedSm90:
                             self.form_p(mma_qk, tPa, tPb, cP, sP[None, None, stage], sg, sqs, skn,
                                         stage, ptid)  # fmt: skip
                     # -- T as bf16 hi + lo (beta goes on d, the update's row factors on u) ----
-                    if const_expr("split" not in self.skip and not self.inverse):
+                    if const_expr("split" not in self.skip and not self.inverse and not self.t16):
                         self.split_t(
                             sT[None, None, stage], sTh[None, None, stage], sTl[None, None, stage],
                             ptid,
@@ -373,7 +379,7 @@ class GdnFusedSm90:
                                 barrier_id=EMPTY + 1 - stage, number_of_threads=self.empty_threads
                             )
                         if const_expr("loads" not in self.skip):
-                            self.load_chunk(mQ, mK, mT, mV, sQ, sK, sT, sV, gates, start, end,
+                            self.load_chunk(mQ, mK, mT, mV, sQ, sK, s_t, sV, gates, start, end,
                                             c + 1, hk, h, v0, ptid)  # fmt: skip
                         cute.arch.cp_async_commit_group()
             elif wg > self.consumers:
@@ -384,9 +390,7 @@ class GdnFusedSm90:
                     cute.arch.setmaxregister_increase(INV_REGS)
                     itid = tidx - (self.consumers + 1) * THREADS
                     sM, sTf = st.sM.get_tensor(l_m), st.sTf.get_tensor(l_m)
-                    sY = st.sY.get_tensor(
-                        cute.make_layout((C // 2, C // 2), stride=(C // 2 + PAD, 1))
-                    )
+                    sY = st.sY.get_tensor(inv_tile(C // 2))
                     wg_kk = mma_qk.get_slice(0)
                     tKa = wg_kk.make_fragment_A(wg_kk.partition_A(sK))
                     tKk = wg_kk.make_fragment_B(wg_kk.partition_B(sK))
@@ -552,127 +556,6 @@ class GdnFusedSm90:
         cute.copy(atom, thr.retile(r_P), thr.partition_D(sP))
 
     @cute.jit
-    def form_m(
-        self,
-        mma_qk: cute.TiledMma,
-        tKa: cute.Tensor,
-        tKb: cute.Tensor,
-        cM: cute.Tensor,
-        sM: cute.Tensor,
-        sG: cute.Tensor,
-        sBeta: cute.Tensor,
-        sKn: cute.Tensor,
-        n: Int32,
-        tidx: Int32,
-    ):
-        """M = (K K^T ∘ beta_t kn_t kn_s exp(G_t - G_s))[s < t < n] in fp32 into ``sM``
-        [t, s] from the stored keys (exact bf16 products), as the prepare kernel forms it."""
-        acc = cute.make_rmem_tensor(mma_qk.partition_shape_C((C, C)), Float32)
-        tMs = mma_qk.get_slice(tidx).partition_C(sM)  # sM as the accumulator: static offsets
-        _wgmma(mma_qk, acc, tKa, tKb, True)
-        # everyone is done reading the last chunk's M
-        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
-        for j in cutlass.range_constexpr(cute.size(acc)):
-            t, s = cM[j]
-            decay = cute.math.exp2(cutlass.min(sG[t] - sG[s], 0.0) * LOG2_E, fastmath=True)
-            factor = cutlass.select_(t < n, sBeta[t] * sKn[t] * sKn[s] * decay, Float32(0.0))
-            tMs[j] = acc[j] * cutlass.select_(s < t, factor, Float32(0.0))
-
-    @cute.jit
-    def form_t(self, sM: cute.Tensor, sT: cute.Tensor, sY: cute.Tensor, tidx: Int32):
-        """T = (I + M)^-1 into ``sT`` (fp32 [t, s], lower triangular; the blocks above the
-        diagonal that the products below read are zeroed, the rest are left: split_t masks
-        them) by blocked forward substitution, in fp32 FMAs: each warp inverts one 16 x 16
-        diagonal block by substitution (a lane a column, its T column in registers), then
-        the 16 -> 32 and 32 -> 64 merges, T_21 = -T_22 (M_21 T_11), as shared-memory products
-        of all 128 threads (four dependent steps of 64 .. 256 FMAs a thread)."""
-        warp = tidx // 32
-        lane = tidx % 32
-        col = lane % 16
-        blk = 16
-        if const_expr("diag" not in self.skip):
-            m_blk = cute.local_tile(sM, (blk, blk), (warp, warp))
-            mine = cute.make_rmem_tensor(blk, Float32)  # T[base + r, base + col]
-            for r in cutlass.range_constexpr(blk):
-                mine[r] = cutlass.select_(r == col, Float32(1.0), Float32(0.0))
-            x = cute.make_rmem_tensor(4, Float32)
-            for t in cutlass.range_constexpr(1, blk):
-                parts = [Float32(0.0) for _ in range(4)]
-                for q in cutlass.range_constexpr((t + 3) // 4):  # M[t, s], s < t (0 at s >= t)
-                    x.store(cute.local_tile(m_blk[t, None], (4,), (q,)).load())
-                    for e in cutlass.range_constexpr(4):
-                        parts[e] = parts[e] + x[e] * mine[4 * q + e]
-                mine[t] = mine[t] - ((parts[0] + parts[1]) + (parts[2] + parts[3]))
-            t_blk = cute.local_tile(sT, (blk, blk), (warp, warp))
-            if lane < blk:
-                for r in cutlass.range_constexpr(blk):
-                    t_blk[r, col] = mine[r]
-            if warp % 2 == 0:  # the block right of this one is read by the 32 -> 64 merge: 0
-                right = cute.local_tile(sT, (blk, blk), (warp, warp + 1))
-                for r in cutlass.range_constexpr(blk * blk // 32):
-                    right[r * 2 + lane // 16, col] = Float32(0.0)
-        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
-        # -- 16 -> 32: warps 2p, 2p + 1 merge diagonal blocks 2p and 2p + 1 ----
-        if const_expr("merge" not in self.skip):
-            pair = warp // 2
-            ptid = tidx % 64
-            y = cute.local_tile(sY, (blk, blk), (pair, 0))
-
-            def block(tile, i, j, size=blk):
-                return cute.local_tile(tile, (size, size), (i, j))
-
-            lo, hi = 2 * pair, 2 * pair + 1
-            self.small_gemm(y, block(sM, hi, lo), block(sT, lo, lo), 1.0, ptid, 64)
-            cute.arch.barrier(barrier_id=PAIR + pair, number_of_threads=64)
-            self.small_gemm(block(sT, hi, lo), block(sT, hi, hi), y, -1.0, ptid, 64)
-            cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
-            # -- 32 -> 64 ----
-            half = 2 * blk
-            self.small_gemm(sY, block(sM, 1, 0, half), block(sT, 0, 0, half), 1.0, tidx, THREADS)
-            cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
-            self.small_gemm(block(sT, 1, 0, half), block(sT, 1, 1, half), sY, -1.0, tidx, THREADS)
-        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
-
-    @cute.jit
-    def small_gemm(
-        self,
-        out: cute.Tensor,
-        a: cute.Tensor,
-        b: cute.Tensor,
-        scale: cutlass.Constexpr,
-        tidx: Int32,
-        threads: cutlass.Constexpr,
-    ):
-        """out = scale (a b) for fp32 shared tiles (rows x k) (k x cols) in fp32 FMAs: thread
-        ``tidx`` of ``threads`` forms 4 adjacent columns of rows tidx // (cols / 4) + p
-        threads / (cols / 4) for each pass p, reading a and b by 16-byte pieces (each piece
-        of b serves every pass's row)."""
-        rows, cols = cute.size(out, mode=[0]), cute.size(out, mode=[1])
-        depth = cute.size(a, mode=[1])
-        groups = cols // 4
-        per_pass = threads // groups
-        passes = rows // per_pass
-        g = tidx % groups
-        row0 = tidx // groups
-        av = cute.make_rmem_tensor((4, passes), Float32)
-        bv = cute.make_rmem_tensor(4, Float32)
-        acc = cute.make_rmem_tensor((4, passes), Float32)
-        acc.fill(0.0)
-        for k4 in cutlass.range_constexpr(depth // 4):
-            for p in cutlass.range_constexpr(passes):
-                piece = cute.local_tile(a[row0 + p * per_pass, None], (4,), (k4,))
-                av[None, p].store(piece.load())
-            for kk in cutlass.range_constexpr(4):
-                bv.store(cute.local_tile(b[4 * k4 + kk, None], (4,), (g,)).load())
-                for p in cutlass.range_constexpr(passes):
-                    for e in cutlass.range_constexpr(4):
-                        acc[e, p] = acc[e, p] + av[kk, p] * bv[e]
-        for p in cutlass.range_constexpr(passes):
-            for e in cutlass.range_constexpr(4):
-                acc[e, p] = acc[e, p] * scale
-            cute.local_tile(out[row0 + p * per_pass, None], (4,), (g,)).store(acc[None, p].load())
-
-    @cute.jit
     def load_chunk(
         self,
         mQ: cute.Tensor,
@@ -701,13 +584,16 @@ class GdnFusedSm90:
         stage = c % STAGES
         bf = cute.make_copy_atom(cpasync.CopyG2SOp(), BFloat16, num_bits_per_copy=128)
         f32 = cute.make_copy_atom(cpasync.CopyG2SOp(), Float32, num_bits_per_copy=128)
+        f16 = cute.make_copy_atom(cpasync.CopyG2SOp(), Float16, num_bits_per_copy=128)
         # (source, destination, elements a copy, copies a row, atom)
         rows = (
             (mQ[None, hk, None], sQ[None, None, stage], COPY, KD // COPY, bf, 0),
             (mK[None, hk, None], sK[None, None, stage], COPY, KD // COPY, bf, 0),
             (mV[None, h, None], sV[None, None, stage], COPY, self.cols // COPY, bf, v0 // COPY),
         )
-        if const_expr(not self.inverse):  # T from the prepare kernel
+        if const_expr(self.t16):  # fp16 T from gdn_prep_sm90, into the operand tile
+            rows += ((mT[None, h, None], sT[None, None, stage], COPY, C // COPY, f16, 0),)
+        elif const_expr(not self.inverse):  # fp32 T from the Triton prepare kernel
             rows += ((mT[None, h, None], sT[None, None, stage], 4, C // 4, f32, 0),)
         for src, dst, width, per_row, atom, first in rows:
             rows_a_pass = THREADS // per_row
@@ -848,7 +734,7 @@ def chunk_reference(q, k, v, g, beta, state, *, scale: float, eps: float = 1e-6)
     return out, st
 
 
-def fake_args(group: int = 1):
+def fake_args(group: int = 1, t_dtype=Float32):
     """Arguments with the launch's types and dynamic sizes, no memory (CPU compile)."""
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
@@ -861,14 +747,15 @@ def fake_args(group: int = 1):
     vecs = [tensor(Float32, (hv, n), 4) for _ in range(4)]
     return (
         tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, hv, VD)),
-        tensor(Float32, (n, hv, C)), *vecs, tensor(Float32, (slots, hv, VD, KD), 4), *ints,
+        tensor(t_dtype, (n, hv, C)), *vecs, tensor(Float32, (slots, hv, VD, KD), 4), *ints,
         tensor(BFloat16, (n, hv, VD)), make_fake_stream(),
     )  # fmt: skip
 
 
 def compile_cpu(group: int = 1, arch: str = "sm_90a", **kw):
     kernel = GdnFusedSm90(group, **kw)
-    return cute.compile(kernel, *fake_args(group), options=f"--gpu-arch {arch}")
+    args = fake_args(group, Float16 if kernel.t16 else Float32)
+    return cute.compile(kernel, *args, options=f"--gpu-arch {arch}")
 
 
 def main() -> int:

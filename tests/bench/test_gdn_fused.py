@@ -79,14 +79,7 @@ def test_two_consumer_kernel_compiles_for_sm90a():
 
 
 def _sm90a(kernel):
-    import cutlass.cute as cute
-
-    from attngen.backends.cute_dsl.aot import cubin_resources
-
-    with tempfile.TemporaryDirectory() as dump:
-        options = f"--gpu-arch sm_90a --keep-cubin --dump-dir {dump}"
-        compiled = cute.compile(kernel, *fused.fake_args(1), options=options)
-        return cubin_resources(compiled.artifacts.CUBIN)
+    return _sm90a_args(kernel, fused.fake_args(1))
 
 
 def _setmaxnreg_total(sass: str) -> int:
@@ -152,3 +145,32 @@ def test_half_kernel_compiles_with_one_fp16_mma_a_product(inverse):
     assert kinds.count(("m64n64k16", "f16", "f16")) == 8
     assert kinds.count(("m64n128k16", "f16", "f16")) == 4
     assert kinds.count(("m64n64k16", "bf16", "bf16")) == 24 + 8 * inverse
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", [1, 2])
+def test_prep_kernel_and_the_fp16_t_form_compile_without_spills(group):
+    """gdn_prep_sm90 (gates, norms and fp16 T a chunk and head: K K^T on one wgmma group)
+    and the fused kernel's form that loads its T as the operand (c1p: no conversion, half
+    the T bytes of the fp32 form's cp.async copies)."""
+    from cutlass import Float16
+
+    from bench.experimental import gdn_prep_sm90 as prep
+
+    registers, spills, sass = _sm90a_args(prep.GdnPrepSm90(group), prep.fake_args(group))
+    assert spills == 0 and sass.count("HGMMA") == 8
+    kernel = fused.GdnFusedSm90(group, **fused.FORMS["c1p"])
+    _, spills, sass_p = _sm90a_args(kernel, fused.fake_args(group, Float16))
+    _, _, sass_h = _sm90a_args(fused.GdnFusedSm90(group, half=True), fused.fake_args(group))
+    assert spills == 0 and sass_p.count("HGMMA") == 36
+    assert sass_p.count("LDGSTS") < sass_h.count("LDGSTS")
+
+
+def _sm90a_args(kernel, args):
+    import cutlass.cute as cute
+
+    from attngen.backends.cute_dsl.aot import cubin_resources
+
+    with tempfile.TemporaryDirectory() as dump:
+        options = f"--gpu-arch sm_90a --keep-cubin --dump-dir {dump}"
+        return cubin_resources(cute.compile(kernel, *args, options=options).artifacts.CUBIN)
