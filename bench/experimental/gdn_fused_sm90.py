@@ -40,9 +40,10 @@ scalar work can run under the other's wgmmas; 384 threads with setmaxnreg (produ
 consumers 208 registers; no spill on sm_90a since the runs' mode bits, 32 bytes before),
 half the CTAs.
 The launch takes runs, not requests: (start, end, mode) per CTA row, the mode's bits
-``OUT`` (write the output rows; without it P and O are skipped) and ``VALUES`` (without it
-v is taken as 0), so ``gdn_fused_cp.py`` can run a long request's segments side by side
-(not yet run on a GPU either).
+``OUT`` (write the output rows; without it O is formed but not stored: a branch around
+its wgmmas had ptxas fence them all) and ``VALUES`` (without it v is taken as 0), so
+``gdn_fused_cp.py`` can run a long request's segments side by side (measured: no gain at
+1x32k with the fenced form, bench/README).
 Not yet: TMA, the triangular inverse in the kernel (prepare still runs before it), a third
 stage (tried: slower, 2.08 / 0.87 / 1.73 ms against 1.90 / 0.81 / 1.61), several CTAs on
 one long request.
@@ -148,7 +149,7 @@ class GdnFusedSm90(InverseSm90):
         assert not (inverse and consumers > 1), "the inverse's warpgroup: one consumer only"
         self.inverse = inverse
         # modes: read each run's mode bits (OUT, VALUES) at run time (gdn_fused_cp's mixed
-        # launches); without, every run is OUT | VALUES and the branches on them compile away
+        # launches); without, every run is OUT | VALUES, known when compiled
         self.modes = modes
         # half: T, d, u, P and the update's keys as fp16 operands, one MMA a product (the
         # split-bf16 pairs otherwise); q, k and the state stay bf16 (gdn_fused_precision:
@@ -354,9 +355,8 @@ class GdnFusedSm90(InverseSm90):
                         sCu[ptid, stage] = cutlass.select_(valid, to_end * skn[ptid], Float32(0.0))
                     # -- P = Q K^T, scaled and masked (s <= t), bf16 ----
                     if const_expr("p" not in self.skip):
-                        if write_out:
-                            self.form_p(mma_qk, tPa, tPb, cP, sP[None, None, stage], sg, sqs, skn,
-                                        stage, ptid)  # fmt: skip
+                        self.form_p(mma_qk, tPa, tPb, cP, sP[None, None, stage], sg, sqs, skn,
+                                    stage, ptid)  # fmt: skip
                     # -- T as bf16 hi + lo (beta goes on d, the update's row factors on u) ----
                     if const_expr("split" not in self.skip and not self.inverse and not self.t16):
                         self.split_t(
@@ -462,8 +462,7 @@ class GdnFusedSm90(InverseSm90):
                     acc_O = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
                     if const_expr(state):
                         _wgmma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True, -1)
-                        if write_out:
-                            _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True, -1)
+                        _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True, -1)
                         warpgroup.wait_group(0)
                     if const_expr("epi" not in self.skip):
                         # (columns t >= n: 0; u's columns there are finite, and multiply P's
@@ -495,18 +494,19 @@ class GdnFusedSm90(InverseSm90):
                     if const_expr(state):
                         p_t = tPt[None, None, None, stage]
                         k_upd = tKu[None, None, None, stage]
-                        if write_out:
-                            _wgmma(mma_lo, acc_O, tUh, p_t, False, -1)
-                            if const_expr(not self.half):
-                                _wgmma(mma_lo, acc_O, tUl, p_t, False, -1)
+                        _wgmma(mma_lo, acc_O, tUh, p_t, False, -1)
+                        if const_expr(not self.half):
+                            _wgmma(mma_lo, acc_O, tUl, p_t, False, -1)
                         _wgmma(mma_upd, acc_S, tUsh, k_upd, False, -1)
                         if const_expr(not self.half):
                             _wgmma(mma_upd, acc_S, tUsl, k_upd, False, -1)
                     # -- O^T by stmatrix (transposed) into [t, v] rows, then 16-byte rows
                     # (the last chunk's loads of sO finished before this chunk's FULL) ----
+                    # O's groups done, the update's in flight (O is formed in every run: a
+                    # branch on the run's mode around a wgmma has ptxas fence them all; only
+                    # the stores are skipped for the runs without outputs)
+                    warpgroup.wait_group(1 if const_expr(self.half) else 2)
                     if write_out:
-                        # O's groups done, the update's in flight
-                        warpgroup.wait_group(1 if const_expr(self.half) else 2)
                         r_O = cute.make_rmem_tensor_like(acc_O, BFloat16)
                         r_O.store(acc_O.load().to(BFloat16))
                         if const_expr("ostore" not in self.skip):
