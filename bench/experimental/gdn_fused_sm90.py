@@ -223,8 +223,10 @@ class GdnFusedSm90(InverseSm90):
             "g": vec(), "beta": vec(), "qs": vec(), "kn": vec(), "ca": vec(), "cv": vec(),
             "cb": vec(), "cu": vec(), "sQ": tile(l_qk), "sK": tile(l_qk),
             "sP": tile(l_sq, self.lo), "sTh": tile(l_sq, self.lo), "sO": tile(l_o),
-            "sT": tile(l_t, Float32), "sV": tile(l_v),
+            "sV": tile(l_v),
         }  # fmt: skip
+        if const_expr(not (self.inverse or self.t16)):  # fp32 T rows from the Triton prepare
+            members["sT"] = tile(l_t, Float32)
         if const_expr(self.half):  # the update's keys as fp16 (the producer converts them)
             members["sK16"] = tile(l_qk, Float16)
         else:  # T's low part
@@ -282,8 +284,10 @@ class GdnFusedSm90(InverseSm90):
         if slot > 0:  # padding rows read and write nothing
             st = cutlass.memory.SmemAllocator().allocate(Storage)
             sQ, sK = (m.get_tensor(l_qk.outer, swizzle=l_qk.inner) for m in (st.sQ, st.sK))
-            sT = st.sT.get_tensor(l_t)
             sV = st.sV.get_tensor(l_v)
+            sT = sV  # (not allocated when T is formed here or arrives as the fp16 operand)
+            if const_expr(not (self.inverse or self.t16)):
+                sT = st.sT.get_tensor(l_t)
             sP, sTh = (m.get_tensor(l_sq.outer, swizzle=l_sq.inner) for m in (st.sP, st.sTh))
             sTl = sTh  # (with ``half`` T is one tile; split_t leaves sTl alone then)
             s_t = sT  # where T's loads land: fp32 rows to split, or (t16) the operand tile
