@@ -398,6 +398,7 @@ def _peers() -> dict:
 
 
 def run(args) -> int:
+    import faulthandler
     import os
 
     from bench.run import tree_commit
@@ -412,12 +413,23 @@ def run(args) -> int:
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "gdn_fused.json").write_text(json.dumps(report, indent=1))
 
+    def watch(what: str):
+        """Mark ``what`` as running (saved) and end the process, tracebacks printed, if it
+        takes longer than --case-timeout: a kernel that hangs (a barrier or setmaxnreg
+        waiting for ever) must not take the device call's whole limit."""
+        report["running"] = what
+        save()
+        faulthandler.cancel_dump_traceback_later()
+        if args.case_timeout > 0:
+            faulthandler.dump_traceback_later(args.case_timeout, exit=True)
+
     ok = True
     if args.check:
         cases = [(c, 1) for c in (CHECKS[:1] if args.first else CHECKS)]
         cases += [(c, s) for s in args.segments if s > 1 for c in CP_CHECKS]
         for var in args.variants:
             for i, ((lens, group, corr), segs) in enumerate(cases):
+                watch(f"check {var} {lens} group {group} segments {segs}")
                 row = check_case(lens, group, corr, 100 + i, variant=var, segments=segs)
                 report["checks"].append(row)
                 ok &= row["ok"]
@@ -425,8 +437,12 @@ def run(args) -> int:
                 save()
     if args.bench:
         for bs, length, heads in BENCH:
+            watch(f"bench {bs}x{length} H{heads}")
             row = bench_case(bs, length, heads, tuple(args.variants), tuple(args.segments))
             report["bench"].append(row)
             print(json.dumps(row), flush=True)
             save()
+    faulthandler.cancel_dump_traceback_later()
+    report.pop("running", None)
+    save()
     return 0 if ok else 1

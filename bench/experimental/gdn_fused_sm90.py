@@ -777,6 +777,10 @@ def main() -> int:
         help="segments a long request runs as (gdn_fused_cp; 1: none)",
     )  # fmt: skip
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--case-timeout", type=float, default=150.0,
+        help="seconds a check or bench case may take before the process ends (0: no limit)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.compile:
         os.environ.setdefault("CUTE_DSL_COMPILER_OPT", "remarks{ptx}")
