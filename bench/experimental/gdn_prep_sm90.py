@@ -169,6 +169,7 @@ class GdnPrepSm90(InverseSm90):
         tok = start + cutlass.min(row, n - 1)
         qs = self.inverse_norm(mQ[tok, hk, None], half) * scale
         cute.arch.cp_async_wait_group(0)
+        cute.arch.fence_view_async_shared()  # the keys' copies, then K K^T's wgmma reads them
         cute.arch.barrier(barrier_id=ALL, number_of_threads=THREADS)
         kn = self.inverse_norm(sK[row, None], half)
         # G: the cumulative sum of g in the chunk (row t sums rows 0 .. t; 0 past n)
