@@ -98,9 +98,7 @@ DESIGNS = {
     # one MMA a product with fp16 operands where bf16 needed a split (an MMA takes one type
     # for both operands: T, d, u, P and the update's keys fp16; q, k and the state bf16)
     "fp16 everywhere": rounding("fp16"),
-    "fp16 T, d, u, P, kdec; bf16 q, k, state": rounding(
-        "fp16", qk="bf16", state="bf16"
-    ),
+    "fp16 T, d, u, P, kdec; bf16 q, k, state": rounding("fp16", qk="bf16", state="bf16"),
 }
 # the fused kernel's operands (bf16; T, u and the update's u split, the update's keys exact:
 # about "bf16, split T, u, kdec"), with T from each inverse
@@ -171,6 +169,67 @@ def chunked(qn, kn, v, g, beta, design: dict[str, str], chunk: int):
     return out, h.T
 
 
+# the fused kernel's forms with its own placements (``kernel_form``): each operand's type
+FORMS = {
+    "fp32 operands but the state's bf16 (checks the form)": dict(
+        t="fp32", d="fp32", u="fp32", p="fp32"
+    ),
+    "c1 (bf16; T, u and the update's u split)": dict(t=SPLIT, d="bf16", u=SPLIT, p="bf16"),
+    "c1h / c1p (fp16 T, d, u, P, update)": dict(t="fp16", d="fp16", u="fp16", p="fp16"),
+}
+
+
+def kernel_form(q, k, v, g, beta, form: dict[str, str], scale: float, chunk: int = 64):
+    """The fused kernel's arithmetic for one head with its roundings where it makes them
+    (gdn_fused_sm90's docstring): q, k, v as stored (bf16), norms and gates fp32, the
+    state fp32 and a bf16 operand of S^T K^T and S^T Q^T, T = (I + M)^-1 in fp32 then
+    rounded to ``form["t"]``, d^T diag(β) to ``d``, u^T to ``u`` (O's P u) and u^T diag(kn
+    exp(G_C - G)) to ``u`` (the update, against the exact keys), P to ``p``; every
+    product's result fp32. Returns (out [T, V], final S^T [V, K])."""
+    r = {name: ROUND[kind] for name, kind in form.items()}
+    f32 = ROUND["fp32"]
+    q, k, v = (x.to(F64) for x in (q, k, v))  # the stored bf16 values, exactly
+    qs = f32(scale / torch.sqrt((q * q).sum(-1) + 1e-6))
+    kn = f32(1.0 / torch.sqrt((k * k).sum(-1) + 1e-6))
+    g, beta = f32(g.to(F64)), f32(beta.to(F64))
+    n_tok, kdim = k.shape
+    st = torch.zeros(v.shape[1], kdim, dtype=F64)
+    out = torch.empty(n_tok, v.shape[1], dtype=F64)
+    for t0 in range(0, n_tok, chunk):
+        e = min(t0 + chunk, n_tok)
+        qc, kc, vc = q[t0:e], k[t0:e], v[t0:e]
+        gc = f32(torch.cumsum(g[t0:e], 0))
+        lower = torch.tril(torch.ones(e - t0, e - t0, dtype=torch.bool), -1)
+        on_or_below = torch.tril(torch.ones(e - t0, e - t0, dtype=torch.bool))
+        decay = torch.exp((gc[:, None] - gc[None, :]).clamp(max=0.0))
+        kk = f32(kc @ kc.T)
+        m = f32(
+            torch.where(
+                lower, (beta[t0:e] * kn[t0:e])[:, None] * decay * kk * kn[t0:e][None, :], 0.0
+            )
+        )
+        t = r["t"](f32(torch.linalg.inv(torch.eye(e - t0, dtype=F64) + m)))
+        p = r["p"](
+            f32(
+                torch.where(
+                    on_or_below, f32(qc @ kc.T) * qs[t0:e, None] * kn[t0:e][None, :] * decay, 0.0
+                )
+            )
+        )
+        gamma = torch.exp(gc)
+        s_op = bf16(st)
+        d = r["d"](
+            f32((vc.T - f32(s_op @ kc.T) * (gamma * kn[t0:e])[None, :]) * beta[t0:e][None, :])
+        )
+        o = f32(s_op @ qc.T) * (gamma * qs[t0:e])[None, :]
+        u = f32(d @ t.T)
+        o = f32(o + f32(r["u"](u) @ p.T))
+        out[t0:e] = o.T
+        to_end = kn[t0:e] * torch.exp(gc[-1] - gc)
+        st = f32(torch.exp(gc[-1]) * st + f32(r["u"](f32(u * to_end[None, :])) @ kc))
+    return out, st
+
+
 def draw(tokens: int, slow: bool, correlated: bool, seed: int):
     torch.manual_seed(seed)
     kdim = vdim = 128
@@ -195,8 +254,9 @@ def main() -> int:
     parser.add_argument("--draws", type=int, default=4)
     parser.add_argument("--chunk", type=int, default=64)
     parser.add_argument("--inverse", action="store_true", help="compare T's computations")
+    parser.add_argument("--forms", action="store_true", help="the kernel's forms (kernel_form)")
     args = parser.parse_args()
-    designs = INVERSE_DESIGNS if args.inverse else DESIGNS
+    designs = INVERSE_DESIGNS if args.inverse else FORMS if args.forms else DESIGNS
     kdim = 128
     scale = kdim**-0.5
     worst: dict[str, list[float]] = {name: [0.0, 0.0] for name in designs}
@@ -211,10 +271,16 @@ def main() -> int:
                 ob = testing.output_bound(ref_out[:, 0], torch.bfloat16, kdim)
                 sb = testing.state_bound(ref_state[0], kdim)
                 for name, design in designs.items():
-                    out, state = chunked(
-                        qn[:, 0], kn[:, 0], v[:, 0].to(F64), g[:, 0], beta[:, 0], design,
-                        args.chunk,
-                    )  # fmt: skip
+                    if args.forms:
+                        out, state = kernel_form(
+                            q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], design, scale,
+                            args.chunk,
+                        )  # fmt: skip
+                    else:
+                        out, state = chunked(
+                            qn[:, 0], kn[:, 0], v[:, 0].to(F64), g[:, 0], beta[:, 0], design,
+                            args.chunk,
+                        )  # fmt: skip
                     out_b = bf16(out)  # the kernel writes bf16 outputs
                     for j, (got, want, tol) in enumerate(
                         ((out_b, ref_out[:, 0], ob), (state, ref_state[0], sb))

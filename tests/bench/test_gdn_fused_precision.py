@@ -57,3 +57,29 @@ def test_blocked_inverse_is_the_inverse_to_its_rounding() -> None:
         scale = float(want.abs().max())
         assert err["fp64"] < 1e-5 * scale
         assert err["bf16"] > 10 * err["fp64"]
+
+
+def test_kernel_form_is_the_recurrence_without_its_roundings() -> None:
+    """kernel_form (the fused kernel's placements: β on d, the decay on u, exact keys in the
+    update) with float64 operands is the token-by-token recurrence up to its fp32 results,
+    and its forms' roundings act where they say (c1's bf16 d is further off than the fp16
+    form's), on ragged chunks with correlated keys."""
+    q, k, v, g, beta = fp.draw(150, False, True, seed=4)
+    scale = 128**-0.5
+    want_out, want_state, _ = reference.gdn_sequence(
+        q, k, v, g, beta, None, scale=scale, l2norm_qk=True, keep_steps=False
+    )
+    args = (q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0])
+    exact = dict(t="fp64", d="fp64", u="fp64", p="fp64")
+    err = {}
+    for name, form in (("exact", exact), *fp.FORMS.items()):
+        out, state = fp.kernel_form(*args, form, scale)
+        err[name] = (
+            float((out - want_out[:, 0]).abs().max() / want_out.abs().max()),
+            float((state - want_state[0]).abs().max() / want_state.abs().max()),
+        )
+    # fp32 results (the state to 1e-6) and the state's bf16 operand of S^T Q^T (the outputs
+    # to about a bf16 output's own rounding)
+    assert err["exact"][1] < 1e-6 and err["exact"][0] < 2e-3
+    c1, half = (err[n] for n in fp.FORMS if n.startswith(("c1 ", "c1h")))
+    assert c1[1] > 2 * half[1]
