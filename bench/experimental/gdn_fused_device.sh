@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the fused GDN kernel's forms (after the CuTe DSL wheels, fla and
 # FlashInfer are installed: see bench/README, "The fused kernel, third steps"):
-#   bash bench/experimental/gdn_fused_device.sh OUT [form ...]     (default: c1 c1h c1p invh)
+#   bash bench/experimental/gdn_fused_device.sh OUT [form ...]     (default: c1 c1h c1p c1pd invh)
 # Each form's checks run in a process of its own (a form that hangs or faults cannot take
 # the others; the harness also ends a case that outlasts --case-timeout), then the bench
 # of the forms whose checks passed, then the ablation of the inverse's parts. Results under
@@ -10,7 +10,7 @@ set -u
 out=${1:?usage: gdn_fused_device.sh OUT [form ...]}
 shift
 forms=("$@")
-[ "${#forms[@]}" -gt 0 ] || forms=(c1 c1h c1p invh)
+[ "${#forms[@]}" -gt 0 ] || forms=(c1 c1h c1p c1pd invh)
 script=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 log="$out/log.txt"

@@ -118,6 +118,7 @@ FORMS = {
     "c1h": {"half": True}, "c2h": {"consumers": 2, "half": True},
     "invh": {"inverse": True, "half": True},
     "c1p": {"half": True, "t16": True},  # after gdn_prep_sm90 (fp16 T)
+    "c1pd": {"half": True, "t16": True, "early_d": True},  # c1p, S^T Q^T off the chain
 }  # fmt: skip
 
 
@@ -138,6 +139,7 @@ class GdnFusedSm90(InverseSm90):
     def __init__(
         self, group: int = 1, skip: tuple[str, ...] = (), consumers: int = 1,
         inverse: bool = False, modes: bool = False, half: bool = False, t16: bool = False,
+        early_d: bool = False,
     ):  # fmt: skip
         self.group = group  # value heads per key head
         # consumer warpgroups of a CTA, each VB value rows of the head's state; the
@@ -159,6 +161,9 @@ class GdnFusedSm90(InverseSm90):
         # t16: mT is fp16 T from gdn_prep_sm90, loaded as the operand (no conversion)
         assert not t16 or (half and not inverse), "t16 takes the half form's prepare T"
         self.t16 = t16
+        # early_d: wait for S^T K^T alone, so S^T Q^T's 8 k-steps run under d's epilogue and
+        # u's product (O scaled once u is issued) instead of in the chain
+        self.early_d = early_d
         self.threads = (consumers + 1 + int(inverse)) * THREADS
         self.empty_threads = (consumers + 1) * THREADS  # EMPTY: the consumers and producer
         self.cols = consumers * VB  # the CTA's value columns
@@ -467,7 +472,7 @@ class GdnFusedSm90(InverseSm90):
                     if const_expr(state):
                         _wgmma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True, -1)
                         _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True, -1)
-                        warpgroup.wait_group(0)
+                        warpgroup.wait_group(1 if const_expr(self.early_d) else 0)
                     if const_expr("epi" not in self.skip):
                         # (columns t >= n: 0; u's columns there are finite, and multiply P's
                         # zeros, O's columns that are not stored and the update's zero factors)
@@ -475,17 +480,26 @@ class GdnFusedSm90(InverseSm90):
                             v, t = cR[j]
                             d = v_scale * sCv[t, stage] * Float32(sV[t, vc + v, stage])
                             acc_D[j] = d - sCa[t, stage] * acc_D[j]
-                            acc_O[j] = acc_O[j] * sCb[t, stage]
+                            if const_expr(not self.early_d):
+                                acc_O[j] = acc_O[j] * sCb[t, stage]
                     tDa.store(mma_a(acc_D).load().to(self.lo))
                     # -- u^T = d^T diag(beta) T^T, then split (with ``half``: fp16) ----
                     acc_U = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
                     if const_expr(state):
                         t_hi = tTh[None, None, None, stage]
+                        u_wait = -1 if const_expr(self.early_d) else 0
                         if const_expr(self.half):
-                            _wgmma(mma_lo, acc_U, tDa, t_hi, True)
+                            _wgmma(mma_lo, acc_U, tDa, t_hi, True, u_wait)
                         else:
                             _wgmma(mma_lo, acc_U, tDa, t_hi, True, -1)
-                            _wgmma(mma_lo, acc_U, tDa, tTl[None, None, None, stage], False)
+                            _wgmma(mma_lo, acc_U, tDa, tTl[None, None, None, stage], False, u_wait)
+                    if const_expr(self.early_d):
+                        # S^T Q^T done (u's groups in flight): its scaling, then u
+                        warpgroup.wait_group(1 if const_expr(self.half) else 2)
+                        if const_expr("epi" not in self.skip):
+                            for j in cutlass.range_constexpr(cute.size(acc_O)):
+                                acc_O[j] = acc_O[j] * sCb[cR[j][1], stage]
+                        warpgroup.wait_group(0)
                     self.operand(acc_U, tUh, tUl)
                     # the update's u: u^T diag(kn exp(G_C - G))
                     for j in cutlass.range_constexpr(cute.size(acc_U)):
