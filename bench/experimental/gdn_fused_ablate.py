@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Where the fused GDN kernel's time goes: ``gdn_fused_sm90.py`` timed alone (after one
-prepare launch) with parts of its chunk step left out (``GdnFusedSm90.PARTS``: the results
-are then wrong, only the times mean something), at bench/gdn.py's prefill cases.
+launch of what its form reads: prepare, gdn_prep_sm90 or the gates) with parts of its chunk
+step left out (``GdnFusedSm90.PARTS``: the results are then wrong, only the times mean
+something), at bench/gdn.py's prefill cases.
 
-``python3 bench/experimental/gdn_fused_ablate.py [--out DIR] [--ncu]`` on the GPU (CuTe DSL
-wheels installed); ``--ncu``: one 8x4k H32 launch of the whole kernel and nothing else, for
-``ncu -k regex:kernel_``. Writes ``gdn_fused_ablate.json`` under ``--out``."""
+``python3 bench/experimental/gdn_fused_ablate.py [--variant FORM] [--skip ...] [--out DIR]
+[--ncu [--ncu-case BxLxH]]`` on the GPU (CuTe DSL wheels installed); ``--ncu``: one launch of
+the whole kernel (default 8x4k H32) and nothing else after its inputs', for ``ncu -k
+regex:GdnFused``. Writes ``gdn_fused_ablate.json`` under ``--out``."""
 
 from __future__ import annotations
 
@@ -31,10 +33,13 @@ VARIANTS = (
 )
 
 
-def setup(bs: int, length: int, heads: int):
-    """The fused kernel's arguments on bench/gdn.py's inputs, after one prepare launch."""
+def setup(bs: int, length: int, heads: int, variant: str = "c1"):
+    """The fused kernel's arguments on bench/gdn.py's inputs, after one launch of what the
+    form reads (prepare, gdn_prep_sm90 or the gates)."""
     batch = chk.uniform_batch(bs, length, heads)
-    prepared = chk.prepare(batch["x"], batch["plan"], batch["qsl"], batch["cfg"], fused.KD**-0.5)
+    prepared = chk.prepared_for(
+        variant, batch["x"], batch["plan"], batch["qsl"], batch["cfg"], fused.KD**-0.5
+    )
     return chk.fused_args(
         batch["x"], prepared, batch["pool"], batch["slots"], batch["no_init"], batch["qsl"],
         batch["out"],
@@ -47,6 +52,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=None)
     parser.add_argument("--ncu", action="store_true")
+    parser.add_argument(
+        "--ncu-case", default="8x4096x32", help="the --ncu launch's batch x length x heads"
+    )
     parser.add_argument("--variant", default="c1", choices=tuple(chk.VARIANTS))
     parser.add_argument(
         "--skip", nargs="+", default=None,
@@ -58,14 +66,15 @@ def main() -> int:
         skips = [tuple(p for p in sk.split(",") if p not in ("", "-")) for sk in args.skip]
         assert all(set(sk) <= set(ALL) for sk in skips), skips
     if args.ncu:
-        cargs = setup(8, 4096, 32)
+        bs, length, heads = (int(x) for x in args.ncu_case.split("x"))
+        cargs = setup(bs, length, heads, args.variant)
         kernel = chk.compiled(1, cargs, (), args.variant)
         kernel(*cargs)
         torch.cuda.synchronize()
         return 0
     rows = []
     for bs, length, heads in chk.BENCH:
-        cargs = setup(bs, length, heads)
+        cargs = setup(bs, length, heads, args.variant)
         chunks = length // fused.C
         for skip in skips:
             kernel = chk.compiled(1, cargs, skip, args.variant)

@@ -131,6 +131,18 @@ def fused_runner(x: dict, prepared, out, group: int, variant: str = "c1"):
     return run
 
 
+def prepared_for(variant: str, x: dict, plan, qsl, cfg, scale: float) -> tuple:
+    """What the fused form ``variant`` reads beside q, k and v: (T, G, beta, qs, kn) from
+    the Triton prepare kernel, from gdn_prep_sm90 (fp16 T, ``t16``), or the gates alone
+    (``inverse``: T formed in the kernel; a placeholder T it does not read)."""
+    if VARIANTS[variant].get("inverse"):
+        no_t = torch.empty((1, x["v"].shape[1], cfg.chunk_size), **F32)
+        return (no_t, *gates.gates(x, plan, qsl, cfg, scale))
+    if VARIANTS[variant].get("t16"):
+        return prep.prepare(x, plan, qsl, cfg, scale)
+    return prepare(x, plan, qsl, cfg, scale)
+
+
 def fused_extend(
     x: dict, pool, slots, has_init, qsl, out, plan, cfg, scale: float, variant: str = "c1",
     cp_host=None,
@@ -139,13 +151,7 @@ def fused_extend(
     same contract as the Triton extend, except that a padding request's rows are left alone.
     With ``cp_host`` (a ``gdn_fused_cp.plan_segments`` plan, the slots and has_init as host
     lists: no sync), long requests run as segments side by side."""
-    if VARIANTS[variant].get("inverse"):
-        no_t = torch.empty((1, x["v"].shape[1], cfg.chunk_size), **F32)  # not read
-        prepared = (no_t, *gates.gates(x, plan, qsl, cfg, scale))
-    elif VARIANTS[variant].get("t16"):
-        prepared = prep.prepare(x, plan, qsl, cfg, scale)
-    else:
-        prepared = prepare(x, plan, qsl, cfg, scale)
+    prepared = prepared_for(variant, x, plan, qsl, cfg, scale)
     group = cfg.v_heads_per_k_head
     if cp_host is not None:
         cp_plan, slots_host, has_init_host = cp_host

@@ -40,4 +40,11 @@ if [ "${#passed[@]}" -gt 0 ]; then
 fi
 step "ablate invh" 150 python3 "$script/gdn_fused_ablate.py" --variant invh \
     --skip - solve mform diag merge tsplit loads --out "$out/ablate"
+# where a chunk's time goes in the one-long-request case: stalls a warp, pipes, occupancy
+if command -v ncu > /dev/null; then
+    step "ncu c1p 1x32k" 150 ncu --set full -k regex:GdnFused --launch-count 1 \
+        -o "$out/ncu-c1p-1x32k" python3 "$script/gdn_fused_ablate.py" --ncu \
+        --ncu-case 1x32768x16 --variant c1p
+    step "ncu c1p 1x32k details" 60 ncu -i "$out/ncu-c1p-1x32k.ncu-rep" --page details
+fi
 rm -f "$out/step.txt"
