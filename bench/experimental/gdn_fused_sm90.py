@@ -119,6 +119,7 @@ FORMS = {
     "invh": {"inverse": True, "half": True},
     "c1p": {"half": True, "t16": True},  # after gdn_prep_sm90 (fp16 T)
     "c1pd": {"half": True, "t16": True, "early_d": True},  # c1p, S^T Q^T off the chain
+    "c2p": {"consumers": 2, "half": True, "t16": True},  # a head's 128 rows a CTA, fp16 T
 }  # fmt: skip
 
 
