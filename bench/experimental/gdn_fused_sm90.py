@@ -81,7 +81,14 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (  # noqa: E402
     mma_a,
     transpose_smem,
 )
-from bench.experimental.gdn_inverse_sm90 import INVERSE, InverseSm90  # noqa: E402
+from bench.experimental.gdn_inverse_sm90 import (  # noqa: E402
+    INVERSE,
+    InverseSm90,
+    chunk_mma,
+    fake_tensor,
+    load_lower,
+    smem_member,
+)
 from bench.experimental.gdn_inverse_sm90 import tile_layout as inv_tile  # noqa: E402
 
 C = 64  # tokens a chunk (the prepare kernel's chunk_size)
@@ -196,9 +203,7 @@ class GdnFusedSm90(InverseSm90):
         bf = BFloat16
         k_major, mn_major = sm90.OperandMajorMode.K, sm90.OperandMajorMode.MN
         rmem = sm90.OperandSource.RMEM
-        mma_qk = sm90.make_trivial_tiled_mma(
-            bf, bf, k_major, k_major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(C, C)
-        )
+        mma_qk = chunk_mma()
         mma_rk = sm90.make_trivial_tiled_mma(
             bf, bf, k_major, k_major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(VB, C),
             a_source=rmem,
@@ -220,7 +225,7 @@ class GdnFusedSm90(InverseSm90):
         l_v = cute.make_layout((C, cols, STAGES), stride=(cols, 1, C * cols))  # the CTA's V
 
         def tile(layout, dtype=bf) -> type:
-            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
+            return smem_member(layout, dtype)
 
         def vec(stages: int = STAGES) -> type:
             return cute.struct.MemRange[Float32, C * stages]
@@ -697,9 +702,7 @@ class GdnFusedSm90(InverseSm90):
             e = p * per_pass + tidx * COPY
             t = e // C
             part = (e % C) // COPY
-            x.store(cute.local_tile(sT[t, None], (COPY,), (part,)).load())
-            for i in cutlass.range_constexpr(COPY):
-                x[i] = cutlass.select_(part * COPY + i <= t, x[i], Float32(0.0))
+            load_lower(sT, t, part, x)
             vals = x.load()
             hi = vals.to(self.lo)
             cute.local_tile(s_hi[t, None], (COPY,), (part,)).store(hi)
@@ -755,11 +758,9 @@ def chunk_reference(q, k, v, g, beta, state, *, scale: float, eps: float = 1e-6)
 
 def fake_args(group: int = 1, t_dtype=Float32):
     """Arguments with the launch's types and dynamic sizes, no memory (CPU compile)."""
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_stream
 
-    def tensor(dt, dims, align=16):
-        strides = [cute.sym_int64() for _ in dims[:-1]]  # as DLPack's dynamic layouts
-        return make_fake_tensor(dt, dims, (*strides, 1), assumed_align=align)
+    tensor = fake_tensor
 
     n, h, hv, b, slots = (cute.sym_int32() for _ in range(5))
     ints = [tensor(Int32, (b,), 4) for _ in range(5)]  # slots, has_init, start, end, mode

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, const_expr
+import cutlass.utils.hopper_helpers as sm90
+from cutlass import BFloat16, Float32, Int32, const_expr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -34,9 +35,43 @@ PAD = 4  # fp32 elements after each row of the inverse's tiles
 INVERSE, PAIR = 10, 11
 
 
+COPY = 8  # 16-bit elements a 16-byte piece; fp32 T rows go out 8 at a time too
+
+
 def tile_layout(rows: int = C) -> cute.Layout:
     """A padded fp32 [rows, rows] tile (M, T; rows // 2 for the products' scratch)."""
     return cute.make_layout((rows, rows), stride=(rows + PAD, 1))
+
+
+def chunk_mma() -> cute.TiledMma:
+    """The warpgroup's [C, C] product of two K-major bf16 shared tiles (K K^T, Q K^T)."""
+    k_major = sm90.OperandMajorMode.K
+    return sm90.make_trivial_tiled_mma(
+        BFloat16, BFloat16, k_major, k_major, Float32, atom_layout_mnk=(1, 1, 1),
+        tiler_mn=(C, C),
+    )  # fmt: skip
+
+
+def smem_member(layout, dtype) -> type:
+    """A shared-storage member holding ``layout``'s elements, 1024-byte aligned (what a
+    swizzled wgmma operand needs)."""
+    return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
+
+
+def fake_tensor(dtype, dims, align: int = 16):
+    """A CPU-compile stand-in with DLPack's dynamic layout: symbolic strides, the last 1."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    strides = [cute.sym_int64() for _ in dims[:-1]]
+    return make_fake_tensor(dtype, dims, (*strides, 1), assumed_align=align)
+
+
+@cute.jit
+def load_lower(sT: cute.Tensor, t: Int32, part: Int32, x: cute.Tensor):
+    """Elements ``part * COPY ..`` of fp32 T's row ``t`` into ``x``, 0 above the diagonal."""
+    x.store(cute.local_tile(sT[t, None], (COPY,), (part,)).load())
+    for e in cutlass.range_constexpr(COPY):
+        x[e] = cutlass.select_(part * COPY + e <= t, x[e], Float32(0.0))
 
 
 class InverseSm90:

@@ -28,20 +28,26 @@ from pathlib import Path
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
-import cutlass.utils.hopper_helpers as sm90
 from cutlass import BFloat16, Float16, Float32, Int32, const_expr
 from cutlass.cute.nvgpu import cpasync
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from attngen.families.mha.cute_dsl.kernels.common import rows_aligned, smem_layout  # noqa: E402
-from bench.experimental.gdn_inverse_sm90 import INVERSE, InverseSm90  # noqa: E402
+from bench.experimental.gdn_inverse_sm90 import (  # noqa: E402
+    COPY,
+    INVERSE,
+    InverseSm90,
+    chunk_mma,
+    fake_tensor,
+    load_lower,
+    smem_member,
+)
 from bench.experimental.gdn_inverse_sm90 import tile_layout as inv_tile  # noqa: E402
 
 C = 64  # tokens a chunk
 KD = 128  # key head dim
 THREADS = 128
-COPY = 8  # 16-bit elements a 16-byte copy
 L2_EPS = 1e-6  # as attngen.families.gdn.reference
 SOFTPLUS_THRESHOLD = 20.0
 ALL = 0  # named barrier: the whole CTA (one warpgroup)
@@ -80,20 +86,13 @@ class GdnPrepSm90(InverseSm90):
         stream,
     ):
         mQ, mK, mT = (rows_aligned(t) for t in (mQ, mK, mT))  # 16-byte rows
-        bf = BFloat16
-        k_major = sm90.OperandMajorMode.K
-        mma_kk = sm90.make_trivial_tiled_mma(
-            bf, bf, k_major, k_major, Float32, atom_layout_mnk=(1, 1, 1), tiler_mn=(C, C)
-        )
-        l_k = smem_layout(bf, C, KD, None)  # the chunk's keys [t, key], swizzled
+        mma_kk = chunk_mma()
+        l_k = smem_layout(BFloat16, C, KD, None)  # the chunk's keys [t, key], swizzled
         l_m, l_y = inv_tile(), inv_tile(C // 2)
-
-        def tile(layout, dtype) -> type:
-            return cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(layout)], 1024]
-
         members = {
-            "sK": tile(l_k, bf), "sM": tile(l_m, Float32), "sTf": tile(l_m, Float32),
-            "sY": tile(l_y, Float32), "g": cute.struct.MemRange[Float32, C],
+            "sK": smem_member(l_k, BFloat16), "sM": smem_member(l_m, Float32),
+            "sTf": smem_member(l_m, Float32), "sY": smem_member(l_y, Float32),
+            "g": cute.struct.MemRange[Float32, C],
             "beta": cute.struct.MemRange[Float32, C], "kn": cute.struct.MemRange[Float32, C],
             "graw": cute.struct.MemRange[Float32, C],
         }  # fmt: skip
@@ -225,9 +224,7 @@ class GdnPrepSm90(InverseSm90):
         for p in cutlass.range_constexpr(C * per_row // THREADS):
             piece = p * THREADS + tidx
             t, part = piece // per_row, piece % per_row
-            x.store(cute.local_tile(sT[t, None], (COPY,), (part,)).load())
-            for e in cutlass.range_constexpr(COPY):
-                x[e] = cutlass.select_(part * COPY + e <= t, x[e], Float32(0.0))
+            load_lower(sT, t, part, x)
             if t < n:
                 dst = cute.local_tile(mT[start + t, h, None], (COPY,), (part,))
                 dst.store(x.load().to(Float16))
@@ -235,12 +232,9 @@ class GdnPrepSm90(InverseSm90):
 
 def fake_args(group: int = 1):
     """Arguments with the launch's types and dynamic sizes, no memory (CPU compile)."""
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_stream
 
-    def tensor(dt, dims, align=16):
-        strides = [cute.sym_int64() for _ in dims[:-1]]
-        return make_fake_tensor(dt, dims, (*strides, 1), assumed_align=align)
-
+    tensor = fake_tensor
     n, h, hv, chunks, b1 = (cute.sym_int32() for _ in range(5))
     return (
         tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, h, KD)),
