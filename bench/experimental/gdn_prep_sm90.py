@@ -256,7 +256,13 @@ def prepare(x: dict, plan, qsl, cfg, scale: float):
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    assert cfg.l2norm and cfg.chunk_size == C and x["q"].shape[2] == KD
+    for name, got, want in (
+        ("config.l2norm", cfg.l2norm, True),
+        ("config.chunk_size", cfg.chunk_size, C),
+        ("q's head dim (q.shape[2])", x["q"].shape[2], KD),
+    ):
+        if got != want:
+            raise ValueError(f"gdn_prep_sm90.prepare: {name} is {got}; this kernel takes {want}")
     q, k = x["q"], x["k"]
     n, hv = q.shape[0], x["v"].shape[1]
     f32 = dict(dtype=torch.float32, device=q.device)
