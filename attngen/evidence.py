@@ -74,8 +74,9 @@ def library_sha256(
     """sha256 over a kernel library's source files (sorted relative paths and each file's
     :func:`code_digest`: comments, docstrings and blank lines do not count, as in the runtime
     identity, so correcting a library's documentation keeps its evidence), and over the
-    files of other families that they import (a library may launch another family's
-    kernel: its edits must change this identity too). With ``arch``, the sources
+    files of other families, and of its family's other lowering packages, that they import
+    (a library may launch another family's or backend's kernel: its edits must change this
+    identity too). With ``arch``, the sources
     of other archs (``source_arch``) are left out: editing a Blackwell kernel keeps the
     Hopper kernels' identity, and their evidence. A library without arch sources has one
     sha for every arch. Importable without torch or the backend's compiler, so the
@@ -89,7 +90,7 @@ def library_sha256(
     for path in own:
         digest.update(path.relative_to(package_dir.resolve()).as_posix().encode() + b"\0")
         digest.update(_file_code_digest(path).encode() + b"\0")
-    for path in imported_family_files(own, family):
+    for path in imported_family_files(own, family, package_dir.resolve()):
         digest.update(b"imports " + _package_relative(path).encode() + b"\0")
         digest.update(_file_code_digest(path).encode() + b"\0")
     return digest.hexdigest()
@@ -161,15 +162,30 @@ def _parse_imports(path: Path) -> list[Path]:
 _imports = _per_file_version(_parse_imports)  # the family modules a source imports
 
 
-def imported_family_files(start: list[Path], family: str | None) -> list[Path]:
+def _other_lowering(path: Path, package: Path | None) -> bool:
+    """Whether ``path`` lies in a lowering package of its family (``families/<family>/<
+    backend>/``) other than ``package``: a library built on another backend's kernels of
+    its own family (its conv, its chunk plan) borrows them as it would another family's."""
+    if package is None or path.is_relative_to(package):
+        return False
+    parts = path.relative_to(_PACKAGE_ROOT).parts if path.is_relative_to(_PACKAGE_ROOT) else ()
+    return len(parts) > 3 and parts[0] == "families"
+
+
+def imported_family_files(
+    start: list[Path], family: str | None, package: Path | None = None
+) -> list[Path]:
     """The modules of other families that ``start`` imports, directly or through each other
-    (description modules left out), sorted."""
+    (description modules left out), and with ``package`` (the library's own lowering
+    package) those of its family's other lowering packages, sorted."""
     seen: set[Path] = set()
     todo = list(start)
     while todo:
         for dep in _imports(todo.pop()):
             dep = dep.resolve()
-            if dep in seen or _family_of(dep) in (None, family):
+            if dep in seen or _family_of(dep) is None:
+                continue
+            if _family_of(dep) == family and not _other_lowering(dep, package):
                 continue
             if dep.name in DESCRIPTION_MODULES:
                 continue

@@ -71,6 +71,9 @@ FLA_MS: dict[str, float] = {}
 FLA_KERNELS: dict[str, object] = {}  # fla's per-kernel times per case, profiled once
 # FlashInfer's GDN prefill (a second peer, CuTe DSL on sm90) when it imports: {"chunk": fn}
 FLASHINFER: dict[str, object] = {}
+# attngen's CuTe DSL prefill (generated/sm90/cute_dsl/gdn/gdn_gva1_extend), when it imports:
+# its rows time it on the same inputs beside the Triton module
+CUTE: dict[str, object] = {}
 DEV = "cuda"
 torch = None
 
@@ -163,13 +166,14 @@ def oracle_errors(ref: tuple, length: int, sides: dict) -> dict:
     }
 
 
-def prefill_runner(mod, bs: int, length: int, heads: int, tiles=None):
+def prefill_runner(mod, bs: int, length: int, heads: int, tiles=None, x=None):
     """attngen's side of a prefill case: (run, buffers) for ``bs`` requests of ``length``
     tokens and ``heads`` value heads (GVA 1), no initial state, each final state into its
-    pool slot; buffers holds the inputs ``x``, ``out``, ``pool`` and ``qsl``."""
+    pool slot; buffers holds the inputs ``x`` (fresh unless given), ``out``, ``pool`` and
+    ``qsl``."""
     cfg = dataclasses.replace(config_for(mod, 1), **(tiles or {}))
     n = bs * length
-    x = inputs(n, heads, heads)
+    x = inputs(n, heads, heads) if x is None else x
     i32 = dict(dtype=torch.int32, device=DEV)
     qsl = torch.arange(bs + 1, **i32) * length
     pool = torch.zeros(bs + 1, heads, DIM, DIM, dtype=torch.float32, device=DEV)
@@ -260,12 +264,35 @@ def prefill_case(
     FLA_KERNELS.setdefault(key, row["fla_kernels_us"])
     row.update(attngen_ms=t_ours, fla_ms=t_fla, speedup=t_fla / t_ours)
     row.update(attngen_mtok_s=n / t_ours / 1e3, fla_mtok_s=n / t_fla / 1e3)
+    if CUTE and tiles is None:  # attngen's CuTe DSL module on the same inputs
+        try:
+            row.update(cute_prefill(buffers, bs, length, heads, out, fla_out[0], t_ours, t_fla))
+        except Exception:  # its rows must not cost the others
+            row["cute_error"] = traceback.format_exc()[-600:]
     if FLASHINFER and tiles is None:  # the second peer, on the main rows
         try:
             row.update(flashinfer_prefill(FLASHINFER["chunk"], buffers, bs, length, heads))
             row["speedup_vs_flashinfer"] = row["flashinfer_ms"] / t_ours
         except Exception:  # its rows must not cost fla's
             row["flashinfer_error"] = traceback.format_exc()[-600:]
+    return row
+
+
+def cute_prefill(buffers, bs, length, heads, out_triton, out_fla, t_triton, t_fla) -> dict:
+    """The CuTe DSL module's prefill on the Triton side's inputs: its time and ratios, its
+    output against the Triton module's and fla's, and (on the main rows) its float64
+    errors beside theirs."""
+    run, mine = prefill_runner(CUTE["mod"], bs, length, heads, x=buffers["x"])
+    run()
+    n = bs * length
+    row = {"cute_out_diff_vs_triton": diff(mine["out"], out_triton)}
+    row["cute_out_diff_vs_fla"] = diff(mine["out"], out_fla)
+    if "oracle" in buffers:
+        errs = oracle_errors(buffers["oracle"], length, {"cute": (mine["out"], mine["pool"][1, 0])})
+        row.update({f"cute_{k}": v["cute"] for k, v in errs.items()})
+    t = bench(run)
+    row.update(cute_ms=t, cute_mtok_s=n / t / 1e3, cute_speedup=t_fla / t)
+    row["cute_speedup_vs_triton"] = t_triton / t
     return row
 
 
@@ -429,6 +456,12 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from bench.run import tree_commit
 
+    try:  # optional: the CuTe DSL prefill (nvidia-cutlass-dsl importable)
+        CUTE["mod"] = importlib.import_module("generated.sm90.cute_dsl.gdn.gdn_gva1_extend.kernels")
+        CUTE["version"] = importlib.metadata.version("nvidia-cutlass-dsl")
+    except Exception as e:  # noqa: BLE001 -- the Triton rows run either way
+        log(f"attngen's CuTe DSL GDN prefill not importable ({type(e).__name__}: {e})")
+
     commit = os.environ.get("ATTNGEN_COMMIT") or tree_commit()
     rows = {"prefill": [], "decode": [], "sweep": []}
     out = Path(args.out)
@@ -449,6 +482,7 @@ def main() -> int:
             "triton": triton.__version__,
             "peer": "fla-core 0.6.0",
             "peer2": f"flashinfer-python {FLASHINFER['version']}" if FLASHINFER else "none",
+            "cute_dsl": f"nvidia-cutlass-dsl {CUTE['version']}" if CUTE else "none",
         }
         (out / "gdn_bench.json").write_text(json.dumps({**head, **rows}, indent=1) + "\n")
 
@@ -493,6 +527,12 @@ def main() -> int:
             log(
                 f"{r['case']} | {r['attngen_mtok_s']:.1f} Mtok/s | {r['fla_mtok_s']:.1f} | {r['speedup']:.2f}x | {r['out_diff_vs_fla']:.2e} | {f64} | {r.get('kernels_us')}"
             )
+            if "cute_mtok_s" in r:
+                log(
+                    f"  cute_dsl {r['cute_mtok_s']:.1f} Mtok/s: {r['cute_speedup']:.2f}x fla, "
+                    f"{r['cute_speedup_vs_triton']:.2f}x triton, out / state error vs float64 "
+                    f"{r.get('cute_out_err_vs_f64', 0):.1e} / {r.get('cute_state_err_vs_f64', 0):.1e}"
+                )
             if "flashinfer_mtok_s" in r:
                 log(
                     f"  flashinfer {r['flashinfer_mtok_s']:.1f} Mtok/s: attngen "

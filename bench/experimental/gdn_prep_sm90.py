@@ -1,23 +1,7 @@
-"""The fused GDN kernel's prepare launch in CuTe DSL for sm90 (experimental, 2026-12-06; not
-yet run on a GPU): per chunk of 64 tokens and value head, G (the cumulative log decay in
-the chunk), beta and the q / k inverse norms (q's with the scale), ``[HV, N]`` fp32 as
-attngen's Triton prepare kernel writes them, and T = (I + M)^-1 as **fp16** ``[N, HV, C]``
-(exact zeros above the diagonal; rows past the request not written), the operand the fused
-kernel's ``half`` form reads (``GdnFusedSm90(half=True, t16=True)``, so its producer loads
-T as it is instead of converting fp32 T a chunk).
-
-Why a launch of its own: the fused kernel's third warpgroup forms the same T
-(``inverse=True``) but sits in its chain (its loads wait for a stage to free, then M and
-the inverse run); here every (chunk, head) is a CTA of one warpgroup, several an SM, so
-the inverse's latency hides behind other CTAs'. The Triton prepare kernel does the same
-work at 0.41 ms for 1x32k H16 on an H100 (two CTAs an SM at 182 registers, a substitution
-over [4, 16, 16] tensors). The inverse is ``gdn_inverse_sm90`` (the fused kernel's): K K^T
-on a wgmma, M, the diagonal blocks by substitution in registers, two merges as
-shared-memory products, all fp32 but the bf16 keys' exact products.
-
-Gates: g = -exp(A_log) softplus(a + dt_bias) (softplus(x) = x above 20, as torch's),
-beta = sigmoid(b); the inverse norms 1 / sqrt(sum x^2 + 1e-6) in fp32 (q and k L2-normalised
-in the kernel, as the fused kernel assumes).
+"""The GDN chunk kernel's CuTe DSL prepare launch
+(``attngen.families.gdn.cute_dsl.kernels.prepare_sm90``) from the bench harness: ``prepare``
+takes the harness's inputs dict and returns the chunk kernel's ``prepared`` tuple (T fp16,
+G, beta, qs, kn) through the library's launcher.
 """
 
 from __future__ import annotations
@@ -25,261 +9,27 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import cutlass
-import cutlass.cute as cute
-import cutlass.memory
-from cutlass import BFloat16, Float16, Float32, Int32, const_expr
-from cutlass.cute.nvgpu import cpasync
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from attngen.families.mha.cute_dsl.kernels.common import rows_aligned, smem_layout  # noqa: E402
-from bench.experimental.gdn_inverse_sm90 import (  # noqa: E402
-    COPY,
-    INVERSE,
-    InverseSm90,
-    chunk_mma,
-    fake_tensor,
-    load_lower,
-    smem_member,
+from attngen.families.gdn.cute_dsl.kernels.prepare_sm90 import (  # noqa: E402
+    GdnPrepSm90,
+    fake_args,
 )
-from bench.experimental.gdn_inverse_sm90 import tile_layout as inv_tile  # noqa: E402
 
-C = 64  # tokens a chunk
-KD = 128  # key head dim
-THREADS = 128
-L2_EPS = 1e-6  # as attngen.families.gdn.reference
-SOFTPLUS_THRESHOLD = 20.0
-ALL = 0  # named barrier: the whole CTA (one warpgroup)
-
-
-class GdnPrepSm90(InverseSm90):
-    """q, k ``[N, H, KD]`` bf16; a, b ``[N, HV]`` bf16; A_log, dt_bias ``[HV]`` fp32;
-    chunk_seq, chunk_start ``[chunks]`` and query_start_loc ``[B + 1]`` int32 (the Triton
-    extend's chunk plan); out: G, beta, qs, kn ``[HV, N]`` fp32, T ``[N, HV, C]`` fp16."""
-
-    PARTS = ("mform", "diag", "merge")  # the inverse's parts an ablation may leave out
-
-    def __init__(self, group: int = 1, skip: tuple[str, ...] = ()):
-        self.group = group  # value heads per key head
-        assert set(skip) <= set(self.PARTS), skip
-        self.skip = frozenset(skip)
-
-    @cute.jit
-    def __call__(
-        self,
-        mQ: cute.Tensor,
-        mK: cute.Tensor,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mALog: cute.Tensor,
-        mDtBias: cute.Tensor,
-        mChunkSeq: cute.Tensor,
-        mChunkStart: cute.Tensor,
-        mQsl: cute.Tensor,
-        mG: cute.Tensor,
-        mBeta: cute.Tensor,
-        mQs: cute.Tensor,
-        mKn: cute.Tensor,
-        mT: cute.Tensor,
-        scale: Float32,
-        stream,
-    ):
-        mQ, mK, mT = (rows_aligned(t) for t in (mQ, mK, mT))  # 16-byte rows
-        mma_kk = chunk_mma()
-        l_k = smem_layout(BFloat16, C, KD, None)  # the chunk's keys [t, key], swizzled
-        l_m, l_y = inv_tile(), inv_tile(C // 2)
-        members = {
-            "sK": smem_member(l_k, BFloat16), "sM": smem_member(l_m, Float32),
-            "sTf": smem_member(l_m, Float32), "sY": smem_member(l_y, Float32),
-            "g": cute.struct.MemRange[Float32, C],
-            "beta": cute.struct.MemRange[Float32, C], "kn": cute.struct.MemRange[Float32, C],
-            "graw": cute.struct.MemRange[Float32, C],
-        }  # fmt: skip
-        Storage = cute.struct(type("Storage", (), {"__annotations__": members}))
-        grid = (cute.size(mChunkSeq.shape[0]), cute.size(mA.shape[1]), 1)
-        self.kernel(
-            mQ, mK, mA, mB, mALog, mDtBias, mChunkSeq, mChunkStart, mQsl, mG, mBeta, mQs,
-            mKn, mT, scale, l_k, l_m, l_y, mma_kk, Storage,
-        ).launch(
-            grid=grid, block=[THREADS, 1, 1], smem=Storage.size_in_bytes(), stream=stream
-        )  # fmt: skip
-
-    @cute.kernel
-    def kernel(
-        self,
-        mQ: cute.Tensor,
-        mK: cute.Tensor,
-        mA: cute.Tensor,
-        mB: cute.Tensor,
-        mALog: cute.Tensor,
-        mDtBias: cute.Tensor,
-        mChunkSeq: cute.Tensor,
-        mChunkStart: cute.Tensor,
-        mQsl: cute.Tensor,
-        mG: cute.Tensor,
-        mBeta: cute.Tensor,
-        mQs: cute.Tensor,
-        mKn: cute.Tensor,
-        mT: cute.Tensor,
-        scale: Float32,
-        l_k: cute.ComposedLayout,
-        l_m: cute.Layout,
-        l_y: cute.Layout,
-        mma_kk: cute.TiledMma,
-        Storage: cutlass.Constexpr,
-    ):
-        tidx, _, _ = cute.arch.thread_idx()
-        chunk, h, _ = cute.arch.block_idx()
-        hk = h // self.group
-        start = mChunkStart[chunk]
-        n = cutlass.min(mQsl[mChunkSeq[chunk] + 1] - start, C)
-        st = cutlass.memory.SmemAllocator().allocate(Storage)
-        sK = st.sK.get_tensor(l_k.outer, swizzle=l_k.inner)
-        sM, sTf, sY = st.sM.get_tensor(l_m), st.sTf.get_tensor(l_m), st.sY.get_tensor(l_y)
-        vec = cute.make_layout(C)
-        sG, sBeta, sKn, sGraw = (m.get_tensor(vec) for m in (st.g, st.beta, st.kn, st.graw))
-        # -- the keys by cp.async (rows past the request repeat its last: finite, unused) ----
-        atom = cute.make_copy_atom(cpasync.CopyG2SOp(), BFloat16, num_bits_per_copy=128)
-        per_row = KD // COPY
-        for p in cutlass.range_constexpr(C * per_row // THREADS):
-            piece = p * THREADS + tidx
-            row, part = piece // per_row, piece % per_row
-            tok = start + cutlass.min(row, n - 1)
-            cute.copy(
-                atom,
-                cute.local_tile(mK[tok, hk, None], (COPY,), (part,)),
-                cute.local_tile(sK[row, None], (COPY,), (part,)),
-            )
-        cute.arch.cp_async_commit_group()
-        # -- gates of row t = tidx (< C): g raw, beta ----
-        if tidx < C:
-            t = tidx
-            valid = t < n
-            tok = start + cutlass.min(t, n - 1)
-            x = Float32(mA[tok, h]) + mDtBias[h]
-            soft = cutlass.select_(x > SOFTPLUS_THRESHOLD, x, cute.math.log(1.0 + cute.math.exp(x)))
-            g = -cute.math.exp(mALog[h]) * soft
-            beta = 1.0 / (1.0 + cute.math.exp(-Float32(mB[tok, h])))
-            sGraw[t] = cutlass.select_(valid, g, Float32(0.0))
-            sBeta[t] = cutlass.select_(valid, beta, Float32(0.0))
-        # -- q's inverse norms from global: two threads a row, 64 elements each ----
-        row, half = tidx // 2, tidx % 2
-        tok = start + cutlass.min(row, n - 1)
-        qs = self.inverse_norm(mQ[tok, hk, None], half) * scale
-        cute.arch.cp_async_wait_group(0)
-        cute.arch.fence_view_async_shared()  # the keys' copies, then K K^T's wgmma reads them
-        cute.arch.barrier(barrier_id=ALL, number_of_threads=THREADS)
-        kn = self.inverse_norm(sK[row, None], half)
-        # G: the cumulative sum of g in the chunk (row t sums rows 0 .. t; 0 past n)
-        if tidx < C:
-            total = Float32(0.0)
-            for s in cutlass.range_constexpr(C):
-                total = total + cutlass.select_(s <= tidx, sGraw[s], Float32(0.0))
-            sG[tidx] = total
-        if half == 0:
-            sKn[row] = cutlass.select_(row < n, kn, Float32(0.0))
-            if row < n:
-                mQs[h, start + row] = qs
-                mKn[h, start + row] = kn
-        cute.arch.barrier(barrier_id=ALL, number_of_threads=THREADS)
-        if tidx < n:
-            mG[h, start + tidx] = sG[tidx]
-            mBeta[h, start + tidx] = sBeta[tidx]
-        # -- M, then T = (I + M)^-1, then T to fp16 rows ----
-        wg_kk = mma_kk.get_slice(0)
-        tKa = wg_kk.make_fragment_A(wg_kk.partition_A(sK))
-        tKb = wg_kk.make_fragment_B(wg_kk.partition_B(sK))
-        cM = mma_kk.get_slice(tidx).partition_C(cute.make_identity_tensor((C, C)))
-        if const_expr("mform" not in self.skip):
-            self.form_m(mma_kk, tKa, tKb, cM, sM, sG, sBeta, sKn, n, tidx)
-        cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
-        self.form_t(sM, sTf, sY, tidx)
-        self.store_t(sTf, mT, start, n, h, tidx)
-
-    @cute.jit
-    def inverse_norm(self, x_row: cute.Tensor, half: Int32) -> Float32:
-        """1 / sqrt(sum x^2 + eps) of a [KD] bf16 row (global or shared), the two threads
-        of a row (``half``: which 64 elements) joined by a shuffle."""
-        width = KD // 2
-        v = cute.make_rmem_tensor(COPY, Float32)
-        total = Float32(0.0)
-        for p in cutlass.range_constexpr(width // COPY):
-            v.store(
-                cute.local_tile(x_row, (COPY,), (half * (width // COPY) + p,)).load().to(Float32)
-            )
-            for e in cutlass.range_constexpr(COPY):
-                total = total + v[e] * v[e]
-        total = total + cute.arch.shuffle_sync_bfly(total, offset=1)
-        return cute.math.rsqrt(total + L2_EPS)
-
-    @cute.jit
-    def store_t(
-        self, sT: cute.Tensor, mT: cute.Tensor, start: Int32, n: Int32, h: Int32, tidx: Int32
-    ):
-        """T's first ``n`` rows as fp16 to ``mT[start + t, h, :]``, 0 above the diagonal, 8
-        elements (16 bytes) a thread and pass."""
-        per_row = C // COPY
-        x = cute.make_rmem_tensor(COPY, Float32)
-        for p in cutlass.range_constexpr(C * per_row // THREADS):
-            piece = p * THREADS + tidx
-            t, part = piece // per_row, piece % per_row
-            load_lower(sT, t, part, x)
-            if t < n:
-                dst = cute.local_tile(mT[start + t, h, None], (COPY,), (part,))
-                dst.store(x.load().to(Float16))
-
-
-def fake_args(group: int = 1):
-    """Arguments with the launch's types and dynamic sizes, no memory (CPU compile)."""
-    from cutlass.cute.runtime import make_fake_stream
-
-    tensor = fake_tensor
-    n, h, hv, chunks, b1 = (cute.sym_int32() for _ in range(5))
-    return (
-        tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, h, KD)),
-        tensor(BFloat16, (n, hv), 2), tensor(BFloat16, (n, hv), 2),
-        tensor(Float32, (hv,), 4), tensor(Float32, (hv,), 4),
-        tensor(Int32, (chunks,), 4), tensor(Int32, (chunks,), 4), tensor(Int32, (b1,), 4),
-        *(tensor(Float32, (hv, n), 4) for _ in range(4)), tensor(Float16, (n, hv, C)),
-        Float32(KD**-0.5), make_fake_stream(),
-    )  # fmt: skip
-
-
-_COMPILED: dict = {}
+__all__ = ["GdnPrepSm90", "fake_args", "prepare"]
 
 
 def prepare(x: dict, plan, qsl, cfg, scale: float):
     """(T fp16 ``[N, HV, C]``, G, beta, qs, kn ``[HV, N]`` fp32) for the chunks of ``plan``
-    (GPU; the fused kernel's ``prepared`` tuple)."""
-    import cuda.bindings.driver as cuda
-    import torch
-    from cutlass.cute.runtime import from_dlpack
+    (GPU), ``cfg`` the Triton config of the batch's spec (its shapes are the same)."""
+    from attngen.families.gdn.cute_dsl.host.launch import prepare as launch
+    from attngen.families.gdn.cute_dsl.lower import tiles
+    from attngen.families.gdn.cute_dsl.config import GdnCuteConfig
+    from attngen.spec.enums import Arch
 
-    for name, got, want in (
-        ("config.l2norm", cfg.l2norm, True),
-        ("config.chunk_size", cfg.chunk_size, C),
-        ("q's head dim (q.shape[2])", x["q"].shape[2], KD),
-    ):
-        if got != want:
-            raise ValueError(f"gdn_prep_sm90.prepare: {name} is {got}; this kernel takes {want}")
-    q, k = x["q"], x["k"]
-    n, hv = q.shape[0], x["v"].shape[1]
-    f32 = dict(dtype=torch.float32, device=q.device)
-    vecs = [torch.empty((hv, n), **f32) for _ in range(4)]
-    t16 = torch.empty((n, hv, C), dtype=torch.float16, device=q.device)
-
-    def dyn(t, align=16):
-        return from_dlpack(t, assumed_align=align).mark_layout_dynamic(leading_dim=t.dim() - 1)
-
-    args = (
-        dyn(q), dyn(k), dyn(x["a"], 2), dyn(x["b"], 2), dyn(x["A_log"].float(), 4),
-        dyn(x["dt_bias"].float(), 4), dyn(plan.chunk_seq, 4), dyn(plan.chunk_start, 4),
-        dyn(qsl, 4), *(dyn(v, 4) for v in vecs), dyn(t16), Float32(scale),
-        cuda.CUstream(torch.cuda.current_stream().cuda_stream),
-    )  # fmt: skip
-    group = cfg.v_heads_per_k_head
-    if group not in _COMPILED:
-        _COMPILED[group] = cute.compile(GdnPrepSm90(group), *args)
-    _COMPILED[group](*args)
-    return (t16, *vecs)
+    fields = {f: getattr(cfg, f) for f in GdnCuteConfig.__dataclass_fields__ if hasattr(cfg, f)}
+    config = GdnCuteConfig(**{**fields, "arch": "sm90", **tiles(Arch.SM90)})
+    a, b = x["a"], x["b"]
+    A_log, dt_bias = x["A_log"].float(), x["dt_bias"].float()
+    hv = x["v"].shape[1]
+    return launch(x["q"], x["k"], a, b, A_log, dt_bias, qsl, plan, config, scale, hv)

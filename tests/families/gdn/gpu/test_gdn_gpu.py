@@ -1,8 +1,9 @@
 """GPU numerics and CUDA-graph tests of every generated GDN backend, against the float64
 oracle (which runs on the GPU too: one request, token by token).
 
-Discovery: every ``generated/<ARCH>/triton/gdn/<spec>/backend.py`` and every config of its
-kernels module. Checks (bounds: attngen.families.gdn.testing, derived in its docstring):
+Discovery: every ``generated/<ARCH>/<backend>/gdn/<spec>/backend.py`` and every config of
+its kernels module (a phase its module does not generate is skipped: the CuTe DSL modules
+run extend only). Checks (bounds: attngen.families.gdn.testing, derived in its docstring):
 
 - ``extend``: the chunked kernels over ragged batches with lengths 1 .. 32k, half of the
   requests starting from a pool state, key heads such that the value heads are 16 and 32
@@ -57,10 +58,12 @@ SHORT_BATCH = ([4096, 129, 2, 777, 64], [True, False, True, False, True])
 
 
 def discover() -> list[type[GdnBackend]]:
-    root = REPO_ROOT / "generated" / ARCH / "triton" / "gdn"
+    root = REPO_ROOT / "generated" / ARCH
     return [
-        importlib.import_module(f"generated.{ARCH}.triton.gdn.{p.parent.name}.backend").Backend
-        for p in sorted(root.glob("*/backend.py"))
+        importlib.import_module(
+            f"generated.{ARCH}.{p.parents[2].name}.gdn.{p.parent.name}.backend"
+        ).Backend
+        for p in sorted(root.glob("*/gdn/*/backend.py"))
     ]
 
 
@@ -113,11 +116,17 @@ def rig_for(case: Case, num_k_heads: int = 4, **kw) -> GdnRig:
 
 
 def kernel_extend(
-    case: Case, num_v_heads: int, lens: list[int], init: list[bool], correlated: bool = False
+    case: Case,
+    num_v_heads: int,
+    lens: list[int],
+    init: list[bool],
+    correlated: bool = False,
+    padding: int = -1,
 ) -> dict:
     """library.extend on one ragged batch vs the oracle; returns the worst errors / bounds.
     ``correlated``: nearly equal keys, beta near 1, decay near 1 (M's entries near 1 below
-    the diagonal: the hard case of the triangular inverse)."""
+    the diagonal: the hard case of the triangular inverse). ``padding``: that request's
+    slot is 0 (a padding request: outputs from a zero state, no pool row touched)."""
     cfg, kernels = case.config, case.backend.kernels
     dtype, kd, vd = getattr(torch, cfg.dtype), cfg.key_dim, cfg.value_dim
     hk = num_v_heads // cfg.v_heads_per_k_head
@@ -137,6 +146,8 @@ def kernel_extend(
         dt_bias = torch.full((num_v_heads,), -4.0, device=DEV)
     pool = torch.randn(bs + 2, num_v_heads, vd, kd, device=DEV) * 0.1
     slots = (torch.randperm(bs + 1, device=DEV)[:bs] + 1).to(torch.int32)
+    if padding >= 0:
+        slots[padding] = 0
     has_init = torch.tensor(init, dtype=torch.int32, device=DEV)
     qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=DEV)
     out = torch.full((n, num_v_heads, vd), float("nan"), dtype=dtype, device=DEV)
@@ -168,7 +179,7 @@ def kernel_extend(
             v[s:e],
             g[s:e],
             beta[s:e],
-            before[slots[i]] if init[i] else None,
+            before[slots[i]] if init[i] and i != padding else None,
             scale=kd**-0.5,
             l2norm_qk=cfg.l2norm,
             keep_steps=False,
@@ -176,10 +187,11 @@ def kernel_extend(
         ob, sb = output_bound(want, dtype, kd), state_bound(final, kd)
         what = f"H{num_v_heads} len {length} init {init[i]}"
         worst["out"] = max(worst["out"], check_close(f"{what} out", out[s:e], want, ob))
-        worst["state"] = max(
-            worst["state"], check_close(f"{what} state", pool[slots[i]], final, sb)
-        )
-    untouched = sorted(set(range(bs + 2)) - set(slots.tolist()))
+        if i != padding:
+            state = check_close(f"{what} state", pool[slots[i]], final, sb)
+            worst["state"] = max(worst["state"], state)
+    owned = {int(slot) for i, slot in enumerate(slots.tolist()) if i != padding}
+    untouched = sorted(set(range(bs + 2)) - owned)  # slot 0 among them
     assert torch.equal(pool[untouched], before[untouched]), "a slot no request owns changed"
     return worst
 
@@ -194,7 +206,9 @@ def test_extend(case: Case | None, evidence) -> None:
     few, many = (group * (heads // group) for heads in (16, 32))  # 16, 32 (GVA 3: 15, 30)
     for hv, batch in ((few, LONG_BATCH), (many, SHORT_BATCH)):
         worst[hv] = kernel_extend(case, hv, *batch)
-    worst["corr"] = kernel_extend(case, few, [2000, 64, 3], [True, False, True], correlated=True)
+    worst["corr"] = kernel_extend(
+        case, few, [2000, 64, 3], [True, False, True], correlated=True, padding=1
+    )
     rig = rig_for(case, bias=True, slow_decay=True)
     rig.run_extend([1, 2, 3, 4], [300, 1, 64, 129], [False] * 4)
     rig.run_extend([2, 5, 1], [77, 64, 1], [True, False, True])

@@ -1,8 +1,8 @@
-"""The triangular inverse of the GDN chunk form on one sm90 warpgroup, in CuTe DSL
-(experimental, 2026-12-06): T = (I + M)^-1 with M = (K K^T ∘ beta_t kn_t kn_s exp(G_t -
+"""The triangular inverse of the GDN chunk form on one sm90 warpgroup, in CuTe DSL:
+T = (I + M)^-1 with M = (K K^T ∘ beta_t kn_t kn_s exp(G_t -
 G_s))[s < t < n], as the Triton prepare kernel forms it, from a chunk's keys in shared
-memory. Shared by the fused kernel's third warpgroup (``GdnFusedSm90(inverse=True)``) and
-the stand-alone prepare kernel (``gdn_prep_sm90.py``) as a mixin: the class using it sets
+memory. Shared by the fused kernel's third warpgroup (``chunk_sm90.GdnFusedSm90(inverse=True)``) and
+the prepare kernel (``prepare_sm90``) as a mixin: the class using it sets
 ``self.skip`` (parts a timing ablation leaves out: "diag", "merge").
 
 M goes to shared memory in fp32 (``form_m``: K K^T on a wgmma, exact bf16 products); T is
@@ -15,18 +15,13 @@ rows' 16-byte pieces fall in different banks.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90
 from cutlass import BFloat16, Float32, Int32, const_expr
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from attngen.families.mha.cute_dsl.kernels.common import LOG2_E  # noqa: E402
-from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import _wgmma  # noqa: E402
+from attngen.families.mha.cute_dsl.kernels.common import LOG2_E
+from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import _wgmma
 
 C = 64  # tokens a chunk
 THREADS = 128  # the warpgroup

@@ -1,0 +1,167 @@
+"""Compiling the CuTe DSL GDN kernels: the prepare kernel and the chunk kernel's forms, one
+specialization each per (arch, shape), built on first use and kept for the process (and on
+disk: :mod:`attngen.backends.cute_dsl.disk_cache`); ahead of time with fake tensors (no
+GPU: ``attngen.backends.cute_dsl.aot``).
+
+Tensor sizes, strides and the batch are dynamic, so one compiled kernel serves every batch;
+rows of q, k, v, T and the output are 16-byte aligned (the launcher checks it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from attngen.families.gdn.cute_dsl.config import GdnCuteConfig, GdnCuteTraits
+from attngen.families.gdn.cute_dsl.source import source_sha256
+
+
+@dataclass(frozen=True)
+class PrepareShape:
+    """The prepare kernel's specialization: value heads per key head."""
+
+    group: int
+
+
+@dataclass(frozen=True)
+class ChunkShape:
+    """The chunk kernel's: value heads per key head, consumer warpgroups (1: 64 value rows
+    a CTA with S^T Q^T off the chain; 2: a head's 128 rows), always on prepare's fp16 T."""
+
+    group: int
+    consumers: int
+
+    @property
+    def form(self) -> dict[str, Any]:
+        """The kernel's constructor arguments (chunk_sm90.FORMS: c1pd, c2p)."""
+        return {"consumers": self.consumers, "half": True, "t16": True,
+                "early_d": self.consumers == 1}  # fmt: skip
+
+
+Shape = PrepareShape | ChunkShape
+
+
+def kernel_module(arch: str, shape: Shape) -> Any:
+    """The module that builds ``shape`` on ``arch``."""
+    name = "prepare" if isinstance(shape, PrepareShape) else "chunk"
+    return importlib.import_module(f"attngen.families.gdn.cute_dsl.kernels.{name}_{arch}")
+
+
+def kernel_object(arch: str, shape: Shape) -> Any:
+    """The object ``cute.compile`` takes first."""
+    module = kernel_module(arch, shape)
+    if isinstance(shape, PrepareShape):
+        return module.GdnPrepSm90(shape.group)
+    return module.GdnFusedSm90(shape.group, **shape.form)
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """One kernel to build ahead of time (``attngen.backends.cute_dsl.aot`` reads these)."""
+
+    name: str  # "prepare" | "chunk_c1" | "chunk_c2"
+    arch: str
+    shape: Shape
+
+    @property
+    def dedupe_key(self) -> tuple[str, Shape]:
+        return self.arch, self.shape
+
+    @property
+    def kernel(self) -> Any:
+        return kernel_object(self.arch, self.shape)
+
+    def fake_args(self) -> tuple[Any, ...]:
+        return fake_args(self.arch, self.shape)
+
+    @property
+    def requires(self) -> dict[str, tuple[str, ...]]:
+        return kernel_module(self.arch, self.shape).REQUIRES
+
+    @property
+    def shared_bytes(self) -> int:
+        module = kernel_module(self.arch, self.shape)
+        if isinstance(self.shape, PrepareShape):
+            return module.shared_bytes()
+        return module.shared_bytes(self.shape.consumers)
+
+
+def chunk_shape(config: GdnCuteConfig, request_heads: int) -> ChunkShape:
+    """The chunk kernel's form for a batch of ``request_heads`` (request, value head) pairs."""
+    two = request_heads >= config.two_consumers_min_heads
+    return ChunkShape(config.v_heads_per_k_head, 2 if two else 1)
+
+
+def compile_specs(config: GdnCuteConfig, *, traits: GdnCuteTraits) -> list[CompileSpec]:
+    """Every kernel the module's phases launch for ``config``: the prepare kernel and each
+    chunk form some batch takes (one consumer below ``two_consumers_min_heads`` pairs, two
+    from it on; the conv is Triton's)."""
+    if "extend" not in traits.phases:
+        return []
+    group = config.v_heads_per_k_head
+    forms = sorted({chunk_shape(config, 1).consumers, 2})
+    return [
+        CompileSpec("prepare", config.arch, PrepareShape(group)),
+        *(CompileSpec(f"chunk_c{n}", config.arch, ChunkShape(group, n)) for n in forms),
+    ]
+
+
+def fake_args(arch: str, shape: Shape) -> tuple[Any, ...]:
+    """Arguments with the launcher's types and dynamic sizes, but no memory (AOT compile)."""
+    module = kernel_module(arch, shape)
+    if isinstance(shape, PrepareShape):
+        return module.fake_args(shape.group)
+    from cutlass import Float16
+
+    return module.fake_args(shape.group, Float16)
+
+
+def compile_kernel(arch: str, shape: Shape, args: tuple[Any, ...]) -> Any:
+    """``cute.compile`` of ``shape``'s kernel for the arch's cubin target."""
+    import cutlass.cute as cute
+
+    from attngen.arch import facts
+
+    target = facts(arch).cubin_target
+    return cute.compile(kernel_object(arch, shape), *args, options=f"--gpu-arch {target}")
+
+
+_COMPILED: dict[tuple[str, Shape], Any] = {}
+_LOCK = threading.Lock()
+# How the launcher types a kernel's arguments (host/launch.py); part of the on-disk identity.
+LAUNCH_ARGS = "gdn_launch_args/1"
+
+
+def disk_identity(arch: str, shape: Shape) -> dict[str, str]:
+    """What determines the compiled kernel of (arch, shape) called through the launcher."""
+    return {
+        "kernel": kernel_module(arch, shape).__name__,
+        "shape": json.dumps(dataclasses.asdict(shape), sort_keys=True),
+        "source_sha256": source_sha256(arch),
+        "args": LAUNCH_ARGS,
+    }
+
+
+def compiled(arch: str, shape: Shape, args: tuple[Any, ...]) -> Any:
+    """The process's compiled kernel of (arch, shape): on first use loaded from the on-disk
+    cache, or compiled from ``args`` and stored there."""
+    from attngen.arch import facts
+    from attngen.backends.cute_dsl.disk_cache import load_or_compile
+
+    key = (arch, shape)
+    fn = _COMPILED.get(key)
+    if fn is None:
+        with _LOCK:
+            fn = _COMPILED.get(key)
+            if fn is None:
+                found = load_or_compile(
+                    disk_identity(arch, shape),
+                    facts(arch).cubin_target,
+                    lambda: compile_kernel(arch, shape, args),
+                )
+                fn = _COMPILED[key] = found.function
+    return fn
