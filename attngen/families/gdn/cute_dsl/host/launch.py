@@ -112,8 +112,6 @@ def extend(
     """Chunked prefill / extend of ragged requests (see the module's docstring)."""
     n, h, hv = checks.check_qkvab(config, q, k, v, a, b, rows=plan.num_tokens)
     dev = q.device
-    if dev.type != "cuda":
-        fail("q", "a CUDA tensor (CuTe DSL kernels have no CPU path)", dev)
     bs = int(cache_indices.shape[0]) if isinstance(cache_indices, torch.Tensor) else 0
     checks.check_gate_params(A_log, dt_bias, hv, dev)
     checks.check_state_pool(config, ssm_states, hv, dev)
@@ -125,6 +123,8 @@ def extend(
         fail("out", "16-byte aligned rows (base and strides)", f"strides {out.stride()}")
     if plan.seq_first_chunk.shape[0] != bs:
         fail("plan", f"a chunk plan of {bs} requests", int(plan.seq_first_chunk.shape[0]))
+    if dev.type != "cuda":
+        fail("q", "a CUDA tensor (CuTe DSL kernels have no CPU path)", dev)
     q, k, v = (x if _aligned(x) else x.contiguous() for x in (q, k, v))
     t16, g, beta, qs, kn = prepare(
         q, k, a, b, A_log, dt_bias, query_start_loc, plan, config, scale, hv

@@ -26,7 +26,7 @@ from attngen.families.gdn.cute_dsl.config import GdnCuteConfig, GdnCuteTraits
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "2a38b884428fb058de906349981562cad724a65ed026fa4c8de21ca3ac99472a"
+LIBRARY_SHA256 = "e70b5f5ff263a0fd84ae89b9473a02174e856c147ca3ab3f177c8c2effee281f"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
