@@ -511,14 +511,24 @@ def test_mha_resolves_by_preference_and_says_why(arch: Arch, phase: Phase) -> No
 
 @pytest.mark.parametrize("arch", list(Arch))
 def test_gdn_selects_triton(arch: Arch) -> None:
-    """GDN is lowered in Triton only: CuTe DSL (where the arch has it) is skipped with its
-    reason."""
+    """GDN decode is lowered in Triton only: CuTe DSL (where the arch has it) is skipped
+    with its reason (sm90: its GDN package lowers extend; sm100: none)."""
     sel = select_backend(base_variant(Family.GDN), arch, Phase.DECODE)
     assert sel.ok and sel.backend is Backend.TRITON and sel.status is Status.SUPPORTED
     skipped = [s.backend for s in sel.skipped]
     assert skipped == [b for b in PREFERENCE[arch] if b is not Backend.TRITON]
     if skipped:
-        assert "no CuTe DSL lowering for gdn yet" in sel.reason
+        why = "phase decode is not lowered" if arch is Arch.SM90 else "sm100 is not lowered"
+        assert why in sel.reason
+
+
+def test_gdn_extend_selects_cute_dsl_on_sm90() -> None:
+    """GDN prefill / extend: the CuTe DSL chunk kernel on sm90 (first in the preference
+    order), Triton elsewhere."""
+    for arch in Arch:
+        sel = select_backend(base_variant(Family.GDN), arch, Phase.EXTEND)
+        want = Backend.CUTE_DSL if arch is Arch.SM90 else Backend.TRITON
+        assert sel.ok and sel.backend is want, (arch, sel.reason)
 
 
 def test_dsa_on_sm80_is_unsupported() -> None:
@@ -619,8 +629,12 @@ def test_support_matrix_documents_selection_from_code() -> None:
         )
         # sm90 and sm100 decode: CuTe DSL's split-KV decode; sm80: Triton
         assert mha_row.count("`triton` (") == 1 and mha_row.count("`cute_dsl` (") == 2
-        gdn_row = next(r for r in section.splitlines() if r.startswith("| GDN |"))
-        assert gdn_row.count("`triton` (") == len(Arch)
+        # GDN decode: Triton on every arch; extend: the CuTe DSL chunk kernel on sm90
+        gdn_rows = [r for r in section.splitlines() if r.startswith("| GDN |")]
+        decode = next(r for r in gdn_rows if "| decode |" in r)
+        extend = next(r for r in gdn_rows if "| extend |" in r)
+        assert decode.count("`triton` (") == len(Arch)
+        assert extend.count("`triton` (") == len(Arch) - 1 and extend.count("`cute_dsl` (") == 1
         assert "### Hybrid prefill/decode backends" in section
         assert "make_backend(" in section and "prefill_spec=" in section
 

@@ -51,13 +51,15 @@ def test_form_by_request_heads() -> None:
     head) pairs, two (a head's 128 rows) from it on; the group rides along."""
     config = kernel_config(EXTEND, Arch.SM90)
     assert config.two_consumers_min_heads == 132  # sm90's SM count
-    assert chunk_shape(config, 16) == ChunkShape(1, 1)
-    assert chunk_shape(config, 131) == ChunkShape(1, 1)
+    assert chunk_shape(config, 16) == ChunkShape(1, 1, early_d=True)
+    assert chunk_shape(config, 131) == ChunkShape(1, 1, early_d=True)
     assert chunk_shape(config, 132) == ChunkShape(1, 2)
     assert chunk_shape(config, 256).form == {
         "consumers": 2, "half": True, "t16": True, "early_d": False
     }  # fmt: skip
     assert chunk_shape(config, 16).form["early_d"]
+    plain = dataclasses.replace(config, chunk_early_d=0)
+    assert not chunk_shape(plain, 16).form["early_d"]
 
 
 def test_compile_specs_are_the_forms_a_batch_can_take() -> None:

@@ -33,6 +33,9 @@ class GdnCuteConfig:
     # half the bytes a head moves), fewer take one (64 rows, twice the CTAs, S^T Q^T off the
     # chunk's chain) ----
     two_consumers_min_heads: int
+    # 1: the one-consumer form waits for S^T K^T alone, so S^T Q^T runs under d's epilogue
+    # and u's product (H100: 0.55 against 0.62 ms at 4 x 8k x 16 heads, equal at 1 x 32k)
+    chunk_early_d: int
     # -- the causal conv (the Triton GDN library's kernel) ----
     conv_block_c: int
     conv_block_t: int

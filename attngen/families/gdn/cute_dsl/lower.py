@@ -25,6 +25,7 @@ def tiles(arch: Arch) -> dict[str, int]:
     16, 16 pairs, 1.40 against 2.07); the conv on the Triton library's sm90 tiles."""
     return {
         "two_consumers_min_heads": facts(arch).num_sms,
+        "chunk_early_d": 1,
         "conv_block_c": 64,
         "conv_block_t": 16,
         "conv_num_warps": 4,

@@ -12,6 +12,8 @@ def config_problems(c: GdnCuteConfig) -> list[str]:
     problems = []
     if c.two_consumers_min_heads < 1:
         problems.append(f"two_consumers_min_heads={c.two_consumers_min_heads}: at least 1")
+    if c.chunk_early_d not in (0, 1):
+        problems.append(f"chunk_early_d={c.chunk_early_d}: 0 or 1")
     for name in ("conv_block_c", "conv_block_t"):
         block = getattr(c, name)
         if block < 4 or block & (block - 1):

@@ -30,16 +30,18 @@ class PrepareShape:
 @dataclass(frozen=True)
 class ChunkShape:
     """The chunk kernel's: value heads per key head, consumer warpgroups (1: 64 value rows
-    a CTA with S^T Q^T off the chain; 2: a head's 128 rows), always on prepare's fp16 T."""
+    a CTA; 2: a head's 128 rows), S^T Q^T off the chain (one consumer only), always on
+    prepare's fp16 T."""
 
     group: int
     consumers: int
+    early_d: bool = False
 
     @property
     def form(self) -> dict[str, Any]:
         """The kernel's constructor arguments (chunk_sm90.FORMS: c1pd, c2p)."""
         return {"consumers": self.consumers, "half": True, "t16": True,
-                "early_d": self.consumers == 1}  # fmt: skip
+                "early_d": self.early_d}  # fmt: skip
 
 
 Shape = PrepareShape | ChunkShape
@@ -92,8 +94,9 @@ class CompileSpec:
 
 def chunk_shape(config: GdnCuteConfig, request_heads: int) -> ChunkShape:
     """The chunk kernel's form for a batch of ``request_heads`` (request, value head) pairs."""
-    two = request_heads >= config.two_consumers_min_heads
-    return ChunkShape(config.v_heads_per_k_head, 2 if two else 1)
+    if request_heads >= config.two_consumers_min_heads:
+        return ChunkShape(config.v_heads_per_k_head, 2)
+    return ChunkShape(config.v_heads_per_k_head, 1, bool(config.chunk_early_d))
 
 
 def compile_specs(config: GdnCuteConfig, *, traits: GdnCuteTraits) -> list[CompileSpec]:
@@ -103,10 +106,13 @@ def compile_specs(config: GdnCuteConfig, *, traits: GdnCuteTraits) -> list[Compi
     if "extend" not in traits.phases:
         return []
     group = config.v_heads_per_k_head
-    forms = sorted({chunk_shape(config, 1).consumers, 2})
+    forms = {chunk_shape(config, 1), chunk_shape(config, config.two_consumers_min_heads)}
     return [
         CompileSpec("prepare", config.arch, PrepareShape(group)),
-        *(CompileSpec(f"chunk_c{n}", config.arch, ChunkShape(group, n)) for n in forms),
+        *(
+            CompileSpec(f"chunk_c{s.consumers}", config.arch, s)
+            for s in sorted(forms, key=lambda s: s.consumers)
+        ),
     ]
 
 

@@ -26,7 +26,7 @@ from attngen.families.gdn.cute_dsl.config import GdnCuteConfig, GdnCuteTraits
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "e70b5f5ff263a0fd84ae89b9473a02174e856c147ca3ab3f177c8c2effee281f"
+LIBRARY_SHA256 = "58bc9b937833d9da1ed2641bae00ed768c6ad3f7d018f66639432e1de5c3f11c"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -53,6 +53,7 @@ CONFIGS: dict[str, GdnCuteConfig] = {
         num_draft_tokens=0,
         arch="sm90",
         two_consumers_min_heads=132,
+        chunk_early_d=1,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
