@@ -141,7 +141,7 @@ def diff(x, y) -> float:
     return float((x - y).abs().max() / y.pow(2).mean().sqrt())
 
 
-def oracle(x: dict, length: int) -> tuple:
+def f64_oracle(x: dict, length: int) -> tuple:
     """The float64 token-by-token recurrence on request 0, value head 0 (the first
     ``length`` rows): its outputs ``[length, 1, V]`` and final state ``[V, K]``."""
     from attngen.families.gdn import reference
@@ -246,7 +246,7 @@ def prefill_case(
     row["out_diff_vs_fla"] = diff(out, fla_out[0])
     row["state_diff_vs_fla"] = diff(pool[1:], fla_state)
     if oracle:  # the main rows (the sweep's tiles compute the same values)
-        buffers["oracle"] = oracle(x, length)
+        buffers["oracle"] = f64_oracle(x, length)
         sides = {"attngen": (out, pool[1, 0]), "fla": (fla_out[0], fla_state[0, 0])}
         row.update(oracle_errors(buffers["oracle"], length, sides))
     t_ours = bench(ours)
