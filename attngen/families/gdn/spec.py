@@ -117,3 +117,27 @@ def check(spec: Spec) -> None:
 SPEC = FamilySpec(
     {"gdn": GdnDims}, shapes, kv_cache="gdn keeps a recurrent state, not a KV cache", check=check
 )
+
+
+TORCH_DTYPES = {DType.BF16: "bfloat16", DType.FP16: "float16", DType.FP32: "float32"}
+
+
+def config_identity(variant) -> dict[str, object]:
+    """The identity fields every GDN backend's config carries (the runtime selects a config
+    by them), from a variant of this family: its uri, shape, dtypes and speculative
+    settings."""
+    shape = variant.shape
+    assert isinstance(shape, GdnShape)
+    return dict(
+        uri=variant.uri,
+        key_dim=shape.key_dim,
+        value_dim=shape.value_dim,
+        v_heads_per_k_head=shape.v_heads_per_k_head,
+        dtype=TORCH_DTYPES[variant.dtype],
+        state_dtype=TORCH_DTYPES[shape.state_dtype],
+        chunk_size=shape.chunk_size,
+        conv_kernel=shape.conv_kernel,
+        l2norm=shape.qk_l2norm,
+        spec_topk=variant.spec_topk or 0,
+        num_draft_tokens=variant.num_draft_tokens,
+    )

@@ -6,16 +6,15 @@ from __future__ import annotations
 from attngen.arch import facts
 from attngen.families.gdn.cute_dsl import capability
 from attngen.families.gdn.cute_dsl.config import GdnCuteConfig, GdnCuteTraits
-from attngen.families.gdn.spec import GdnShape
+from attngen.families.gdn.spec import config_identity
 from attngen.ir import ModulePlan
 from attngen.library_lowering import plan_module
-from attngen.spec.enums import Arch, Backend, DType
+from attngen.spec.enums import Arch, Backend
 from attngen.spec.model import Spec
 from attngen.spec.variant import Variant
 
 RUNTIME_CLASS = "attngen.families.gdn.runtime:GdnBackend"
 SEQ_LEN_FILL_VALUE = 1
-TORCH_DTYPES = {DType.BF16: "bfloat16", DType.FP16: "float16", DType.FP32: "float32"}
 
 
 def tiles(arch: Arch) -> dict[str, int]:
@@ -35,25 +34,9 @@ def tiles(arch: Arch) -> dict[str, int]:
 def kernel_config(
     variant: Variant, arch: Arch, overrides: dict[str, int] | None = None
 ) -> GdnCuteConfig:
-    shape = variant.shape
-    assert isinstance(shape, GdnShape)
     values = tiles(arch)
     values.update(overrides or {})
-    return GdnCuteConfig(
-        uri=variant.uri,
-        key_dim=shape.key_dim,
-        value_dim=shape.value_dim,
-        v_heads_per_k_head=shape.v_heads_per_k_head,
-        dtype=TORCH_DTYPES[variant.dtype],
-        state_dtype=TORCH_DTYPES[shape.state_dtype],
-        chunk_size=shape.chunk_size,
-        conv_kernel=shape.conv_kernel,
-        l2norm=shape.qk_l2norm,
-        spec_topk=variant.spec_topk or 0,
-        num_draft_tokens=variant.num_draft_tokens,
-        arch=arch.value,
-        **values,
-    )
+    return GdnCuteConfig(**config_identity(variant), arch=arch.value, **values)
 
 
 def lower(spec: Spec, variants: tuple[Variant, ...], arch: Arch) -> ModulePlan:

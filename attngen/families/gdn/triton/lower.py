@@ -10,14 +10,13 @@ from attngen.arch import facts
 from attngen.families.gdn.triton.config import GdnTraits, GdnTritonConfig
 from attngen.library_lowering import plan_module
 from attngen.ir import GraphBuffer, ModulePlan
-from attngen.spec.enums import Arch, Backend, DType, Phase
+from attngen.spec.enums import Arch, Backend, Phase
 from attngen.spec.model import Spec
-from attngen.families.gdn.spec import GdnShape
+from attngen.families.gdn.spec import GdnShape, config_identity
 from attngen.spec.variant import Variant
 
 RUNTIME_CLASS = "attngen.families.gdn.runtime:GdnBackend"
 SEQ_LEN_FILL_VALUE = 1  # padded rows of a replayed batch (their slot is 0: nothing is touched)
-TORCH_DTYPES = {DType.BF16: "bfloat16", DType.FP16: "float16", DType.FP32: "float32"}
 
 
 def tiles(shape: GdnShape, arch: Arch) -> dict[str, int]:
@@ -70,20 +69,7 @@ def kernel_config(
     assert isinstance(shape, GdnShape)
     values = tiles(shape, arch)
     values.update(overrides or {})
-    return GdnTritonConfig(
-        uri=variant.uri,
-        key_dim=shape.key_dim,
-        value_dim=shape.value_dim,
-        v_heads_per_k_head=shape.v_heads_per_k_head,
-        dtype=TORCH_DTYPES[variant.dtype],
-        state_dtype=TORCH_DTYPES[shape.state_dtype],
-        chunk_size=shape.chunk_size,
-        conv_kernel=shape.conv_kernel,
-        l2norm=shape.qk_l2norm,
-        spec_topk=variant.spec_topk or 0,
-        num_draft_tokens=variant.num_draft_tokens,
-        **values,
-    )
+    return GdnTritonConfig(**config_identity(variant), **values)
 
 
 def graph_buffers(verify: bool) -> tuple[GraphBuffer, ...]:
