@@ -35,7 +35,7 @@ def test_oracle_errors_measure_each_side_on_request_zero(monkeypatch) -> None:
     out[:, 1] = 1e3
     theirs = out.clone()
     theirs[length - 1, 0, 5] += 0.5  # the last token of request 0 differs
-    ref = gdn.oracle(x, length)
+    ref = gdn.f64_oracle(x, length)
     assert torch.equal(ref[0], ref_out) and torch.equal(ref[1], ref_state[0])
     sides = {"attngen": (out, ref_state[0]), "fla": (theirs, ref_state[0] * 1.01)}
     errs = gdn.oracle_errors(ref, length, sides)
