@@ -17,8 +17,8 @@ from S^T = I (V = K rows) with the values taken as 0. Both are runs of the fused
 The work grows (each middle segment runs three times, once on K rows), the sequential depth
 falls from the request's chunks to about two segments' worth. Segment bounds fall on chunk
 bounds of the request, so the prepare kernel's chunks (and its T, gates and norms) are the
-same as without segments. A padding request (slot <= 0) gets no run: its output rows are left
-alone, as the fused kernel leaves them.
+same as without segments. A padding request (slot <= 0) is one run in pass 1 from a zero state: its output rows
+are written and no pool row is touched, as the kernel does for it.
 
 ``extend_cp`` takes the kernel as a ``runner(runs, inits) -> finals`` callable, so the same
 plan and combine run on the GPU (``gdn_fused_check.fused_runner``) and, in
@@ -69,8 +69,12 @@ def plan_segments(qsl: list[int], slots: list[int], segments: int, chunk: int = 
         start, end = qsl[b], qsl[b + 1]
         if end < start:
             raise ValueError(f"request {b}: rows {start} .. {end}")
-        if slot <= 0 or end == start:
+        if end == start:
             counts.append(0)
+            continue
+        if slot <= 0:  # padding: its rows from a zero state in one run, no pool row
+            counts.append(0)
+            first.append(Run(b, 0, start, end, OUT | VALUES, "zero"))
             continue
         chunks = -(-(end - start) // chunk)
         per = -(-chunks // min(segments, chunks))  # chunks a segment
