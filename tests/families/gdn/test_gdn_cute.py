@@ -55,7 +55,7 @@ def test_form_by_request_heads() -> None:
     assert chunk_shape(config, 131) == ChunkShape(1, 1, early_d=True)
     assert chunk_shape(config, 132) == ChunkShape(1, 2)
     assert chunk_shape(config, 256).form == {
-        "consumers": 2, "half": True, "t16": True, "early_d": False
+        "consumers": 2, "half": True, "t16": True, "early_d": False, "modes": False
     }  # fmt: skip
     assert chunk_shape(config, 16).form["early_d"]
     plain = dataclasses.replace(config, chunk_early_d=0)
@@ -66,9 +66,14 @@ def test_compile_specs_are_the_forms_a_batch_can_take() -> None:
     config = kernel_config(EXTEND, Arch.SM90)
     extend = GdnCuteTraits(("extend",))
     names = [s.name for s in compile_specs(config, traits=extend)]
-    assert names == ["prepare", "chunk_c1", "chunk_c2"]
+    assert names == ["prepare", "chunk_c1", "chunk_c2", "chunk_c1_segments"]
+    # segments run the one-consumer form, reading each run's mode bits
+    segmented = compile_specs(config, traits=extend)[-1].shape
+    assert segmented.form == {**chunk_shape(config, 1).form, "modes": True}
     always_two = dataclasses.replace(config, two_consumers_min_heads=1)
     assert [s.name for s in compile_specs(always_two, traits=extend)] == ["prepare", "chunk_c2"]
+    no_segments = dataclasses.replace(config, segments_max=1)
+    assert [s.name for s in compile_specs(no_segments, traits=extend)] == names[:3]
     assert compile_specs(config, traits=GdnCuteTraits(("decode",))) == []
 
 

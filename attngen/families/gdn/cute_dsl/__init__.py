@@ -21,6 +21,8 @@ from attngen.spec.fields import Int
 TUNING_VALUES: dict[str, Int] = {
     "two_consumers_min_heads": Int(1, 1 << 20),
     "chunk_early_d": Int(0, 1, choices=(0, 1)),
+    "segments_max": Int(1, 64),
+    "segments_overhead_chunks": Int(0, 1 << 16),
     "conv_block_c": Int(4, 256, power_of_two=True),
     "conv_block_t": Int(4, 256, power_of_two=True),
     "conv_num_warps": Int(1, 16, choices=(1, 2, 4, 8, 16)),

@@ -36,6 +36,12 @@ class GdnCuteConfig:
     # 1: the one-consumer form waits for S^T K^T alone, so S^T Q^T runs under d's epilogue
     # and u's product (H100: 0.55 against 0.62 ms at 4 x 8k x 16 heads, equal at 1 x 32k)
     chunk_early_d: int
+    # -- context parallelism (host/segments.py) for batches the one-consumer form runs:
+    # a long request in up to this many segments (1: never), where the estimate of the two
+    # passes, plus this many chunk steps for the combine and the second launch, beats the
+    # plain launch ----
+    segments_max: int
+    segments_overhead_chunks: int
     # -- the causal conv (the Triton GDN library's kernel) ----
     conv_block_c: int
     conv_block_t: int

@@ -21,10 +21,14 @@ def tiles(arch: Arch) -> dict[str, int]:
     """Two consumer warpgroups a CTA once the batch has an SM's worth of (request, value
     head) pairs (H100, 2026-12-06, prepare + chunk kernel: 8 x 4k x 32 heads, 256 pairs,
     0.92 ms against 1.09 on one; 4 x 8k x 16, 64 pairs, 0.55 against 0.67 on two; 1 x 32k x
-    16, 16 pairs, 1.40 against 2.07); the conv on the Triton library's sm90 tiles."""
+    16, 16 pairs, 1.40 against 2.07); up to 8 segments a long request where that form
+    leaves SMs idle, 16 chunk steps (about 40 us) charged for the combine and the second
+    launch; the conv on the Triton library's sm90 tiles."""
     return {
         "two_consumers_min_heads": facts(arch).num_sms,
         "chunk_early_d": 1,
+        "segments_max": 8,
+        "segments_overhead_chunks": 16,
         "conv_block_c": 64,
         "conv_block_t": 16,
         "conv_num_warps": 4,

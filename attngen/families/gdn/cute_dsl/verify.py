@@ -14,6 +14,13 @@ def config_problems(c: GdnCuteConfig) -> list[str]:
         problems.append(f"two_consumers_min_heads={c.two_consumers_min_heads}: at least 1")
     if c.chunk_early_d not in (0, 1):
         problems.append(f"chunk_early_d={c.chunk_early_d}: 0 or 1")
+    if c.segments_max < 1 or c.segments_overhead_chunks < 0:
+        problems.append(
+            f"segments_max={c.segments_max} (at least 1), segments_overhead_chunks="
+            f"{c.segments_overhead_chunks} (at least 0)"
+        )
+    if c.segments_max > 1 and c.key_dim != c.value_dim:
+        problems.append(f"segments_max={c.segments_max}: segments need key_dim = value_dim")
     for name in ("conv_block_c", "conv_block_t"):
         block = getattr(c, name)
         if block < 4 or block & (block - 1):

@@ -24,6 +24,8 @@ every element the checks read (NaN fails).
 
 from __future__ import annotations
 
+import dataclasses
+
 import importlib
 import os
 import random
@@ -122,12 +124,18 @@ def kernel_extend(
     init: list[bool],
     correlated: bool = False,
     padding: int = -1,
+    changes: dict | None = None,
+    segmented: bool | None = None,
 ) -> dict:
     """library.extend on one ragged batch vs the oracle; returns the worst errors / bounds.
     ``correlated``: nearly equal keys, beta near 1, decay near 1 (M's entries near 1 below
     the diagonal: the hard case of the triangular inverse). ``padding``: that request's
-    slot is 0 (a padding request: outputs from a zero state, no pool row touched)."""
+    slot is 0 (a padding request: outputs from a zero state, no pool row touched).
+    ``changes``: config fields replaced (tuning keys); ``segmented``: whether the CuTe DSL
+    library must have run the batch as segments (context parallelism) or not."""
     cfg, kernels = case.config, case.backend.kernels
+    if changes:
+        cfg = dataclasses.replace(cfg, **changes)
     dtype, kd, vd = getattr(torch, cfg.dtype), cfg.key_dim, cfg.value_dim
     hk = num_v_heads // cfg.v_heads_per_k_head
     assert hk * cfg.v_heads_per_k_head == num_v_heads, "value heads: a multiple of the group"
@@ -152,6 +160,7 @@ def kernel_extend(
     qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=DEV)
     out = torch.full((n, num_v_heads, vd), float("nan"), dtype=dtype, device=DEV)
     before = pool.clone()
+    plan = kernels.chunk_plan(lens, cfg.chunk_size, torch.device(DEV))
     kernels.extend(
         q,
         k,
@@ -165,10 +174,13 @@ def kernel_extend(
         has_initial_state=has_init,
         query_start_loc=qsl,
         out=out,
-        plan=kernels.chunk_plan(lens, cfg.chunk_size, torch.device(DEV)),
+        plan=plan,
         config=cfg,
         scale=kd**-0.5,
     )
+    if segmented is not None:
+        took = any(s is not None for s in plan.schedules.values())
+        assert took == segmented, f"segments taken: {took}, expected {segmented}"
     g, beta = ref.gates(a, b, A_log, dt_bias)
     worst = {"out": 0.0, "state": 0.0}
     for i, length in enumerate(lens):
@@ -209,6 +221,19 @@ def test_extend(case: Case | None, evidence) -> None:
     worst["corr"] = kernel_extend(
         case, few, [2000, 64, 3], [True, False, True], correlated=True, padding=1
     )
+    if hasattr(case.config, "segments_max"):  # the CuTe DSL library's context parallelism
+        # the long batch above ran as segments (its 32k request, at the default estimate);
+        # here the plain launch at length, then many segments on slow decays (the combine's
+        # products matter) with the segmented request a padding one
+        worst["plain"] = kernel_extend(
+            case, few, [5000, 3, 64], [True, False, True], changes={"segments_max": 1},
+            segmented=False,
+        )  # fmt: skip
+        worst["seg"] = kernel_extend(
+            case, group * (8 // group), [6000, 700, 1, 2500], [True, True, False, True],
+            correlated=True, padding=0, changes={"segments_overhead_chunks": 0},
+            segmented=True,
+        )  # fmt: skip
     rig = rig_for(case, bias=True, slow_decay=True)
     rig.run_extend([1, 2, 3, 4], [300, 1, 64, 129], [False] * 4)
     rig.run_extend([2, 5, 1], [77, 64, 1], [True, False, True])

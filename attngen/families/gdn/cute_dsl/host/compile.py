@@ -30,18 +30,22 @@ class PrepareShape:
 @dataclass(frozen=True)
 class ChunkShape:
     """The chunk kernel's: value heads per key head, consumer warpgroups (1: 64 value rows
-    a CTA; 2: a head's 128 rows), S^T Q^T off the chain (one consumer only), always on
-    prepare's fp16 T."""
+    a CTA; 2: a head's 128 rows), S^T Q^T off the chain (one consumer only), each run's
+    mode bits read (context parallelism's launches: host/segments.py), always on prepare's
+    fp16 T."""
+
+    ROWS = 64  # value rows a consumer warpgroup holds (chunk_sm90.VB)
 
     group: int
     consumers: int
     early_d: bool = False
+    modes: bool = False
 
     @property
     def form(self) -> dict[str, Any]:
         """The kernel's constructor arguments (chunk_sm90.FORMS: c1pd, c2p)."""
         return {"consumers": self.consumers, "half": True, "t16": True,
-                "early_d": self.early_d}  # fmt: skip
+                "early_d": self.early_d, "modes": self.modes}  # fmt: skip
 
 
 Shape = PrepareShape | ChunkShape
@@ -65,7 +69,7 @@ def kernel_object(arch: str, shape: Shape) -> Any:
 class CompileSpec:
     """One kernel to build ahead of time (``attngen.backends.cute_dsl.aot`` reads these)."""
 
-    name: str  # "prepare" | "chunk_c1" | "chunk_c2"
+    name: str  # "prepare" | "chunk_c1" | "chunk_c2" | "chunk_c1_segments"
     arch: str
     shape: Shape
 
@@ -99,21 +103,33 @@ def chunk_shape(config: GdnCuteConfig, request_heads: int) -> ChunkShape:
     return ChunkShape(config.v_heads_per_k_head, 1, bool(config.chunk_early_d))
 
 
+def segments_shape(config: GdnCuteConfig) -> ChunkShape | None:
+    """The form context parallelism launches (the one-consumer form reading mode bits), or
+    None where the config takes no segments."""
+    if config.segments_max <= 1 or config.two_consumers_min_heads <= 1:
+        return None
+    return dataclasses.replace(chunk_shape(config, 1), modes=True)
+
+
 def compile_specs(config: GdnCuteConfig, *, traits: GdnCuteTraits) -> list[CompileSpec]:
     """Every kernel the module's phases launch for ``config``: the prepare kernel and each
     chunk form some batch takes (one consumer below ``two_consumers_min_heads`` pairs, two
-    from it on; the conv is Triton's)."""
+    from it on, the one-consumer form with mode bits for segments; the conv is Triton's)."""
     if "extend" not in traits.phases:
         return []
     group = config.v_heads_per_k_head
     forms = {chunk_shape(config, 1), chunk_shape(config, config.two_consumers_min_heads)}
-    return [
+    specs = [
         CompileSpec("prepare", config.arch, PrepareShape(group)),
         *(
             CompileSpec(f"chunk_c{s.consumers}", config.arch, s)
             for s in sorted(forms, key=lambda s: s.consumers)
         ),
     ]
+    segmented = segments_shape(config)
+    if segmented is not None:
+        specs.append(CompileSpec("chunk_c1_segments", config.arch, segmented))
+    return specs
 
 
 def fake_args(arch: str, shape: Shape) -> tuple[Any, ...]:

@@ -6,13 +6,17 @@ contiguous), A_log and dt_bias ``[HV]`` fp32, the pool ``ssm_states [slots + 1, 
 fp32, cache_indices, has_initial_state ``[B]`` and query_start_loc ``[B + 1]`` int32, the
 output ``[N, HV, V]`` and the chunk plan of ``chunk_plan``. It runs two launches: the prepare
 kernel (gates, norms, fp16 T a chunk and head) and the chunk kernel, whose form the batch's
-(request, value head) count picks (``GdnCuteConfig.two_consumers_min_heads``). A request
+(request, value head) count picks (``GdnCuteConfig.two_consumers_min_heads``); where the
+one-consumer form would leave SMs idle behind a long request, the chunk kernel runs as two
+launches of segments with a combine between (context parallelism, ``host/segments.py``;
+``segments_max``; the plan of this module's ``chunk_plan`` carries the lengths it needs). A request
 with ``has_initial_state[b] != 0`` starts from its pool row and every request's final state
 is written there; a padding request (slot 0) runs from a zero state: its output rows are
 written, no pool row is read or written (as the Triton library's extend).
 
-``chunk_plan`` and ``conv_prefill`` (the width-4 causal conv over the prefill's tokens) are
-the Triton GDN library's, bound here so a generated module offers what the backend calls.
+``conv_prefill`` (the width-4 causal conv over the prefill's tokens) is the Triton GDN
+library's, and ``chunk_plan`` its plan with the requests' lengths kept on the host, bound here
+so a generated module offers what the backend calls.
 
 What the launcher checks: shapes, dtypes, devices and strides of every tensor (host-side,
 no sync); rows of q, k and v that are not 16-byte aligned are copied (the kernels' 16-byte
@@ -22,17 +26,28 @@ consistent with query_start_loc) are the caller's promise, as for the Triton lib
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from attngen.families.gdn.cute_dsl.config import GdnCuteConfig
-from attngen.families.gdn.cute_dsl.host.compile import PrepareShape, chunk_shape, compiled
+from attngen.families.gdn.cute_dsl.host import segments
+from attngen.families.gdn.cute_dsl.host.compile import (
+    ChunkShape,
+    PrepareShape,
+    chunk_shape,
+    compiled,
+    segments_shape,
+)
 from attngen.families.gdn.triton.host import checks
-from attngen.families.gdn.triton.host.launch import ChunkPlan, chunk_plan, conv_prefill
+from attngen.families.gdn.triton.host.launch import ChunkPlan, conv_prefill
+from attngen.families.gdn.triton.host.launch import chunk_plan as _chunk_plan
 from attngen.runtime.checks import fail
 
-__all__ = ["ChunkPlan", "chunk_plan", "conv_prefill", "extend", "prepare"]
+__all__ = ["ChunkPlan", "LengthsPlan", "chunk_plan", "conv_prefill", "extend", "prepare"]
 
 ALIGN = 16  # bytes: the kernels' row copies
 
@@ -59,6 +74,54 @@ def _stream() -> Any:
     import cuda.bindings.driver as cuda
 
     return cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+
+
+@dataclass(frozen=True)
+class LengthsPlan(ChunkPlan):
+    """The Triton library's chunk plan with the requests' lengths on the host (what
+    segments are planned from) and the device schedules planned from it, per (value heads,
+    SMs), kept for the batch's layers."""
+
+    lens: tuple[int, ...] = ()
+    schedules: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+def chunk_plan(extend_lens: list[int], chunk_size: int, device: torch.device) -> LengthsPlan:
+    """The chunk plan of requests with ``extend_lens`` new tokens each (host ints)."""
+    base = _chunk_plan(extend_lens, chunk_size, device)
+    parts = {f.name: getattr(base, f.name) for f in dataclasses.fields(ChunkPlan)}
+    return LengthsPlan(**parts, lens=tuple(int(n) for n in extend_lens))
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _schedule(
+    plan: ChunkPlan, config: GdnCuteConfig, hv: int, device: torch.device
+) -> segments.DeviceSchedule | None:
+    """The batch's segments on the device, or None where the plain launch is planned (the
+    plan has no lengths, the config takes no segments, or the estimate keeps one)."""
+    if not isinstance(plan, LengthsPlan) or segments_shape(config) is None:
+        return None
+    if chunk_shape(config, len(plan.lens) * hv).consumers != 1:
+        return None
+    sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+    key = (hv, sms, config.chunk_size, config.segments_max, config.segments_overhead_chunks)
+    if key not in plan.schedules:
+        counts = segments.segment_counts(
+            list(plan.lens),
+            chunk=config.chunk_size,
+            heads=hv,
+            blocks=config.value_dim // ChunkShape.ROWS,
+            num_sms=sms,
+            max_segments=config.segments_max,
+            overhead_chunks=config.segments_overhead_chunks,
+        )
+        sched = segments.schedule(list(plan.lens), counts, config.chunk_size)
+        plan.schedules[key] = segments.device_schedule(sched, device) if sched.segmented else None
+    return plan.schedules[key]
 
 
 def prepare(
@@ -129,11 +192,22 @@ def extend(
     t16, g, beta, qs, kn = prepare(
         q, k, a, b, A_log, dt_bias, query_start_loc, plan, config, scale, hv
     )
+    inputs = (_rows(q), _rows(k), _rows(v), _rows(t16), *(_small(x) for x in (g, beta, qs, kn)))
+    sched = _schedule(plan, config, hv, dev)
+    if sched is not None:
+        shape = segments_shape(config)
+
+        def runner(scratch: torch.Tensor, runs: segments.RunTable) -> None:
+            tables = (runs.slots, runs.has_init, runs.start, runs.end, runs.mode)
+            args = (*inputs, _small(scratch), *map(_small, tables), _rows(out), _stream())
+            compiled(config.arch, shape, args)(*args)
+
+        segments.run(sched, runner, ssm_states, cache_indices, has_initial_state)
+        return out
     starts, ends = query_start_loc[:-1], query_start_loc[1:]
     # (the mode bits are read only by context parallelism's form: cache_indices stands in)
     args = (
-        _rows(q), _rows(k), _rows(v), _rows(t16), _small(g), _small(beta), _small(qs),
-        _small(kn), _small(ssm_states), _small(cache_indices), _small(has_initial_state),
+        *inputs, _small(ssm_states), _small(cache_indices), _small(has_initial_state),
         _small(starts), _small(ends), _small(cache_indices), _rows(out), _stream(),
     )  # fmt: skip
     compiled(config.arch, chunk_shape(config, bs * hv), args)(*args)

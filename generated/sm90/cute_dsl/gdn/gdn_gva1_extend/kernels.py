@@ -26,7 +26,7 @@ from attngen.families.gdn.cute_dsl.config import GdnCuteConfig, GdnCuteTraits
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "58bc9b937833d9da1ed2641bae00ed768c6ad3f7d018f66639432e1de5c3f11c"
+LIBRARY_SHA256 = "3ed13d4acc3abfcc37f760b1cd30454b56c291fd65be756543b4c6016cfd50d3"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
@@ -54,6 +54,8 @@ CONFIGS: dict[str, GdnCuteConfig] = {
         arch="sm90",
         two_consumers_min_heads=132,
         chunk_early_d=1,
+        segments_max=8,
+        segments_overhead_chunks=16,
         conv_block_c=64,
         conv_block_t=16,
         conv_num_warps=4,
