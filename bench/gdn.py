@@ -201,7 +201,7 @@ def prefill_runner(mod, bs: int, length: int, heads: int, tiles=None, x=None):
             scale=DIM**-0.5,
         )
 
-    return ours, dict(x=x, out=out, pool=pool, qsl=qsl)
+    return ours, dict(x=x, out=out, pool=pool, qsl=qsl, plan=plan)
 
 
 def fla_prefill_call(fla_chunk, x: dict, cu):
@@ -293,6 +293,13 @@ def cute_prefill(buffers, bs, length, heads, out_triton, out_fla, t_triton, t_fl
     t = bench(run)
     row.update(cute_ms=t, cute_mtok_s=n / t / 1e3, cute_speedup=t_fla / t)
     row["cute_speedup_vs_triton"] = t_triton / t
+    taken = [s for s in getattr(mine["plan"], "schedules", {}).values() if s is not None]
+    if taken:  # context parallelism ran: its segments, and the plain launch's time beside
+        row["cute_segments"] = list(taken[0].schedule.counts)
+        plain, _ = prefill_runner(
+            CUTE["mod"], bs, length, heads, {"segments_max": 1}, x=buffers["x"]
+        )
+        row["cute_plain_ms"] = bench(plain)
     return row
 
 
@@ -532,6 +539,11 @@ def main() -> int:
                     f"  cute_dsl {r['cute_mtok_s']:.1f} Mtok/s: {r['cute_speedup']:.2f}x fla, "
                     f"{r['cute_speedup_vs_triton']:.2f}x triton, out / state error vs float64 "
                     f"{r.get('cute_out_err_vs_f64', 0):.1e} / {r.get('cute_state_err_vs_f64', 0):.1e}"
+                    + (
+                        f"; segments {r['cute_segments']}, plain launch {r['cute_plain_ms']:.3f} ms"
+                        if "cute_plain_ms" in r
+                        else ""
+                    )
                 )
             if "flashinfer_mtok_s" in r:
                 log(

@@ -716,7 +716,6 @@ def fake_args(group: int = 1, t_dtype=Float32):
 
 # what the compiled kernel must contain: wgmma (HGMMA), the cp.async loads, stmatrix stores
 REQUIRES = {"ptx": ("wgmma.mma_async", "cp.async.ca.shared.global"), "sass": ("HGMMA", "STSM")}
-ALIGN = 1024  # a swizzled tile's alignment (smem_member)
 
 
 def shared_bytes(consumers: int, half: bool = True, t16: bool = True) -> int:

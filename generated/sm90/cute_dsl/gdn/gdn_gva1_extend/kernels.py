@@ -26,7 +26,7 @@ from attngen.families.gdn.cute_dsl.config import GdnCuteConfig, GdnCuteTraits
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "3ed13d4acc3abfcc37f760b1cd30454b56c291fd65be756543b4c6016cfd50d3"
+LIBRARY_SHA256 = "72b67e381e4541f2ba8bf16b95dbb957588c524e93529f88f178bb50dcc37a38"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
