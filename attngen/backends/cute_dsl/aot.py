@@ -72,6 +72,7 @@ def compile_spec(spec: Any, cubin_target: str) -> Resources:
 
     with tempfile.TemporaryDirectory() as dump:
         options = f"--gpu-arch {cubin_target} --keep-ptx --keep-cubin --dump-dir {dump}"
+        options += getattr(spec, "options", "")  # what its launcher compiles with besides
         compiled = cute.compile(spec.kernel, *spec.fake_args(), options=options)
         ptx, cubin = compiled.artifacts.PTX, compiled.artifacts.CUBIN
     registers, spills, sass = cubin_resources(cubin)

@@ -11,6 +11,8 @@ holding the host launch code and the cubin) under a key derived from
 - the nvidia-cutlass-dsl version, the host machine and this cache's format,
 
 and later processes load it (``cute.runtime.load_module``: milliseconds) instead of compiling.
+Functions compiled for TVM FFI calls (``--enable-tvm-ffi``: torch tensors passed as they are)
+are stored and loaded as such (``tvm_ffi=True``; part of the key).
 
 Location: ``$ATTNGEN_CUTE_DSL_CACHE_DIR`` if set (``off`` disables the cache), else
 ``$XDG_CACHE_HOME/attngen/cute_dsl``, else ``~/.cache/attngen/cute_dsl``. Entries are
@@ -71,7 +73,7 @@ def dsl_version() -> str:
         return str(getattr(cutlass, "__version__", "unknown"))
 
 
-def key_inputs(identity: Mapping[str, str], target: str) -> dict[str, str]:
+def key_inputs(identity: Mapping[str, str], target: str, tvm_ffi: bool = False) -> dict[str, str]:
     """Everything an entry's key is derived from (the identity's fields first, sorted)."""
     inputs = {f"identity.{k}": str(v) for k, v in sorted(identity.items())}
     inputs.update(
@@ -80,6 +82,8 @@ def key_inputs(identity: Mapping[str, str], target: str) -> dict[str, str]:
         machine=platform.machine(),
         format=str(FORMAT),
     )
+    if tvm_ffi:
+        inputs["call"] = "tvm_ffi"
     return inputs
 
 
@@ -99,22 +103,22 @@ class Lookup:
 
 
 _RUNTIME_LOCK = threading.Lock()
-_RUNTIME_LOADED = False
+_RUNTIME_LOADED: set[bool] = set()  # tvm_ffi values whose runtime libraries are loaded
 
 
-def _load_dsl_runtime_globally() -> None:
-    """``export_to_c`` links the host launch code against the DSL's runtime library: its
-    symbols must be visible process-wide (the DSL loads it privately otherwise)."""
-    global _RUNTIME_LOADED
+def _load_dsl_runtime_globally(tvm_ffi: bool = False) -> None:
+    """``export_to_c`` links the host launch code against the DSL's runtime library (and
+    TVM FFI's): its symbols must be visible process-wide (the DSL loads it privately
+    otherwise)."""
     with _RUNTIME_LOCK:
-        if _RUNTIME_LOADED:
+        if tvm_ffi in _RUNTIME_LOADED:
             return
         from cutlass.runtime import find_runtime_libraries
 
-        for path in find_runtime_libraries(enable_tvm_ffi=False):
+        for path in find_runtime_libraries(enable_tvm_ffi=tvm_ffi):
             if Path(path).exists():
                 ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-        _RUNTIME_LOADED = True
+        _RUNTIME_LOADED.add(tvm_ffi)
 
 
 def symbol_prefix(key: str) -> str:
@@ -122,22 +126,27 @@ def symbol_prefix(key: str) -> str:
     return f"attngen_{key[:24]}"
 
 
-def load_entry(path: Path, key: str) -> Any:
+def load_entry(path: Path, key: str, tvm_ffi: bool = False) -> Any:
     """The compiled function stored at ``path`` (raises if it cannot be loaded)."""
     from cutlass.cute.runtime import load_module
 
-    module = load_module(str(path))
+    module = load_module(str(path), enable_tvm_ffi=tvm_ffi)
     return getattr(module, symbol_prefix(key))
 
 
-def store_entry(function: Any, root: Path, key: str, inputs: Mapping[str, str]) -> Path:
+def store_entry(
+    function: Any, root: Path, key: str, inputs: Mapping[str, str], tvm_ffi: bool = False
+) -> Path:
     """Export ``function`` and move it into place atomically; returns the entry's path."""
-    _load_dsl_runtime_globally()
+    _load_dsl_runtime_globally(tvm_ffi)
     final = root / key[:2] / f"{key}.o"
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
     try:
-        function.export_to_c(str(tmp), "kernel", symbol_prefix(key))
+        if tvm_ffi:  # (its exporter takes the object file's path and the symbol's name)
+            function.export_to_c(str(tmp / "kernel.o"), symbol_prefix(key))
+        else:
+            function.export_to_c(str(tmp), "kernel", symbol_prefix(key))
         (tmp / "kernel.json").write_text(json.dumps(dict(inputs), indent=1, sort_keys=True))
         os.replace(tmp / "kernel.json", final.with_suffix(".json"))
         os.replace(tmp / "kernel.o", final)  # last: the entry exists once this is done
@@ -147,25 +156,30 @@ def store_entry(function: Any, root: Path, key: str, inputs: Mapping[str, str]) 
 
 
 def load_or_compile(
-    identity: Mapping[str, str], target: str, compile_fn: Callable[[], Any]
+    identity: Mapping[str, str],
+    target: str,
+    compile_fn: Callable[[], Any],
+    *,
+    tvm_ffi: bool = False,
 ) -> Lookup:
     """The kernel of ``identity`` for ``target``: loaded from the cache, else compiled with
     ``compile_fn()`` and stored. ``identity`` must determine the compiled kernel entirely
-    (its specialization, its source's hash, how its arguments are typed)."""
+    (its specialization, its source's hash, how its arguments are typed); ``tvm_ffi``: the
+    function is compiled for TVM FFI calls (``--enable-tvm-ffi``)."""
     root = cache_dir()
     if root is None:
         return Lookup(compile_fn(), "off", None)
-    inputs = key_inputs(identity, target)
+    inputs = key_inputs(identity, target, tvm_ffi)
     key = cache_key(inputs)
     path = root / key[:2] / f"{key}.o"
     if path.exists():
         try:
-            return Lookup(load_entry(path, key), "hit", path)
+            return Lookup(load_entry(path, key, tvm_ffi), "hit", path)
         except Exception as e:  # noqa: BLE001 - any unreadable entry is recompiled
             warnings.warn(f"attngen: recompiling cached CuTe DSL kernel {path}: {e}", CacheWarning)
     function = compile_fn()
     try:
-        return Lookup(function, "miss", store_entry(function, root, key, inputs))
+        return Lookup(function, "miss", store_entry(function, root, key, inputs, tvm_ffi))
     except Exception as e:  # noqa: BLE001 - the kernel works without its cache entry
         warnings.warn(f"attngen: could not cache CuTe DSL kernel in {root}: {e}", CacheWarning)
         return Lookup(function, "unstored", None)

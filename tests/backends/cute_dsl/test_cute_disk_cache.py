@@ -102,6 +102,27 @@ def test_miss_stores_then_hit_loads_without_compiling(cache_root: Path) -> None:
     assert len(_entries(cache_root)) == 2
 
 
+def test_tvm_ffi_functions_are_stored_and_loaded_as_such(cache_root: Path) -> None:
+    """A kernel compiled for TVM FFI calls round-trips through its own entry (a key apart
+    from the plain export's); the loaded function takes torch tensors and checks them."""
+    pytest.importorskip("tvm_ffi")
+    import torch
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+
+    def compile_fn():
+        x = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int32(),), assumed_align=16)
+        stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+        options = f"--gpu-arch {TARGET} --enable-tvm-ffi"
+        return cute.compile(_add_one, x, stream, options=options)
+
+    first = load_or_compile(IDENTITY, TARGET, compile_fn, tvm_ffi=True)
+    second = load_or_compile(IDENTITY, TARGET, compile_fn, tvm_ffi=True)
+    assert (first.status, second.status, second.path) == ("miss", "hit", first.path)
+    assert first.path != load_or_compile(IDENTITY, TARGET, _compile_add_one).path
+    with pytest.raises(ValueError, match="device_type=cuda"):  # a CPU tensor: refused
+        second.function(torch.zeros(8))
+
+
 def test_disabled_cache_writes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(ENV_DIR, "off")
     monkeypatch.chdir(tmp_path)

@@ -4,7 +4,10 @@ disk: :mod:`attngen.backends.cute_dsl.disk_cache`); ahead of time with fake tens
 GPU: ``attngen.backends.cute_dsl.aot``).
 
 Tensor sizes, strides and the batch are dynamic, so one compiled kernel serves every batch;
-rows of q, k, v, T and the output are 16-byte aligned (the launcher checks it).
+rows of q, k, v, T and the output are 16-byte aligned (the launcher checks it). Kernels are
+compiled from fake arguments for TVM FFI calls: the launcher passes torch tensors and Python
+scalars as they are (TVM FFI checks their dtypes, devices, ranks and shared sizes) and the
+kernel runs on the caller's current stream.
 """
 
 from __future__ import annotations
@@ -85,6 +88,11 @@ class CompileSpec:
         return fake_args(self.arch, self.shape)
 
     @property
+    def options(self) -> str:
+        """Compile options besides the arch (the AOT check compiles as the launcher does)."""
+        return " " + CALL_OPTIONS
+
+    @property
     def requires(self) -> dict[str, tuple[str, ...]]:
         return kernel_module(self.arch, self.shape).REQUIRES
 
@@ -142,20 +150,25 @@ def fake_args(arch: str, shape: Shape) -> tuple[Any, ...]:
     return module.fake_args(shape.group, Float16)
 
 
-def compile_kernel(arch: str, shape: Shape, args: tuple[Any, ...]) -> Any:
-    """``cute.compile`` of ``shape``'s kernel for the arch's cubin target."""
+CALL_OPTIONS = "--enable-tvm-ffi"  # torch tensors in, the current stream
+
+
+def compile_kernel(arch: str, shape: Shape) -> Any:
+    """``cute.compile`` of ``shape``'s kernel for the arch's cubin target, from its fake
+    arguments, for TVM FFI calls."""
     import cutlass.cute as cute
 
     from attngen.arch import facts
 
     target = facts(arch).cubin_target
-    return cute.compile(kernel_object(arch, shape), *args, options=f"--gpu-arch {target}")
+    options = f"--gpu-arch {target} {CALL_OPTIONS}"
+    return cute.compile(kernel_object(arch, shape), *fake_args(arch, shape), options=options)
 
 
 _COMPILED: dict[tuple[str, Shape], Any] = {}
 _LOCK = threading.Lock()
-# How the launcher types a kernel's arguments (host/launch.py); part of the on-disk identity.
-LAUNCH_ARGS = "gdn_launch_args/1"
+# How the launcher passes a kernel's arguments (host/launch.py); part of the on-disk identity.
+LAUNCH_ARGS = "gdn_launch_args/2:tvm_ffi"
 
 
 def disk_identity(arch: str, shape: Shape) -> dict[str, str]:
@@ -168,9 +181,10 @@ def disk_identity(arch: str, shape: Shape) -> dict[str, str]:
     }
 
 
-def compiled(arch: str, shape: Shape, args: tuple[Any, ...]) -> Any:
+def compiled(arch: str, shape: Shape) -> Any:
     """The process's compiled kernel of (arch, shape): on first use loaded from the on-disk
-    cache, or compiled from ``args`` and stored there."""
+    cache, or compiled and stored there. Call it with the kernel's arguments as torch
+    tensors and Python scalars, no stream."""
     from attngen.arch import facts
     from attngen.backends.cute_dsl.disk_cache import load_or_compile
 
@@ -183,7 +197,8 @@ def compiled(arch: str, shape: Shape, args: tuple[Any, ...]) -> Any:
                 found = load_or_compile(
                     disk_identity(arch, shape),
                     facts(arch).cubin_target,
-                    lambda: compile_kernel(arch, shape, args),
+                    lambda: compile_kernel(arch, shape),
+                    tvm_ffi=True,
                 )
                 fn = _COMPILED[key] = found.function
     return fn

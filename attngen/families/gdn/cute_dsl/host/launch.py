@@ -20,7 +20,9 @@ so a generated module offers what the backend calls.
 
 What the launcher checks: shapes, dtypes, devices and strides of every tensor (host-side,
 no sync); rows of q, k and v that are not 16-byte aligned are copied (the kernels' 16-byte
-copies need it), an output that is not is refused. Device values (slots in range, the plan
+copies need it), an output that is not is refused. The kernels are called through TVM FFI
+with the torch tensors as they are (about a microsecond an argument: the DLPack wrappers
+the DSL's default calls build cost twenty), on torch's current stream. Device values (slots in range, the plan
 consistent with query_start_loc) are the caller's promise, as for the Triton library.
 """
 
@@ -38,6 +40,7 @@ from attngen.families.gdn.cute_dsl.host import segments
 from attngen.families.gdn.cute_dsl.host.compile import (
     ChunkShape,
     PrepareShape,
+    Shape,
     chunk_shape,
     compiled,
     segments_shape,
@@ -57,23 +60,13 @@ def _aligned(x: torch.Tensor) -> bool:
     return x.data_ptr() % ALIGN == 0 and all(s * size % ALIGN == 0 for s in x.stride()[:-1])
 
 
-def _rows(t: torch.Tensor) -> Any:
-    from cutlass.cute.runtime import from_dlpack
+def _launch(arch: str, shape: Shape, *args: Any) -> None:
+    """The compiled kernel of ``shape`` on torch tensors and Python scalars as they are (TVM
+    FFI), on torch's current stream (or the CUDA graph being captured)."""
+    import tvm_ffi
 
-    return from_dlpack(t, assumed_align=ALIGN).mark_layout_dynamic(leading_dim=t.dim() - 1)
-
-
-def _small(t: torch.Tensor) -> Any:
-    from cutlass.cute.runtime import from_dlpack
-
-    align = min(4, t.element_size())
-    return from_dlpack(t, assumed_align=align).mark_layout_dynamic(leading_dim=t.dim() - 1)
-
-
-def _stream() -> Any:
-    import cuda.bindings.driver as cuda
-
-    return cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    with tvm_ffi.use_torch_stream():
+        compiled(arch, shape)(*args)
 
 
 @dataclass(frozen=True)
@@ -139,18 +132,14 @@ def prepare(
 ) -> tuple[torch.Tensor, ...]:
     """The prepare kernel: (T fp16 ``[N, HV, C]``, G, beta, qs, kn ``[HV, N]`` fp32), the
     chunk kernel's inputs beside q, k and v (arguments checked by ``extend``)."""
-    import cutlass
-
     n = q.shape[0]
     f32 = dict(dtype=torch.float32, device=q.device)
     vecs = [torch.empty((hv, n), **f32) for _ in range(4)]
     t16 = torch.empty((n, hv, config.chunk_size), dtype=torch.float16, device=q.device)
-    args = (
-        _rows(q), _rows(k), _small(a), _small(b), _small(A_log), _small(dt_bias),
-        _small(plan.chunk_seq), _small(plan.chunk_start), _small(query_start_loc),
-        *(_small(v) for v in vecs), _rows(t16), cutlass.Float32(scale), _stream(),
+    _launch(
+        config.arch, PrepareShape(config.v_heads_per_k_head), q, k, a, b, A_log, dt_bias,
+        plan.chunk_seq, plan.chunk_start, query_start_loc, *vecs, t16, float(scale),
     )  # fmt: skip
-    compiled(config.arch, PrepareShape(config.v_heads_per_k_head), args)(*args)
     return (t16, *vecs)
 
 
@@ -192,23 +181,21 @@ def extend(
     t16, g, beta, qs, kn = prepare(
         q, k, a, b, A_log, dt_bias, query_start_loc, plan, config, scale, hv
     )
-    inputs = (_rows(q), _rows(k), _rows(v), _rows(t16), *(_small(x) for x in (g, beta, qs, kn)))
+    inputs = (q, k, v, t16, g, beta, qs, kn)
     sched = _schedule(plan, config, hv, dev)
     if sched is not None:
         shape = segments_shape(config)
 
         def runner(scratch: torch.Tensor, runs: segments.RunTable) -> None:
             tables = (runs.slots, runs.has_init, runs.start, runs.end, runs.mode)
-            args = (*inputs, _small(scratch), *map(_small, tables), _rows(out), _stream())
-            compiled(config.arch, shape, args)(*args)
+            _launch(config.arch, shape, *inputs, scratch, *tables, out)
 
         segments.run(sched, runner, ssm_states, cache_indices, has_initial_state)
         return out
     starts, ends = query_start_loc[:-1], query_start_loc[1:]
     # (the mode bits are read only by context parallelism's form: cache_indices stands in)
-    args = (
-        *inputs, _small(ssm_states), _small(cache_indices), _small(has_initial_state),
-        _small(starts), _small(ends), _small(cache_indices), _rows(out), _stream(),
+    _launch(
+        config.arch, chunk_shape(config, bs * hv), *inputs, ssm_states, cache_indices,
+        has_initial_state, starts, ends, cache_indices, out,
     )  # fmt: skip
-    compiled(config.arch, chunk_shape(config, bs * hv), args)(*args)
     return out

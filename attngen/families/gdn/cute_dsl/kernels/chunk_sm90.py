@@ -699,7 +699,9 @@ class GdnFusedSm90(InverseSm90):
 
 
 def fake_args(group: int = 1, t_dtype=Float32):
-    """Arguments with the launch's types and dynamic sizes, no memory (CPU compile)."""
+    """Arguments with the launch's types and dynamic sizes, no memory: what the launcher
+    compiles from (for TVM FFI calls: the stream is the caller's current one) and the CPU
+    compile."""
     from cutlass.cute.runtime import make_fake_stream
 
     tensor = fake_tensor
@@ -710,7 +712,7 @@ def fake_args(group: int = 1, t_dtype=Float32):
     return (
         tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, h, KD)), tensor(BFloat16, (n, hv, VD)),
         tensor(t_dtype, (n, hv, C)), *vecs, tensor(Float32, (slots, hv, VD, KD), 4), *ints,
-        tensor(BFloat16, (n, hv, VD)), make_fake_stream(),
+        tensor(BFloat16, (n, hv, VD)), make_fake_stream(use_tvm_ffi_env_stream=True),
     )  # fmt: skip
 
 

@@ -225,7 +225,9 @@ class GdnPrepSm90(InverseSm90):
 
 
 def fake_args(group: int = 1):
-    """Arguments with the launch's types and dynamic sizes, no memory (CPU compile)."""
+    """Arguments with the launch's types and dynamic sizes, no memory: what the launcher
+    compiles from (for TVM FFI calls: the stream is the caller's current one) and the CPU
+    compile."""
     from cutlass.cute.runtime import make_fake_stream
 
     tensor = fake_tensor
@@ -236,7 +238,7 @@ def fake_args(group: int = 1):
         tensor(Float32, (hv,), 4), tensor(Float32, (hv,), 4),
         tensor(Int32, (chunks,), 4), tensor(Int32, (chunks,), 4), tensor(Int32, (b1,), 4),
         *(tensor(Float32, (hv, n), 4) for _ in range(4)), tensor(Float16, (n, hv, C)),
-        Float32(KD**-0.5), make_fake_stream(),
+        Float32(KD**-0.5), make_fake_stream(use_tvm_ffi_env_stream=True),
     )  # fmt: skip
 
 
