@@ -1,4 +1,7 @@
-"""Context parallelism for the fused GDN kernel (experimental, 2026-12-06): a long request's
+"""Context parallelism for the fused GDN kernel (experimental, 2026-12-06; the form the
+generated backends run, with its CPU tests against the float64 recurrence, is
+attngen/families/gdn/cute_dsl/host/segments.py; this one stays for the harness's
+``--segments`` on its experimental forms): a long request's
 chunks split into segments that run side by side, for batches of few long requests (1x32k
 H16 gives the one-request-a-CTA kernel 32 CTAs for 132 SMs).
 
