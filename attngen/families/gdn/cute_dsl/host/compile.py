@@ -27,7 +27,18 @@ from attngen.families.gdn.cute_dsl.source import source_sha256
 class PrepareShape:
     """The prepare kernel's specialization: value heads per key head."""
 
+    KERNEL = "prepare"  # kernels/prepare_<arch>.py
+
     group: int
+
+    def build(self, module: Any) -> Any:
+        return module.GdnPrepSm90(self.group)
+
+    def fake_args(self, module: Any) -> tuple[Any, ...]:
+        return module.fake_args(self.group)
+
+    def shared_bytes(self, module: Any) -> int:
+        return module.shared_bytes()
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,7 @@ class ChunkShape:
     mode bits read (context parallelism's launches: host/segments.py), always on prepare's
     fp16 T."""
 
+    KERNEL = "chunk"  # kernels/chunk_<arch>.py
     ROWS = 64  # value rows a consumer warpgroup holds (chunk_sm90.VB)
 
     group: int
@@ -50,22 +62,29 @@ class ChunkShape:
         return {"consumers": self.consumers, "half": True, "t16": True,
                 "early_d": self.early_d, "modes": self.modes}  # fmt: skip
 
+    def build(self, module: Any) -> Any:
+        return module.GdnFusedSm90(self.group, **self.form)
+
+    def fake_args(self, module: Any) -> tuple[Any, ...]:
+        from cutlass import Float16
+
+        return module.fake_args(self.group, Float16)  # (prepare's fp16 T)
+
+    def shared_bytes(self, module: Any) -> int:
+        return module.shared_bytes(self.consumers)
+
 
 Shape = PrepareShape | ChunkShape
 
 
 def kernel_module(arch: str, shape: Shape) -> Any:
     """The module that builds ``shape`` on ``arch``."""
-    name = "prepare" if isinstance(shape, PrepareShape) else "chunk"
-    return importlib.import_module(f"attngen.families.gdn.cute_dsl.kernels.{name}_{arch}")
+    return importlib.import_module(f"attngen.families.gdn.cute_dsl.kernels.{shape.KERNEL}_{arch}")
 
 
 def kernel_object(arch: str, shape: Shape) -> Any:
     """The object ``cute.compile`` takes first."""
-    module = kernel_module(arch, shape)
-    if isinstance(shape, PrepareShape):
-        return module.GdnPrepSm90(shape.group)
-    return module.GdnFusedSm90(shape.group, **shape.form)
+    return shape.build(kernel_module(arch, shape))
 
 
 @dataclass(frozen=True)
@@ -98,10 +117,7 @@ class CompileSpec:
 
     @property
     def shared_bytes(self) -> int:
-        module = kernel_module(self.arch, self.shape)
-        if isinstance(self.shape, PrepareShape):
-            return module.shared_bytes()
-        return module.shared_bytes(self.shape.consumers)
+        return self.shape.shared_bytes(kernel_module(self.arch, self.shape))
 
 
 def chunk_shape(config: GdnCuteConfig, request_heads: int) -> ChunkShape:
@@ -141,13 +157,9 @@ def compile_specs(config: GdnCuteConfig, *, traits: GdnCuteTraits) -> list[Compi
 
 
 def fake_args(arch: str, shape: Shape) -> tuple[Any, ...]:
-    """Arguments with the launcher's types and dynamic sizes, but no memory (AOT compile)."""
-    module = kernel_module(arch, shape)
-    if isinstance(shape, PrepareShape):
-        return module.fake_args(shape.group)
-    from cutlass import Float16
-
-    return module.fake_args(shape.group, Float16)
+    """Arguments with the launcher's types and dynamic sizes, but no memory: what the
+    launcher compiles from, and the AOT check."""
+    return shape.fake_args(kernel_module(arch, shape))
 
 
 CALL_OPTIONS = "--enable-tvm-ffi"  # torch tensors in, the current stream

@@ -26,7 +26,7 @@ from attngen.families.gdn.cute_dsl.config import GdnCuteConfig, GdnCuteTraits
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "6cd368b9e45b5ba8c1370d48bec3121a39077bf7894cfc3cb1e59cbaf6f90a7f"
+LIBRARY_SHA256 = "8d199bf7980c5e4ecded09f3af6376841e00d2f4eb2dfba7f59659cf69a3fdcf"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
