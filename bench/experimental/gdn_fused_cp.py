@@ -35,21 +35,8 @@ from typing import Callable
 
 import torch
 
-OUT, VALUES = 1, 2  # as gdn_fused_sm90's mode bits (the CPU tests import no CuTe DSL)
-
-
-@dataclass(frozen=True)
-class Run:
-    """One CTA row of a launch: tokens ``start .. end`` of request ``request`` (segment
-    ``segment``), its mode bits, and where its initial state comes from: ``request`` (the
-    pool row when the request has one, else 0), ``zero``, ``identity`` or ``combined``."""
-
-    request: int
-    segment: int
-    start: int
-    end: int
-    mode: int
-    init: str
+# the backend's run record and mode bits (the same strings for a run's initial state)
+from attngen.families.gdn.cute_dsl.host.segments import OUT, VALUES, Run  # noqa: E402,F401
 
 
 @dataclass(frozen=True)
