@@ -53,6 +53,7 @@ from attngen.runtime.checks import fail
 __all__ = ["ChunkPlan", "LengthsPlan", "chunk_plan", "conv_prefill", "extend", "prepare"]
 
 ALIGN = 16  # bytes: the kernels' row copies
+MAX_RUNS = 65535  # requests a chunk launch: the grid's slowest dimension
 
 
 def _aligned(x: torch.Tensor) -> bool:
@@ -103,7 +104,7 @@ def _schedule(
     sms = _num_sms(device.index if device.index is not None else torch.cuda.current_device())
     key = (hv, sms, config.chunk_size, config.segments_max, config.segments_overhead_chunks)
     if key not in plan.schedules:
-        counts = segments.segment_counts(
+        splits = segments.segment_splits(
             list(plan.lens),
             chunk=config.chunk_size,
             heads=hv,
@@ -112,7 +113,7 @@ def _schedule(
             max_segments=config.segments_max,
             overhead_chunks=config.segments_overhead_chunks,
         )
-        sched = segments.schedule(list(plan.lens), counts, config.chunk_size)
+        sched = segments.schedule(list(plan.lens), splits, config.chunk_size)
         plan.schedules[key] = segments.device_schedule(sched, device) if sched.segmented else None
     return plan.schedules[key]
 
@@ -173,6 +174,8 @@ def extend(
     checks.check_out("out", out, [n, hv, config.value_dim], q.dtype, dev)
     if not _aligned(out):
         fail("out", "16-byte aligned rows (base and strides)", f"strides {out.stride()}")
+    if bs > MAX_RUNS:
+        fail("cache_indices", f"at most {MAX_RUNS} requests a launch (the chunk grid)", bs)
     if plan.seq_first_chunk.shape[0] != bs:
         fail("plan", f"a chunk plan of {bs} requests", int(plan.seq_first_chunk.shape[0]))
     if dev.type != "cuda":

@@ -37,7 +37,8 @@ and ``c2p``, bench/README.md measures every one):
 - ``inverse``: T formed in the kernel by a third warpgroup (measured slower: its inverse
   sits in the chunk's chain);
 - ``modes``: each run's mode bits read at run time (``OUT``: store the output rows;
-  ``VALUES``: read v, else v = 0), for context parallelism's mixed launches;
+  ``VALUES``: read v, else v = 0; ``IDENTITY``: start from S^T = I), for context
+  parallelism's mixed launches;
 - ``skip``: parts a timing ablation leaves out (the results are then wrong).
 
 The producer (the last warpgroup) loads q, k, T, the CTA's V columns and the gate vectors
@@ -47,8 +48,9 @@ consumers signal EMPTY for the chunk before, it loads the next chunk into that s
 consumers run d, u, O and the update and write O by stmatrix (transposed into [t, v] rows)
 and 16-byte stores while the update is in flight.
 
-The launch takes runs (start, end, mode) per CTA row: a request's rows, read from the slot
-``slots[b]`` when ``has_init[b]`` and written back there at the end. A padding request
+The launch takes runs (start, end, mode), the grid's slowest dimension (at most 65535; CTAs
+start in run order): a request's rows, its state read from the slot ``slots[b]`` when
+``has_init[b]`` and written back there at the end. A padding request
 (slot <= 0) runs from a zero state and writes its output rows, never a pool row.
 """
 
@@ -103,8 +105,9 @@ FULL, EMPTY, PRODUCER, CONSUMER = 1, 3, 5, 6
 # warpgroup may read k and the gates), and one inside the inverse's warpgroup
 LOADED = 8
 # a run's mode bits: OUT writes its output rows, VALUES reads v (without it v is taken as
-# 0: the run from S^T = I gives the segment's transition A); a request's run is OUT | VALUES
-OUT, VALUES = 1, 2
+# 0), IDENTITY starts from S^T = I (with VALUES unset, the run gives a segment's transition
+# A); a request's run is OUT | VALUES
+OUT, VALUES, IDENTITY = 1, 2, 4
 COPY = 8  # bf16 elements a 16-byte cp.async
 
 
@@ -241,7 +244,8 @@ class GdnFusedSm90(InverseSm90):
             members["sTf"] = tile(l_m, Float32)
             members["sY"] = tile(inv_tile(C // 2), Float32)
         Storage = cute.struct(type("Storage", (), {"__annotations__": members}))
-        grid = (VD // self.cols, cute.size(mSlots.shape[0]), cute.size(mV.shape[1]))
+        # runs the slowest dimension: CTAs start in run order (segments: the longest first)
+        grid = (VD // self.cols, cute.size(mV.shape[1]), cute.size(mSlots.shape[0]))
         self.kernel(
             mQ, mK, mV, mT, mG, mBeta, mQs, mKn, mPool, mSlots, mHasInit, mStart, mEnd, mMode,
             mO,
@@ -281,7 +285,7 @@ class GdnFusedSm90(InverseSm90):
         Storage: cutlass.Constexpr,
     ):
         tidx, _, _ = cute.arch.thread_idx()
-        vb, b, h = cute.arch.block_idx()
+        vb, h, b = cute.arch.block_idx()
         slot = mSlots[b]  # <= 0: a padding request (a zero state; no pool row touched)
         st = cutlass.memory.SmemAllocator().allocate(Storage)
         sQ, sK = (m.get_tensor(l_qk.outer, swizzle=l_qk.inner) for m in (st.sQ, st.sK))
@@ -430,6 +434,11 @@ class GdnFusedSm90(InverseSm90):
             acc_S = cute.make_rmem_tensor(mma_upd.partition_shape_C((VB, KD)), Float32)
             cS = thr_upd.partition_C(cute.make_identity_tensor((VB, KD)))
             acc_S.fill(0.0)
+            if const_expr(self.modes):
+                if (mMode[b] & IDENTITY) != 0:
+                    for j in cutlass.range_constexpr(cute.size(acc_S)):
+                        diag = v0 + vc + cS[j][0] == cS[j][1]
+                        acc_S[j] = cutlass.select_(diag, Float32(1.0), Float32(0.0))
             if slot > 0:
                 if mHasInit[b] != 0:
                     for j in cutlass.range_constexpr(cute.size(acc_S)):
