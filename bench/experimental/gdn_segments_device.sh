@@ -7,12 +7,20 @@ OUT=$1; SHA=$2
 export ATTNGEN_CUTE_DSL_CACHE_DIR=/tmp/attngen-cute-cache PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'dlpack c api', hasattr(torch.Tensor, '__dlpack_c_exchange_api__'))"
-ATTNGEN_EVIDENCE_OUT=$OUT/ev.json ATTNGEN_COMMIT=$SHA ATTNGEN_GPU=1 timeout 150 \
+ATTNGEN_EVIDENCE_OUT=$OUT/ev.json ATTNGEN_COMMIT=$SHA ATTNGEN_GPU=1 timeout 200 \
   python3 -m pytest -q -p no:cacheprovider -n 2 tests/families/gdn/gpu \
   -k "gva1_extend or qwen3_next_extend" > "$OUT/tests.log" 2>&1; echo "tests rc=$?"
 tail -3 "$OUT/tests.log"
 timeout 130 python3 bench/gdn.py --only prefill --out "$OUT" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; tail -7 "$OUT/bench.log"
-timeout "${SWEEP_S:-120}" python3 bench/experimental/gdn_segments_sweep.py --out "$OUT/sweep.json" \
+timeout "${SWEEP_S:-130}" python3 bench/experimental/gdn_segments_sweep.py --out "$OUT/sweep.json" \
   --segments 1 3 5 > "$OUT/sweep.log" 2>&1; echo "sweep rc=$?"
-grep -h '"segments"' "$OUT/sweep.log" | cut -c1-240
+python3 -c "
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith('{'):
+        r = json.loads(line)
+        print(r['case'], r['segments'], 'eq' if r['equal'] else 'est', r['splits'][0][:3],
+              'events %.3f host %.3f bench %.3f' % (r['events_ms'], r['host_ms'], r['do_bench_ms']),
+              'diff %.1e %.1e' % (r['out_diff_vs_plain'], r['state_diff_vs_plain']))
+" "$OUT/sweep.log"
