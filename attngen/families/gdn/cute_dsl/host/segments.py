@@ -316,11 +316,11 @@ def run(
     owned = slots > 0  # a padding request (slot <= 0): a zero state, no pool row changed
     own_rows = slots.clamp(min=0)
     take = (has_initial_state[:bs] != 0) & owned
-    torch.where(
+    # (a Python zero: a CPU tensor there would be copied to the device with a stream sync)
+    scratch[1 : 1 + bs] = torch.where(
         take.index_select(0, dev.order).view(-1, 1, 1, 1),
         pool.index_select(0, own_rows.index_select(0, dev.order)),
-        torch.zeros((), dtype=pool.dtype),  # (a CPU scalar: no launch)
-        out=scratch[1 : 1 + bs],
+        0.0,
     )
     runner(scratch, dev.first)
     if dev.levels:
