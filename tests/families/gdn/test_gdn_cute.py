@@ -118,3 +118,23 @@ def test_launcher_refuses_with_the_argument_named(batch, change, names) -> None:
     args = {**batch, **(change(batch, torch) if callable(change) else change)}
     with pytest.raises(AttngenInputError, match=names):
         extend(*[args.pop(n) for n in ("q", "k", "v", "a", "b")], **args)
+
+
+def test_launcher_refuses_more_requests_than_the_grid_takes() -> None:
+    torch = pytest.importorskip("torch")
+    from attngen.families.gdn.cute_dsl.host.launch import MAX_RUNS, chunk_plan, extend
+    from attngen.runtime.checks import AttngenInputError
+
+    bs, dim = MAX_RUNS + 1, 128  # one token a request, one head
+    bf16, i32 = dict(dtype=torch.bfloat16), dict(dtype=torch.int32)
+    q, k, v, out = (torch.zeros(bs, 1, dim, **bf16) for _ in range(4))
+    a, b = (torch.zeros(bs, 1, **bf16) for _ in range(2))
+    with pytest.raises(AttngenInputError, match=f"at most {MAX_RUNS} requests"):
+        extend(
+            q, k, v, a, b, A_log=torch.zeros(1), dt_bias=torch.zeros(1),
+            ssm_states=torch.zeros(2, 1, dim, dim), cache_indices=torch.ones(bs, **i32),
+            has_initial_state=torch.zeros(bs, **i32),
+            query_start_loc=torch.arange(bs + 1, **i32), out=out,
+            plan=chunk_plan([1] * bs, 64, torch.device("cpu")),
+            config=kernel_config(EXTEND, Arch.SM90), scale=dim**-0.5,
+        )  # fmt: skip
