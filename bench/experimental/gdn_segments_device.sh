@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for context parallelism (2026-12-06): the CuTe DSL GDN module's GPU suite
 # (evidence to $1/ev.json), bench/gdn.py's prefill table beside fla and FlashInfer, then the
-# segment sweep. After the wheels' install (see bench/README.md). Usage: $0 OUT SHA
+# segment sweep (SWEEP_S=0 skips it) and the decode's pool-slot order run (ORDER_S=0 skips
+# it). After the wheels' install (see bench/README.md). Usage: $0 OUT SHA
 set -uo pipefail
 OUT=$1; SHA=$2
 export ATTNGEN_CUTE_DSL_CACHE_DIR=/tmp/attngen-cute-cache PYTHONUNBUFFERED=1
@@ -13,7 +14,7 @@ ATTNGEN_EVIDENCE_OUT=$OUT/ev.json ATTNGEN_COMMIT=$SHA ATTNGEN_GPU=1 timeout 200 
 tail -3 "$OUT/tests.log"
 timeout 130 python3 bench/gdn.py --only prefill --out "$OUT" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; tail -7 "$OUT/bench.log"
-timeout "${SWEEP_S:-130}" python3 bench/experimental/gdn_segments_sweep.py --out "$OUT/sweep.json" \
+[ "${SWEEP_S:-130}" = 0 ] || timeout "${SWEEP_S:-130}" python3 bench/experimental/gdn_segments_sweep.py --out "$OUT/sweep.json" \
   --segments 1 3 5 > "$OUT/sweep.log" 2>&1; echo "sweep rc=$?"
 python3 -c "
 import json, sys
@@ -24,3 +25,6 @@ for line in open(sys.argv[1]):
               'events %.3f host %.3f bench %.3f' % (r['events_ms'], r['host_ms'], r['do_bench_ms']),
               'diff %.1e %.1e' % (r['out_diff_vs_plain'], r['state_diff_vs_plain']))
 " "$OUT/sweep.log"
+# the recurrent decode's pool-slot order (bench/experimental/gdn_decode_order.py)
+[ "${ORDER_S:-90}" = 0 ] || timeout "${ORDER_S:-90}" python3 bench/experimental/gdn_decode_order.py > "$OUT/order.jsonl" 2> "$OUT/order.err"
+echo "order rc=$?"; cat "$OUT/order.jsonl" | cut -c1-220; tail -3 "$OUT/order.err"
