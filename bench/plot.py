@@ -169,10 +169,13 @@ def from_gdn(result: dict) -> dict:
     each, one peer named in ``peer``) in ``bench/run.py``'s shape; the tile sweep is left
     out (its rows are attngen's own tiles, not the generated ones). Decode rows plot their
     CUDA-graph figures where the run has them (eager B64 timing is host time); a row with
-    eager figures only says so in its label."""
-    peer = result.get("peer", "fla")
+    eager figures only says so in its label. A prefill row with the CuTe DSL module's figure
+    (``cute_mtok_s``) plots the faster of the two modules, named in its label, and one with
+    FlashInfer's (``flashinfer_mtok_s``) that second peer (``peer2``) beside fla."""
+    peer, peer2 = result.get("peer", "fla"), result.get("peer2", "FlashInfer")
     figures = {"prefill": ("mtok_s", "mtok_s"), "decode": ("tb_s", "tbps")}
     parts: dict[str, list] = {}
+    named = [peer]
     for part, (key, figure) in figures.items():
         for row in result.get(part, []):
             case, k = row["case"], key
@@ -183,12 +186,20 @@ def from_gdn(result: dict) -> dict:
                     case = f"{case} (eager)"
             if row.get(f"fla_{k}") is None or row.get(f"attngen_{k}") is None:
                 continue  # an error row
-            results = {
-                "attngen": {figure: row[f"attngen_{k}"]},
-                peer: {figure: row[f"fla_{k}"]},
-            }
+            ours = row[f"attngen_{k}"]
+            if row.get(f"cute_{k}") is not None:
+                backend, ours = max(("triton", ours), ("cute_dsl", row[f"cute_{k}"]), key=_second)
+                case = f"{case} {backend}"
+            results = {"attngen": {figure: ours}, peer: {figure: row[f"fla_{k}"]}}
+            if row.get(f"flashinfer_{k}") is not None:
+                results[peer2] = {figure: row[f"flashinfer_{k}"]}
+                named += [] if peer2 in named else [peer2]
             parts.setdefault(part, []).append({"case": case, "results": results})
-    return _with_header(parts, result, [peer])
+    return _with_header(parts, result, named)
+
+
+def _second(pair: tuple) -> float:
+    return pair[1]
 
 
 class NothingToPlot(ValueError):

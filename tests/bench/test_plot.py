@@ -88,6 +88,24 @@ def test_gdn_result_plots_attngen_over_fla(tmp_path: Path) -> None:
     assert path.with_suffix(".png").stat().st_size > 0
 
 
+def test_gdn_prefill_plots_the_faster_module_and_flashinfer() -> None:
+    """A prefill row with the CuTe DSL module's figure plots the faster module (named in the
+    label) against fla and, where the row has it, FlashInfer; the header names both peers."""
+    gdn = dict(HEADER, peer="fla-core 0.6.0", peer2="flashinfer-python 0.6.14")
+    gdn["prefill"] = [
+        dict(case="1x32768 H16", attngen_mtok_s=14.0, fla_mtok_s=20.0, cute_mtok_s=33.0,
+             flashinfer_mtok_s=28.0),
+        dict(case="8x4096 H32", attngen_mtok_s=9.0, fla_mtok_s=12.0, cute_mtok_s=6.0),
+    ]  # fmt: skip
+    parts = plot.from_gdn(gdn)
+    labels, per_peer = plot.ratios(parts["prefill"], "mtok_s")
+    assert labels == ["1x32768 H16 cute_dsl", "8x4096 H32 triton"]
+    assert per_peer["fla-core 0.6.0"] == pytest.approx([33.0 / 20.0, 9.0 / 12.0])
+    fi = per_peer["flashinfer-python 0.6.14"]
+    assert fi[0] == pytest.approx(33.0 / 28.0) and fi[1] != fi[1]  # NaN: no FlashInfer figure
+    assert "flashinfer-python 0.6.14" in parts["peers"]
+
+
 def test_paired_rows_plot_with_their_interquartile_ranges(tmp_path: Path) -> None:
     """bench/run.py rows timed in paired rounds carry ``ratio_iqr``: whiskers for the row
     ratios() plots (the CuTe DSL one when it is the faster), none for rows timed alone."""
