@@ -204,6 +204,22 @@ def prefill_runner(mod, bs: int, length: int, heads: int, tiles=None, x=None):
     return ours, dict(x=x, out=out, pool=pool, qsl=qsl, plan=plan)
 
 
+def fla_fused(x: dict) -> dict:
+    """fla's keywords shared by its prefill and decode calls here: the scale, the gates
+    (``A_log``, ``dt_bias``), beta and the q/k L2 norm in the kernel, states in the pool's
+    [V, K] layout, the final states returned."""
+    return dict(
+        scale=DIM**-0.5,
+        output_final_state=True,
+        use_qk_l2norm_in_kernel=True,
+        use_gate_in_kernel=True,
+        A_log=x["A_log"],
+        dt_bias=x["dt_bias"],
+        use_beta_sigmoid_in_kernel=True,
+        state_v_first=True,
+    )
+
+
 def fla_prefill_call(fla_chunk, x: dict, cu):
     """fla's chunked prefill of the inputs ``x`` (q, k, v, a, b, A_log, dt_bias; ragged rows
     at ``cu``, int64) with its gates, q/k norms and beta in the kernel, no initial state, the
@@ -216,16 +232,28 @@ def fla_prefill_call(fla_chunk, x: dict, cu):
             x["v"][None],
             x["a"][None],
             x["b"][None],
-            scale=DIM**-0.5,
             initial_state=None,
-            output_final_state=True,
-            use_qk_l2norm_in_kernel=True,
-            use_gate_in_kernel=True,
-            A_log=x["A_log"],
-            dt_bias=x["dt_bias"],
-            use_beta_sigmoid_in_kernel=True,
-            state_v_first=True,
             cu_seqlens=cu,
+            **fla_fused(x),
+        )
+
+    return theirs
+
+
+def fla_decode_call(fla_recurrent, x: dict, state):
+    """fla's recurrent decode of the inputs ``x`` (one token a request) from the contiguous
+    fp32 states ``state`` ([B, HV, V, K]), gates, q/k norms and beta in the kernel, the final
+    states returned in a new tensor: a closure to time."""
+
+    def theirs():
+        return fla_recurrent(
+            x["q"][:, None],
+            x["k"][:, None],
+            x["v"][:, None],
+            g=x["a"][:, None],
+            beta=x["b"][:, None],
+            initial_state=state,
+            **fla_fused(x),
         )
 
     return theirs
@@ -383,23 +411,7 @@ def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int, tiles=None) -> dic
             scale=DIM**-0.5,
         )
 
-    def theirs():
-        return fla_recurrent(
-            x["q"][:, None],
-            x["k"][:, None],
-            x["v"][:, None],
-            g=x["a"][:, None],
-            beta=x["b"][:, None],
-            scale=DIM**-0.5,
-            initial_state=state,
-            output_final_state=True,
-            use_qk_l2norm_in_kernel=True,
-            use_gate_in_kernel=True,
-            **gates,
-            use_beta_sigmoid_in_kernel=True,
-            state_v_first=True,
-        )
-
+    theirs = fla_decode_call(fla_recurrent, x, state)
     ours()
     fla_out, fla_state = theirs()
     row = {"case": f"B{bs} H{h}/{hv}", "tiles": tiles or "default"}

@@ -188,18 +188,17 @@ def from_gdn(result: dict) -> dict:
                 continue  # an error row
             ours = row[f"attngen_{k}"]
             if row.get(f"cute_{k}") is not None:
-                backend, ours = max(("triton", ours), ("cute_dsl", row[f"cute_{k}"]), key=_second)
+                modules = {"triton": ours, "cute_dsl": row[f"cute_{k}"]}
+                backend = max(modules, key=modules.get)
+                ours = modules[backend]
                 case = f"{case} {backend}"
             results = {"attngen": {figure: ours}, peer: {figure: row[f"fla_{k}"]}}
             if row.get(f"flashinfer_{k}") is not None:
                 results[peer2] = {figure: row[f"flashinfer_{k}"]}
-                named += [] if peer2 in named else [peer2]
+                if peer2 not in named:
+                    named.append(peer2)
             parts.setdefault(part, []).append({"case": case, "results": results})
     return _with_header(parts, result, named)
-
-
-def _second(pair: tuple) -> float:
-    return pair[1]
 
 
 class NothingToPlot(ValueError):

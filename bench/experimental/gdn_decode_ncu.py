@@ -41,13 +41,9 @@ def main(argv: list[str]) -> None:
         mod.decode(x["q"], x["k"], x["v"], x["a"], x["b"], **gates, ssm_states=pool,
                    cache_indices=slots, query_start_loc=qsl, out=out, config=cfg,
                    scale=d**-0.5)  # fmt: skip
+    theirs = gdn.fla_decode_call(fused_recurrent_gated_delta_rule, x, state)
     for _ in range(3):
-        fused_recurrent_gated_delta_rule(
-            x["q"][:, None], x["k"][:, None], x["v"][:, None], g=x["a"][:, None],
-            beta=x["b"][:, None], scale=d**-0.5, initial_state=state,
-            output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-            **gates, use_beta_sigmoid_in_kernel=True, state_v_first=True,
-        )  # fmt: skip
+        theirs()
     torch.cuda.synchronize()
     print(f"gdn_decode_ncu: B{bs} H{h}/{hv} {overrides}: 3 + 3 launches")
 

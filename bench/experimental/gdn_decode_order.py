@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import bench.gdn as gdn_bench  # noqa: E402
 
 gdn_bench.torch = torch  # (bench/gdn.py imports torch in its main)
-from bench.gdn import DIM, config_for, diff, inputs, kernels_module  # noqa: E402
+from bench.gdn import DIM, config_for, diff, fla_decode_call, inputs, kernels_module  # noqa: E402
 from bench.graph_timing import graph_ms  # noqa: E402
 
 
@@ -85,14 +85,7 @@ def main() -> None:
             pool.copy_(start)
             runs[name] = (ours, diff(check[0], ref[0]), diff(check[1], ref[1]))
 
-        def theirs():
-            return fused_recurrent_gated_delta_rule(
-                x["q"][:, None], x["k"][:, None], x["v"][:, None], g=x["a"][:, None],
-                beta=x["b"][:, None], scale=DIM**-0.5, initial_state=state,
-                output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-                **gates, use_beta_sigmoid_in_kernel=True, state_v_first=True,
-            )  # fmt: skip
-
+        theirs = fla_decode_call(fused_recurrent_gated_delta_rule, x, state)
         fla_out, _ = theirs()
         times: dict[str, list[float]] = {name: [] for name in [*runs, "fla"]}
         for _ in range(2):

@@ -14,9 +14,10 @@ ATTNGEN_EVIDENCE_OUT=$OUT/ev.json ATTNGEN_COMMIT=$SHA ATTNGEN_GPU=1 timeout 200 
 tail -3 "$OUT/tests.log"
 timeout 130 python3 bench/gdn.py --only prefill --out "$OUT" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; tail -7 "$OUT/bench.log"
-[ "${SWEEP_S:-130}" = 0 ] || timeout "${SWEEP_S:-130}" python3 bench/experimental/gdn_segments_sweep.py --out "$OUT/sweep.json" \
-  --segments 1 3 5 > "$OUT/sweep.log" 2>&1; echo "sweep rc=$?"
-python3 -c "
+if [ "${SWEEP_S:-130}" != 0 ]; then
+  timeout "${SWEEP_S:-130}" python3 bench/experimental/gdn_segments_sweep.py --out "$OUT/sweep.json" \
+    --segments 1 3 5 > "$OUT/sweep.log" 2>&1; echo "sweep rc=$?"
+  python3 -c "
 import json, sys
 for line in open(sys.argv[1]):
     if line.startswith('{'):
@@ -25,6 +26,10 @@ for line in open(sys.argv[1]):
               'events %.3f host %.3f bench %.3f' % (r['events_ms'], r['host_ms'], r['do_bench_ms']),
               'diff %.1e %.1e' % (r['out_diff_vs_plain'], r['state_diff_vs_plain']))
 " "$OUT/sweep.log"
+fi
 # the recurrent decode's pool-slot order (bench/experimental/gdn_decode_order.py)
-[ "${ORDER_S:-90}" = 0 ] || timeout "${ORDER_S:-90}" python3 bench/experimental/gdn_decode_order.py > "$OUT/order.jsonl" 2> "$OUT/order.err"
-echo "order rc=$?"; cat "$OUT/order.jsonl" | cut -c1-220; tail -3 "$OUT/order.err"
+if [ "${ORDER_S:-90}" != 0 ]; then
+  timeout "${ORDER_S:-90}" python3 bench/experimental/gdn_decode_order.py > "$OUT/order.jsonl" \
+    2> "$OUT/order.err"
+  echo "order rc=$?"; cut -c1-220 "$OUT/order.jsonl"; tail -3 "$OUT/order.err"
+fi
