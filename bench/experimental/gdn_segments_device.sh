@@ -12,8 +12,14 @@ ATTNGEN_EVIDENCE_OUT=$OUT/ev.json ATTNGEN_COMMIT=$SHA ATTNGEN_GPU=1 timeout 200 
   python3 -m pytest -q -p no:cacheprovider -n 2 tests/families/gdn/gpu \
   -k "gva1_extend or qwen3_next_extend" > "$OUT/tests.log" 2>&1; echo "tests rc=$?"
 tail -3 "$OUT/tests.log"
-timeout 130 python3 bench/gdn.py --only prefill --out "$OUT" > "$OUT/bench.log" 2>&1
+timeout "${BENCH_S:-220}" python3 bench/gdn.py --only prefill --out "$OUT" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; tail -7 "$OUT/bench.log"
+# the recurrent decode's pool-slot order (bench/experimental/gdn_decode_order.py)
+if [ "${ORDER_S:-90}" != 0 ]; then
+  timeout "${ORDER_S:-90}" python3 bench/experimental/gdn_decode_order.py > "$OUT/order.jsonl" \
+    2> "$OUT/order.err"
+  echo "order rc=$?"; cut -c1-220 "$OUT/order.jsonl"; tail -3 "$OUT/order.err"
+fi
 if [ "${SWEEP_S:-130}" != 0 ]; then
   timeout "${SWEEP_S:-130}" python3 bench/experimental/gdn_segments_sweep.py --out "$OUT/sweep.json" \
     --segments 1 3 5 > "$OUT/sweep.log" 2>&1; echo "sweep rc=$?"
@@ -26,10 +32,4 @@ for line in open(sys.argv[1]):
               'events %.3f host %.3f bench %.3f' % (r['events_ms'], r['host_ms'], r['do_bench_ms']),
               'diff %.1e %.1e' % (r['out_diff_vs_plain'], r['state_diff_vs_plain']))
 " "$OUT/sweep.log"
-fi
-# the recurrent decode's pool-slot order (bench/experimental/gdn_decode_order.py)
-if [ "${ORDER_S:-90}" != 0 ]; then
-  timeout "${ORDER_S:-90}" python3 bench/experimental/gdn_decode_order.py > "$OUT/order.jsonl" \
-    2> "$OUT/order.err"
-  echo "order rc=$?"; cut -c1-220 "$OUT/order.jsonl"; tail -3 "$OUT/order.err"
 fi
