@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call for context parallelism (2026-12-06): the CuTe DSL GDN module's GPU suite
-# (evidence to $1/ev.json), bench/gdn.py's prefill table beside fla and FlashInfer, then the
-# segment sweep (SWEEP_S=0 skips it) and the decode's pool-slot order run (ORDER_S=0 skips
-# it). After the wheels' install (see bench/README.md). Usage: $0 OUT SHA
+# (evidence to $1/ev.json), bench/gdn.py's prefill table beside fla and FlashInfer (BENCH_S
+# bounds it, default 220 s), then the decode's pool-slot order run (ORDER_S=0 skips it) and the
+# segment sweep (SWEEP_S=0 skips it). After the wheels' install (see bench/README.md).
+# Usage: $0 OUT SHA
 set -uo pipefail
 OUT=$1; SHA=$2
 export ATTNGEN_CUTE_DSL_CACHE_DIR=/tmp/attngen-cute-cache PYTHONUNBUFFERED=1
