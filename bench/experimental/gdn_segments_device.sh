@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # One device call for context parallelism (2026-12-06): the CuTe DSL GDN module's GPU suite
-# (evidence to $1/ev.json), bench/gdn.py's prefill table beside fla and FlashInfer (BENCH_S
-# bounds it, default 220 s), then the decode's pool-slot order run (ORDER_S=0 skips it), the
-# persistent decode forms (PERSIST_S=0 skips them) and the segment sweep (SWEEP_S=0 skips it). After the wheels' install (see bench/README.md).
-# Usage: $0 OUT SHA
+# (evidence to $1/ev.json; TESTS_S=0 skips it), bench/gdn.py's prefill table beside fla and
+# FlashInfer (BENCH_S bounds it, default 220 s), then the decode's pool-slot order run
+# (ORDER_S=0 skips it), the persistent decode's forms (PERSIST_S=0 skips them) and the segment
+# sweep (SWEEP_S=0 skips it). After the wheels' install (see bench/README.md). Usage: $0 OUT SHA
 set -uo pipefail
 OUT=$1; SHA=$2
 export ATTNGEN_CUTE_DSL_CACHE_DIR=/tmp/attngen-cute-cache PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'dlpack c api', hasattr(torch.Tensor, '__dlpack_c_exchange_api__'))"
-ATTNGEN_EVIDENCE_OUT=$OUT/ev.json ATTNGEN_COMMIT=$SHA ATTNGEN_GPU=1 timeout 200 \
-  python3 -m pytest -q -p no:cacheprovider -n 2 tests/families/gdn/gpu \
-  -k "gva1_extend or qwen3_next_extend" > "$OUT/tests.log" 2>&1; echo "tests rc=$?"
-tail -3 "$OUT/tests.log"
+if [ "${TESTS_S:-200}" != 0 ]; then
+  ATTNGEN_EVIDENCE_OUT=$OUT/ev.json ATTNGEN_COMMIT=$SHA ATTNGEN_GPU=1 timeout "${TESTS_S:-200}" \
+    python3 -m pytest -q -p no:cacheprovider -n 2 tests/families/gdn/gpu \
+    -k "gva1_extend or qwen3_next_extend" > "$OUT/tests.log" 2>&1; echo "tests rc=$?"
+  tail -3 "$OUT/tests.log"
+fi
 timeout "${BENCH_S:-220}" python3 bench/gdn.py --only prefill --out "$OUT" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; tail -7 "$OUT/bench.log"
 # the recurrent decode's pool-slot order (bench/experimental/gdn_decode_order.py)
