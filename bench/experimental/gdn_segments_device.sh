@@ -2,8 +2,9 @@
 # One device call for context parallelism (2026-12-06): the CuTe DSL GDN module's GPU suite
 # (evidence to $1/ev.json; TESTS_S=0 skips it), bench/gdn.py's prefill table beside fla and
 # FlashInfer (BENCH_S bounds it, default 220 s), then the decode's pool-slot order run
-# (ORDER_S=0 skips it), the persistent decode's forms (PERSIST_S=0 skips them) and the segment
-# sweep (SWEEP_S=0 skips it). After the wheels' install (see bench/README.md). Usage: $0 OUT SHA
+# (ORDER_S=0 skips it) and the segment sweep (SWEEP_S=0 skips it); the persistent decode's
+# forms run in gdn_decode_device.sh. After the wheels' install (see bench/README.md).
+# Usage: $0 OUT SHA
 set -uo pipefail
 OUT=$1; SHA=$2
 export ATTNGEN_CUTE_DSL_CACHE_DIR=/tmp/attngen-cute-cache PYTHONUNBUFFERED=1
@@ -22,12 +23,6 @@ if [ "${ORDER_S:-90}" != 0 ]; then
   timeout "${ORDER_S:-90}" python3 bench/experimental/gdn_decode_order.py > "$OUT/order.jsonl" \
     2> "$OUT/order.err"
   echo "order rc=$?"; cut -c1-220 "$OUT/order.jsonl"; tail -3 "$OUT/order.err"
-fi
-# the persistent decode forms (bench/experimental/gdn_decode_persistent.py)
-if [ "${PERSIST_S:-120}" != 0 ]; then
-  timeout "${PERSIST_S:-120}" python3 bench/experimental/gdn_decode_persistent.py \
-    > "$OUT/persistent.jsonl" 2> "$OUT/persistent.err"
-  echo "persistent rc=$?"; cut -c1-220 "$OUT/persistent.jsonl"; tail -3 "$OUT/persistent.err"
 fi
 if [ "${SWEEP_S:-130}" != 0 ]; then
   timeout "${SWEEP_S:-130}" python3 bench/experimental/gdn_segments_sweep.py --out "$OUT/sweep.json" \
