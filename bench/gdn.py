@@ -10,7 +10,8 @@ beta = sigmoid(b) and the q/k L2 norm in their kernels (fla: ``use_gate_in_kerne
 - chunk prefill: ragged batches without an initial state, final state written (attngen:
   into pool slots; fla: a new tensor); M tokens/s = tokens / time;
 - recurrent decode: one token per request from an fp32 state; attngen updates pool slots in
-  place (shuffled slot indices), fla reads a contiguous state and writes the final state;
+  place (requests on shuffled slots, launched in slot order as GdnBackend's decode metadata
+  does), fla reads a contiguous state and writes the final state;
   TB/s = (state read + state write) bytes / time; timed eagerly and, for the default
   tiles and the tile sweep, with both sides captured in CUDA graphs (how an engine runs
   decode); the default tiles also with the pool slots in order (1 .. B, fla's access
@@ -387,10 +388,14 @@ def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int, tiles=None) -> dic
     x = inputs(bs, h, hv)
     i32 = dict(dtype=torch.int32, device=DEV)
     state = torch.randn(bs, hv, DIM, DIM, dtype=torch.float32, device=DEV) * 0.05
-    slots = (torch.randperm(bs, device=DEV) + 1).to(torch.int32)
+    from attngen.families.gdn.runtime import slot_order
+
+    held = (torch.randperm(bs, device=DEV) + 1).to(torch.int32)  # request b's slot, shuffled
     pool = torch.zeros(bs + 1, hv, DIM, DIM, dtype=torch.float32, device=DEV)
-    pool[slots.long()] = state
-    qsl = torch.arange(bs + 1, **i32)
+    pool[held.long()] = state
+    # launched as GdnBackend's decode metadata does: programs in slot order, rows permuted
+    slots, qsl = torch.empty(bs, **i32), torch.empty(bs + 1, **i32)
+    slot_order(held, slots, qsl)
     out = torch.empty(bs, hv, DIM, dtype=torch.bfloat16, device=DEV)
     gates = dict(A_log=x["A_log"], dt_bias=x["dt_bias"])
     start = pool.clone()
@@ -416,7 +421,7 @@ def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int, tiles=None) -> dic
     fla_out, fla_state = theirs()
     row = {"case": f"B{bs} H{h}/{hv}", "tiles": tiles or "default"}
     row["out_diff_vs_fla"] = diff(out, fla_out[:, 0])
-    row["state_diff_vs_fla"] = diff(pool[slots.long()], fla_state)
+    row["state_diff_vs_fla"] = diff(pool[held.long()], fla_state)
     pool.copy_(start)
     nbytes = 2 * bs * hv * DIM * DIM * 4
     t_ours = bench(ours)
@@ -432,9 +437,9 @@ def decode_case(mod, fla_recurrent, bs: int, h: int, hv: int, tiles=None) -> dic
         row.update(attngen_graph_us=t_ours * 1e3, fla_graph_us=t_fla * 1e3)
         row.update(graph_speedup=t_fla / t_ours, attngen_graph_tb_s=nbytes / t_ours / 1e9)
         row.update(fla_graph_tb_s=nbytes / t_fla / 1e9)
-        if tiles is None:  # the pool slots in order (1 .. B): fla's access pattern, so the
-            # ratio without the shuffled pool's share (the headline rows keep shuffled slots)
+        if tiles is None:  # the requests on slots 1 .. B in order: fla's access pattern
             slots.copy_(torch.arange(1, bs + 1, **i32))
+            qsl.copy_(torch.arange(bs + 1, **i32))
             t_in_order = graph_ms(ours)
             row.update(attngen_graph_in_order_us=t_in_order * 1e3)
             row.update(graph_speedup_in_order=t_fla / t_in_order)

@@ -74,7 +74,7 @@ class GdnMetadata:
     batch_size: int
     mode: ForwardMode
     cache_indices: torch.Tensor  # [B] int32 pool slots (0: padding)
-    query_start_loc: torch.Tensor  # [B + 1] int32
+    query_start_loc: torch.Tensor  # [B + 1] int32 (decode: the batch rows in slot order)
     tokens_per_request: int = 1  # decode 1, verify num_draft_tokens (extend: ragged)
     has_initial_state: torch.Tensor | None = None  # extend: [B] int32, prefix > 0
     plan: Any = None  # extend: the library's ChunkPlan
@@ -244,8 +244,10 @@ class GdnBackend(AttentionBackendBase):
 
     def _decode_metadata(self, fb: ForwardBatch) -> GdnMetadata:
         bs = fb.batch_size
-        qsl = torch.arange(bs + 1, dtype=torch.int32, device=self.device)
-        return GdnMetadata(bs, fb.forward_mode, self._slots(fb.req_pool_indices), qsl)
+        slots = torch.empty((bs,), dtype=torch.int32, device=self.device)
+        qsl = torch.empty((bs + 1,), dtype=torch.int32, device=self.device)
+        slot_order(self._slots(fb.req_pool_indices), slots, qsl)
+        return GdnMetadata(bs, fb.forward_mode, slots, qsl)
 
     def _extend_metadata(self, fb: ForwardBatch) -> GdnMetadata:
         assert fb.extend_seq_lens is not None and fb.extend_seq_lens_cpu is not None
@@ -483,14 +485,18 @@ class GdnBackend(AttentionBackendBase):
         spec_info: Any,
         seq_lens_cpu: torch.Tensor | None,
     ) -> None:
-        """Slots of the (padded) batch's request rows into the static buffer; trees copy
-        their parents; row offsets never change. No host sync."""
+        """Slots of the (padded) batch's request rows into the static buffer (decode: in
+        slot order, with their rows); trees copy their parents; a verify's row offsets never
+        change. No host sync."""
         if mode is ForwardMode.DRAFT_EXTEND:
             raise AttngenInputError("cuda graph: DRAFT_EXTEND is not lowered for GDN")
         bufs = self._graph_buffers[GRAPH_PHASES[mode]]
         rows = check_graph_rows("req_pool_indices", req_pool_indices, bs, self.device)
-        cache_indices = bufs.buffers["cache_indices"]
-        self.state_pool.slots(rows, out=cache_indices[:bs])
+        cache_indices, qsl = bufs.buffers["cache_indices"], bufs.buffers["query_start_loc"]
+        if mode is ForwardMode.DECODE:
+            slot_order(self.state_pool.slots(rows), cache_indices[:bs], qsl[: bs + 1])
+        else:
+            self.state_pool.slots(rows, out=cache_indices[:bs])
         n, parents = bufs.tokens_per_request, None
         if mode is ForwardMode.TARGET_VERIFY:
             n, given = self._verify_info(spec_info, bs)
@@ -501,11 +507,25 @@ class GdnBackend(AttentionBackendBase):
             bs,
             mode,
             cache_indices[:bs],
-            bufs.buffers["query_start_loc"][: bs + 1],
+            qsl[: bs + 1],
             n,
             parents=parents,
             out=bufs.out,
         )
+
+
+def slot_order(slots: torch.Tensor, cache_indices: torch.Tensor, rows: torch.Tensor) -> None:
+    """A decode batch walked in ascending pool-slot order: ``cache_indices[i]`` is the i-th
+    smallest slot and ``rows[i]`` the batch row of its request (``rows[B] = B``). The
+    recurrent and conv decode kernels read request i's token at row ``rows[i]`` and write
+    its output there, so outputs keep the batch's order while neighbouring programs read
+    neighbouring pool rows (slots in the order the engine holds them cost about 1% of the
+    decode's time on an H100: bench/README.md). No host sync."""
+    bs = int(slots.shape[0])
+    ordered, order = torch.sort(slots)
+    cache_indices.copy_(ordered)
+    rows[:bs].copy_(order)
+    rows[bs:].fill_(bs)
 
 
 def _check_mode(caller: str, meta: GdnMetadata, *, decode: bool) -> None:
