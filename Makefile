@@ -53,10 +53,30 @@ evidence-compile: $(TEST_STAMP)
 	for a in sm80 sm90 sm100; do env -u TRITON_INTERPRET $(PY) -m attngen.aot --arch $$a --out-dir evidence/compile $(AOT_FLAGS) || exit 1; done
 	$(PY) -m attngen generate --arch all
 
-## bench: time generated kernels against peers on the GPU (writes bench/results/*.json)
+## bench: time every family's generated kernels against its peers on the GPU, one process a
+## family (writes bench/results/*.json and, where matplotlib imports, plots). BENCH_FAMILIES
+## picks some of mha mla dsa gdn; BENCH_ARGS goes to the MHA bench (bench/run.py). Peers:
+## FA4 on PYTHONPATH (/tmp/gpusite), FlashMLA in FLASHMLA=DIR (mla, dsa), SGLang's Triton MLA
+## decode file in SGLANG_DECODE=FILE (mla), fla-core 0.6.0 importable (gdn); bench/README.md.
+## A family that cannot run here (no GPU, its required peer missing) is listed as not run.
 BENCH_ARGS ?=
+BENCH_FAMILIES ?= mha mla dsa gdn
+FLASHMLA ?=
+SGLANG_DECODE ?=
 bench:
-	$(PYTHON) bench/run.py --out bench/results $(BENCH_ARGS)
+	@failed=""; notrun=""; for f in $(BENCH_FAMILIES); do echo "== bench $$f"; \
+	  case $$f in \
+	    mha) $(PYTHON) bench/run.py --out bench/results $(BENCH_ARGS) ;; \
+	    mla) $(PYTHON) bench/mla.py --out bench/results $(if $(FLASHMLA),--flashmla $(FLASHMLA)) \
+	         $(if $(SGLANG_DECODE),--sglang-decode $(SGLANG_DECODE)) ;; \
+	    dsa) $(PYTHON) bench/dsa.py --out bench/results $(if $(FLASHMLA),--flashmla $(FLASHMLA)) ;; \
+	    gdn) $(PYTHON) bench/gdn.py --out bench/results ;; \
+	    *) echo "bench: unknown family '$$f' (mha mla dsa gdn)"; (exit 1) ;; \
+	  esac; rc=$$?; [ $$rc = 2 ] && notrun="$$notrun $$f"; [ $$rc != 0 ] && [ $$rc != 2 ] && failed="$$failed $$f"; \
+	done; \
+	[ -z "$$notrun" ] || echo "bench: not run here:$$notrun"; \
+	[ -z "$$failed" ] || { echo "bench: failed:$$failed"; exit 1; }; \
+	[ -z "$$notrun" ]
 
 ## bench-plot: plot a bench JSON (default: the newest) as attngen/peer ratios, next to it
 bench-plot: $(GEN_STAMP)

@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.device_tag import device_tag  # noqa: E402
+from bench.preflight import missing_cuda  # noqa: E402
 from bench.graph_timing import graph_ms  # noqa: E402
+
 PAGE, TOPK, SCALE = 64, 2048, 192**-0.5
 PARTS = ("decode", "tiles", "sweep", "prefill", "indexer")  # --parts, in run order
 
@@ -276,6 +278,8 @@ def main():
         "Triton kernel's tiles), sweep (other split counts), prefill, indexer",
     )
     args = ap.parse_args()
+    if (code := missing_cuda("bench/dsa.py")) is not None:
+        return code
     parts = set(args.parts.split(","))
     unknown = parts - set(PARTS)
     if unknown:
@@ -342,4 +346,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -460,12 +460,24 @@ def main() -> int:
     )
     args = parser.parse_args()
     only = set(args.only or TABLES)
+    sys.path.insert(0, str(ROOT))
+    from bench.preflight import missing_cuda, missing_peer
+
+    if (code := missing_cuda("bench/gdn.py")) is not None:
+        return code
     import torch as _torch
 
     torch = _torch
     torch.manual_seed(0)
     os.environ.setdefault("FLA_FLASH_QLA", "0")
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+    try:
+        from fla.ops.gated_delta_rule import (
+            chunk_gated_delta_rule,
+            fused_recurrent_gated_delta_rule,
+        )
+    except ImportError as e:
+        how = "put fla-core 0.6.0 and einops on PYTHONPATH (bench/README.md, GDN)"
+        return missing_peer("bench/gdn.py", "fla-core", e, how)
 
     try:  # optional: flashinfer-python (and its CuTe DSL kernels' nvidia-cutlass-dsl)
         from flashinfer.gdn_prefill import chunk_gated_delta_rule as flashinfer_chunk
@@ -477,7 +489,7 @@ def main() -> int:
 
     import triton
 
-    sys.path.insert(0, str(ROOT))
+    from bench.device_tag import device_tag
     from bench.run import tree_commit
 
     try:  # optional: the CuTe DSL prefill (nvidia-cutlass-dsl importable)
@@ -490,6 +502,9 @@ def main() -> int:
     rows = {"prefill": [], "decode": [], "sweep": []}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%MZ")
+    path = out / f"{device_tag(torch.cuda.get_device_name())}-{stamp}-gdn-{commit}.json"
+    log(f"bench/gdn.py: writing {path} (and its plot beside it)")
 
     def record(table: str, what: str, fn) -> None:
         """One row into ``rows[table]`` (a failure is a row too), then the JSON so far."""
@@ -508,7 +523,7 @@ def main() -> int:
             "peer2": f"flashinfer-python {FLASHINFER['version']}" if FLASHINFER else "none",
             "cute_dsl": f"nvidia-cutlass-dsl {CUTE['version']}" if CUTE else "none",
         }
-        (out / "gdn_bench.json").write_text(json.dumps({**head, **rows}, indent=1) + "\n")
+        path.write_text(json.dumps({**head, **rows}, indent=1) + "\n")
 
     prefill_mod, decode_mod = kernels_module("gdn_gva1"), kernels_module("gdn_qwen3_next")
     for bs, length, heads in PREFILL_CASES if "prefill" in only else ():
@@ -589,10 +604,9 @@ def main() -> int:
                 f" | slots in order: {r.get('graph_speedup_in_order', 0):.2f}x"
             )
     try:  # the ratios as a figure beside the JSON (bench/plot.py; matplotlib may be absent)
-        sys.path.insert(0, str(ROOT))
         from bench import plot
 
-        plot.main([str(out / "gdn_bench.json")])
+        plot.main([str(path)])
     except Exception as e:  # the JSON is the result; a missing plot must not fail the run
         log(f"no plot: {e}")
     return 0

@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.device_tag import device_tag  # noqa: E402
+from bench.preflight import missing_cuda  # noqa: E402
 
 CASES = ((64, 4096), (128, 8192))
 HEADS = (128, 16)
@@ -765,7 +766,7 @@ def precompile(share: int, shares: int, groups=None, decode_table=True) -> None:
     torch.cuda.synchronize()
 
 
-def main() -> None:
+def main() -> int | None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--flashmla")
     ap.add_argument("--sglang-decode")
@@ -789,6 +790,8 @@ def main() -> None:
     )
     ap.add_argument("--compile-share", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if (code := missing_cuda("bench/mla.py")) is not None:
+        return code
     if args.compile_share:
         share, shares = map(int, args.compile_share.split("/"))
         precompile(share, shares, parse_groups(args.groups), "decode" not in args.skip)
@@ -842,9 +845,7 @@ def main() -> None:
         tiles_only = None
         if args.tiles:
             tiles_only = {tuple(map(int, t.split("x"))) for t in args.tiles.split(",")}
-        sweep_rows(
-            torch, timer, mods, fm, rows, save, only, parse_groups(args.groups), tiles_only
-        )
+        sweep_rows(torch, timer, mods, fm, rows, save, only, parse_groups(args.groups), tiles_only)
     if "decode" not in skip:
         decode_rows(torch, timer, mods, fm, fm_info, sg, sg_info, rows, save)
     if "prefill" not in skip:
@@ -929,4 +930,4 @@ def print_table(rows):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

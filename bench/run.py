@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from bench.device_tag import device_tag  # noqa: E402 (import-free: no torch)
+from bench.preflight import missing_cuda  # noqa: E402
 from bench.paired_timing import run_then_pair  # noqa: E402 (import-free: no torch)
 
 HQ, HKV, D = 32, 8, 128  # q heads, kv heads, head dim (qk = v)
@@ -1086,12 +1087,11 @@ def main() -> int:
         help="run only this part (repeatable); default: every part",
     )
     args = ap.parse_args()
+    if (code := missing_cuda("bench")) is not None:
+        return code
     global torch
     import torch
 
-    if not torch.cuda.is_available():
-        log("bench: no CUDA device; this benchmark runs on the H200")
-        return 2
     torch.manual_seed(0)
     variants, errors = load_attngen()
     fa4, fa4_version = load_fa4()
