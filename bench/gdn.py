@@ -482,8 +482,8 @@ def main() -> int:
     try:  # optional: flashinfer-python (and its CuTe DSL kernels' nvidia-cutlass-dsl)
         from flashinfer.gdn_prefill import chunk_gated_delta_rule as flashinfer_chunk
 
-        FLASHINFER["chunk"] = flashinfer_chunk
-        FLASHINFER["version"] = importlib.metadata.version("flashinfer-python")
+        version = importlib.metadata.version("flashinfer-python")
+        FLASHINFER.update(chunk=flashinfer_chunk, version=version)  # both or neither
     except Exception as e:  # noqa: BLE001 -- fla's rows run either way
         log(f"FlashInfer GDN prefill not importable ({type(e).__name__}: {e}); fla only")
 
@@ -493,8 +493,9 @@ def main() -> int:
     from bench.run import tree_commit
 
     try:  # optional: the CuTe DSL prefill (nvidia-cutlass-dsl importable)
-        CUTE["mod"] = importlib.import_module("generated.sm90.cute_dsl.gdn.gdn_gva1_extend.kernels")
-        CUTE["version"] = importlib.metadata.version("nvidia-cutlass-dsl")
+        mod = importlib.import_module("generated.sm90.cute_dsl.gdn.gdn_gva1_extend.kernels")
+        version = importlib.metadata.version("nvidia-cutlass-dsl")
+        CUTE.update(mod=mod, version=version)  # both or neither: the rows read both
     except Exception as e:  # noqa: BLE001 -- the Triton rows run either way
         log(f"attngen's CuTe DSL GDN prefill not importable ({type(e).__name__}: {e})")
 

@@ -833,7 +833,7 @@ def commit_id(args) -> str:
 
 
 def tree_commit() -> str:
-    """HEAD's short sha, with "+dirty" where tracked files differ from it (a copied tree
+    """HEAD's short sha, with "-dirty" where tracked files differ from it (a copied tree
     whose .git is older than its files reads as dirty, not as that older commit: pass
     ATTNGEN_COMMIT there); "unknown" without git."""
     try:  # .git may be missing where the bench runs
@@ -841,7 +841,7 @@ def tree_commit() -> str:
         run = dict(capture_output=True, text=True, check=True)
         sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], **run).stdout.strip()
         changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], **run)
-        return sha + ("+dirty" if changed.stdout.strip() else "")
+        return sha + ("-dirty" if changed.stdout.strip() else "")
     except Exception:
         return "unknown"
 

@@ -28,4 +28,4 @@ def test_tree_commit_marks_changed_tracked_files(tmp_path, monkeypatch) -> None:
     (tmp_path / "untracked.txt").write_text("results\n")
     assert run.tree_commit() == sha  # untracked files (results, carries) do not count
     (tmp_path / "kernel.py").write_text("x = 2\n")  # e.g. a copied tree newer than its .git
-    assert run.tree_commit() == f"{sha}+dirty"
+    assert run.tree_commit() == f"{sha}-dirty"
