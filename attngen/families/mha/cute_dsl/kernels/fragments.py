@@ -54,6 +54,7 @@ def transpose_smem(s: cute.Tensor) -> cute.Tensor:
     return cute.composition(s, cute.make_ordered_layout(shape, order=order))
 
 
+@cute.jit
 def wgmma_group(
     tiled_mma: cute.TiledMma,
     acc: cute.Tensor,

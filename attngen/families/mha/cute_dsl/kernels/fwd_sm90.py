@@ -163,7 +163,6 @@ def shared_bytes(shape: FwdShape) -> int:
     return SMEM_ALIGN + q + kv + converted
 
 
-@cute.jit
 class MhaFwdSm90:
     """The kernel of one :class:`FwdShape`; ``cute.compile(obj, ...)`` builds it."""
 

@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm100"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "f891503c178964948541f7df9617d963bc145f24a0df193fe16aeab6c1fe6fde"
+LIBRARY_SHA256 = "efa61d184c130d4ac7b969ece29ea80ea578aa2b382d2d2a6edce24f5d67f3a6"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "

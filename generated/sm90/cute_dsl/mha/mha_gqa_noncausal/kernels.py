@@ -36,7 +36,7 @@ from attngen.hooks import MaskHooks
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "9dc963f3e41a6400b0f7b24d7ada698633147f03ed604208c9362643cf012c1a"
+LIBRARY_SHA256 = "cf2c4e227831fe4b47415d2f46fcfecdad117b21bbf4bfd19ac9fec3466ab816"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against MHA CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
