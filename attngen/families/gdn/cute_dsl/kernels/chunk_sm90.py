@@ -69,10 +69,10 @@ from attngen.families.mha.cute_dsl.kernels.common import (
     rows_aligned,
     smem_layout,
 )
-from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import _wgmma
 from attngen.families.mha.cute_dsl.kernels.fragments import (
     mma_a,
     transpose_smem,
+    wgmma_group,
 )
 from attngen.families.gdn.cute_dsl.kernels.inverse_sm90 import (
     INVERSE,
@@ -472,8 +472,8 @@ class GdnFusedSm90(InverseSm90):
                 acc_D = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
                 acc_O = cute.make_rmem_tensor(mma_rk.partition_shape_C((VB, C)), Float32)
                 if const_expr(state):
-                    _wgmma(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True, -1)
-                    _wgmma(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True, -1)
+                    wgmma_group(mma_rk, acc_D, tSa, tKb[None, None, None, stage], True, -1)
+                    wgmma_group(mma_rk, acc_O, tSa, tQb[None, None, None, stage], True, -1)
                     warpgroup.wait_group(1 if const_expr(self.early_d) else 0)
                 if const_expr("epi" not in self.skip):
                     # (columns t >= n: 0; u's columns there are finite, and multiply P's
@@ -491,10 +491,10 @@ class GdnFusedSm90(InverseSm90):
                     t_hi = tTh[None, None, None, stage]
                     u_wait = -1 if const_expr(self.early_d) else 0
                     if const_expr(self.half):
-                        _wgmma(mma_lo, acc_U, tDa, t_hi, True, u_wait)
+                        wgmma_group(mma_lo, acc_U, tDa, t_hi, True, u_wait)
                     else:
-                        _wgmma(mma_lo, acc_U, tDa, t_hi, True, -1)
-                        _wgmma(mma_lo, acc_U, tDa, tTl[None, None, None, stage], False, u_wait)
+                        wgmma_group(mma_lo, acc_U, tDa, t_hi, True, -1)
+                        wgmma_group(mma_lo, acc_U, tDa, tTl[None, None, None, stage], False, u_wait)
                 if const_expr(self.early_d):
                     # S^T Q^T done (u's groups in flight): its scaling, then u
                     warpgroup.wait_group(1 if const_expr(self.half) else 2)
@@ -514,12 +514,12 @@ class GdnFusedSm90(InverseSm90):
                 if const_expr(state):
                     p_t = tPt[None, None, None, stage]
                     k_upd = tKu[None, None, None, stage]
-                    _wgmma(mma_lo, acc_O, tUh, p_t, False, -1)
+                    wgmma_group(mma_lo, acc_O, tUh, p_t, False, -1)
                     if const_expr(not self.half):
-                        _wgmma(mma_lo, acc_O, tUl, p_t, False, -1)
-                    _wgmma(mma_upd, acc_S, tUsh, k_upd, False, -1)
+                        wgmma_group(mma_lo, acc_O, tUl, p_t, False, -1)
+                    wgmma_group(mma_upd, acc_S, tUsh, k_upd, False, -1)
                     if const_expr(not self.half):
-                        _wgmma(mma_upd, acc_S, tUsl, k_upd, False, -1)
+                        wgmma_group(mma_upd, acc_S, tUsl, k_upd, False, -1)
                 # -- O^T by stmatrix (transposed) into [t, v] rows, then 16-byte rows
                 # (the last chunk's loads of sO finished before this chunk's FULL) ----
                 # O's groups done, the update's in flight (O is formed in every run: a
@@ -560,7 +560,7 @@ class GdnFusedSm90(InverseSm90):
         """P = (Q K^T ∘ qs_t kn_s exp(G_t - G_s))[s <= t] into ``sP`` as bf16 (the vectors:
         this chunk's stage)."""
         acc_P = cute.make_rmem_tensor(mma_qk.partition_shape_C((C, C)), Float32)
-        _wgmma(mma_qk, acc_P, tPa[None, None, None, stage], tPb[None, None, None, stage], True)
+        wgmma_group(mma_qk, acc_P, tPa[None, None, None, stage], tPb[None, None, None, stage], True)
         for j in cutlass.range_constexpr(cute.size(acc_P)):
             t, s = cP[j]
             # (s > t: G_t - G_s >= 0 clamped, the product then dropped: no branch)

@@ -21,7 +21,7 @@ import cutlass.utils.hopper_helpers as sm90
 from cutlass import BFloat16, Float32, Int32, const_expr
 
 from attngen.families.mha.cute_dsl.kernels.common import LOG2_E
-from attngen.families.mha.cute_dsl.kernels.fwd_sm90 import _wgmma
+from attngen.families.mha.cute_dsl.kernels.fragments import wgmma_group
 
 C = 64  # tokens a chunk
 THREADS = 128  # the warpgroup
@@ -90,7 +90,7 @@ class InverseSm90:
         [t, s] from the stored keys (exact bf16 products), as the prepare kernel forms it."""
         acc = cute.make_rmem_tensor(mma_qk.partition_shape_C((C, C)), Float32)
         tMs = mma_qk.get_slice(tidx).partition_C(sM)  # sM as the accumulator: static offsets
-        _wgmma(mma_qk, acc, tKa, tKb, True)
+        wgmma_group(mma_qk, acc, tKa, tKb, True)
         # everyone is done reading the last chunk's M
         cute.arch.barrier(barrier_id=INVERSE, number_of_threads=THREADS)
         for j in cutlass.range_constexpr(cute.size(acc)):

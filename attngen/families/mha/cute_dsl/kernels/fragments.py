@@ -4,12 +4,18 @@ A wgmma accumulator of an (M, N) tile is held by each thread as ``((2, 2, V), MM
 MMA_N)``: for every 8-column group, 2 adjacent columns of 2 rows (r and r + 8). Softmax
 wants it as (rows, columns); the P @ V wgmma wants the same registers as its A operand
 (register-sourced), whose k16 atoms take two 8-column groups: ``((2, 2, 2), MMA_M,
-MMA_K)``. Both are views (layouts over the same registers), never copies.
+MMA_K)``. Both are views (layouts over the same registers), never copies. And
+:func:`wgmma_group`, which issues one MMA over such fragments (the MHA forward's and the GDN
+chunk kernels' common step: kept here, so that editing either kernel leaves the other's
+identity and evidence standing).
 """
 
 from __future__ import annotations
 
+import cutlass
 import cutlass.cute as cute
+from cutlass import const_expr
+from cutlass.cute.nvgpu import warpgroup
 
 
 def rows_cols_layout(acc: cute.Layout) -> cute.Layout:
@@ -46,3 +52,25 @@ def transpose_smem(s: cute.Tensor) -> cute.Tensor:
     shape = (s.shape[1], s.shape[0], *s.shape[2:])
     order = (1, 0, *range(2, cute.rank(s)))
     return cute.composition(s, cute.make_ordered_layout(shape, order=order))
+
+
+@cute.jit
+def wgmma_group(
+    tiled_mma: cute.TiledMma,
+    acc: cute.Tensor,
+    t_a: cute.Tensor,
+    t_b: cute.Tensor,
+    zero_init: cutlass.Constexpr[bool],
+    wait: cutlass.Constexpr[int] = 0,
+):
+    """acc (+)= A B over the k blocks of the fragments as one wgmma group, then wait until
+    at most ``wait`` groups are in flight (-1: do not wait)."""
+    warpgroup.fence()
+    atom = cute.make_mma_atom(tiled_mma.op)
+    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
+    for k in cutlass.range_constexpr(cute.size(t_a.shape[2])):
+        cute.gemm(atom, acc, t_a[None, None, k], t_b[None, None, k], acc)
+        atom.set(warpgroup.Field.ACCUMULATE, True)
+    warpgroup.commit_group()
+    if const_expr(wait >= 0):
+        warpgroup.wait_group(wait)

@@ -74,6 +74,7 @@ from attngen.families.mha.cute_dsl.kernels.fragments import (
     mma_a,
     rows_cols,
     transpose_smem,
+    wgmma_group,
 )
 from attngen.families.mha.cute_dsl.tiles import FP8_DECODE_MAX_GROUP
 
@@ -95,6 +96,14 @@ GATHER_LANES_PER_ROW = 4
 # an fp8 cache: query head j's two e4m3 parts go to rows 16 (j // 8) + j % 8 and that + 8 of
 # the 64-row tile (one thread's two accumulator rows), so FP8_DECODE_MAX_GROUP (32) at most
 E4M3_MAX = 448.0
+# Turns (pingpong): with three consumer warpgroups (192-row tiles, head dims <= 64) consumer c
+# waits on named barrier TURN_BARRIER + c to issue its wgmmas and then passes the turn to c + 1
+# (mod 3), so the three softmaxes are spread in time instead of meeting on the MUFU queue (ncu,
+# 2026-12-07: attngen's `mio` stalls, 94% on MUFU.EX2, were twice FA4's, which takes turns);
+# +2.5-3% at hd 64 causal S >= 4k. With two consumers turns did not pay: +-1% at hd 128, and
+# -5-9% with 128-row tiles at hd 64 (bench/README.md). Ids 1-3 are the per-warpgroup barriers.
+TURN_BARRIER = 4
+TURN_CONSUMERS = 3
 
 
 # What the design relies on, checked in every compiled kernel by the AOT check: wgmma and
@@ -130,6 +139,7 @@ class OverlapLoop:
     offset: Int32
     m_block: Int32
     mTree: Optional[cute.Tensor]
+    wg: Int32 = 0
 
 
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
@@ -151,28 +161,6 @@ def shared_bytes(shape: FwdShape) -> int:
     kv = shape.num_stages * kv_row * shape.kv_elem_bytes
     converted = shape.tile_n * shape.v_head_dim * elem if shape.kv_fp8 else 0
     return SMEM_ALIGN + q + kv + converted
-
-
-@cute.jit
-def _wgmma(
-    tiled_mma: cute.TiledMma,
-    acc: cute.Tensor,
-    t_a: cute.Tensor,
-    t_b: cute.Tensor,
-    zero_init: cutlass.Constexpr[bool],
-    wait: cutlass.Constexpr[int] = 0,
-):
-    """acc (+)= A B over the k blocks of the fragments as one wgmma group, then wait until
-    at most ``wait`` groups are in flight (-1: do not wait)."""
-    warpgroup.fence()
-    atom = cute.make_mma_atom(tiled_mma.op)
-    atom.set(warpgroup.Field.ACCUMULATE, not zero_init)
-    for k in cutlass.range_constexpr(cute.size(t_a.shape[2])):
-        cute.gemm(atom, acc, t_a[None, None, k], t_b[None, None, k], acc)
-        atom.set(warpgroup.Field.ACCUMULATE, True)
-    warpgroup.commit_group()
-    if const_expr(wait >= 0):
-        warpgroup.wait_group(wait)
 
 
 class MhaFwdSm90:
@@ -203,6 +191,8 @@ class MhaFwdSm90:
         self.pack = shape.pack_gqa  # query heads a CTA's rows hold
         self.rows_tok = shape.tile_m // shape.pack_gqa  # tokens a CTA's rows hold
         self.num_consumers = shape.tile_m // 64
+        # the overlapped loop's consumers take turns to issue wgmmas (TURN_BARRIER)
+        self.takes_turns = shape.overlap and self.num_consumers == TURN_CONSUMERS
         self.num_threads = WARPGROUP * (1 + self.num_consumers)
         # after setmaxnreg (the producers give theirs up); decode's one consumer warpgroup
         # takes the two-warpgroup figures (a CTA of 256 threads launched with 240 each, or
@@ -847,8 +837,13 @@ class MhaFwdSm90:
             loop = OverlapLoop(
                 acc_O, tOrP, tSrQ, tSrK, tOrV, tScS, row_max, row_sum, None, tiled_mma_qk,
                 tiled_mma_pv, pipe_k, pipe_v, softmax_scale, scale_log2, seqlen_k, offset,
-                m_block, mTree,
+                m_block, mTree, wg,
             )  # fmt: skip
+            if const_expr(self.takes_turns):
+                if wg == 0:  # the first turn is consumer 0's
+                    cute.arch.barrier_arrive(
+                        barrier_id=TURN_BARRIER, number_of_threads=2 * WARPGROUP
+                    )
             self.mainloop_overlapped(loop, n_block_min, n_block_max)
         else:
             state = pipeline.make_pipeline_state(
@@ -865,7 +860,7 @@ class MhaFwdSm90:
                 if const_expr(shape.kv_fp8):  # e4m3 QK on the K stage; V converted meanwhile
                     self.wait_kv(pipe_k, state)
                     k_stage = tSrK[None, None, None, state.index]
-                    _wgmma(tiled_mma_qk, acc_S, tSrQ, k_stage, True, wait=-1)
+                    wgmma_group(tiled_mma_qk, acc_S, tSrQ, k_stage, True, wait=-1)
                     self.wait_kv(pipe_v, state)
                     self.convert_tile(sV[None, None, state.index], sV16, tidx, rows_valid)
                     pipe_v.consumer_release(state)
@@ -874,7 +869,9 @@ class MhaFwdSm90:
                     self.join_q_parts(acc_S, tScS, sQScale)
                 else:
                     self.wait_kv(pipe_k, state)
-                    _wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True)
+                    wgmma_group(
+                        tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, state.index], True
+                    )
                     pipe_k.consumer_release(state)
                 acc_S_rc = rows_cols(acc_S)
                 # -- score_mod: logit softcap ----
@@ -903,10 +900,12 @@ class MhaFwdSm90:
                 # -- O += P V ----
                 tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
                 if const_expr(shape.kv_fp8):  # sV16 holds this tile's V
-                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV, False)
+                    wgmma_group(tiled_mma_pv, acc_O, tOrP, tOrV, False)
                 else:
                     self.wait_kv(pipe_v, state)
-                    _wgmma(tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False)
+                    wgmma_group(
+                        tiled_mma_pv, acc_O, tOrP, tOrV[None, None, None, state.index], False
+                    )
                     pipe_v.consumer_release(state)
                 state.advance()
 
@@ -1193,7 +1192,10 @@ class MhaFwdSm90:
         acc_S = cute.make_rmem_tensor(s_shape, Float32)
         self.wait_kv(loop.pipe_k, state)
         k_stage = loop.tSrK[None, None, None, state.index]
-        _wgmma(loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True, 0)
+        self.turn(loop.wg, True)
+        wgmma_group(loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True, -1)
+        self.turn(loop.wg, False)
+        warpgroup.wait_group(0)
         loop.pipe_k.consumer_release(state)
         self.scores_to_probs(acc_S, loop, n_block_max - 1, None)
         loop.tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
@@ -1223,8 +1225,28 @@ class MhaFwdSm90:
         self.rescale_o(loop)
         self.wait_kv(loop.pipe_v, state_v)
         v_stage = loop.tOrV[None, None, None, state_v.index]
-        _wgmma(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, 0)
+        self.turn(loop.wg, True)
+        wgmma_group(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, -1)
+        self.turn(loop.wg, False)
+        warpgroup.wait_group(0)
         loop.pipe_v.consumer_release(state_v)
+
+    @cute.jit
+    def turn(self, wg: Int32, begin: cutlass.Constexpr[bool]):
+        """Turns (``takes_turns``): consumer ``wg`` waits for its turn to issue wgmmas
+        (``begin``), or passes it to the next consumer. Every consumer of a CTA takes the same
+        number of turns (one per wgmma group of the overlapped loop, all on the same key
+        tiles); the last grant, to consumer 0, is left unclaimed when the CTA exits."""
+        if const_expr(self.takes_turns):
+            if const_expr(begin):
+                cute.arch.barrier(barrier_id=TURN_BARRIER + wg, number_of_threads=2 * WARPGROUP)
+            else:
+                nxt = wg + 1
+                if nxt == self.num_consumers:
+                    nxt = Int32(0)
+                cute.arch.barrier_arrive(
+                    barrier_id=TURN_BARRIER + nxt, number_of_threads=2 * WARPGROUP
+                )
 
     @cute.jit
     def rescale_o(self, loop: OverlapLoop):
@@ -1252,11 +1274,14 @@ class MhaFwdSm90:
         )
         self.wait_kv(loop.pipe_k, state)
         k_stage = loop.tSrK[None, None, None, state.index]
-        _wgmma(loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True, -1)
+        self.turn(loop.wg, True)
+        wgmma_group(loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True, -1)
         self.rescale_o(loop)  # while S_j's MMA runs: O to the maxima of P_{j-1}
         self.wait_kv(loop.pipe_v, state_v)
         v_stage = loop.tOrV[None, None, None, state_v.index]
-        _wgmma(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, 1)
+        wgmma_group(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, -1)
+        self.turn(loop.wg, False)
+        warpgroup.wait_group(1)
         loop.pipe_k.consumer_release(state)  # S_j is done (PV may still run)
         self.scores_to_probs(acc_S, loop, n_block, masked)
         warpgroup.wait_group(0)  # PV of the previous tile: O and P are free

@@ -26,7 +26,7 @@ from attngen.families.gdn.cute_dsl.config import GdnCuteConfig, GdnCuteTraits
 # sha256 of the library sources this module was generated against (kernel identities and
 # so the recorded evidence include it)
 LIBRARY_ARCH = "sm90"  # the library's sha leaves out other archs' kernels
-LIBRARY_SHA256 = "efd8a06a4dd4788500de6d4910150a69393e56eb6165006ff2337945cba84adb"
+LIBRARY_SHA256 = "cecae3c2c47469fe6245a57b0ace4022804246e601d3418b26a1338a92ef698c"
 if library.source_sha256(LIBRARY_ARCH) != LIBRARY_SHA256:  # edited after generation
     raise ImportError(
         f"{__name__} was generated against GDN CuTe DSL library {LIBRARY_SHA256[:12]}, but the "
