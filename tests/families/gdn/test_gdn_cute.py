@@ -138,3 +138,18 @@ def test_launcher_refuses_more_requests_than_the_grid_takes() -> None:
             plan=chunk_plan([1] * bs, 64, torch.device("cpu")),
             config=kernel_config(EXTEND, Arch.SM90), scale=dim**-0.5,
         )  # fmt: skip
+
+
+def test_identity_leaves_the_mha_forward_out() -> None:
+    """The GDN CuTe kernels borrow the MHA package's shared helpers (``common.py``,
+    ``fragments.py``: ``wgmma_group``), not its forward kernel: an edit of
+    ``fwd_sm90.py`` must keep the GDN kernels' identity, and their evidence."""
+    from pathlib import Path
+
+    from attngen.evidence import LIBRARY_SOURCES, imported_family_files
+    from attngen.families.gdn.cute_dsl.source import PACKAGE_DIR
+
+    own = sorted(p.resolve() for pattern in LIBRARY_SOURCES for p in PACKAGE_DIR.glob(pattern))
+    borrowed = {Path(p).name for p in imported_family_files(own, "gdn", PACKAGE_DIR)}
+    assert {"common.py", "fragments.py"} <= borrowed
+    assert not {"fwd_sm90.py", "fwd_sm100.py", "decode_sm90.py"} & borrowed
