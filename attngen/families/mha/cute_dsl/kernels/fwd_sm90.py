@@ -6,15 +6,17 @@ key tile the mask lets it see, newest key tile first. With ``FwdShape.pack_gqa``
 ``tile_m / G`` tokens x the G query heads of the kv head (row r: token r // G, head r % G),
 copied by the consumers with cp.async, so each K/V tile brought in serves the G heads.
 
-Warp roles (3 warpgroups, 384 threads):
+Warp roles (3 warpgroups, 384 threads; 4 and 512 with 192-row tiles at head dims <= 64):
 
 - warpgroup 0, **producer**: its first warp issues the bulk tensor copies (TMA) of the Q tile
   (once) and of each K and V tile into a ``num_stages`` ring in shared memory, through
   mbarrier pipelines; it gives most of its registers to the consumers.
-- warpgroups 1 and 2, **consumers**: 64 query rows each. Per key tile: S = Q K^T (wgmma, both
-  operands in shared memory), score_mod (softcap), mask_mod (key length, causal, window),
-  online softmax in registers, then O += P V (wgmma with P in registers, V^T from shared
-  memory). The two consumers run independently, so one's softmax overlaps the other's MMAs.
+- warpgroups 1 and 2 (and 3), **consumers**: 64 query rows each. Per key tile: S = Q K^T
+  (wgmma, both operands in shared memory), score_mod (softcap), mask_mod (key length,
+  causal, window), online softmax in registers, then O += P V (wgmma with P in registers,
+  V^T from shared memory). Two consumers run independently, so one's softmax overlaps the
+  other's MMAs; three take turns to issue their wgmmas (``TURN_BARRIER``), which keeps
+  their softmaxes from meeting on the exp2 unit.
 
 Layouts (what ``__call__`` takes; the host passes torch tensors through DLPack):
 
