@@ -6,6 +6,7 @@
 # `bash ncu_cute_prefill.sh -- --spec mha_head_dim_256 --head-dim 256 --heads 16/8`; with
 # --causal-only the non-causal launches are skipped.
 source /tmp/gpusite.env; mkdir -p "$OUT"
+[ -d /tmp/fa4 ] && export PYTHONPATH=/tmp/fa4:$PYTHONPATH  # FA4 from .carry_fa4 (bench/README.md)
 cases=("" "--noncausal"); source_csv=0
 [ "${1:-}" = "--source" ] && { cases=("--noncausal"); source_csv=1; shift; }
 [ "${1:-}" = "--causal-only" ] && { cases=(""); shift; }
