@@ -68,6 +68,15 @@ def source_arch(path: Path) -> str | None:
     return match.group(1) if match else None
 
 
+def library_source_files(
+    package_dir: Path, patterns: tuple[str, ...] = LIBRARY_SOURCES, arch: str | None = None
+) -> list[Path]:
+    """A kernel library's own source files (``patterns`` under ``package_dir``), resolved and
+    sorted; with ``arch``, without other archs' device code (``source_arch``)."""
+    own = sorted({p.resolve() for pattern in patterns for p in package_dir.glob(pattern)})
+    return [p for p in own if arch is None or source_arch(p) in (None, arch)]
+
+
 def library_sha256(
     package_dir: Path, patterns: tuple[str, ...] = LIBRARY_SOURCES, arch: str | None = None
 ) -> str:
@@ -82,9 +91,7 @@ def library_sha256(
     sha for every arch. Importable without torch or the backend's compiler, so the
     generator records it in every generated kernels.py and computes identities without
     importing the library."""
-    own = sorted({p.resolve() for pattern in patterns for p in package_dir.glob(pattern)})
-    if arch is not None:
-        own = [p for p in own if source_arch(p) in (None, arch)]
+    own = library_source_files(package_dir, patterns, arch)
     family = _family_of(package_dir.resolve())
     digest = hashlib.sha256()
     for path in own:

@@ -446,7 +446,7 @@ def test_library_sha_per_arch_leaves_out_other_archs_kernels_only() -> None:
     """An arch's library sha leaves out the other archs' device code (``*_sm100.py`` is not
     in sm90's), so a compile-only Blackwell edit keeps the H200 evidence; that is sound only
     while no shared source and no other arch's source imports an arch's kernel module."""
-    from attngen.evidence import LIBRARY_SOURCES, _imports, library_sha256, source_arch
+    from attngen.evidence import _imports, library_sha256, library_source_files, source_arch
 
     families = ROOT / "attngen" / "families"
     cute = families / "mha" / "cute_dsl"
@@ -459,7 +459,7 @@ def test_library_sha_per_arch_leaves_out_other_archs_kernels_only() -> None:
     triton = families / "mha" / "triton"
     assert library_sha256(triton) == library_sha256(triton, arch="sm90")
     for package in sorted(p.parent for p in families.glob("*/*/source.py")):
-        for path in sorted({p for pattern in LIBRARY_SOURCES for p in package.glob(pattern)}):
+        for path in library_source_files(package):
             arch = source_arch(path)
             for dep in _imports(path):
                 dep_arch = source_arch(dep)

@@ -146,10 +146,10 @@ def test_identity_leaves_the_mha_forward_out() -> None:
     ``fwd_sm90.py`` must keep the GDN kernels' identity, and their evidence."""
     from pathlib import Path
 
-    from attngen.evidence import LIBRARY_SOURCES, imported_family_files
+    from attngen.evidence import imported_family_files, library_source_files
     from attngen.families.gdn.cute_dsl.source import PACKAGE_DIR
 
-    own = sorted(p.resolve() for pattern in LIBRARY_SOURCES for p in PACKAGE_DIR.glob(pattern))
+    own = library_source_files(PACKAGE_DIR)
     borrowed = {Path(p).name for p in imported_family_files(own, "gdn", PACKAGE_DIR)}
     assert {"common.py", "fragments.py"} <= borrowed
     assert not {"fwd_sm90.py", "fwd_sm100.py", "decode_sm90.py"} & borrowed
