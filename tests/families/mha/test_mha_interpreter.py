@@ -389,8 +389,10 @@ PAD_CASES = {
     "d192_v128_p16_g2_views": make_config(16, 2, head_dim=192, v_head_dim=128),
     "d192_v128_p1_g1_views": make_config(1, 1, head_dim=192, v_head_dim=128),
     "d128_v80_p16_g1_views": make_config(16, 1, head_dim=128, v_head_dim=80),
+    "d72_p16_g1_views": make_config(16, 1, head_dim=72),  # SigLIP so400m's vision tower
+    "d32_p1_g2": make_config(1, 2, head_dim=32),  # MiniLM-style encoders
 }
-NONCAUSAL_PAD_CASES = ["d192_v128_p16_g2_views", "d80_p1_g4"]
+NONCAUSAL_PAD_CASES = ["d192_v128_p16_g2_views", "d80_p1_g4", "d72_p16_g1_views", "d32_p1_g2"]
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ FP8 = {
 CHAIN = make_config(16, 4, spec_topk=1, num_draft_tokens=4)
 TREE = make_config(16, 2, spec_topk=4, num_draft_tokens=6)
 PREFILL = make_config(1, 2, block_n=16)
+PREFILL_D72 = make_config(1, 1, head_dim=72, block_n=16)  # SigLIP so400m: 16 heads of 72
 ALL_PHASES = ("prefill", "extend", "decode", "verify", "draft_extend")
 
 
@@ -51,7 +52,10 @@ def kernels(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bidirectional(tmp_path_factory):
     return load_kernels_module(
-        [PREFILL], causal=False, tmp_dir=tmp_path_factory.mktemp("pf"), phases=("prefill",)
+        [PREFILL, PREFILL_D72],
+        causal=False,
+        tmp_dir=tmp_path_factory.mktemp("pf"),
+        phases=("prefill",),
     )
 
 
@@ -247,9 +251,10 @@ def test_pack_tree_masks_layout():
 # -- cache-free prefill ----
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_prefill_matches_oracle(kernels, bidirectional, causal):
+@pytest.mark.parametrize("causal, d72", [(True, False), (False, False), (False, True)])
+def test_prefill_matches_oracle(kernels, bidirectional, causal, d72):
     module, config = (kernels, CHAIN) if causal else (bidirectional, PREFILL)
+    config = PREFILL_D72 if d72 else config
     lens = [21, 1, 40]
     cu = torch.tensor([0] + lens).cumsum(0).int()
     total, num_heads = sum(lens), NUM_KV_HEADS * config.gqa_group

@@ -11,7 +11,7 @@ from attngen.families.mha.spec import MhaShape, draft_tree_rules
 from attngen.spec.variant import Variant
 
 PHASES = frozenset(Phase)
-HEAD_DIMS = frozenset({64, 80, 96, 128, 192, 256})  # padded to a power of two in the tiles
+HEAD_DIMS = frozenset({32, 64, 72, 80, 96, 128, 192, 256})  # padded to a power of two in the tiles
 DTYPES = frozenset({DType.BF16, DType.FP16})
 MAX_GQA_GROUP = 64  # query-head rows per decode program stay <= 64
 MASKS = frozenset({MaskKind.CAUSAL, MaskKind.NONE, MaskKind.SLIDING_WINDOW, MaskKind.CUSTOM})

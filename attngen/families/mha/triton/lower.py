@@ -68,8 +68,9 @@ FP4_DECODE_BLOCK_N = 32
 
 
 def tile_dim(shape: MhaShape) -> int:
-    """The head dim the tile tables are keyed by: the wider of qk and v, padded to 2^k."""
-    return next_power_of_two(max(shape.head_dim, shape.v_head_dim))
+    """The head dim the tile tables are keyed by: the wider of qk and v, padded to 2^k (at
+    least 64: narrower heads take the 64 tiles, with fewer registers a row)."""
+    return max(64, next_power_of_two(max(shape.head_dim, shape.v_head_dim)))
 
 
 def decode_tiles(head_dim: int, gqa_group: int, arch: Arch, kv_dtype: DType) -> dict[str, int]:
