@@ -35,10 +35,22 @@ CONV_DIM = 2 * K_HEADS * DIM + V_HEADS * DIM  # q | k | v channels
 def batch(
     mode: ForwardMode, rows: list[int], cached: list[int], new: list[int], dev
 ) -> ForwardBatch:
-    """The forward's batch: request rows (state slots), their cached and new token counts;
-    GDN keeps no KV cache, so the new tokens' slots are placeholders."""
-    no_slots = torch.zeros(sum(new), dtype=torch.int64, device=dev)
-    return ForwardBatch.from_lengths(mode, rows, cached, new, no_slots)
+    """The forward's batch: request rows, their cached token counts and new tokens."""
+    i32 = dict(dtype=torch.int32, device=dev)
+    seq = [c + n for c, n in zip(cached, new)]
+    extend = mode is ForwardMode.EXTEND
+    return ForwardBatch(
+        batch_size=len(rows),
+        forward_mode=mode,
+        req_pool_indices=torch.tensor(rows, **i32),
+        seq_lens=torch.tensor(seq, **i32),
+        seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
+        out_cache_loc=torch.zeros(sum(new), dtype=torch.int64, device=dev),  # (no KV cache)
+        extend_prefix_lens=torch.tensor(cached, **i32) if extend else None,
+        extend_seq_lens=torch.tensor(new, **i32) if extend else None,
+        extend_prefix_lens_cpu=list(cached) if extend else None,
+        extend_seq_lens_cpu=list(new) if extend else None,
+    )
 
 
 def layer_inputs(tokens: int, dtype, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

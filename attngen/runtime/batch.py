@@ -17,7 +17,7 @@ import enum
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -71,51 +71,6 @@ class ForwardBatch:
     extend_prefix_lens_cpu: list[int] | None = None
     extend_seq_lens_cpu: list[int] | None = None
     spec_info: Any = None  # TARGET_VERIFY: a VerifyInfo (draft count, tree mask)
-
-    @classmethod
-    def from_lengths(
-        cls,
-        mode: ForwardMode,
-        rows: Sequence[int] | torch.Tensor,
-        prefix_lens: Sequence[int],
-        new_lens: Sequence[int],
-        out_cache_loc: torch.Tensor,
-        *,
-        spec_info: Any = None,
-    ) -> ForwardBatch:
-        """The batch of one forward from host lengths, as a model runner without an engine
-        builds it: request ``rows`` (rows of ``req_to_token`` / state slots; a list becomes
-        int64, a tensor is kept), each request's cached tokens ``prefix_lens`` and this
-        forward's tokens ``new_lens`` (1 each in DECODE mode), and the new tokens' slots
-        ``out_cache_loc`` (int64 ``[sum(new_lens)]``, on the batch's device). Extend-like
-        modes get the extend fields; DECODE none. ``check`` still runs in the backend."""
-        if not (mode.is_decode() or mode.is_extend()):
-            fail("mode", "DECODE or an extend-like mode", mode.name)
-        prefix, new = [_host_int(v) for v in prefix_lens], [_host_int(v) for v in new_lens]
-        if len(prefix) != len(new):
-            fail("new_lens", f"one length per request ({len(prefix)} prefix lengths)", new)
-        if mode.is_decode() and any(n != 1 for n in new):
-            fail("new_lens", "1 for every request in DECODE mode", new)
-        check_tensor("out_cache_loc", out_cache_loc, dtype=INDEX_DTYPES, shape=[sum(new)])
-        device = out_cache_loc.device
-        seq = [p + n for p, n in zip(prefix, new)]
-        i32 = dict(dtype=torch.int32, device=device)
-        extend = mode.is_extend()
-        if not isinstance(rows, torch.Tensor):
-            rows = torch.tensor([_host_int(r) for r in rows], dtype=torch.int64, device=device)
-        return cls(
-            batch_size=len(seq),
-            forward_mode=mode,
-            req_pool_indices=rows,
-            seq_lens=torch.tensor(seq, **i32),
-            seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
-            out_cache_loc=out_cache_loc,
-            extend_prefix_lens=torch.tensor(prefix, **i32) if extend else None,
-            extend_seq_lens=torch.tensor(new, **i32) if extend else None,
-            extend_prefix_lens_cpu=prefix if extend else None,
-            extend_seq_lens_cpu=new if extend else None,
-            spec_info=spec_info,
-        )
 
     @property
     def num_new_tokens(self) -> int:
@@ -244,13 +199,6 @@ def check_max_seq_len(seq_lens_cpu: torch.Tensor, max_context_len: int) -> None:
     longest = int(seq_lens_cpu.max()) if seq_lens_cpu.numel() else 0
     if longest > max_context_len:
         fail("seq_lens", f"<= {max_context_len} (the req_to_token width)", longest)
-
-
-def _host_int(value: object) -> int:
-    """A length or row given on the host: a Python (or numpy) int, not a bool."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        fail("lengths", "host integers", f"{type(value).__name__} {value!r}")
-    return int(value)
 
 
 def _check_index(name: str, t: object, rows: int, device: torch.device) -> None:

@@ -216,8 +216,20 @@ class PagedBatchBuilder:
         slots = [self._write_row(r, pg, n) for r, pg, n in zip(rows, pages, seq_lens)]
         new_slots = [s[p:] for s, p in zip(slots, prefix)]
         dev = self.device
-        rows_t = torch.tensor(rows, dtype=torch.int64, device=dev)
-        batch = ForwardBatch.from_lengths(mode, rows_t, prefix, ext, torch.cat(new_slots).to(dev))
+        i32 = torch.int32
+        is_extend = mode is ForwardMode.EXTEND
+        batch = ForwardBatch(
+            batch_size=len(seq_lens),
+            forward_mode=mode,
+            req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=dev),
+            seq_lens=torch.tensor(seq_lens, dtype=i32, device=dev),
+            seq_lens_cpu=torch.tensor(seq_lens, dtype=i32),
+            out_cache_loc=torch.cat(new_slots).to(dev),
+            extend_prefix_lens=torch.tensor(prefix, dtype=i32, device=dev) if is_extend else None,
+            extend_seq_lens=torch.tensor(ext, dtype=i32, device=dev) if is_extend else None,
+            extend_prefix_lens_cpu=list(prefix) if is_extend else None,
+            extend_seq_lens_cpu=list(ext) if is_extend else None,
+        )
         return PagedBatch(batch, _page_table(pages, dev), prefix, ext)
 
     def _allocate(self, seq_lens: list[int]) -> tuple[list[int], list[list[int]]]:

@@ -180,13 +180,21 @@ class GdnRig:
         return self._batch(ForwardMode.TARGET_VERIFY, rows, [5] * len(rows), [n] * len(rows), info)
 
     def _batch(self, mode, rows, prefix, lens, spec_info=None) -> ForwardBatch:
-        new = [1] * len(rows) if lens is None else lens
-        return ForwardBatch.from_lengths(
-            mode,
-            torch.tensor(rows, dtype=torch.int32, device=self.device),
-            prefix,
-            new,
-            torch.zeros(sum(new), dtype=torch.int64, device=self.device),  # (no KV cache)
+        i32 = dict(dtype=torch.int32, device=self.device)
+        extend = lens is not None
+        seq = [p + (n if extend else 1) for p, n in zip(prefix, lens or [1] * len(rows))]
+        num_new = sum(lens) if extend else len(rows)
+        return ForwardBatch(
+            batch_size=len(rows),
+            forward_mode=mode,
+            req_pool_indices=torch.tensor(rows, **i32),
+            seq_lens=torch.tensor(seq, **i32),
+            seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
+            out_cache_loc=torch.zeros(num_new, dtype=torch.int64, device=self.device),
+            extend_prefix_lens=torch.tensor(prefix, **i32) if extend else None,
+            extend_seq_lens=torch.tensor(lens, **i32) if extend else None,
+            extend_prefix_lens_cpu=list(prefix) if extend else None,
+            extend_seq_lens_cpu=list(lens) if extend else None,
             spec_info=spec_info,
         )
 

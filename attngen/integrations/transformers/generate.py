@@ -153,14 +153,21 @@ class GenerateState:
         assert self.page_size is not None
         slots = self._allocate(fwd.prefix, fwd.new, self.page_size)
         bs, q_len = fwd.batch_size, fwd.q_length
+        seq = [p + n for p, n in zip(fwd.prefix, fwd.new)]
         decode = q_len == 1 and min(fwd.prefix) > 0
+        as_int32 = dict(dtype=torch.int32, device=device)
         rows = [b * q_len + q_len - n + i for b, n in enumerate(fwd.new) for i in range(n)]
-        fwd.batch = ForwardBatch.from_lengths(
-            ForwardMode.DECODE if decode else ForwardMode.EXTEND,
-            torch.arange(bs, dtype=torch.int32, device=device),
-            fwd.prefix,
-            fwd.new,
-            torch.tensor(slots, dtype=torch.int64, device=device),
+        fwd.batch = ForwardBatch(
+            batch_size=bs,
+            forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND,
+            req_pool_indices=torch.arange(bs, **as_int32),
+            seq_lens=torch.tensor(seq, **as_int32),
+            seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
+            out_cache_loc=torch.tensor(slots, dtype=torch.int64, device=device),
+            extend_prefix_lens=None if decode else torch.tensor(fwd.prefix, **as_int32),
+            extend_seq_lens=None if decode else torch.tensor(fwd.new, **as_int32),
+            extend_prefix_lens_cpu=None if decode else list(fwd.prefix),
+            extend_seq_lens_cpu=None if decode else list(fwd.new),
         )
         fwd.q_rows = torch.tensor(rows, dtype=torch.int64, device=device)
 
