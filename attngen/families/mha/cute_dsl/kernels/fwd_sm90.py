@@ -141,7 +141,7 @@ class OverlapLoop:
     offset: Int32
     m_block: Int32
     mTree: Optional[cute.Tensor]
-    wg: Int32  # this consumer warpgroup's index (its turn barrier)
+    wg: Int32 = 0
 
 
 def requires(shape: FwdShape) -> dict[str, tuple[str, ...]]:
@@ -1194,7 +1194,10 @@ class MhaFwdSm90:
         acc_S = cute.make_rmem_tensor(s_shape, Float32)
         self.wait_kv(loop.pipe_k, state)
         k_stage = loop.tSrK[None, None, None, state.index]
-        self.mma_in_turn(loop, loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True)
+        self.turn(loop.wg, True)
+        wgmma_group(loop.tiled_mma_qk, acc_S, loop.tSrQ, k_stage, True, -1)
+        self.turn(loop.wg, False)
+        warpgroup.wait_group(0)
         loop.pipe_k.consumer_release(state)
         self.scores_to_probs(acc_S, loop, n_block_max - 1, None)
         loop.tOrP.store(mma_a(acc_S).load().to(self.mma_dtype))
@@ -1224,25 +1227,11 @@ class MhaFwdSm90:
         self.rescale_o(loop)
         self.wait_kv(loop.pipe_v, state_v)
         v_stage = loop.tOrV[None, None, None, state_v.index]
-        self.mma_in_turn(loop, loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False)
-        loop.pipe_v.consumer_release(state_v)
-
-    @cute.jit
-    def mma_in_turn(
-        self,
-        loop: OverlapLoop,
-        tiled_mma: cute.TiledMma,
-        acc: cute.Tensor,
-        a: cute.Tensor,
-        b: cute.Tensor,
-        zero_init: cutlass.Constexpr[bool],
-    ):
-        """A wgmma group with nothing to overlap (the loop's first Q K^T, its last P V):
-        issued in this consumer's turn, the turn passed on, then waited for."""
         self.turn(loop.wg, True)
-        wgmma_group(tiled_mma, acc, a, b, zero_init, -1)
+        wgmma_group(loop.tiled_mma_pv, loop.acc_O, loop.tOrP, v_stage, False, -1)
         self.turn(loop.wg, False)
         warpgroup.wait_group(0)
+        loop.pipe_v.consumer_release(state_v)
 
     @cute.jit
     def turn(self, wg: Int32, begin: cutlass.Constexpr[bool]):
