@@ -84,11 +84,11 @@ def test_choose_names_what_is_missing() -> None:
 
 
 def test_a_layer_no_lowering_serves_gets_no_spec_to_add() -> None:
-    """Where no spec could serve the layer (no lowering takes head dim 32), the error says
+    """Where no spec could serve the layer (no lowering takes head dim 48), the error says
     so with validate's reason instead of printing a spec that would fail validate."""
-    text = _refusal(features(head_dim=32))
+    text = _refusal(features(head_dim=48))
     assert "No attngen lowering serves it yet" in text, text
-    assert "heads.head_dim: no target lowers variant d32_" in text, text
+    assert "heads.head_dim: no target lowers variant d48_" in text, text
     assert "specs/mha/<name>.yaml" not in text
 
 
