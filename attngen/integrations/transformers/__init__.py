@@ -24,8 +24,9 @@ The registered mask function does not build a mask: it returns a description of 
 transformers asks each layer type for (``masks.py``: causal, a sliding window, a chunk
 size), and the attention function serves the layer with that window (also when the layer
 passes no ``sliding_window``, as Qwen2-MoE's and PhiMoE's sliding layers do) or refuses it,
-naming the layer, where attngen's kernels cannot apply the mask: bidirectional / non-causal
-attention, packed sequences, ``or_mask_function`` overlays, custom 4-D masks, masks the model
+naming the layer, where attngen's kernels cannot apply the mask: non-causal attention under
+a mask (an unmasked non-causal layer, a vision tower's, runs the cache-free prefill of
+``encoder.py``), packed sequences, ``or_mask_function`` overlays, custom 4-D masks, masks the model
 computes with, chunked attention past the first chunk (Llama-4), a ``sliding_window`` its
 mask does not apply. ``enable`` refuses a model whose attention does not go through
 transformers' AttentionInterface (Falcon, Bloom, MPT: attngen would never run).
@@ -44,6 +45,7 @@ from typing import Any, Callable
 import torch
 
 from attngen.integrations.transformers import dsa, gdn, masks, mla
+from attngen.integrations.transformers.encoder import EncoderState
 from attngen.integrations.transformers.generate import GenerateState
 from attngen.integrations.transformers.masks import LayerMask
 from attngen.integrations.transformers.options import Options
@@ -69,6 +71,7 @@ class Runtime:
         self.mla = mla.MlaGenerate(options, self.generate)  # DeepSeek-V3 layers (mla.py)
         self.gdn = gdn.GdnGenerate(options, self.generate)  # Qwen3-Next, Qwen3.5 linear layers
         self.dsa = dsa.DsaGenerate(options, self.generate)  # DeepSeek-V3.2 layers (dsa.py)
+        self.encoder = EncoderState(options)  # unmasked non-causal layers (encoder.py)
         self.observers: list[Callable[..., None]] = []
         self.mla_observers: list[Callable[..., None]] = []
         self.gdn_observers: list[Callable[..., None]] = []
@@ -204,10 +207,20 @@ def _attention(
     if kwargs.get("indices") is not None:
         raise AttngenInputError("sparse attention indices (DSA) are not served by this path")
     paged = kwargs.get("cache") is not None  # continuous batching: transformers' paged cache
-    _refuse_unserved(module, kwargs, paged)
+    encoder = not paged and attention_mask is None and _non_causal(module, kwargs)
+    _refuse_unserved(module, kwargs, paged, encoder)
     runtime = runtime_of(module.config)
     if scaling is None:
         scaling = float(query.shape[-1]) ** -0.5
+    if encoder:  # a vision tower's layer: no mask, no cache (encoder.py)
+        if sliding_window is not None:
+            raise AttngenInputError(
+                f"a non-causal layer with sliding_window={sliding_window}: attngen's encoder "
+                "kernels attend over the whole row"
+            )
+        features = LayerFeatures.of_call(query, key, value, None, softcap, s_aux, causal=False)
+        out = runtime.encoder.attend(query, key, value, scaling=scaling, features=features)
+        return out, None
     if paged:
         if attention_mask is not None:
             raise AttngenInputError(_custom_mask(attention_mask))
@@ -252,13 +265,22 @@ def _attention(
     return out, None
 
 
-def _refuse_unserved(module: torch.nn.Module, kwargs: dict[str, Any], paged: bool) -> None:
+def _non_causal(module: torch.nn.Module, kwargs: dict[str, Any]) -> bool:
+    return kwargs.get("is_causal") is False or getattr(module, "is_causal", True) is False
+
+
+def _refuse_unserved(
+    module: torch.nn.Module, kwargs: dict[str, Any], paged: bool, encoder: bool
+) -> None:
     """Call arguments (and module flags) that change what attention computes and that
-    attngen's kernels do not apply: refused, not ignored."""
-    if kwargs.get("is_causal") is False or getattr(module, "is_causal", True) is False:
+    attngen's kernels do not apply: refused, not ignored. ``encoder``: a non-causal layer
+    without a mask, which the encoder path serves."""
+    if _non_causal(module, kwargs) and not encoder:
         raise AttngenInputError(
-            "non-causal attention (is_causal=False, e.g. use_bidirectional_attention): "
-            "attngen's kernels are causal"
+            "non-causal attention with a mask or a cache (is_causal=False, e.g. "
+            "use_bidirectional_attention, or an encoder given a padding mask): attngen serves "
+            "non-causal layers only unmasked and cache-free (vision towers); its paged "
+            "kernels are causal"
         )
     for name, what in (
         ("position_bias", "an additive position bias"),

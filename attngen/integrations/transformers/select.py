@@ -43,6 +43,7 @@ class LayerFeatures:
     window_left: int | None  # transformers' sliding_window W sees W keys: window_left W - 1
     logit_softcap: float | None
     sinks: bool
+    causal: bool = True  # False: an encoder layer (every token sees every token of its row)
 
     @classmethod
     def of_call(
@@ -53,6 +54,7 @@ class LayerFeatures:
         sliding_window: int | None,
         softcap: float | None,
         s_aux: torch.Tensor | None,
+        causal: bool = True,
     ) -> LayerFeatures:
         heads, kv_heads = int(query.shape[1]), int(key.shape[1])
         if kv_heads < 1 or heads % kv_heads:
@@ -68,12 +70,13 @@ class LayerFeatures:
             window_left=None if sliding_window is None else int(sliding_window) - 1,
             logit_softcap=None if not softcap else float(softcap),
             sinks=s_aux is not None,
+            causal=causal,
         )
 
     @property
     def hooks(self) -> MaskHooks:
         return MaskHooks(
-            causal=True,
+            causal=self.causal,
             window_left=self.window_left,
             logit_softcap=self.logit_softcap,
             sinks=self.sinks,
@@ -90,7 +93,7 @@ class LayerFeatures:
         if self.sinks:
             parts.append("sinks")
         shape = f"head_dim={self.head_dim}, v_head_dim={self.v_head_dim}, gqa={self.gqa_group}"
-        return ", ".join(parts or ["causal"]) + f" ({shape})"
+        return ", ".join(parts or ["causal" if self.causal else "bidirectional"]) + f" ({shape})"
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,10 @@ def choose(
     kv_dtype: torch.dtype,
     page_size: int | None = None,
     backend: str | None = None,
+    phases: tuple[str, ...] = NEEDED_PHASES,
 ) -> Choice:
-    """The generated config for ``features``; an error naming what to add when there is none."""
+    """The generated config for ``features`` in a module that generates ``phases``; an error
+    naming what to add when there is none."""
     want = dict(
         head_dim=features.head_dim,
         v_head_dim=features.v_head_dim,
@@ -134,9 +139,9 @@ def choose(
     if page_size is not None:
         want["page_size"] = page_size
     accept = lambda module: module.HOOKS == features.hooks  # noqa: E731
-    choice = best_choice(arch, FAMILY, want, backend=backend, accept=accept)
+    choice = best_choice(arch, FAMILY, want, backend=backend, accept=accept, phases=phases)
     if choice is None:
-        raise AttngenInputError(_missing(features, arch, want, backend))
+        raise AttngenInputError(_missing(features, arch, want, backend, phases))
     return choice
 
 
@@ -148,16 +153,18 @@ def best_choice(
     backend: str | None = None,
     accept: Callable[[ModuleType], bool] = lambda module: True,
     page_order: tuple[int, ...] = PAGE_SIZE_ORDER,
+    phases: tuple[str, ...] = NEEDED_PHASES,
 ) -> Choice | None:
     """The generated config of ``family`` on ``arch`` whose fields equal ``want``, in a
-    module with the phases generation needs that ``accept`` takes: first by the arch's
+    module that generates ``phases`` (by default those generation needs) and that ``accept``
+    takes: first by the arch's
     backend preference, then by ``page_order``, then by spec name. None if there is none."""
     order = [b.value for b in preference(arch)]
     found: list[tuple[tuple[int, int, str], Choice]] = []
     for spec, backend_name, module in generated_modules(arch, family):
         if backend is not None and backend_name != backend:
             continue
-        if not set(NEEDED_PHASES) <= set(module.PHASES) or not accept(module):
+        if not set(phases) <= set(module.PHASES) or not accept(module):
             continue
         for uri in sorted(module.CONFIGS):
             config = module.CONFIGS[uri]
@@ -193,13 +200,15 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _missing(features: LayerFeatures, arch: str, want: dict, backend: str | None) -> str:
+def _missing(
+    features: LayerFeatures, arch: str, want: dict, backend: str | None, phases: tuple[str, ...]
+) -> str:
     on = f" on backend {backend}" if backend else ""
     fields = " ".join(f"{k}={v}" for k, v in want.items())
     same_hooks = sorted(
         f"{spec} ({b})"
         for spec, b, module in generated_modules(arch, FAMILY)
-        if module.HOOKS == features.hooks and set(NEEDED_PHASES) <= set(module.PHASES)
+        if module.HOOKS == features.hooks and set(phases) <= set(module.PHASES)
     )
     hint = (
         f"specs with these mask hooks: {', '.join(same_hooks)}"
@@ -210,7 +219,7 @@ def _missing(features: LayerFeatures, arch: str, want: dict, backend: str | None
         f"no generated MHA config{on} for {arch} serves a layer with {features.describe()} "
         f"and {fields}; {hint}"
     )
-    suggestion = spec_yaml(features, arch, want, backend)
+    suggestion = spec_yaml(features, arch, want, backend, phases)
     refused = _validate_text(suggestion)
     if refused is not None:  # no spec can serve it yet: say why instead of one that fails
         return (
@@ -241,25 +250,38 @@ def _validate_text(yaml_text: str) -> str | None:
     return None
 
 
-def spec_yaml(features: LayerFeatures, arch: str, want: dict, backend: str | None) -> str:
-    """A spec (YAML) that generates the config ``want`` for a layer with ``features``."""
+def spec_yaml(
+    features: LayerFeatures,
+    arch: str,
+    want: dict,
+    backend: str | None,
+    phases: tuple[str, ...] = NEEDED_PHASES,
+) -> str:
+    """A spec (YAML) that generates the config ``want`` for a layer with ``features``, with
+    ``phases`` (a cache-free encoder spec, ``[prefill]``, has no ``kv_cache`` section)."""
     spelling = {torch_name: dtype.value for dtype, torch_name in TORCH_DTYPE_NAME.items()}
     lines = [
         "name: mha_<name>",
         "family: mha",
         f"description: {features.describe()}",
-        "phases: [extend, decode]",
+        f"phases: [{', '.join(phases)}]",
         f"dtype: {spelling[want['dtype']]}",
         "heads:",
         f"  head_dim: {features.head_dim}",
     ]
     if features.v_head_dim != features.head_dim:
         lines.append(f"  v_head_dim: {features.v_head_dim}")
-    lines += [f"  gqa_group: {features.gqa_group}", "kv_cache:"]
-    lines.append(f"  page_size: [{want.get('page_size', PAGE_SIZE_ORDER[0])}]")
-    if want["kv_dtype"] != want["dtype"]:
-        lines += [f"  dtype: {spelling[want['kv_dtype']]}", f"  scale: {want['kv_scale']}"]
-    kind = MaskKind.SLIDING_WINDOW if features.window_left is not None else MaskKind.CAUSAL
+    lines.append(f"  gqa_group: {features.gqa_group}")
+    if set(phases) != {"prefill"}:  # the phases that read a KV cache
+        lines += ["kv_cache:", f"  page_size: [{want.get('page_size', PAGE_SIZE_ORDER[0])}]"]
+        if want["kv_dtype"] != want["dtype"]:
+            lines += [f"  dtype: {spelling[want['kv_dtype']]}", f"  scale: {want['kv_scale']}"]
+    if not features.causal:
+        kind = MaskKind.NONE
+    elif features.window_left is not None:
+        kind = MaskKind.SLIDING_WINDOW
+    else:
+        kind = MaskKind.CAUSAL
     lines += ["mask:", f"  kind: {kind.value}"]
     if features.window_left is not None:
         lines.append(f"  window_left: {features.window_left}")

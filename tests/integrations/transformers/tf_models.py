@@ -1194,3 +1194,52 @@ def margin_case(case: Case, embed_scale: float) -> Case:
         make_config=make_config,
         post_init=post_init,
     )
+
+
+# -- encoder towers (attngen's cache-free non-causal prefill: encoder.py) ----
+
+
+def siglip_vision_tower(
+    head_dim: int, heads: int, seed: int, image_size: int = 40, layers: int = 2
+) -> Any:
+    """A random-weight SigLIP vision tower (8-pixel patches), eager, fp32."""
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = transformers.SiglipVisionConfig(
+        hidden_size=head_dim * heads,
+        intermediate_size=96,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        image_size=image_size,
+        patch_size=8,
+        num_channels=3,
+    )
+    model = transformers.SiglipVisionModel(cfg).eval()
+    model.set_attn_implementation("eager")
+    return model
+
+
+def float64_encoder_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """[B, Hq, S, D] x [B, Hkv, S, D] -> [B, S, Hq, Dv], every key visible, in float64."""
+    group = q.shape[1] // k.shape[1]
+    k = k.double().repeat_interleave(group, dim=1)
+    v = v.double().repeat_interleave(group, dim=1)
+    p = torch.softmax(q.double() @ k.transpose(-1, -2) * scale, dim=-1)
+    return (p @ v).transpose(1, 2)
+
+
+def record_encoder_calls(runtime: Any) -> list[tuple]:
+    """(query, key, value, scaling, out) of every encoder-layer call ``runtime`` serves."""
+    calls: list[tuple] = []
+    attend = runtime.encoder.attend
+
+    def recording(query, key, value, *, scaling, features):  # noqa: ANN001, ANN202
+        out = attend(query, key, value, scaling=scaling, features=features)
+        calls.append((query, key, value, scaling, out))
+        return out
+
+    runtime.encoder.attend = recording
+    return calls

@@ -1,0 +1,51 @@
+"""SigLIP vision towers on attngen's cache-free non-causal prefill, through transformers'
+own modeling code, on the GPU (the CPU twin: ``../test_transformers_encoder.py``).
+
+Random weights, 224-pixel images (784 patches a image, 4 images), bf16 and fp16 models,
+backends chosen as an engine would (on sm90 the CuTe DSL prefill where a spec generates it:
+head dims 64 and 80 of ``mha_vision_encoder``; Triton for 72, ``mha_vision_encoder_siglip``).
+Every layer's output against a float64 softmax(q k^T * scale) v of what that layer received
+(``attngen.testing.tolerance``), and the last hidden state against the fp32 eager tower
+within twice the deviation of transformers' own eager run in the model's dtype.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+import tf_models as M  # noqa: E402
+
+from attngen.integrations import transformers as attngen_tf  # noqa: E402
+from attngen.testing.tolerance import assert_close  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim, heads", [(72, 4), (64, 4), (80, 2)])
+def test_siglip_vision_tower(head_dim: int, heads: int, dtype: torch.dtype) -> None:
+    reference = M.siglip_vision_tower(head_dim, heads, seed=head_dim, image_size=224).cuda()
+    model = copy.deepcopy(reference).to(dtype)
+    eager = copy.deepcopy(reference).to(dtype)
+    runtime = attngen_tf.enable(model)
+    calls = M.record_encoder_calls(runtime)
+    pixels = torch.randn(4, 3, 224, 224, device="cuda")
+    with torch.no_grad():
+        want = reference(pixel_values=pixels).last_hidden_state
+        got = model(pixel_values=pixels.to(dtype)).last_hidden_state
+        theirs = eager(pixel_values=pixels.to(dtype)).last_hidden_state
+    assert len(calls) == 2
+    for layer, (q, k, v, scale, out) in enumerate(calls):
+        assert out.shape == (4, 784, heads, head_dim)
+        expected = M.float64_encoder_attention(q, k, v, scale)
+        assert_close(out, expected, msg=f"layer {layer}")
+    assert torch.isfinite(got).all()
+    ours = (got.float() - want).abs().max().item()
+    ref = (theirs.float() - want).abs().max().item()
+    assert ours <= 2 * ref, f"attngen deviates {ours:.3g}, eager in the same dtype {ref:.3g}"
+    chosen = {(f.head_dim, c.backend) for (f, _, _), c in runtime.encoder.choices.items()}
+    print(f"head_dim {head_dim}: served by {sorted(chosen)}")
