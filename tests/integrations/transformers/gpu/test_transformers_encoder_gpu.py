@@ -12,11 +12,14 @@ within twice the deviation of transformers' own eager run in the model's dtype.
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tf_models as M  # noqa: E402
 
 from attngen.integrations import transformers as attngen_tf  # noqa: E402
