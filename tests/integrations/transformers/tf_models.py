@@ -1243,3 +1243,25 @@ def record_encoder_calls(runtime: Any) -> list[tuple]:
 
     runtime.encoder.attend = recording
     return calls
+
+
+def judge_encoder_tower(
+    calls: list[tuple],
+    got: torch.Tensor,
+    want: torch.Tensor,
+    eager: torch.Tensor,
+    out_shape: tuple[int, ...],
+) -> None:
+    """Every recorded layer call against float64 attention of its own inputs (the kernels'
+    tolerance), then the tower's output ``got`` against the fp32 eager ``want``: within twice
+    the deviation of ``eager``, transformers' own run in the same dtype as ``got``."""
+    from attngen.testing.tolerance import assert_close
+
+    assert calls, "no layer ran on attngen's encoder path"
+    for layer, (q, k, v, scale, out) in enumerate(calls):
+        assert out.shape == out_shape and out.dtype == q.dtype, (out.shape, out.dtype)
+        assert_close(out, float64_encoder_attention(q, k, v, scale), msg=f"layer {layer}")
+    assert torch.isfinite(got).all()
+    ours = (got.float() - want).abs().max().item()
+    theirs = (eager.float() - want).abs().max().item()
+    assert ours <= 2 * theirs, f"attngen deviates {ours:.3g}, eager in its dtype {theirs:.3g}"
