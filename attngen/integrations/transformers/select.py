@@ -157,8 +157,8 @@ def best_choice(
 ) -> Choice | None:
     """The generated config of ``family`` on ``arch`` whose fields equal ``want``, in a
     module that generates ``phases`` (by default those generation needs) and that ``accept``
-    takes: first by the arch's
-    backend preference, then by ``page_order``, then by spec name. None if there is none."""
+    takes: first by the arch's backend preference, then by ``page_order``, then by spec name.
+    None if there is none."""
     order = [b.value for b in preference(arch)]
     found: list[tuple[tuple[int, int, str], Choice]] = []
     for spec, backend_name, module in generated_modules(arch, family):

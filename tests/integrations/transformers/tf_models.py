@@ -1223,12 +1223,16 @@ def siglip_vision_tower(
 def float64_encoder_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    """[B, Hq, S, D] x [B, Hkv, S, D] -> [B, S, Hq, Dv], every key visible, in float64."""
-    group = q.shape[1] // k.shape[1]
-    k = k.double().repeat_interleave(group, dim=1)
-    v = v.double().repeat_interleave(group, dim=1)
-    p = torch.softmax(q.double() @ k.transpose(-1, -2) * scale, dim=-1)
-    return (p @ v).transpose(1, 2)
+    """[B, Hq, S, D] x [B, Hkv, S, D] -> [B, S, Hq, Dv] in float64, every key of its row
+    visible: the MHA family's oracle (``prefill_ref``) over the rows as B requests."""
+    from attngen.families.mha.reference import prefill_ref
+    from attngen.hooks import MaskHooks
+
+    batch, heads, seq, _ = q.shape
+    rows = lambda x: x.transpose(1, 2).reshape(batch * seq, x.shape[1], x.shape[3])  # noqa: E731
+    cu_seqlens = torch.arange(batch + 1, device=q.device) * seq
+    out = prefill_ref(rows(q), rows(k), rows(v), cu_seqlens, scale, mask=MaskHooks(causal=False))
+    return out.view(batch, seq, heads, v.shape[3])
 
 
 def record_encoder_calls(runtime: Any) -> list[tuple]:
