@@ -22,13 +22,14 @@ weights (``dsa.py``).
 
 The registered mask function does not build a mask: it returns a description of the mask
 transformers asks each layer type for (``masks.py``: causal, a sliding window, a chunk
-size), and the attention function serves the layer with that window (also when the layer
-passes no ``sliding_window``, as Qwen2-MoE's and PhiMoE's sliding layers do) or refuses it,
-naming the layer, where attngen's kernels cannot apply the mask: non-causal attention under
-a mask (an unmasked non-causal layer, a vision tower's, runs the cache-free prefill of
-``encoder.py``), packed sequences, ``or_mask_function`` overlays, custom 4-D masks, masks the model
-computes with, chunked attention past the first chunk (Llama-4), a ``sliding_window`` its
-mask does not apply. ``enable`` refuses a model whose attention does not go through
+size, bidirectional), and the attention function serves the layer with that window (also
+when the layer passes no ``sliding_window``, as Qwen2-MoE's and PhiMoE's sliding layers do)
+or refuses it, naming the layer, where attngen's kernels cannot apply the mask. Non-causal
+layers with no mask (vision towers) or a bidirectional padding mask over their own tokens
+(text encoders: BERT, SigLIP's text tower) run the cache-free prefill of ``encoder.py``;
+refused are non-causal attention over a cache or under any other mask, packed sequences,
+``or_mask_function`` overlays, custom 4-D masks, masks the model computes with, chunked
+attention past the first chunk (Llama-4), a ``sliding_window`` its mask does not apply. ``enable`` refuses a model whose attention does not go through
 transformers' AttentionInterface (Falcon, Bloom, MPT: attngen would never run).
 
 ``observers`` (a list on the :class:`Runtime`) are called after every plain-generate layer
@@ -45,7 +46,7 @@ from typing import Any, Callable
 import torch
 
 from attngen.integrations.transformers import dsa, gdn, masks, mla
-from attngen.integrations.transformers.encoder import EncoderState
+from attngen.integrations.transformers.encoder import EncoderState, RowPlan
 from attngen.integrations.transformers.generate import GenerateState
 from attngen.integrations.transformers.masks import LayerMask
 from attngen.integrations.transformers.options import Options
@@ -141,6 +142,9 @@ def padding_mask(
     offset = int(q_offset) if not isinstance(q_offset, torch.Tensor) else int(q_offset.item())
     generate = runtime_of(config).generate
     pattern = masks.classify(mask_function)
+    if pattern.bidirectional:
+        return _bidirectional(pattern, mask_function, attention_mask, batch_size, q_length,
+                              kv_length, offset, kv_offset)  # fmt: skip
     if pattern.refused is not None:
         # no layer is served under it (a layer that uses it is refused), so it does not start
         # or restart the forward's bookkeeping: BartForCausalLM asks every forward for an
@@ -154,6 +158,33 @@ def padding_mask(
         device=device if device is not None else "cpu",
     )
     return LayerMask(pattern, mask_function, generate.forward)
+
+
+def _bidirectional(
+    pattern: masks.MaskPattern,
+    mask_function: Callable[..., Any] | None,
+    attention_mask: torch.Tensor | None,
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int,
+    kv_offset: Any,
+) -> LayerMask:
+    """An encoder's self-attention mask (``create_bidirectional_mask``): the padding mask's
+    :class:`~attngen.integrations.transformers.encoder.RowPlan` for the encoder path.
+    Bidirectional attention over cached keys (a decoder run with ``is_causal=False`` past its
+    first forward) or keys of another length (cross-attention) is described as refused, and
+    a layer that gets it is refused."""
+    kv_offset = int(kv_offset) if not isinstance(kv_offset, torch.Tensor) else int(kv_offset.item())
+    if q_offset or kv_offset or int(kv_length) != int(q_length):
+        refused = masks.MaskPattern(
+            refused=f"a bidirectional mask over {int(kv_length)} keys for {int(q_length)} "
+            f"queries at offset {q_offset} (cached keys or cross-attention): attngen's encoder "
+            "path attends within the forward's own tokens"
+        )
+        return LayerMask(refused, mask_function, None)
+    rows = RowPlan.of(attention_mask, int(batch_size), int(q_length))
+    return LayerMask(pattern, mask_function, None, rows)
 
 
 def attention(
@@ -207,7 +238,9 @@ def _attention(
     if kwargs.get("indices") is not None:
         raise AttngenInputError("sparse attention indices (DSA) are not served by this path")
     paged = kwargs.get("cache") is not None  # continuous batching: transformers' paged cache
-    encoder = not paged and attention_mask is None and _non_causal(module, kwargs)
+    bidirectional = isinstance(attention_mask, LayerMask) and attention_mask.pattern.bidirectional
+    unmasked_or_padded = attention_mask is None or bidirectional
+    encoder = not paged and unmasked_or_padded and _non_causal(module, kwargs)
     _refuse_unserved(module, kwargs, paged, encoder)
     runtime = runtime_of(module.config)
     if scaling is None:
@@ -219,7 +252,10 @@ def _attention(
                 "kernels attend over the whole row"
             )
         features = LayerFeatures.of_call(query, key, value, None, softcap, s_aux, causal=False)
-        out = runtime.encoder.attend(query, key, value, scaling=scaling, features=features)
+        rows = attention_mask.rows if bidirectional else None
+        out = runtime.encoder.attend(
+            query, key, value, scaling=scaling, features=features, rows=rows
+        )
         return out, None
     if paged:
         if attention_mask is not None:
@@ -277,9 +313,10 @@ def _refuse_unserved(
     without a mask, which the encoder path serves."""
     if _non_causal(module, kwargs) and not encoder:
         raise AttngenInputError(
-            "non-causal attention with a mask or a cache (is_causal=False, e.g. "
-            "use_bidirectional_attention, or an encoder given a padding mask): attngen serves "
-            "non-causal layers only unmasked and cache-free (vision towers); its paged "
+            "non-causal attention under a mask other than a bidirectional padding mask, or "
+            "over a cache (is_causal=False, e.g. use_bidirectional_attention, or a decoder "
+            "run bidirectionally past its first forward): attngen serves non-causal layers "
+            "only cache-free over their own tokens (encoders, vision towers); its paged "
             "kernels are causal"
         )
     for name, what in (
@@ -309,6 +346,12 @@ def _layer_mask(attention_mask: Any, runtime: Runtime) -> LayerMask:
         raise AttngenInputError(
             f"transformers built this layer {attention_mask.pattern.refused}; attngen's "
             "kernels apply causal masks with an optional sliding window only"
+        )
+    if attention_mask.pattern.bidirectional:
+        raise AttngenInputError(
+            "transformers built this layer a bidirectional mask but the layer does not say it "
+            "is non-causal (is_causal): attngen serves bidirectional masks on non-causal "
+            "layers only"
         )
     if attention_mask.forward is not runtime.generate.forward:
         raise AttngenInputError(

@@ -43,16 +43,21 @@ _BLOCKWISE = "blockwise_overlay.<locals>.inner_mask"
 @dataclass(frozen=True)
 class MaskPattern:
     """What a mask function asks for: causal attention over a window of ``window`` keys
-    (None: all earlier keys) or within chunks of ``chunk`` positions (None: no chunks), or,
-    when ``refused`` is set, something attngen's kernels do not express (it says what)."""
+    (None: all earlier keys) or within chunks of ``chunk`` positions (None: no chunks);
+    ``bidirectional``: every key of the row that the padding mask keeps (an encoder's
+    self-attention); or, when ``refused`` is set, something attngen's kernels do not express
+    (it says what)."""
 
     window: int | None = None
     chunk: int | None = None
     refused: str | None = None
+    bidirectional: bool = False
 
     def describe(self) -> str:
         if self.refused is not None:
             return self.refused
+        if self.bidirectional:
+            return "a bidirectional mask"
         if self.chunk is not None:
             return f"a chunked causal mask (chunks of {self.chunk} positions)"
         if self.window is not None:
@@ -64,17 +69,23 @@ class LayerMask:
     """What attngen's mask function returns in place of a mask tensor: the mask's
     :class:`MaskPattern` as :func:`classify` read it, transformers' own ``mask_function``
     (observers build reference masks from it) and the forward (``generate.Forward``) it was
-    built for. Model code that computes with it, as with a tensor (Doge's dynamic mask reads
-    its dtype), gets an error that says so."""
+    built for (None for a bidirectional mask: the encoder path keeps no cache). Model code that
+    computes with it, as with a tensor (Doge's dynamic mask reads its dtype), gets an error
+    that says so."""
 
-    __slots__ = ("pattern", "mask_function", "forward")
+    __slots__ = ("pattern", "mask_function", "forward", "rows")
 
     def __init__(
-        self, pattern: MaskPattern, mask_function: Callable[..., Any] | None, forward: Any
+        self,
+        pattern: MaskPattern,
+        mask_function: Callable[..., Any] | None,
+        forward: Any,
+        rows: Any = None,
     ) -> None:
         self.pattern = pattern
         self.mask_function = mask_function
         self.forward = forward
+        self.rows = rows  # a bidirectional mask's padding as encoder.RowPlan (None: no pads)
 
     def __repr__(self) -> str:
         return f"LayerMask({self.pattern.describe()})"
@@ -147,8 +158,12 @@ def classify(mask_function: Callable[..., Any] | None) -> MaskPattern:
             return MaskPattern(refused="a blockwise mask (bidirectional blocks inside a row)")
         else:
             return MaskPattern(refused=f"a custom mask function ({name})")
-    if not causal:
-        return MaskPattern(refused="a non-causal (bidirectional) mask")
+    if not causal and (windows or chunks):
+        return MaskPattern(refused=f"a bidirectional mask with windows / chunks {windows + chunks}")
+    if not causal:  # bidirectional_mask_function alone: every key of the row
+        pattern = MaskPattern(bidirectional=True)
+        _verify(mask_function, pattern, None)
+        return pattern
     if len(chunks) > 1 or (chunks and windows):
         return MaskPattern(refused=f"a mask of several chunk sizes / windows {chunks + windows}")
     pattern = MaskPattern(
@@ -196,7 +211,7 @@ def _verify(fn: Callable[..., Any], pattern: MaskPattern, left_padding: Any) -> 
     kv = torch.arange(pad + 2 * span + 3, device=device)[None, :]
     zero = torch.zeros((), dtype=torch.long, device=device)
     got = fn(zero, zero, q, kv).expand(q.shape[0], kv.shape[1]).to(torch.bool)
-    want = kv <= q
+    want = kv <= q if not pattern.bidirectional else torch.ones_like(kv <= q)
     if pattern.window is not None:
         want &= kv > q - pattern.window
     if pattern.chunk is not None:

@@ -12,8 +12,10 @@ must refuse instead of serving as plain causal attention.
 - Gemma-3's own attention shapes (head dim 256, GQA 2, windows of 4096 and 1024) and other
   released models' head dims and groups (Qwen3-0.6B, Qwen2.5-1.5B / 14B, SmolLM2, Phi-3-mini):
   each layer on the spec generated for it, judged against eager.
-- Refused at the first forward with the layer named: bidirectional attention (Gemma-3's
-  ``use_bidirectional_attention``, ``config.is_causal = False``), packed sequences, a custom
+- A decoder run bidirectionally (``config.is_causal = False``): its first forward served on
+  the encoder path, judged per layer; the next forward, over the cache, refused.
+- Refused at the first forward with the layer named: bidirectional attention under an
+  overlay (Gemma-3's ``use_bidirectional_attention``), packed sequences, a custom
   4-D mask (also on a second call, when attngen's mask function did not run), a mask the
   model computes with (Doge), a ``sliding_window`` the layer's mask does not apply, a head
   dim no generated spec covers; at ``enable``: a model whose attention does not go through
@@ -37,6 +39,7 @@ from attngen.integrations import transformers as atf  # noqa: E402
 from attngen.integrations.transformers.masks import MaskPattern, classify  # noqa: E402
 from attngen.integrations.transformers.paged import layer_window  # noqa: E402
 from attngen.runtime.checks import AttngenInputError  # noqa: E402
+from attngen.testing.tolerance import assert_close  # noqa: E402
 
 FP16 = dict(arch="sm90", dtype=torch.float16)
 VOCAB = 128
@@ -161,9 +164,36 @@ def qwen3_config(**kw: object) -> object:
 
 
 def _not_causal() -> object:
-    cfg = qwen3_config()
+    cfg = qwen3_config(num_key_value_heads=4)  # head dim 64, gqa 1: mha_vision_encoder
     cfg.is_causal = False  # transformers' "power feature": decoder with bidirectional masks
     return cfg
+
+
+def test_bidirectional_decoder_first_forward_served_then_cache_refused() -> None:
+    """``config.is_causal = False`` (a decoder run bidirectionally, as embedding models do):
+    its first forward attends within its own tokens under the padding mask and runs on the
+    encoder path, every layer judged against float64 at every position; a forward over the
+    cache it left (the next generation step) is refused, naming the layer."""
+    model = M.build(M.Case("bidirectional", _not_causal, (), (), vocab=VOCAB), 0, "cpu").half()
+    runtime = atf.enable(model, page_size=16, backend="triton", **FP16)  # the interpreter's
+    calls = M.record_encoder_calls(runtime)
+    ids = torch.randint(1, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+    assert len(calls) == 2 and torch.isfinite(out.logits).all()
+    for layer, (q, k, v, scale, got) in enumerate(calls):
+        want = M.float64_encoder_attention(q, k, v, scale, mask)
+        assert_close(got, want, msg=f"layer {layer}")
+    step = torch.ones(2, 1, dtype=torch.long)
+    match = r"layer 0 \(Qwen3Attention\): non-causal attention .* over a cache"
+    with pytest.raises(AttngenInputError, match=match), torch.no_grad():
+        model(
+            input_ids=step,
+            attention_mask=torch.cat([mask, torch.ones_like(step)], 1),
+            past_key_values=out.past_key_values,
+        )
 
 
 def _gemma3_bidirectional() -> object:
@@ -210,7 +240,6 @@ def _window_kwarg(model: object) -> None:
 
 
 REFUSED = {
-    "is_causal": (_not_causal, None, r"layer 0 \(Qwen3Attention\): non-causal attention"),
     "gemma3_bidirectional": (
         _gemma3_bidirectional,
         None,
@@ -360,8 +389,8 @@ def test_classify_reads_transformers_mask_functions() -> None:
     assert classify(mu.sliding_window_causal_mask_function(64)) == MaskPattern(window=64)
     chunked = mu.chunked_causal_mask_function(16, torch.tensor([3, 0]))
     assert classify(chunked) == MaskPattern(chunk=16)
+    assert classify(mu.bidirectional_mask_function) == MaskPattern(bidirectional=True)
     refused = [
-        (mu.bidirectional_mask_function, "non-causal"),
         (mu.or_masks(mu.causal_mask_function, lambda *a: torch.tensor(True)), "or_mask_function"),
         (
             mu.and_masks(

@@ -10,8 +10,14 @@ layers on attngen's generated non-causal cache-free prefill (``encoder.py``) at 
   deviation stays within twice what transformers' own fp16 eager run deviates (the model's
   fp16 rounding outside attention dominates both; a wrong attention is far outside it).
 
-Refused, naming the layer: a non-causal layer that gets a mask (SigLIP's text tower builds
-a bidirectional one), and a head dim no encoder spec generates (with the spec to add).
+Text encoders with padding: transformers' BERT at head dims 64 and 32
+(``mha_text_encoder_d32``) and SigLIP's text tower (72) under padding masks of every kind
+(left, right, holes, one kept token, none kept), each layer judged at every position (padded
+ones included: transformers' eager attention computes them over the row's kept keys) against
+a float64 masked softmax, and the padding's request plan (``RowPlan``) checked on its own.
+
+Refused: a head dim no encoder spec generates (with the spec to add), a key of another
+length, a padding mask of another shape.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import tf_models as M  # noqa: E402
 
 from attngen.integrations import transformers as attngen_tf  # noqa: E402
 from attngen.integrations.transformers import LayerFeatures, choose  # noqa: E402
+from attngen.integrations.transformers.encoder import RowPlan  # noqa: E402
 from attngen.runtime.checks import AttngenInputError  # noqa: E402
 
 OPTIONS = dict(arch="sm90", backend="triton")  # the interpreter runs Triton only
@@ -50,23 +57,89 @@ def test_siglip_vision_tower_matches_eager(head_dim: int, heads: int) -> None:
     M.judge_encoder_tower(calls, got, want, eager, (3, 25, heads, head_dim))
 
 
-def test_masked_non_causal_layer_is_refused() -> None:
+@pytest.mark.parametrize("head_dim, heads", [(64, 2), (32, 4)])
+def test_bert_padded_rows_match_eager(head_dim: int, heads: int) -> None:
+    """BERT's bidirectional self-attention under a padding mask of every kind (none, left,
+    right, holes, one kept token, none kept): every position, padded ones included, against
+    float64 and the tower against eager."""
+    reference = M.bert_encoder(head_dim, heads, seed=head_dim)
+    model = copy.deepcopy(reference).half()
+    eager_fp16 = copy.deepcopy(reference).half()
+    runtime = attngen_tf.enable(model, **OPTIONS)
+    calls = M.record_encoder_calls(runtime)
+    ids = torch.randint(1, M.VOCAB, (6, 13), generator=torch.Generator().manual_seed(1))
+    mask = M.padded_rows(6, 13, seed=head_dim)
+    with torch.no_grad():
+        want = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        eager = eager_fp16(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert len(calls) == 2
+    M.judge_encoder_tower(calls, got, want, eager, (6, 13, heads, head_dim), keys=mask)
+
+
+def test_siglip_text_tower_with_padding() -> None:
+    """SigLIP's text tower builds its bidirectional mask with create_bidirectional_mask."""
     import transformers
 
     cfg = transformers.SiglipTextConfig(
         vocab_size=64,
-        hidden_size=144,
+        hidden_size=144,  # head dim 72: mha_vision_encoder_siglip
         intermediate_size=96,
-        num_hidden_layers=1,
+        num_hidden_layers=2,
         num_attention_heads=2,
         max_position_embeddings=16,
     )
-    model = transformers.SiglipTextModel(cfg).eval().half()
-    attngen_tf.enable(model, **OPTIONS)
-    ids = torch.randint(0, 64, (2, 8))
-    match = r"\(SiglipAttention\): non-causal attention with a mask"
-    with pytest.raises(AttngenInputError, match=match), torch.no_grad():
-        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    torch.manual_seed(3)
+    reference = transformers.SiglipTextModel(cfg).eval()
+    reference.set_attn_implementation("eager")
+    model = copy.deepcopy(reference).half()
+    eager_fp16 = copy.deepcopy(reference).half()
+    runtime = attngen_tf.enable(model, **OPTIONS)
+    calls = M.record_encoder_calls(runtime)
+    ids = torch.randint(0, 64, (3, 11), generator=torch.Generator().manual_seed(2))
+    mask = M.padded_rows(3, 11, seed=5)
+    with torch.no_grad():
+        want = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        eager = eager_fp16(input_ids=ids, attention_mask=mask).last_hidden_state
+    M.judge_encoder_tower(calls, got, want, eager, (3, 11, 2, 72), keys=mask)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_row_plan_covers_every_position_once(seed: int) -> None:
+    """The padding's request plan (no kernel): each row's kept tokens form one request over
+    the row's kept keys; every other position of a row with a kept key is a query of a
+    request over exactly those keys; each position's output comes from one packed row."""
+    gen = torch.Generator().manual_seed(seed)
+    batch, seq = int(torch.randint(1, 9, (1,), generator=gen)), int(
+        torch.randint(1, 40, (1,), generator=gen)
+    )
+    keys = torch.rand(batch, seq, generator=gen) < torch.rand(batch, 1, generator=gen)
+    plan = RowPlan.of(keys, batch, seq)
+    if bool(keys.all()):
+        assert plan is None
+        return
+    cu = plan.cu_seqlens.tolist()
+    assert cu[0] == 0 and cu[-1] == plan.q_index.numel() == plan.kv_index.numel()
+    assert plan.max_len == max(b - a for a, b in zip(cu, cu[1:]))
+    kept_flat = keys.flatten()
+    for a, b in zip(cu, cu[1:]):
+        row = int(plan.kv_index[a]) // seq
+        kv = plan.kv_index[a:b]
+        assert torch.equal(kv, torch.nonzero(keys[row]).flatten() + row * seq)
+        assert (plan.q_index[a:b] // seq == row).all()
+    written = torch.zeros(batch * seq, dtype=torch.long)
+    written.index_add_(0, plan.out_dst, torch.ones_like(plan.out_dst))
+    assert torch.equal(plan.q_index[plan.out_src], plan.out_dst)
+    for b in range(batch):
+        want = 0 if b in plan.empty else 1
+        assert (written[b * seq : (b + 1) * seq] == want).all()
+        assert (b in plan.empty) == (not bool(kept_flat[b * seq : (b + 1) * seq].any()))
+
+
+def test_padding_mask_of_another_shape_is_refused() -> None:
+    with pytest.raises(AttngenInputError, match=r"padding mask: expected \[2, 5\]"):
+        RowPlan.of(torch.ones(2, 6, dtype=torch.bool), 2, 5)
 
 
 def test_encoder_head_dim_without_spec_names_the_spec_to_add() -> None:

@@ -1220,15 +1220,74 @@ def siglip_vision_tower(
     return model
 
 
+def bert_encoder(head_dim: int, heads: int, seed: int, layers: int = 2) -> Any:
+    """A random-weight BERT encoder (transformers' BertModel: bidirectional self-attention
+    under the padding mask), eager, fp32."""
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=head_dim * heads,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=96,
+        max_position_embeddings=512,
+    )
+    model = transformers.BertModel(cfg).eval()
+    model.set_attn_implementation("eager")
+    return model
+
+
+def padded_rows(batch: int, seq: int, seed: int) -> torch.Tensor:
+    """A ``[batch, seq]`` padding mask of every kind a tokenizer or a caller makes, cycling
+    over the rows: none, left padding, right padding, holes, a single kept token, nothing kept
+    (eager attention then averages the row's values)."""
+    gen = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    for b in range(batch):
+        kind = b % 6
+        cut = int(torch.randint(1, seq, (1,), generator=gen))
+        if kind == 1:
+            mask[b, :cut] = 0
+        elif kind == 2:
+            mask[b, cut:] = 0
+        elif kind == 3:
+            mask[b] = (torch.rand(seq, generator=gen) < 0.6).long()
+        elif kind == 4:
+            mask[b] = 0
+            mask[b, cut] = 1
+        elif kind == 5:
+            mask[b] = 0
+    return mask
+
+
 def float64_encoder_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    keys: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """[B, Hq, S, D] x [B, Hkv, S, D] -> [B, S, Hq, Dv] in float64, every key of its row
-    visible: the MHA family's oracle (``prefill_ref``) over the rows as B requests."""
+    """[B, Hq, S, D] x [B, Hkv, S, D] -> [B, S, Hq, Dv] in float64. Without ``keys`` every key
+    of its row is visible: the MHA family's oracle (``prefill_ref``) over the rows as B
+    requests. With a ``[B, S]`` padding mask ``keys``, every query (padded ones too) attends
+    to its row's kept keys, as transformers' eager attention does; a row with no kept key
+    gets the mean of its values (eager's softmax over an all-masked row is uniform)."""
     from attngen.families.mha.reference import prefill_ref
     from attngen.hooks import MaskHooks
 
     batch, heads, seq, _ = q.shape
+    if keys is not None:
+        group = heads // k.shape[1]
+        k64, v64 = (x.double().repeat_interleave(group, 1) for x in (k, v))
+        scores = (q.double() @ k64.transpose(-1, -2)) * scale
+        kept = keys.to(q.device, torch.bool)[:, None, None, :]
+        probs = torch.softmax(scores.masked_fill(~kept, float("-inf")), dim=-1)
+        out = probs @ v64
+        empty = ~kept.any(dim=-1, keepdim=True)
+        out = torch.where(empty, v64.mean(dim=2, keepdim=True).expand_as(out), out)
+        return out.transpose(1, 2)
     rows = lambda x: x.transpose(1, 2).reshape(batch * seq, x.shape[1], x.shape[3])  # noqa: E731
     cu_seqlens = torch.arange(batch + 1, device=q.device) * seq
     out = prefill_ref(rows(q), rows(k), rows(v), cu_seqlens, scale, mask=MaskHooks(causal=False))
@@ -1240,8 +1299,8 @@ def record_encoder_calls(runtime: Any) -> list[tuple]:
     calls: list[tuple] = []
     attend = runtime.encoder.attend
 
-    def recording(query, key, value, *, scaling, features):  # noqa: ANN001, ANN202
-        out = attend(query, key, value, scaling=scaling, features=features)
+    def recording(query, key, value, *, scaling, features, rows=None):  # noqa: ANN001, ANN202
+        out = attend(query, key, value, scaling=scaling, features=features, rows=rows)
         calls.append((query, key, value, scaling, out))
         return out
 
@@ -1255,16 +1314,19 @@ def judge_encoder_tower(
     want: torch.Tensor,
     eager: torch.Tensor,
     out_shape: tuple[int, ...],
+    keys: torch.Tensor | None = None,
 ) -> None:
-    """Every recorded layer call against float64 attention of its own inputs (the kernels'
-    tolerance), then the tower's output ``got`` against the fp32 eager ``want``: within twice
+    """Every recorded layer call against float64 attention of its own inputs under the
+    padding mask ``keys`` (None: none; the kernels' tolerance), at every position, padded ones
+    included; then the tower's output ``got`` against the fp32 eager ``want``: within twice
     the deviation of ``eager``, transformers' own run in the same dtype as ``got``."""
     from attngen.testing.tolerance import assert_close
 
     assert calls, "no layer ran on attngen's encoder path"
     for layer, (q, k, v, scale, out) in enumerate(calls):
         assert out.shape == out_shape and out.dtype == q.dtype, (out.shape, out.dtype)
-        assert_close(out, float64_encoder_attention(q, k, v, scale), msg=f"layer {layer}")
+        want_layer = float64_encoder_attention(q, k, v, scale, keys)
+        assert_close(out, want_layer, msg=f"layer {layer}")
     assert torch.isfinite(got).all()
     ours = (got.float() - want).abs().max().item()
     theirs = (eager.float() - want).abs().max().item()

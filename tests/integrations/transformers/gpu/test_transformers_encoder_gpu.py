@@ -1,5 +1,6 @@
-"""SigLIP vision towers on attngen's cache-free non-causal prefill, through transformers'
-own modeling code, on the GPU (the CPU twin: ``../test_transformers_encoder.py``).
+"""SigLIP vision towers and BERT text encoders on attngen's cache-free non-causal prefill,
+through transformers' own modeling code, on the GPU (the CPU twin:
+``../test_transformers_encoder.py``).
 
 Random weights, 224-pixel images (784 patches a image, 4 images), bf16 and fp16 models,
 backends chosen as an engine would (on sm90 the CuTe DSL prefill where a spec generates it:
@@ -9,6 +10,11 @@ by triton; ``bench/results/transformers-encoder-gpu-20261207-5047be4-h100.log``)
 Every layer's output against a float64 softmax(q k^T * scale) v of what that layer received
 (``attngen.testing.tolerance``), and the last hidden state against the fp32 eager tower
 within twice the deviation of transformers' own eager run in the model's dtype.
+
+BERT under padding masks of every kind (``tf_models.padded_rows``: left, right, holes, one
+kept token, none kept), 12 rows of up to 200 tokens, head dims 64 (``mha_vision_encoder``,
+CuTe DSL on sm90) and 32 (``mha_text_encoder_d32``, Triton), judged the same way at every
+position. Written on 2026-12-07 (session 23) without a device: not yet run on a GPU.
 """
 
 from __future__ import annotations
@@ -44,5 +50,26 @@ def test_siglip_vision_tower(head_dim: int, heads: int, dtype: torch.dtype) -> N
         theirs = eager(pixel_values=pixels.to(dtype)).last_hidden_state
     assert len(calls) == 2
     M.judge_encoder_tower(calls, got, want, theirs, (4, 784, heads, head_dim))
+    chosen = {(f.head_dim, c.backend) for (f, _, _), c in runtime.encoder.choices.items()}
+    print(f"head_dim {head_dim}: served by {sorted(chosen)}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim, heads", [(64, 4), (32, 8)])
+def test_bert_padded(head_dim: int, heads: int, dtype: torch.dtype) -> None:
+    reference = M.bert_encoder(head_dim, heads, seed=head_dim).cuda()
+    model = copy.deepcopy(reference).to(dtype)
+    eager = copy.deepcopy(reference).to(dtype)
+    runtime = attngen_tf.enable(model)
+    calls = M.record_encoder_calls(runtime)
+    gen = torch.Generator().manual_seed(head_dim)
+    ids = torch.randint(1, M.VOCAB, (12, 200), generator=gen).cuda()
+    mask = M.padded_rows(12, 200, seed=head_dim).cuda()
+    with torch.no_grad():
+        want = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        theirs = eager(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert len(calls) == 2
+    M.judge_encoder_tower(calls, got, want, theirs, (12, 200, heads, head_dim), keys=mask)
     chosen = {(f.head_dim, c.backend) for (f, _, _), c in runtime.encoder.choices.items()}
     print(f"head_dim {head_dim}: served by {sorted(chosen)}")
