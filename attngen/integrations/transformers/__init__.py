@@ -302,7 +302,12 @@ def _attention(
 
 
 def _non_causal(module: torch.nn.Module, kwargs: dict[str, Any]) -> bool:
-    return kwargs.get("is_causal") is False or getattr(module, "is_causal", True) is False
+    """The call's ``is_causal`` where it passes one (CLIP's text tower passes True to a module
+    whose flag, shared with the vision tower, is False), else the module's, as transformers'
+    sdpa attention reads them."""
+    if kwargs.get("is_causal") is not None:
+        return kwargs["is_causal"] is False
+    return getattr(module, "is_causal", True) is False
 
 
 def _refuse_unserved(

@@ -538,3 +538,16 @@ def test_generate_deepseek_v2_mla_interpreter(q_lora_rank: int | None) -> None:
     assert not report.failures, "\n".join(report.failures)
     assert report.layer_kinds == ["MLA absorbed", "MLA ragged"]
     assert report.choices == ["triton/mla_e2e_deepseek_v3/r512_rope64_h16_ps16_fp16_causal"]
+
+
+def test_call_is_causal_overrides_the_module_flag() -> None:
+    """CLIP's text tower calls its attention with ``is_causal=True`` on a module whose flag
+    (shared with CLIP's vision tower) is False: the call's argument decides, as in
+    transformers' sdpa attention; without one, the module's flag does."""
+    from attngen.integrations.transformers import _non_causal
+
+    clip_text = types.SimpleNamespace(is_causal=False)
+    assert not _non_causal(clip_text, {"is_causal": True})
+    assert _non_causal(clip_text, {})
+    assert _non_causal(types.SimpleNamespace(is_causal=True), {"is_causal": False})
+    assert not _non_causal(types.SimpleNamespace(), {})
