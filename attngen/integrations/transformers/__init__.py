@@ -26,11 +26,14 @@ size, bidirectional), and the attention function serves the layer with that wind
 when the layer passes no ``sliding_window``, as Qwen2-MoE's and PhiMoE's sliding layers do)
 or refuses it, naming the layer, where attngen's kernels cannot apply the mask. Non-causal
 layers with no mask (vision towers) or a bidirectional padding mask over their own tokens
-(text encoders: BERT, SigLIP's text tower) run the cache-free prefill of ``encoder.py``;
-refused are non-causal attention over a cache or under any other mask, packed sequences,
-``or_mask_function`` overlays, custom 4-D masks, masks the model computes with, chunked
-attention past the first chunk (Llama-4), a ``sliding_window`` its mask does not apply. ``enable`` refuses a model whose attention does not go through
-transformers' AttentionInterface (Falcon, Bloom, MPT: attngen would never run).
+(text encoders: BERT, SigLIP's text tower) run the cache-free prefill of ``encoder.py``, and
+so do the plain causal layers of a model that does not generate (``Runtime.cache_free``:
+CLIP's text tower, base models, classifiers), under any padding; refused are non-causal
+attention over a cache or under any other mask, packed sequences, ``or_mask_function``
+overlays, custom 4-D masks, masks the model computes with, chunked attention past the first
+chunk (Llama-4), a ``sliding_window`` its mask does not apply. ``enable`` refuses a model
+whose attention does not go through transformers' AttentionInterface (Falcon, Bloom, MPT:
+attngen would never run).
 
 ``observers`` (a list on the :class:`Runtime`) are called after every plain-generate layer
 with ``(module, query, key, value, kwargs, output, runtime)``: tests use it to judge each
@@ -72,7 +75,11 @@ class Runtime:
         self.mla = mla.MlaGenerate(options, self.generate)  # DeepSeek-V3 layers (mla.py)
         self.gdn = gdn.GdnGenerate(options, self.generate)  # Qwen3-Next, Qwen3.5 linear layers
         self.dsa = dsa.DsaGenerate(options, self.generate)  # DeepSeek-V3.2 layers (dsa.py)
-        self.encoder = EncoderState(options)  # unmasked non-causal layers (encoder.py)
+        self.encoder = EncoderState(options)  # cache-free layers (encoder.py)
+        # a model that does not generate (an encoder, a classifier, a reward model, CLIP's
+        # text tower): its plain causal layers run cache-free too (set by enable)
+        self.cache_free = False
+        self.model_name = ""
         self.observers: list[Callable[..., None]] = []
         self.mla_observers: list[Callable[..., None]] = []
         self.gdn_observers: list[Callable[..., None]] = []
@@ -85,7 +92,11 @@ def enable(model: torch.nn.Module, **options: Any) -> Runtime:
     register()
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
     runtime = Runtime(config or model.config, Options(**options))
-    for cfg in {id(c): c for c in (model.config, config) if c is not None}.values():
+    runtime.cache_free = not _generates(model)
+    runtime.model_name = type(model).__name__
+    # every config a module reads: a dual encoder's (CLIP, SigLIP) towers have their own
+    configs = [model.config, config] + [getattr(m, "config", None) for m in model.modules()]
+    for cfg in {id(c): c for c in configs if hasattr(c, "_attn_implementation")}.values():
         _RUNTIMES[id(cfg)] = runtime
     model.set_attn_implementation(NAME)
     if (config or model.config)._attn_implementation != NAME:
@@ -100,6 +111,12 @@ def enable(model: torch.nn.Module, **options: Any) -> Runtime:
     gdn.patch(model, runtime, NAME)
     dsa.patch(model, runtime, NAME)
     return runtime
+
+
+def _generates(model: torch.nn.Module) -> bool:
+    """Whether ``model`` decodes with a KV cache (``generate``, continuous batching)."""
+    can_generate = getattr(model, "can_generate", None)
+    return bool(can_generate()) if callable(can_generate) else True
 
 
 def register() -> None:
@@ -150,14 +167,32 @@ def padding_mask(
         # or restart the forward's bookkeeping: BartForCausalLM asks every forward for an
         # unused bidirectional cross-attention mask of other lengths and no cache
         return LayerMask(pattern, mask_function, generate.forward)
-    generate.begin(
-        attention_mask,
+    runtime = runtime_of(config)
+    begin = dict(
         batch_size=int(batch_size),
         q_length=int(q_length),
         q_offset=offset,
         device=device if device is not None else "cpu",
     )
-    return LayerMask(pattern, mask_function, generate.forward)
+    if not runtime.cache_free:
+        generate.begin(attention_mask, **begin)
+        return LayerMask(pattern, mask_function, generate.forward)
+    if offset or int(kv_length) != int(q_length):
+        refused = masks.MaskPattern(
+            refused=f"a forward over {int(kv_length) - int(q_length)} cached tokens in "
+            f"{runtime.model_name}, which does not generate: attngen serves such a model "
+            "cache-free (enable attngen on a model class that generates to decode with a cache)"
+        )
+        return LayerMask(refused, mask_function, None)
+    # windowed, chunked, sink and MLA / GDN / DSA layers still take the plain-generate path:
+    # its bookkeeping starts as usual, and what it refuses (a batch that is not left-padded)
+    # is raised by the layers that take it
+    generate.begin_or_defer(attention_mask, **begin)
+    plain = pattern.window is None and pattern.chunk is None
+    rows = (
+        RowPlan.of(attention_mask, int(batch_size), int(q_length), causal=True) if plain else None
+    )
+    return LayerMask(pattern, mask_function, generate.forward, rows, cache_free=plain)
 
 
 def _bidirectional(
@@ -183,8 +218,8 @@ def _bidirectional(
             "path attends within the forward's own tokens"
         )
         return LayerMask(refused, mask_function, None)
-    rows = RowPlan.of(attention_mask, int(batch_size), int(q_length))
-    return LayerMask(pattern, mask_function, None, rows)
+    rows = RowPlan.of(attention_mask, int(batch_size), int(q_length), causal=False)
+    return LayerMask(pattern, mask_function, None, rows, cache_free=True)
 
 
 def attention(
@@ -241,6 +276,14 @@ def _attention(
     bidirectional = isinstance(attention_mask, LayerMask) and attention_mask.pattern.bidirectional
     unmasked_or_padded = attention_mask is None or bidirectional
     encoder = not paged and unmasked_or_padded and _non_causal(module, kwargs)
+    cache_free_causal = (
+        not paged
+        and isinstance(attention_mask, LayerMask)
+        and attention_mask.cache_free
+        and not attention_mask.pattern.bidirectional
+        and not _non_causal(module, kwargs)
+        and s_aux is None
+    )
     _refuse_unserved(module, kwargs, paged, encoder)
     runtime = runtime_of(module.config)
     if scaling is None:
@@ -255,6 +298,13 @@ def _attention(
         rows = attention_mask.rows if bidirectional else None
         out = runtime.encoder.attend(
             query, key, value, scaling=scaling, features=features, rows=rows
+        )
+        return out, None
+    if cache_free_causal:  # a causal layer of a model that does not generate (encoder.py)
+        _window(sliding_window, None)  # a window the mask does not apply is refused
+        features = LayerFeatures.of_call(query, key, value, None, softcap, None, causal=True)
+        out = runtime.encoder.attend(
+            query, key, value, scaling=scaling, features=features, rows=attention_mask.rows
         )
         return out, None
     if paged:

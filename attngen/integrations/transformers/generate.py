@@ -63,6 +63,7 @@ class GenerateState:
         self.choices: dict[LayerFeatures, Choice] = {}
         self.layers: dict[int, AttentionLayer] = {}
         self.forward: Forward | None = None
+        self.deferred: AttngenInputError | None = None  # why this forward has no bookkeeping
 
     # -- per forward ----
 
@@ -71,6 +72,8 @@ class GenerateState:
         ``length`` new positions: refused when the mask function did not start one or its
         mask said another size."""
         fwd = self.forward
+        if fwd is None and self.deferred is not None:
+            raise self.deferred
         if fwd is None:
             raise AttngenInputError(
                 f"attngen {who} ran without its mask function: enable attngen with "
@@ -132,6 +135,16 @@ class GenerateState:
                 "assisted decoding) is not supported"
             )
         self.forward = Forward(prefix, new, int(q_length), mask)
+
+    def begin_or_defer(self, padding_mask: torch.Tensor | None, **begin: Any) -> None:
+        """:meth:`begin` for a model whose plain causal layers run cache-free: a forward it
+        refuses (a batch that is not left-padded) is refused only by the layers that take
+        this path (windowed, chunked, sinks, MLA / GDN / DSA)."""
+        try:
+            self.begin(padding_mask, **begin)
+            self.deferred = None
+        except AttngenInputError as error:
+            self.forward, self.deferred = None, error
 
     def check_within_chunk(self, chunk: int) -> None:
         """A chunked causal mask (Llama-4's ``attention_chunk_size``: each token sees the

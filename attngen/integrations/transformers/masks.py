@@ -73,7 +73,7 @@ class LayerMask:
     computes with it, as with a tensor (Doge's dynamic mask reads its dtype), gets an error
     that says so."""
 
-    __slots__ = ("pattern", "mask_function", "forward", "rows")
+    __slots__ = ("pattern", "mask_function", "forward", "rows", "cache_free")
 
     def __init__(
         self,
@@ -81,11 +81,15 @@ class LayerMask:
         mask_function: Callable[..., Any] | None,
         forward: Any,
         rows: Any = None,
+        cache_free: bool = False,
     ) -> None:
         self.pattern = pattern
         self.mask_function = mask_function
         self.forward = forward
-        self.rows = rows  # a bidirectional mask's padding as encoder.RowPlan (None: no pads)
+        self.rows = rows  # the padding as encoder.RowPlan for cache-free layers (None: no pads)
+        # the layers it reaches may run cache-free (a bidirectional mask, or a plain causal
+        # one in a model that does not generate)
+        self.cache_free = cache_free
 
     def __repr__(self) -> str:
         return f"LayerMask({self.pattern.describe()})"

@@ -183,7 +183,8 @@ def test_bidirectional_decoder_first_forward_served_then_cache_refused() -> None
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, use_cache=True)
     assert len(calls) == 2 and torch.isfinite(out.logits).all()
-    for layer, (q, k, v, scale, got) in enumerate(calls):
+    for layer, (q, k, v, scale, got, causal) in enumerate(calls):
+        assert not causal
         want = M.float64_encoder_attention(q, k, v, scale, mask)
         assert_close(got, want, msg=f"layer {layer}")
     step = torch.ones(2, 1, dtype=torch.long)

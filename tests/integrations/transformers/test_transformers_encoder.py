@@ -105,41 +105,63 @@ def test_siglip_text_tower_with_padding() -> None:
     M.judge_encoder_tower(calls, got, want, eager, (3, 11, 2, 72), keys=mask)
 
 
+def _visible(keys: torch.Tensor, causal: bool) -> list[list[list[int]]]:
+    """For each row and position, the kept keys eager attention lets it see (flat)."""
+    batch, seq = keys.shape
+    return [
+        [
+            [b * seq + j for j in range(seq) if keys[b, j] and (not causal or j <= s)]
+            for s in range(seq)
+        ]
+        for b in range(batch)
+    ]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("seed", range(6))
-def test_row_plan_covers_every_position_once(seed: int) -> None:
-    """The padding's request plan (no kernel): each row's kept tokens form one request over
-    the row's kept keys; every other position of a row with a kept key is a query of a
-    request over exactly those keys; each position's output comes from one packed row."""
+def test_row_plan_covers_every_position_once(seed: int, causal: bool) -> None:
+    """The padding's request plan (no kernel), against the keys each position sees in eager
+    attention: a position with kept keys in view is the query of exactly one packed row, in
+    a request over exactly those keys (a causal row's kept tokens: one causal request over
+    the row's kept keys); the others take the mean of the row's values."""
     gen = torch.Generator().manual_seed(seed)
-    batch, seq = int(torch.randint(1, 9, (1,), generator=gen)), int(
-        torch.randint(1, 40, (1,), generator=gen)
-    )
+    batch = int(torch.randint(1, 9, (1,), generator=gen))
+    seq = int(torch.randint(1, 40, (1,), generator=gen))
     keys = torch.rand(batch, seq, generator=gen) < torch.rand(batch, 1, generator=gen)
-    plan = RowPlan.of(keys, batch, seq)
+    plan = RowPlan.of(keys, batch, seq, causal=causal)
     if bool(keys.all()):
         assert plan is None
         return
-    cu = plan.cu_seqlens.tolist()
-    assert cu[0] == 0 and cu[-1] == plan.q_index.numel() == plan.kv_index.numel()
-    assert plan.max_len == max(b - a for a, b in zip(cu, cu[1:]))
-    kept_flat = keys.flatten()
-    for a, b in zip(cu, cu[1:]):
-        row = int(plan.kv_index[a]) // seq
-        kv = plan.kv_index[a:b]
-        assert torch.equal(kv, torch.nonzero(keys[row]).flatten() + row * seq)
-        assert (plan.q_index[a:b] // seq == row).all()
+    visible = _visible(keys, causal)
     written = torch.zeros(batch * seq, dtype=torch.long)
-    written.index_add_(0, plan.out_dst, torch.ones_like(plan.out_dst))
-    assert torch.equal(plan.q_index[plan.out_src], plan.out_dst)
-    for b in range(batch):
-        want = 0 if b in plan.empty else 1
-        assert (written[b * seq : (b + 1) * seq] == want).all()
-        assert (b in plan.empty) == (not bool(kept_flat[b * seq : (b + 1) * seq].any()))
+    for part in (plan.main, plan.pads):
+        if part is None:
+            continue
+        assert torch.equal(part.q_index[part.out_src], part.out_dst)
+        written.index_add_(0, part.out_dst, torch.ones_like(part.out_dst))
+        cu = part.cu_seqlens.tolist()
+        assert cu[0] == 0 and cu[-1] == part.q_index.numel() == part.kv_index.numel()
+        assert part.max_len == max(b - a for a, b in zip(cu, cu[1:]))
+        request = torch.bucketize(part.out_src, torch.tensor(cu[1:]), right=True)
+        for src, dst, r in zip(part.out_src.tolist(), part.out_dst.tolist(), request.tolist()):
+            kv = part.kv_index[cu[r] : cu[r + 1]].tolist()
+            b, s = divmod(dst, seq)
+            if part is plan.main and causal:  # causal over the row's kept keys, in order
+                assert kv == (torch.nonzero(keys[b]).flatten() + b * seq).tolist()
+                assert kv[: src - cu[r] + 1] == visible[b][s]
+            else:
+                assert kv == visible[b][s], (b, s, kv)
+    written.index_add_(0, plan.mean_dst, torch.ones_like(plan.mean_dst))
+    assert (written == 1).all()
+    for dst, row in zip(plan.mean_dst.tolist(), plan.mean_rows.tolist()):
+        assert dst // seq == row and not visible[row][dst % seq]
+    if not causal:
+        assert plan.pads is None  # one launch
 
 
 def test_padding_mask_of_another_shape_is_refused() -> None:
     with pytest.raises(AttngenInputError, match=r"padding mask: expected \[2, 5\]"):
-        RowPlan.of(torch.ones(2, 6, dtype=torch.bool), 2, 5)
+        RowPlan.of(torch.ones(2, 6, dtype=torch.bool), 2, 5, causal=False)
 
 
 def test_encoder_head_dim_without_spec_names_the_spec_to_add() -> None:

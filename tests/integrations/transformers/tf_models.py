@@ -1268,12 +1268,14 @@ def float64_encoder_attention(
     v: torch.Tensor,
     scale: float,
     keys: torch.Tensor | None = None,
+    causal: bool = False,
 ) -> torch.Tensor:
     """[B, Hq, S, D] x [B, Hkv, S, D] -> [B, S, Hq, Dv] in float64. Without ``keys`` every key
-    of its row is visible: the MHA family's oracle (``prefill_ref``) over the rows as B
-    requests. With a ``[B, S]`` padding mask ``keys``, every query (padded ones too) attends
-    to its row's kept keys, as transformers' eager attention does; a row with no kept key
-    gets the mean of its values (eager's softmax over an all-masked row is uniform)."""
+    of its row (``causal``: up to the query) is visible: the MHA family's oracle
+    (``prefill_ref``) over the rows as B requests. With a ``[B, S]`` padding mask ``keys``,
+    every query (padded ones too) attends to its row's kept keys (``causal``: up to it), as
+    transformers' eager attention does; a query that sees no kept key gets the mean of its
+    row's values (eager's softmax over an all-masked row is uniform)."""
     from attngen.families.mha.reference import prefill_ref
     from attngen.hooks import MaskHooks
 
@@ -1282,7 +1284,9 @@ def float64_encoder_attention(
         group = heads // k.shape[1]
         k64, v64 = (x.double().repeat_interleave(group, 1) for x in (k, v))
         scores = (q.double() @ k64.transpose(-1, -2)) * scale
-        kept = keys.to(q.device, torch.bool)[:, None, None, :]
+        kept = keys.to(q.device, torch.bool)[:, None, None, :].expand(batch, 1, seq, seq)
+        if causal:
+            kept = kept & torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
         probs = torch.softmax(scores.masked_fill(~kept, float("-inf")), dim=-1)
         out = probs @ v64
         empty = ~kept.any(dim=-1, keepdim=True)
@@ -1290,22 +1294,31 @@ def float64_encoder_attention(
         return out.transpose(1, 2)
     rows = lambda x: x.transpose(1, 2).reshape(batch * seq, x.shape[1], x.shape[3])  # noqa: E731
     cu_seqlens = torch.arange(batch + 1, device=q.device) * seq
-    out = prefill_ref(rows(q), rows(k), rows(v), cu_seqlens, scale, mask=MaskHooks(causal=False))
+    hooks = MaskHooks(causal=causal)
+    out = prefill_ref(rows(q), rows(k), rows(v), cu_seqlens, scale, mask=hooks)
     return out.view(batch, seq, heads, v.shape[3])
 
 
 def record_encoder_calls(runtime: Any) -> list[tuple]:
-    """(query, key, value, scaling, out) of every encoder-layer call ``runtime`` serves."""
+    """(query, key, value, scaling, out, causal) of every cache-free layer call ``runtime``
+    serves (encoder layers; causal layers of a model that does not generate)."""
     calls: list[tuple] = []
     attend = runtime.encoder.attend
 
     def recording(query, key, value, *, scaling, features, rows=None):  # noqa: ANN001, ANN202
         out = attend(query, key, value, scaling=scaling, features=features, rows=rows)
-        calls.append((query, key, value, scaling, out))
+        calls.append((query, key, value, scaling, out, features.causal))
         return out
 
     runtime.encoder.attend = recording
     return calls
+
+
+def assert_close_layer(out: torch.Tensor, want: torch.Tensor, msg: str) -> None:
+    """A layer's output against its float64 reference, within the kernels' tolerance."""
+    from attngen.testing.tolerance import assert_close
+
+    assert_close(out, want, msg=msg)
 
 
 def judge_encoder_tower(
@@ -1323,9 +1336,9 @@ def judge_encoder_tower(
     from attngen.testing.tolerance import assert_close
 
     assert calls, "no layer ran on attngen's encoder path"
-    for layer, (q, k, v, scale, out) in enumerate(calls):
+    for layer, (q, k, v, scale, out, causal) in enumerate(calls):
         assert out.shape == out_shape and out.dtype == q.dtype, (out.shape, out.dtype)
-        want_layer = float64_encoder_attention(q, k, v, scale, keys)
+        want_layer = float64_encoder_attention(q, k, v, scale, keys, causal)
         assert_close(out, want_layer, msg=f"layer {layer}")
     assert torch.isfinite(got).all()
     ours = (got.float() - want).abs().max().item()

@@ -14,7 +14,9 @@ within twice the deviation of transformers' own eager run in the model's dtype.
 BERT under padding masks of every kind (``tf_models.padded_rows``: left, right, holes, one
 kept token, none kept), 12 rows of up to 200 tokens, head dims 64 (``mha_vision_encoder``,
 CuTe DSL on sm90) and 32 (``mha_text_encoder_d32``, Triton), judged the same way at every
-position. Written on 2026-12-07 (session 23) without a device: not yet run on a GPU.
+position. And the causal layers of models that do not generate (CLIP's text tower, a Qwen3
+sequence classifier) on the cache-free causal prefill under the same padding. Both written
+on 2026-12-07 (session 23) without a device: not yet run on a GPU.
 """
 
 from __future__ import annotations
@@ -73,3 +75,56 @@ def test_bert_padded(head_dim: int, heads: int, dtype: torch.dtype) -> None:
     M.judge_encoder_tower(calls, got, want, theirs, (12, 200, heads, head_dim), keys=mask)
     chosen = {(f.head_dim, c.backend) for (f, _, _), c in runtime.encoder.choices.items()}
     print(f"head_dim {head_dim}: served by {sorted(chosen)}")
+
+
+def test_cache_free_causal_models() -> None:
+    """Models that do not generate, causal layers cache-free under padding of every kind:
+    CLIP's text tower (head dim 64, GQA 1) and a Qwen3 sequence classifier (head dim 128,
+    GQA 4: padded positions on the GQA-4 bidirectional spec in bf16, group 1 in fp16)."""
+    import transformers
+
+    clip = dict(
+        hidden_size=512,
+        num_attention_heads=8,
+        num_hidden_layers=2,
+        intermediate_size=256,
+        vocab_size=M.VOCAB,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    qwen = transformers.Qwen3Config(
+        **M._common(
+            hidden_size=1024,
+            intermediate_size=512,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            head_dim=128,
+            num_labels=3,
+        )
+    )
+    cases = [
+        (lambda: transformers.CLIPTextModel(transformers.CLIPTextConfig(**clip)), 64),
+        (lambda: transformers.Qwen3ForSequenceClassification(qwen), 128),
+    ]
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(3, M.VOCAB, (12, 200), generator=gen).cuda()
+    mask = M.padded_rows(12, 200, seed=5).cuda()
+    for make, head_dim in cases:
+        for dtype in (torch.bfloat16, torch.float16):
+            torch.manual_seed(0)
+            reference = make().eval().cuda()
+            reference.set_attn_implementation("eager")
+            M.moderate_scores(reference)
+            model = copy.deepcopy(reference).to(dtype)
+            eager = copy.deepcopy(reference).to(dtype)
+            runtime = attngen_tf.enable(model)
+            calls = M.record_encoder_calls(runtime)
+            with torch.no_grad():
+                out = "logits" if head_dim == 128 else "last_hidden_state"
+                want = getattr(reference(input_ids=ids, attention_mask=mask), out)
+                got = getattr(model(input_ids=ids, attention_mask=mask), out)
+                theirs = getattr(eager(input_ids=ids, attention_mask=mask), out)
+            heads = 8
+            M.judge_encoder_tower(calls, got, want, theirs, (12, 200, heads, head_dim), mask)
