@@ -303,10 +303,16 @@ def _attention(
     if cache_free_causal:  # a causal layer of a model that does not generate (encoder.py)
         _window(sliding_window, None)  # a window the mask does not apply is refused
         features = LayerFeatures.of_call(query, key, value, None, softcap, None, causal=True)
-        out = runtime.encoder.attend(
-            query, key, value, scaling=scaling, features=features, rows=attention_mask.rows
-        )
-        return out, None
+        missing = runtime.encoder.missing(features, query)
+        if missing is not None and runtime.generate.forward is None:
+            raise missing
+        if missing is None:
+            out = runtime.encoder.attend(
+                query, key, value, scaling=scaling, features=features, rows=attention_mask.rows
+            )
+            return out, None
+        # no prefill spec serves the layer (only extend / decode specs do): the
+        # plain-generate path serves this left-padded batch
     if paged:
         if attention_mask is not None:
             raise AttngenInputError(_custom_mask(attention_mask))

@@ -56,6 +56,15 @@ class EncoderState:
             )
         return self.choices[key]
 
+    def missing(self, features: LayerFeatures, query: torch.Tensor) -> AttngenInputError | None:
+        """Why no generated prefill config serves a layer of ``features`` for this query's
+        dtype and device (None: one does)."""
+        try:
+            self.choice(features, self.options.activation_dtype(query.dtype), query.device)
+        except AttngenInputError as error:
+            return error
+        return None
+
     def attend(
         self,
         query: torch.Tensor,

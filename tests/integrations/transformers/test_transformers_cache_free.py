@@ -195,3 +195,35 @@ def test_right_padding_without_a_bidirectional_kernel_is_refused(monkeypatch) ->
     )
     with pytest.raises(AttngenInputError, match=match), torch.no_grad():
         model(input_ids=ids, attention_mask=left.flip(1))
+
+
+def test_layer_without_a_prefill_spec_takes_the_generate_path(monkeypatch) -> None:
+    """A causal layer no prefill spec serves (only extend / decode specs generate it, as
+    Gemma-2's softcap 50): a left-padded batch goes to the plain-generate path, judged
+    against eager; a right-padded one is refused with the prefill path's reason."""
+    from attngen.integrations.transformers.encoder import EncoderState
+
+    def no_prefill(self, features, dtype, device):  # noqa: ANN001, ANN202
+        raise AttngenInputError("no generated MHA config serves a causal prefill layer")
+
+    monkeypatch.setattr(EncoderState, "choice", no_prefill)
+    make = _qwen3("Qwen3ForSequenceClassification", num_key_value_heads=1, head_dim=64)
+    torch.manual_seed(0)
+    reference = make().eval()
+    reference.set_attn_implementation("eager")
+    model = copy.deepcopy(reference).half()
+    eager_fp16 = copy.deepcopy(reference).half()
+    attngen_tf.enable(model, page_size=16, **OPTIONS)
+    ids = _ids(2, 8)
+    left = torch.ones_like(ids)
+    left[1, :3] = 0
+    with torch.no_grad():
+        want = reference(input_ids=ids, attention_mask=left).logits
+        got = model(input_ids=ids, attention_mask=left).logits
+        eager = eager_fp16(input_ids=ids, attention_mask=left).logits
+    ours = (got.float() - want).abs().max().item()
+    theirs = (eager.float() - want).abs().max().item()
+    assert ours <= 2 * theirs, (ours, theirs)
+    match = r"layer 0 \(Qwen3Attention\): no generated MHA config serves a causal prefill"
+    with pytest.raises(AttngenInputError, match=match), torch.no_grad():
+        model(input_ids=ids, attention_mask=left.flip(1))
