@@ -22,8 +22,6 @@ length, a padding mask of another shape.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
@@ -42,19 +40,10 @@ pytestmark = pytest.mark.xdist_group("transformers-encoder")
 @pytest.mark.parametrize("head_dim, heads", [(72, 2), (64, 2), (80, 3)])
 def test_siglip_vision_tower_matches_eager(head_dim: int, heads: int) -> None:
     reference = M.siglip_vision_tower(head_dim, heads, seed=head_dim)
-    model = copy.deepcopy(reference).half()
-    eager_fp16 = copy.deepcopy(reference).half()
-    runtime = attngen_tf.enable(model, **OPTIONS)
-
-    calls = M.record_encoder_calls(runtime)
-    pixels = torch.randn(3, 3, 40, 40)
-    with torch.no_grad():
-        want = reference(pixel_values=pixels).last_hidden_state
-        got = model(pixel_values=pixels.half()).last_hidden_state
-        eager = eager_fp16(pixel_values=pixels.half()).last_hidden_state
-
-    assert len(calls) == 2  # one call a layer, each on attngen's kernel
-    M.judge_encoder_tower(calls, got, want, eager, (3, 25, heads, head_dim))
+    pixels = dict(pixel_values=torch.randn(3, 3, 40, 40))
+    run = M.run_against_eager(reference, pixels, "last_hidden_state", **OPTIONS)
+    assert len(run.calls) == 2  # one call a layer, each on attngen's kernel
+    M.judge_encoder_tower(run, (3, 25, heads, head_dim))
 
 
 @pytest.mark.parametrize("head_dim, heads", [(64, 2), (32, 4)])
@@ -63,18 +52,12 @@ def test_bert_padded_rows_match_eager(head_dim: int, heads: int) -> None:
     right, holes, one kept token, none kept): every position, padded ones included, against
     float64 and the tower against eager."""
     reference = M.bert_encoder(head_dim, heads, seed=head_dim)
-    model = copy.deepcopy(reference).half()
-    eager_fp16 = copy.deepcopy(reference).half()
-    runtime = attngen_tf.enable(model, **OPTIONS)
-    calls = M.record_encoder_calls(runtime)
     ids = torch.randint(1, M.VOCAB, (6, 13), generator=torch.Generator().manual_seed(1))
     mask = M.padded_rows(6, 13, seed=head_dim)
-    with torch.no_grad():
-        want = reference(input_ids=ids, attention_mask=mask).last_hidden_state
-        got = model(input_ids=ids, attention_mask=mask).last_hidden_state
-        eager = eager_fp16(input_ids=ids, attention_mask=mask).last_hidden_state
-    assert len(calls) == 2
-    M.judge_encoder_tower(calls, got, want, eager, (6, 13, heads, head_dim), keys=mask)
+    inputs = dict(input_ids=ids, attention_mask=mask)
+    run = M.run_against_eager(reference, inputs, "last_hidden_state", **OPTIONS)
+    assert len(run.calls) == 2
+    M.judge_encoder_tower(run, (6, 13, heads, head_dim), keys=mask)
 
 
 def test_siglip_text_tower_with_padding() -> None:
@@ -92,17 +75,11 @@ def test_siglip_text_tower_with_padding() -> None:
     torch.manual_seed(3)
     reference = transformers.SiglipTextModel(cfg).eval()
     reference.set_attn_implementation("eager")
-    model = copy.deepcopy(reference).half()
-    eager_fp16 = copy.deepcopy(reference).half()
-    runtime = attngen_tf.enable(model, **OPTIONS)
-    calls = M.record_encoder_calls(runtime)
     ids = torch.randint(0, 64, (3, 11), generator=torch.Generator().manual_seed(2))
     mask = M.padded_rows(3, 11, seed=5)
-    with torch.no_grad():
-        want = reference(input_ids=ids, attention_mask=mask).last_hidden_state
-        got = model(input_ids=ids, attention_mask=mask).last_hidden_state
-        eager = eager_fp16(input_ids=ids, attention_mask=mask).last_hidden_state
-    M.judge_encoder_tower(calls, got, want, eager, (3, 11, 2, 72), keys=mask)
+    inputs = dict(input_ids=ids, attention_mask=mask)
+    run = M.run_against_eager(reference, inputs, "last_hidden_state", **OPTIONS)
+    M.judge_encoder_tower(run, (3, 11, 2, 72), keys=mask)
 
 
 def _visible(keys: torch.Tensor, causal: bool) -> list[list[list[int]]]:

@@ -15,7 +15,6 @@ ModernBERT's bidirectional sliding-window layers.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable
 
 import pytest
@@ -153,20 +152,10 @@ def test_encoder_class_matches_eager(name: str) -> None:
     torch.manual_seed(0)
     reference = make().eval()
     reference.set_attn_implementation("eager")
-    model = copy.deepcopy(reference).half()
-    eager_fp16 = copy.deepcopy(reference).half()
-    runtime = attngen_tf.enable(model, **OPTIONS)
-    calls = M.record_encoder_calls(runtime)
     x = inputs(torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        want = reference(**x).last_hidden_state
-        got = model(**_half(x)).last_hidden_state
-        eager = eager_fp16(**_half(x)).last_hidden_state
-    assert len(calls) == 2, f"{len(calls)} attention calls on attngen's encoder path"
-    assert got.shape == want.shape and torch.isfinite(got).all()
-    ours = (got.float() - want).abs().max().item()
-    theirs = (eager.float() - want).abs().max().item()
-    assert ours <= 2 * theirs, f"attngen deviates {ours:.3g}, eager in fp16 {theirs:.3g}"
+    run = M.run_against_eager(reference, x, "last_hidden_state", **OPTIONS)
+    assert len(run.calls) == 2, f"{len(run.calls)} attention calls on attngen's encoder path"
+    M.assert_within_eager(run)
 
 
 REFUSED = {

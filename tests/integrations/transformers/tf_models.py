@@ -1314,33 +1314,70 @@ def record_encoder_calls(runtime: Any) -> list[tuple]:
     return calls
 
 
-def assert_close_layer(out: torch.Tensor, want: torch.Tensor, msg: str) -> None:
-    """A layer's output against its float64 reference, within the kernels' tolerance."""
-    from attngen.testing.tolerance import assert_close
+@dataclass
+class EagerRun:
+    """One input through an fp32 eager model (``want``), a copy on attngen (``got``, with its
+    ``runtime`` and the cache-free layer ``calls`` it recorded) and a copy on transformers'
+    eager attention in the same dtype (``eager``)."""
 
-    assert_close(out, want, msg=msg)
+    want: torch.Tensor
+    got: torch.Tensor
+    eager: torch.Tensor
+    runtime: Any
+    calls: list[tuple]
+
+
+def run_against_eager(
+    reference: Any,
+    inputs: dict[str, torch.Tensor],
+    output: str,
+    dtype: torch.dtype = torch.float16,
+    **options: Any,
+) -> EagerRun:
+    """``reference`` (fp32, eager) on ``inputs``, and two copies in ``dtype`` on the same
+    inputs cast to it: one on attngen (``enable`` with ``options``), one on eager; each run's
+    ``output`` field."""
+    import copy
+
+    from attngen.integrations import transformers as attngen_tf
+
+    model = copy.deepcopy(reference).to(dtype)
+    eager = copy.deepcopy(reference).to(dtype)
+    runtime = attngen_tf.enable(model, **options)
+    calls = record_encoder_calls(runtime)
+    cast = {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
+    with torch.no_grad():
+        want = getattr(reference(**inputs), output)
+        got = getattr(model(**cast), output)
+        theirs = getattr(eager(**cast), output)
+    return EagerRun(want, got, theirs, runtime, calls)
+
+
+def assert_within_eager(run: EagerRun) -> None:
+    """attngen's output against the fp32 eager one: finite, and within twice the deviation
+    of transformers' own eager run in the same dtype."""
+    assert run.got.shape == run.want.shape and torch.isfinite(run.got).all()
+    ours = (run.got.float() - run.want).abs().max().item()
+    theirs = (run.eager.float() - run.want).abs().max().item()
+    assert ours <= 2 * theirs, f"attngen deviates {ours:.3g}, eager in its dtype {theirs:.3g}"
 
 
 def judge_encoder_tower(
-    calls: list[tuple],
-    got: torch.Tensor,
-    want: torch.Tensor,
-    eager: torch.Tensor,
-    out_shape: tuple[int, ...],
+    run: EagerRun,
+    out_shape: tuple[int, ...] | None = None,
     keys: torch.Tensor | None = None,
 ) -> None:
     """Every recorded layer call against float64 attention of its own inputs under the
-    padding mask ``keys`` (None: none; the kernels' tolerance), at every position, padded ones
-    included; then the tower's output ``got`` against the fp32 eager ``want``: within twice
-    the deviation of ``eager``, transformers' own run in the same dtype as ``got``."""
+    padding mask ``keys`` (None: none; causal where the layer is; the kernels' tolerance),
+    at every position, padded ones included, its output ``[B, S, Hq, Dv]`` (``out_shape``
+    where given); then the model's output (:func:`assert_within_eager`)."""
     from attngen.testing.tolerance import assert_close
 
-    assert calls, "no layer ran on attngen's encoder path"
-    for layer, (q, k, v, scale, out, causal) in enumerate(calls):
-        assert out.shape == out_shape and out.dtype == q.dtype, (out.shape, out.dtype)
+    assert run.calls, "no layer ran on attngen's cache-free path"
+    for layer, (q, k, v, scale, out, causal) in enumerate(run.calls):
+        shape = (q.shape[0], q.shape[2], q.shape[1], v.shape[3])
+        assert out_shape in (None, shape), (out_shape, shape)
+        assert out.shape == shape and out.dtype == q.dtype, (out.shape, out.dtype)
         want_layer = float64_encoder_attention(q, k, v, scale, keys, causal)
         assert_close(out, want_layer, msg=f"layer {layer}")
-    assert torch.isfinite(got).all()
-    ours = (got.float() - want).abs().max().item()
-    theirs = (eager.float() - want).abs().max().item()
-    assert ours <= 2 * theirs, f"attngen deviates {ours:.3g}, eager in its dtype {theirs:.3g}"
+    assert_within_eager(run)

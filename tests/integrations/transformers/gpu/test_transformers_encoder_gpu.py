@@ -21,7 +21,6 @@ on 2026-12-07 (session 23) without a device: not yet run on a GPU.
 
 from __future__ import annotations
 
-import copy
 import sys
 from pathlib import Path
 
@@ -32,7 +31,6 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tf_models as M  # noqa: E402
 
-from attngen.integrations import transformers as attngen_tf  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -41,18 +39,16 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("head_dim, heads", [(72, 4), (64, 4), (80, 2)])
 def test_siglip_vision_tower(head_dim: int, heads: int, dtype: torch.dtype) -> None:
     reference = M.siglip_vision_tower(head_dim, heads, seed=head_dim, image_size=224).cuda()
-    model = copy.deepcopy(reference).to(dtype)
-    eager = copy.deepcopy(reference).to(dtype)
-    runtime = attngen_tf.enable(model)
-    calls = M.record_encoder_calls(runtime)
-    pixels = torch.randn(4, 3, 224, 224, device="cuda")
-    with torch.no_grad():
-        want = reference(pixel_values=pixels).last_hidden_state
-        got = model(pixel_values=pixels.to(dtype)).last_hidden_state
-        theirs = eager(pixel_values=pixels.to(dtype)).last_hidden_state
-    assert len(calls) == 2
-    M.judge_encoder_tower(calls, got, want, theirs, (4, 784, heads, head_dim))
-    chosen = {(f.head_dim, c.backend) for (f, _, _), c in runtime.encoder.choices.items()}
+    pixels = dict(pixel_values=torch.randn(4, 3, 224, 224, device="cuda"))
+    run = M.run_against_eager(reference, pixels, "last_hidden_state", dtype)
+    assert len(run.calls) == 2
+    M.judge_encoder_tower(run, (4, 784, heads, head_dim))
+    _served_by(run, head_dim)
+
+
+def _served_by(run: M.EagerRun, head_dim: int) -> None:
+    choices = run.runtime.encoder.choices.items()
+    chosen = {(f.head_dim, f.causal, c.backend) for (f, _, _), c in choices}
     print(f"head_dim {head_dim}: served by {sorted(chosen)}")
 
 
@@ -60,21 +56,14 @@ def test_siglip_vision_tower(head_dim: int, heads: int, dtype: torch.dtype) -> N
 @pytest.mark.parametrize("head_dim, heads", [(64, 4), (32, 8)])
 def test_bert_padded(head_dim: int, heads: int, dtype: torch.dtype) -> None:
     reference = M.bert_encoder(head_dim, heads, seed=head_dim).cuda()
-    model = copy.deepcopy(reference).to(dtype)
-    eager = copy.deepcopy(reference).to(dtype)
-    runtime = attngen_tf.enable(model)
-    calls = M.record_encoder_calls(runtime)
     gen = torch.Generator().manual_seed(head_dim)
     ids = torch.randint(1, M.VOCAB, (12, 200), generator=gen).cuda()
     mask = M.padded_rows(12, 200, seed=head_dim).cuda()
-    with torch.no_grad():
-        want = reference(input_ids=ids, attention_mask=mask).last_hidden_state
-        got = model(input_ids=ids, attention_mask=mask).last_hidden_state
-        theirs = eager(input_ids=ids, attention_mask=mask).last_hidden_state
-    assert len(calls) == 2
-    M.judge_encoder_tower(calls, got, want, theirs, (12, 200, heads, head_dim), keys=mask)
-    chosen = {(f.head_dim, c.backend) for (f, _, _), c in runtime.encoder.choices.items()}
-    print(f"head_dim {head_dim}: served by {sorted(chosen)}")
+    inputs = dict(input_ids=ids, attention_mask=mask)
+    run = M.run_against_eager(reference, inputs, "last_hidden_state", dtype)
+    assert len(run.calls) == 2
+    M.judge_encoder_tower(run, (12, 200, heads, head_dim), keys=mask)
+    _served_by(run, head_dim)
 
 
 def test_cache_free_causal_models() -> None:
@@ -117,14 +106,8 @@ def test_cache_free_causal_models() -> None:
             reference = make().eval().cuda()
             reference.set_attn_implementation("eager")
             M.moderate_scores(reference)
-            model = copy.deepcopy(reference).to(dtype)
-            eager = copy.deepcopy(reference).to(dtype)
-            runtime = attngen_tf.enable(model)
-            calls = M.record_encoder_calls(runtime)
-            with torch.no_grad():
-                out = "logits" if head_dim == 128 else "last_hidden_state"
-                want = getattr(reference(input_ids=ids, attention_mask=mask), out)
-                got = getattr(model(input_ids=ids, attention_mask=mask), out)
-                theirs = getattr(eager(input_ids=ids, attention_mask=mask), out)
-            heads = 8
-            M.judge_encoder_tower(calls, got, want, theirs, (12, 200, heads, head_dim), mask)
+            out = "logits" if head_dim == 128 else "last_hidden_state"
+            inputs = dict(input_ids=ids, attention_mask=mask)
+            run = M.run_against_eager(reference, inputs, out, dtype)
+            M.judge_encoder_tower(run, (12, 200, 8, head_dim), mask)
+            _served_by(run, head_dim)
