@@ -9,7 +9,8 @@ real new tokens; at the forward's first layer it gives them token slots in one
 :class:`~attngen.runtime.batch.ForwardBatch`; per layer (:meth:`GenerateState.attend`) it
 packs the real new tokens' q/k/v (pads dropped), runs the generated backend chosen for the
 layer's features (it writes the new K/V into the pool) and scatters the output back to
-``[B, Sq, H, Dv]``, zeros at pads.
+``[B, Sq, H, Dv]``; a pad position gets what eager attention computes there (it sees no
+key: the mean of the layer's values, or zero where sinks take the softmax).
 
 Host syncs: one per forward (the padding mask's row lengths) plus the backends' own slot
 check; this path is for plain generation. Continuous batching is ``paged.py``.
@@ -243,6 +244,13 @@ class GenerateState:
             out = backend.forward_extend(q, k, v, layer, batch, sinks=sinks)
         dv = int(value.shape[-1])
         full = query.new_zeros((bs * q_len, heads, dv))
+        if sinks is None and fwd.q_rows.numel() < bs * q_len:
+            # a pad row (before its row's tokens) sees no key: eager's softmax over the
+            # all-masked row is uniform, the mean of every value transformers passed (past
+            # and new); with sinks the sink takes it all and the row stays zero
+            group = heads // int(value.shape[1])
+            means = value.float().mean(dim=2).repeat_interleave(group, 1)  # [B, Hq, Dv]
+            full.view(bs, q_len, heads, dv)[:] = means[:, None].to(query.dtype)
         full[fwd.q_rows] = out.view(-1, heads, dv).to(query.dtype)
         return full.view(bs, q_len, heads, dv)
 

@@ -24,6 +24,7 @@ must refuse instead of serving as plain causal attention.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import types
@@ -552,3 +553,25 @@ def test_call_is_causal_overrides_the_module_flag() -> None:
     assert _non_causal(clip_text, {})
     assert _non_causal(types.SimpleNamespace(is_causal=True), {"is_causal": False})
     assert not _non_causal(types.SimpleNamespace(), {})
+
+
+def test_left_padded_forward_matches_eager_at_every_position() -> None:
+    """A left-padded forward of a model that generates (the plain-generate path): the logits
+    at every position, pads included, against fp32 eager. A pad position sees no key: eager
+    averages the layer's values there (a uniform softmax) and attngen writes the same (with
+    sinks, not run here: no fp16 sinks spec, the sink takes the softmax and the row is 0)."""
+    model = M.build(M.Case("padded", lambda: qwen3_config(head_dim=128), (), ()), 0, "cpu")
+    reference = copy.deepcopy(model)
+    eager = copy.deepcopy(model).half()
+    model = model.half()
+    atf.enable(model, page_size=16, backend="triton", **FP16)
+    ids = torch.randint(1, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0
+    with torch.no_grad():
+        want = reference(input_ids=ids, attention_mask=mask).logits
+        got = model(input_ids=ids, attention_mask=mask).logits
+        theirs = eager(input_ids=ids, attention_mask=mask).logits
+    ours = (got.float() - want).abs().amax(dim=-1)
+    bound = 2 * (theirs.float() - want).abs().max().item()
+    assert (ours <= bound).all(), (ours, bound)

@@ -31,7 +31,6 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tf_models as M  # noqa: E402
 
-
 pytestmark = pytest.mark.gpu
 
 
