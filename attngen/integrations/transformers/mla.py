@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from attngen.integrations.transformers.generate import GenerateState, _rows
+from attngen.integrations.transformers.generate import Forward, GenerateState, _rows
 from attngen.integrations.transformers.options import Options
 from attngen.runtime.batch import AttentionLayer, ForwardMode, ReqToTokenPool
 from attngen.runtime.checks import AttngenInputError
@@ -195,9 +195,7 @@ class MlaGenerate:
         self.last_path = "ragged" if ragged else "absorbed"
         if ragged:
             out = self._ragged(module, shape, q_nope, q_rope, latent, k_rope, w_uk, w_uv, dtype)
-            full = q_nope.new_zeros((bs * q_len, heads, shape.v_head_dim))
-            full[rows] = out
-            return full.view(bs, q_len, heads, shape.v_head_dim)
+            return _scatter(fwd, out, latent, w_uv)
         qn = _rows(q_nope, rows, q_nope.dtype)  # [T, H, nope], the model's dtype
         q_latent = torch.einsum("thn,hnl->thl", qn, w_uk)
         q = torch.cat([q_latent, _rows(q_rope, rows, q_rope.dtype)], dim=-1).to(dtype)
@@ -210,9 +208,7 @@ class MlaGenerate:
             out = self.backend.forward_extend(q, lat, None, layer, batch, k_rope=kr)
         o_latent = out.view(-1, heads, shape.kv_lora_rank).to(q_nope.dtype)
         o = torch.einsum("thl,hvl->thv", o_latent, w_uv)
-        full = q_nope.new_zeros((bs * q_len, heads, shape.v_head_dim))
-        full[rows] = o
-        return full.view(bs, q_len, heads, shape.v_head_dim)
+        return _scatter(fwd, o, latent, w_uv)
 
     def _ragged(
         self,
@@ -408,3 +404,21 @@ def _mla_forward(
     for observe in runtime.mla_observers:  # tests: past + new latent, pre-o_proj output
         observe(module, q_nope, q_rope, all_latent, all_k_rope, out, runtime)
     return module.o_proj(out.reshape(bs, length, -1)), None
+
+
+def _scatter(
+    fwd: Forward, out: torch.Tensor, latent: torch.Tensor, w_uv: torch.Tensor
+) -> torch.Tensor:
+    """The real rows' outputs ``out [T, H, v_head_dim]`` at their positions of ``[B, S, H,
+    v_head_dim]``. A pad position (left padding: before its row's tokens, in a forward
+    without cached tokens) sees no key, and eager attention's uniform softmax over the
+    all-masked row gives the mean of the forward's values: ``w_uv`` times the mean latent."""
+    bs, q_len = fwd.batch_size, fwd.q_length
+    heads, dv = int(out.shape[1]), int(out.shape[2])
+    full = out.new_zeros((bs * q_len, heads, dv))
+    if fwd.q_rows.numel() < bs * q_len and not any(fwd.prefix):
+        mean = latent.float().mean(dim=2)[:, 0]  # [B, kv_lora_rank]
+        means = torch.einsum("bl,hvl->bhv", mean, w_uv.float())  # [B, H, v_head_dim]
+        full.view(bs, q_len, heads, dv)[:] = means[:, None].to(out.dtype)
+    full[fwd.q_rows] = out
+    return full.view(bs, q_len, heads, dv)

@@ -463,3 +463,27 @@ def test_generate_exact_tokens_interpreter() -> None:
         bad, torch.tensor([[0]]), torch.tensor([[0]]), logits, torch.tensor([0.6])
     )
     assert bad.failures and "precondition" in bad.failures[0]
+
+
+@pytest.mark.parametrize("prefill", ["ragged", "absorbed"])
+def test_deepseek_v3_left_padded_forward_matches_eager_at_every_position(prefill: str) -> None:
+    """MLA layers of a left-padded forward: the logits at every position, pads included,
+    against fp32 eager within twice eager fp16's deviation. A pad sees no key: eager's
+    uniform softmax averages the forward's values, which attngen writes (w_uv times the mean
+    latent); zeros there moved the pad positions' logits far outside the bound."""
+    import copy
+
+    from attngen.integrations import transformers as atf
+
+    reference = M.build(TINY_DEEPSEEK, 0, "cpu")
+    eager = copy.deepcopy(reference).half()
+    model = copy.deepcopy(reference).half()
+    atf.enable(model, page_size=16, mla_prefill=prefill, **dict(FP16, arch="sm80"))
+    ids, mask = M.prompts(TINY_DEEPSEEK, 0, "cpu")
+    with torch.no_grad():
+        want = reference(input_ids=ids, attention_mask=mask).logits
+        got = model(input_ids=ids, attention_mask=mask).logits
+        theirs = eager(input_ids=ids, attention_mask=mask).logits
+    ours = (got.float() - want).abs().amax(dim=-1)
+    bound = 2 * (theirs.float() - want).abs().max().item()
+    assert (ours <= bound).all(), (ours, bound)
