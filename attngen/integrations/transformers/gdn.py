@@ -179,7 +179,7 @@ class GdnGenerate:
         new generation (no cached tokens) gets fresh state slots."""
         from attngen.runtime.state_pool import RequestStatePool
 
-        bs, q_len = fwd.batch_size, fwd.q_length
+        bs = fwd.batch_size
         if self.choice is None:
             self.choice = choose_gdn(
                 shape,
@@ -218,23 +218,10 @@ class GdnGenerate:
                 device=device,
                 state_pool=pool,
             )
-        decode = q_len == 1 and min(fwd.prefix) > 0
-        as_int32 = dict(dtype=torch.int32, device=device)
-        seq = [p + n for p, n in zip(fwd.prefix, fwd.new)]
-        self._batch = ForwardBatch(
-            batch_size=bs,
-            forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND,
-            req_pool_indices=torch.arange(1, bs + 1, **as_int32),
-            seq_lens=torch.tensor(seq, **as_int32),
-            seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
-            out_cache_loc=torch.zeros(sum(fwd.new), dtype=torch.int64, device=device),
-            extend_prefix_lens=None if decode else torch.tensor(fwd.prefix, **as_int32),
-            extend_seq_lens=None if decode else torch.tensor(fwd.new, **as_int32),
-            extend_prefix_lens_cpu=None if decode else list(fwd.prefix),
-            extend_seq_lens_cpu=None if decode else list(fwd.new),
-        )
-        rows = [b * q_len + q_len - n + i for b, n in enumerate(fwd.new) for i in range(n)]
-        self.rows = torch.tensor(rows, dtype=torch.int64, device=device)
+        requests = torch.arange(1, bs + 1, dtype=torch.int32, device=device)
+        no_slots = torch.zeros(sum(fwd.new), dtype=torch.int64, device=device)
+        self._batch = fwd.forward_batch(requests, no_slots)
+        self.rows = fwd.real_rows(device)
         self.backend.init_forward_metadata(self._batch)
         self._forward = fwd
 

@@ -47,6 +47,38 @@ class Forward:
     def batch_size(self) -> int:
         return len(self.prefix)
 
+    @property
+    def decode(self) -> bool:
+        return self.q_length == 1 and min(self.prefix) > 0
+
+    def forward_batch(
+        self, req_pool_indices: torch.Tensor, out_cache_loc: torch.Tensor
+    ) -> ForwardBatch:
+        """This forward as a :class:`ForwardBatch` of one request a row (decode when every
+        row adds one token to a cached prefix, else extend)."""
+        device = req_pool_indices.device
+        as_int32 = dict(dtype=torch.int32, device=device)
+        seq = [p + n for p, n in zip(self.prefix, self.new)]
+        decode = self.decode
+        return ForwardBatch(
+            batch_size=self.batch_size,
+            forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND,
+            req_pool_indices=req_pool_indices,
+            seq_lens=torch.tensor(seq, **as_int32),
+            seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
+            out_cache_loc=out_cache_loc,
+            extend_prefix_lens=None if decode else torch.tensor(self.prefix, **as_int32),
+            extend_seq_lens=None if decode else torch.tensor(self.new, **as_int32),
+            extend_prefix_lens_cpu=None if decode else list(self.prefix),
+            extend_seq_lens_cpu=None if decode else list(self.new),
+        )
+
+    def real_rows(self, device: torch.device | str) -> torch.Tensor:
+        """The flat ``[B * Sq]`` positions of the real new tokens (each row's last ``new``)."""
+        q_len = self.q_length
+        rows = [b * q_len + q_len - n + i for b, n in enumerate(self.new) for i in range(n)]
+        return torch.tensor(rows, dtype=torch.int64, device=device)
+
 
 class GenerateState:
     """attngen's cache and batch bookkeeping for plain generation (one per model)."""
@@ -166,24 +198,10 @@ class GenerateState:
         """Slots, pools and the ForwardBatch of this forward (at its first layer)."""
         assert self.page_size is not None
         slots = self._allocate(fwd.prefix, fwd.new, self.page_size)
-        bs, q_len = fwd.batch_size, fwd.q_length
-        seq = [p + n for p, n in zip(fwd.prefix, fwd.new)]
-        decode = q_len == 1 and min(fwd.prefix) > 0
-        as_int32 = dict(dtype=torch.int32, device=device)
-        rows = [b * q_len + q_len - n + i for b, n in enumerate(fwd.new) for i in range(n)]
-        fwd.batch = ForwardBatch(
-            batch_size=bs,
-            forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND,
-            req_pool_indices=torch.arange(bs, **as_int32),
-            seq_lens=torch.tensor(seq, **as_int32),
-            seq_lens_cpu=torch.tensor(seq, dtype=torch.int32),
-            out_cache_loc=torch.tensor(slots, dtype=torch.int64, device=device),
-            extend_prefix_lens=None if decode else torch.tensor(fwd.prefix, **as_int32),
-            extend_seq_lens=None if decode else torch.tensor(fwd.new, **as_int32),
-            extend_prefix_lens_cpu=None if decode else list(fwd.prefix),
-            extend_seq_lens_cpu=None if decode else list(fwd.new),
-        )
-        fwd.q_rows = torch.tensor(rows, dtype=torch.int64, device=device)
+        requests = torch.arange(fwd.batch_size, dtype=torch.int32, device=device)
+        out_cache_loc = torch.tensor(slots, dtype=torch.int64, device=device)
+        fwd.batch = fwd.forward_batch(requests, out_cache_loc)
+        fwd.q_rows = fwd.real_rows(device)
 
     def _allocate(self, prefix: list[int], new: list[int], ps: int) -> list[int]:
         """Token slots of every row's new tokens (pages taken as rows grow)."""
