@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from attngen.integrations.transformers.generate import GenerateState, _rows
-from attngen.integrations.transformers.mla import MlaShape, cos_sin_rope, latent_rows
+from attngen.integrations.transformers.mla import MlaShape, cos_sin_rope, latent_rows, scatter_rows
 from attngen.integrations.transformers.options import Options
 from attngen.integrations.transformers.select import (
     Choice,
@@ -239,9 +239,7 @@ class DsaGenerate:
         out = run(q.contiguous(), lat, None, layer, batch, k_rope=kr, topk_indices=topk)
         o_latent = out.view(-1, heads, shape.kv_lora_rank).to(q_nope.dtype)
         o = torch.einsum("thl,hvl->thv", o_latent, w_uv)
-        full = q_nope.new_zeros((bs * q_len, heads, shape.v_head_dim))
-        full[rows] = o
-        return full.view(bs, q_len, heads, shape.v_head_dim)
+        return scatter_rows(fwd, o, latent, w_uv)  # pads: eager's mean, as MLA's
 
     def _choose(
         self, shape: MlaShape, module: Any, dtype: torch.dtype, device: torch.device

@@ -195,7 +195,7 @@ class MlaGenerate:
         self.last_path = "ragged" if ragged else "absorbed"
         if ragged:
             out = self._ragged(module, shape, q_nope, q_rope, latent, k_rope, w_uk, w_uv, dtype)
-            return _scatter(fwd, out, latent, w_uv)
+            return scatter_rows(fwd, out, latent, w_uv)
         qn = _rows(q_nope, rows, q_nope.dtype)  # [T, H, nope], the model's dtype
         q_latent = torch.einsum("thn,hnl->thl", qn, w_uk)
         q = torch.cat([q_latent, _rows(q_rope, rows, q_rope.dtype)], dim=-1).to(dtype)
@@ -208,7 +208,7 @@ class MlaGenerate:
             out = self.backend.forward_extend(q, lat, None, layer, batch, k_rope=kr)
         o_latent = out.view(-1, heads, shape.kv_lora_rank).to(q_nope.dtype)
         o = torch.einsum("thl,hvl->thv", o_latent, w_uv)
-        return _scatter(fwd, o, latent, w_uv)
+        return scatter_rows(fwd, o, latent, w_uv)
 
     def _ragged(
         self,
@@ -406,7 +406,7 @@ def _mla_forward(
     return module.o_proj(out.reshape(bs, length, -1)), None
 
 
-def _scatter(
+def scatter_rows(
     fwd: Forward, out: torch.Tensor, latent: torch.Tensor, w_uv: torch.Tensor
 ) -> torch.Tensor:
     """The real rows' outputs ``out [T, H, v_head_dim]`` at their positions of ``[B, S, H,

@@ -465,21 +465,33 @@ def test_generate_exact_tokens_interpreter() -> None:
     assert bad.failures and "precondition" in bad.failures[0]
 
 
-@pytest.mark.parametrize("prefill", ["ragged", "absorbed"])
-def test_deepseek_v3_left_padded_forward_matches_eager_at_every_position(prefill: str) -> None:
-    """MLA layers of a left-padded forward: the logits at every position, pads included,
-    against fp32 eager within twice eager fp16's deviation. A pad sees no key: eager's
-    uniform softmax averages the forward's values, which attngen writes (w_uv times the mean
-    latent); zeros there moved the pad positions' logits far outside the bound."""
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("deepseek_v3", dict(mla_prefill="ragged", arch="sm80")),
+        ("deepseek_v3", dict(mla_prefill="absorbed", arch="sm80")),
+        ("deepseek_v32", dict()),
+    ],
+    ids=["mla_ragged", "mla_absorbed", "dsa"],
+)
+def test_latent_left_padded_forward_matches_eager_at_every_position(
+    name: str, options: dict
+) -> None:
+    """MLA and DSA layers of a left-padded forward: the logits at every position, pads
+    included, against fp32 eager within twice eager fp16's deviation. A pad sees no key
+    (DSA: its picks are masked too): eager's uniform softmax averages the forward's values,
+    which attngen writes (w_uv times the mean latent); zeros there moved the pad positions'
+    logits far outside the bound."""
     import copy
 
     from attngen.integrations import transformers as atf
 
-    reference = M.build(TINY_DEEPSEEK, 0, "cpu")
+    case = TINY_DEEPSEEK if name == "deepseek_v3" else TINY_DEEPSEEK_V32
+    reference = M.build(case, 0, "cpu")
     eager = copy.deepcopy(reference).half()
     model = copy.deepcopy(reference).half()
-    atf.enable(model, page_size=16, mla_prefill=prefill, **dict(FP16, arch="sm80"))
-    ids, mask = M.prompts(TINY_DEEPSEEK, 0, "cpu")
+    atf.enable(model, **dict(FP16, **options))
+    ids, mask = M.prompts(case, 0, "cpu")
     with torch.no_grad():
         want = reference(input_ids=ids, attention_mask=mask).logits
         got = model(input_ids=ids, attention_mask=mask).logits
