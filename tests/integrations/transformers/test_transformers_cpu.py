@@ -471,22 +471,25 @@ def test_generate_exact_tokens_interpreter() -> None:
         ("deepseek_v3", dict(mla_prefill="ragged", arch="sm80")),
         ("deepseek_v3", dict(mla_prefill="absorbed", arch="sm80")),
         ("deepseek_v32", dict()),
+        ("qwen3_next", dict()),
     ],
-    ids=["mla_ragged", "mla_absorbed", "dsa"],
+    ids=["mla_ragged", "mla_absorbed", "dsa", "gdn"],
 )
 def test_latent_left_padded_forward_matches_eager_at_every_position(
     name: str, options: dict
 ) -> None:
-    """MLA and DSA layers of a left-padded forward: the logits at every position, pads
+    """MLA, DSA and GDN layers of a left-padded forward: the logits at every position, pads
     included, against fp32 eager within twice eager fp16's deviation. A pad sees no key
     (DSA: its picks are masked too): eager's uniform softmax averages the forward's values,
     which attngen writes (w_uv times the mean latent); zeros there moved the pad positions'
-    logits far outside the bound."""
+    logits far outside the bound. A GDN layer's pad is zero in transformers too (it zeroes
+    the pads' hidden states: q = k = v = 0 there, and the state before them is empty)."""
     import copy
 
     from attngen.integrations import transformers as atf
 
-    case = TINY_DEEPSEEK if name == "deepseek_v3" else TINY_DEEPSEEK_V32
+    cases = dict(deepseek_v3=TINY_DEEPSEEK, deepseek_v32=TINY_DEEPSEEK_V32)
+    case = cases.get(name, TINY_QWEN3_NEXT)
     reference = M.build(case, 0, "cpu")
     eager = copy.deepcopy(reference).half()
     model = copy.deepcopy(reference).half()
