@@ -50,7 +50,7 @@ import torch
 
 from attngen.integrations.transformers import dsa, gdn, masks, mla
 from attngen.integrations.transformers.encoder import EncoderState, RowPlan
-from attngen.integrations.transformers.generate import GenerateState
+from attngen.integrations.transformers.generate import GenerateState, left_padded
 from attngen.integrations.transformers.masks import LayerMask
 from attngen.integrations.transformers.options import Options
 from attngen.integrations.transformers.paged import PagedState, layer_window
@@ -174,7 +174,10 @@ def padding_mask(
         q_offset=offset,
         device=device if device is not None else "cpu",
     )
-    if not runtime.cache_free:
+    # a first forward padded other than on the left (scoring a right-padded batch) is served
+    # cache-free as a model that does not generate is; generating on from it is refused
+    scoring = offset == 0 and not left_padded(attention_mask)
+    if not runtime.cache_free and not scoring:
         generate.begin(attention_mask, **begin)
         return LayerMask(pattern, mask_function, generate.forward)
     if offset or int(kv_length) != int(q_length):

@@ -80,6 +80,16 @@ class Forward:
         return torch.tensor(rows, dtype=torch.int64, device=device)
 
 
+def left_padded(mask: torch.Tensor | None) -> bool:
+    """Whether every row of a ``[B, S]`` padding mask is pads, then tokens (one host sync)."""
+    if mask is None:
+        return True
+    host = mask.detach().to("cpu", torch.bool)
+    real = host.sum(dim=1)
+    ends = host.flip(1).int().cumprod(dim=1).sum(dim=1)  # kept tokens ending each row
+    return bool((real == ends).all())
+
+
 class GenerateState:
     """attngen's cache and batch bookkeeping for plain generation (one per model)."""
 
@@ -97,6 +107,7 @@ class GenerateState:
         self.layers: dict[int, AttentionLayer] = {}
         self.forward: Forward | None = None
         self.deferred: AttngenInputError | None = None  # why this forward has no bookkeeping
+        self.uncached = False  # this generation's first forward ran without attngen's cache
 
     # -- per forward ----
 
@@ -147,6 +158,12 @@ class GenerateState:
                     f"attention_mask: expected [{batch_size}, {total}] (cached + new "
                     f"positions), got {list(mask.shape)}"
                 )
+        if q_offset and self.uncached:
+            raise AttngenInputError(
+                "this generation's first forward was not left-padded: attngen served it "
+                "exactly but without its KV cache; generating on from it needs left padding "
+                "(a tokenizer's padding_side='left', what generate() expects)"
+            )
         host = mask.cpu()
         real = host.sum(dim=1).tolist()
         for b, n in enumerate(real):
@@ -158,6 +175,7 @@ class GenerateState:
         new = [min(n, q_length) for n in real]
         prefix = [n - k for n, k in zip(real, new)]
         if q_offset == 0:
+            self.uncached = False
             self.lengths = [0] * batch_size
             self.pages = [[] for _ in range(batch_size)]
             self.num_pages_used = 0
@@ -178,6 +196,7 @@ class GenerateState:
             self.deferred = None
         except AttngenInputError as error:
             self.forward, self.deferred = None, error
+            self.uncached = self.uncached or not begin.get("q_offset")
 
     def check_within_chunk(self, chunk: int) -> None:
         """A chunked causal mask (Llama-4's ``attention_chunk_size``: each token sees the

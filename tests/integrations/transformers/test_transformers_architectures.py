@@ -575,3 +575,24 @@ def test_left_padded_forward_matches_eager_at_every_position() -> None:
     ours = (got.float() - want).abs().amax(dim=-1)
     bound = 2 * (theirs.float() - want).abs().max().item()
     assert (ours <= bound).all(), (ours, bound)
+
+
+def test_right_padded_forward_served_cache_free_and_generation_refused() -> None:
+    """A first forward of a model that generates, padded other than on the left (right
+    padding, a hole: scoring a batch): served cache-free, the logits at every position
+    against fp32 eager; generating on from such a batch is refused at its next forward."""
+    model = M.build(M.Case("scored", lambda: qwen3_config(head_dim=128), (), ()), 0, "cpu")
+    ids = torch.randint(1, VOCAB, (3, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    mask[2, [3, 4]] = 0
+    run = M.run_against_eager(
+        model, dict(input_ids=ids, attention_mask=mask), "logits", backend="triton", **FP16
+    )
+    assert len(run.calls) == 2 and all(call[5] for call in run.calls)  # causal, cache-free
+    M.judge_encoder_tower(run, keys=mask)
+    attngen = copy.deepcopy(model).half()
+    atf.enable(attngen, backend="triton", **FP16)
+    match = "this generation's first forward was not left-padded"
+    with pytest.raises(AttngenInputError, match=match), torch.no_grad():
+        attngen.generate(input_ids=ids, attention_mask=mask, max_new_tokens=2, do_sample=False)
