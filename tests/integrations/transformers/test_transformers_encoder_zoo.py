@@ -8,6 +8,10 @@ state against its own fp32 eager run, within twice the deviation of transformers
 in fp16 (the model's fp16 rounding outside attention dominates both; a wrong attention is
 far outside it), and every attention call on attngen's encoder path.
 
+A vision-language model (Llava): its vision tower (a config of its own: before every
+module's config got the runtime, the tower's layers found none) on the encoder path, its
+Llama on plain generate, greedy tokens equal to fp32 eager's.
+
 Refused, with what the user reads: models whose attention bypasses the AttentionInterface
 (at ``enable``), T5's position bias, BEiT's relative position bias (added to the mask),
 ModernBERT's bidirectional sliding-window layers.
@@ -15,6 +19,7 @@ ModernBERT's bidirectional sliding-window layers.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 import pytest
@@ -199,3 +204,40 @@ def test_encoder_class_refused(name: str) -> None:
     with pytest.raises(AttngenInputError, match=match), torch.no_grad():
         attngen_tf.enable(model, **OPTIONS)
         model(**_half(inputs(torch.Generator().manual_seed(1))))
+
+
+def test_llava_vision_tower_and_language_model() -> None:
+    """A vision-language model (Llava: a CLIP vision tower, its own config, and a Llama):
+    the tower on the encoder path, the language model on plain generate; the logits of the
+    image + text prompt against eager, and greedy tokens equal to fp32 eager's."""
+    import transformers
+
+    vision = transformers.CLIPVisionConfig(**IMAGE)
+    text = transformers.LlamaConfig(
+        **M._common(hidden_size=256, intermediate_size=256, num_attention_heads=2)
+    )
+    cfg = transformers.LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=5,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="full",  # 17 features an image: 16 patches + CLS
+    )
+    torch.manual_seed(0)
+    reference = transformers.LlavaForConditionalGeneration(cfg).eval()
+    reference.set_attn_implementation("eager")
+    M.moderate_scores(reference)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.cat([torch.full((2, 17), 5), torch.randint(10, 500, (2, 6), generator=gen)], 1)
+    pixels = torch.randn(2, 3, 32, 32, generator=gen)
+    inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixels)
+    run = M.run_against_eager(reference, inputs, "logits", page_size=16, **OPTIONS)
+    assert [call[5] for call in run.calls] == [False, False]  # the tower's two layers
+    M.assert_within_eager(run)
+    model = copy.deepcopy(reference).half()
+    attngen_tf.enable(model, page_size=16, **OPTIONS)
+    greedy = dict(max_new_tokens=3, do_sample=False)
+    with torch.no_grad():
+        got = model.generate(**dict(inputs, pixel_values=pixels.half()), **greedy)
+        want = reference.generate(**inputs, **greedy)
+    assert torch.equal(got[:, -3:], want[:, -3:]), (got[:, -3:], want[:, -3:])
