@@ -176,7 +176,7 @@ def padding_mask(
     )
     # a first forward padded other than on the left (scoring a right-padded batch) is served
     # cache-free as a model that does not generate is; generating on from it is refused
-    scoring = offset == 0 and not left_padded(attention_mask)
+    scoring = offset == 0 and int(kv_length) == int(q_length) and not left_padded(attention_mask)
     if not runtime.cache_free and not scoring:
         generate.begin(attention_mask, **begin)
         return LayerMask(pattern, mask_function, generate.forward)
