@@ -156,7 +156,7 @@ def padding_mask(
     a :class:`~attngen.integrations.transformers.masks.LayerMask`: the kernels apply
     causality and windows themselves, and the layers that get it check that they can
     (``masks.py``: a chunked, bidirectional or custom mask is refused, not served as causal)."""
-    offset = int(q_offset) if not isinstance(q_offset, torch.Tensor) else int(q_offset.item())
+    offset, kv_offset = _host_int(q_offset), _host_int(kv_offset)
     generate = runtime_of(config).generate
     pattern = masks.classify(mask_function)
     if pattern.bidirectional:
@@ -198,6 +198,11 @@ def padding_mask(
     return LayerMask(pattern, mask_function, generate.forward, rows, cache_free=plain)
 
 
+def _host_int(x: Any) -> int:
+    """An offset transformers passes as an int or a one-element tensor (a static cache's)."""
+    return int(x.item()) if isinstance(x, torch.Tensor) else int(x)
+
+
 def _bidirectional(
     pattern: masks.MaskPattern,
     mask_function: Callable[..., Any] | None,
@@ -206,14 +211,13 @@ def _bidirectional(
     q_length: int,
     kv_length: int,
     q_offset: int,
-    kv_offset: Any,
+    kv_offset: int,
 ) -> LayerMask:
     """An encoder's self-attention mask (``create_bidirectional_mask``): the padding mask's
     :class:`~attngen.integrations.transformers.encoder.RowPlan` for the encoder path.
     Bidirectional attention over cached keys (a decoder run with ``is_causal=False`` past its
     first forward) or keys of another length (cross-attention) is described as refused, and
     a layer that gets it is refused."""
-    kv_offset = int(kv_offset) if not isinstance(kv_offset, torch.Tensor) else int(kv_offset.item())
     if q_offset or kv_offset or int(kv_length) != int(q_length):
         refused = masks.MaskPattern(
             refused=f"a bidirectional mask over {int(kv_length)} keys for {int(q_length)} "

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attngen.integrations.transformers.generate import uniform_rows
 from attngen.integrations.transformers.options import Options
 from attngen.integrations.transformers.select import Choice, LayerFeatures, choose
 from attngen.runtime.checks import AttngenInputError
@@ -116,10 +117,7 @@ class EncoderState:
                 self._prefill(choice, q_p, k_p, v_p, part.cu_seqlens, packed, part.max_len, scaling)
                 out[part.out_dst] = packed[part.out_src]
         if rows.mean_dst.numel():
-            # no key to attend to: eager's softmax over an all-masked row is uniform
-            group = heads // int(value.shape[1])
-            means = value.float().mean(dim=2).repeat_interleave(group, 1)  # [B, Hq, Dv]
-            out[rows.mean_dst] = means[rows.mean_rows].to(dtype)
+            out[rows.mean_dst] = uniform_rows(value, heads)[rows.mean_rows].to(dtype)
         return out.view(batch, seq, heads, dv).to(query.dtype)
 
     def _part_choice(

@@ -82,12 +82,21 @@ class Forward:
 
 def left_padded(mask: torch.Tensor | None) -> bool:
     """Whether every row of a ``[B, S]`` padding mask is pads, then tokens (one host sync)."""
-    if mask is None:
-        return True
-    host = mask.detach().to("cpu", torch.bool)
-    real = host.sum(dim=1)
-    ends = host.flip(1).int().cumprod(dim=1).sum(dim=1)  # kept tokens ending each row
-    return bool((real == ends).all())
+    return mask is None or bool(_tokens_last(mask.detach().to("cpu", torch.bool)).all())
+
+
+def _tokens_last(host: torch.Tensor) -> torch.Tensor:
+    """Per row of a ``[B, S]`` bool mask: are its kept tokens its last positions?"""
+    ending = host.flip(1).int().cumprod(dim=1).sum(dim=1)  # kept tokens ending each row
+    return host.sum(dim=1) == ending
+
+
+def uniform_rows(value: torch.Tensor, heads: int) -> torch.Tensor:
+    """What eager attention gives a query that sees no key (its softmax over the all-masked
+    row is uniform): the mean of ``value [B, Hkv, S, Dv]`` over its S positions, per query
+    head: ``[B, heads, Dv]`` in float32."""
+    group = heads // int(value.shape[1])
+    return value.float().mean(dim=2).repeat_interleave(group, 1)
 
 
 class GenerateState:
@@ -166,8 +175,9 @@ class GenerateState:
             )
         host = mask.cpu()
         real = host.sum(dim=1).tolist()
+        tokens_last = _tokens_last(host).tolist()
         for b, n in enumerate(real):
-            if n == 0 or not bool(host[b, total - n :].all()):
+            if n == 0 or not tokens_last[b]:
                 raise AttngenInputError(
                     f"attention_mask row {b}: attngen serves left-padded batches (pads, then "
                     f"tokens), got {host[b].int().tolist()}"
@@ -285,9 +295,7 @@ class GenerateState:
             # a pad row (before its row's tokens) sees no key: eager's softmax over the
             # all-masked row is uniform, the mean of every value transformers passed (past
             # and new); with sinks the sink takes it all and the row stays zero
-            group = heads // int(value.shape[1])
-            means = value.float().mean(dim=2).repeat_interleave(group, 1)  # [B, Hq, Dv]
-            full.view(bs, q_len, heads, dv)[:] = means[:, None].to(query.dtype)
+            full.view(bs, q_len, heads, dv)[:] = uniform_rows(value, heads)[:, None]
         full[fwd.q_rows] = out.view(-1, heads, dv).to(query.dtype)
         return full.view(bs, q_len, heads, dv)
 
