@@ -34,28 +34,11 @@ from attngen.runtime.checks import AttngenInputError  # noqa: E402
 OPTIONS = dict(arch="sm90", backend="triton")  # the interpreter runs Triton only
 pytestmark = pytest.mark.xdist_group("transformers-encoder")
 H, HEADS = 128, 2
-TEXT = dict(
-    hidden_size=H,
-    num_attention_heads=HEADS,
-    num_hidden_layers=2,
-    intermediate_size=96,
-    vocab_size=100,
-    max_position_embeddings=64,
-)
-IMAGE = dict(
-    hidden_size=H,
-    num_attention_heads=HEADS,
-    num_hidden_layers=2,
-    intermediate_size=96,
-    image_size=32,
-    patch_size=8,
-    num_channels=3,
-)
+LAYERS = dict(hidden_size=H, num_attention_heads=HEADS, num_hidden_layers=2, intermediate_size=96)
+TEXT = dict(LAYERS, vocab_size=100, max_position_embeddings=64)
+IMAGE = dict(LAYERS, image_size=32, patch_size=8, num_channels=3)
 AUDIO = dict(
-    hidden_size=H,
-    num_attention_heads=HEADS,
-    num_hidden_layers=2,
-    intermediate_size=96,
+    LAYERS,
     conv_dim=(32, 32),
     conv_stride=(5, 2),
     conv_kernel=(10, 3),
