@@ -28,8 +28,11 @@ or refuses it, naming the layer, where attngen's kernels cannot apply the mask. 
 layers with no mask (vision towers) or a bidirectional padding mask over their own tokens
 (text encoders: BERT, SigLIP's text tower) run the cache-free prefill of ``encoder.py``, and
 so do the plain causal layers of a model that does not generate (``Runtime.cache_free``:
-CLIP's text tower, base models, classifiers), under any padding; refused are non-causal
-attention over a cache or under any other mask, packed sequences, ``or_mask_function``
+CLIP's text tower, base models, classifiers), under any padding. Non-causal layers over
+other keys (the cross-attention of encoder-decoder models such as BART and Whisper, a
+decoder run with ``is_causal=False`` past its first forward) run decode requests over the
+keys each row keeps (``cross.py``). Refused are non-causal attention under any other mask
+or a window, packed sequences, ``or_mask_function``
 overlays, custom 4-D masks, masks the model computes with, chunked attention past the first
 chunk (Llama-4), a ``sliding_window`` its mask does not apply. ``enable`` refuses a model
 whose attention does not go through transformers' AttentionInterface (Falcon, Bloom, MPT:
@@ -49,6 +52,7 @@ from typing import Any, Callable
 import torch
 
 from attngen.integrations.transformers import dsa, gdn, masks, mla
+from attngen.integrations.transformers.cross import CrossState, KeyPlan
 from attngen.integrations.transformers.encoder import EncoderState, RowPlan
 from attngen.integrations.transformers.generate import GenerateState, left_padded
 from attngen.integrations.transformers.masks import LayerMask
@@ -70,12 +74,15 @@ class Runtime:
     def __init__(self, config: Any, options: Options) -> None:
         self.options = options
         self.config = config
-        self.generate = GenerateState(options, int(config.num_hidden_layers))
+        num_layers = _num_layers(config)
+        self.generate = GenerateState(options, num_layers)
         self.paged = PagedState(options)
         self.mla = mla.MlaGenerate(options, self.generate)  # DeepSeek-V3 layers (mla.py)
         self.gdn = gdn.GdnGenerate(options, self.generate)  # Qwen3-Next, Qwen3.5 linear layers
         self.dsa = dsa.DsaGenerate(options, self.generate)  # DeepSeek-V3.2 layers (dsa.py)
         self.encoder = EncoderState(options)  # cache-free layers (encoder.py)
+        # non-causal layers over other keys: cross-attention, a bidirectional decoder's cache
+        self.cross = CrossState(options, num_layers)
         # a model that does not generate (an encoder, a classifier, a reward model, CLIP's
         # text tower): its plain causal layers run cache-free too (set by enable)
         self.cache_free = False
@@ -84,6 +91,13 @@ class Runtime:
         self.mla_observers: list[Callable[..., None]] = []
         self.gdn_observers: list[Callable[..., None]] = []
         self.dsa_observers: list[Callable[..., None]] = []
+
+
+def _num_layers(config: Any) -> int:
+    """Layer indices the model's attention modules use: an encoder-decoder config's
+    ``num_hidden_layers`` names its encoder's (BART, Whisper), its decoder may have more."""
+    names = ("num_hidden_layers", "decoder_layers", "num_decoder_layers", "encoder_layers")
+    return max(int(getattr(config, n, 0) or 0) for n in names)
 
 
 def enable(model: torch.nn.Module, **options: Any) -> Runtime:
@@ -214,17 +228,13 @@ def _bidirectional(
     kv_offset: int,
 ) -> LayerMask:
     """An encoder's self-attention mask (``create_bidirectional_mask``): the padding mask's
-    :class:`~attngen.integrations.transformers.encoder.RowPlan` for the encoder path.
-    Bidirectional attention over cached keys (a decoder run with ``is_causal=False`` past its
-    first forward) or keys of another length (cross-attention) is described as refused, and
-    a layer that gets it is refused."""
+    :class:`~attngen.integrations.transformers.encoder.RowPlan` for the encoder path. Over
+    other keys (cross-attention: the encoder's; a decoder run with ``is_causal=False`` past
+    its first forward: the cache's), the :class:`~attngen.integrations.transformers.cross.
+    KeyPlan` of the keys each row keeps, for the cross path."""
     if q_offset or kv_offset or int(kv_length) != int(q_length):
-        refused = masks.MaskPattern(
-            refused=f"a bidirectional mask over {int(kv_length)} keys for {int(q_length)} "
-            f"queries at offset {q_offset} (cached keys or cross-attention): attngen's encoder "
-            "path attends within the forward's own tokens"
-        )
-        return LayerMask(refused, mask_function, None)
+        keys = KeyPlan.of(attention_mask, int(batch_size), int(q_length), int(kv_length))
+        return LayerMask(pattern, mask_function, None, keys=keys)
     rows = RowPlan.of(attention_mask, int(batch_size), int(q_length), causal=False)
     return LayerMask(pattern, mask_function, None, rows, cache_free=True)
 
@@ -282,7 +292,16 @@ def _attention(
     paged = kwargs.get("cache") is not None  # continuous batching: transformers' paged cache
     bidirectional = isinstance(attention_mask, LayerMask) and attention_mask.pattern.bidirectional
     unmasked_or_padded = attention_mask is None or bidirectional
-    encoder = not paged and unmasked_or_padded and _non_causal(module, kwargs)
+    # every query of a row over the keys the row keeps, keys not the forward's own tokens
+    over_keys = (
+        not paged
+        and _non_causal(module, kwargs)
+        and (
+            (attention_mask is None and key.shape[-2] != query.shape[-2])
+            or (bidirectional and attention_mask.keys is not None)
+        )
+    )
+    encoder = not paged and not over_keys and unmasked_or_padded and _non_causal(module, kwargs)
     cache_free_causal = (
         not paged
         and isinstance(attention_mask, LayerMask)
@@ -291,10 +310,23 @@ def _attention(
         and not _non_causal(module, kwargs)
         and s_aux is None
     )
-    _refuse_unserved(module, kwargs, paged, encoder)
+    _refuse_unserved(module, kwargs, paged, encoder or over_keys)
     runtime = runtime_of(module.config)
     if scaling is None:
         scaling = float(query.shape[-1]) ** -0.5
+    if over_keys:  # cross-attention (cross.py): decode requests over the kept keys
+        if sliding_window is not None:
+            raise AttngenInputError(
+                f"a non-causal layer with sliding_window={sliding_window} over other keys: "
+                "attngen's cross-attention path attends to every key the mask keeps"
+            )
+        # decode attention over a request's whole KV: the causal spec's decode kernel
+        features = LayerFeatures.of_call(query, key, value, None, softcap, s_aux, causal=True)
+        plan = attention_mask.keys if attention_mask is not None else None
+        out = runtime.cross.attend(
+            module, query, key, value, scaling=scaling, features=features, plan=plan, sinks=s_aux
+        )
+        return out, None
     if encoder:  # a vision tower's layer: no mask, no cache (encoder.py)
         if sliding_window is not None:
             raise AttngenInputError(
@@ -374,18 +406,18 @@ def _non_causal(module: torch.nn.Module, kwargs: dict[str, Any]) -> bool:
 
 
 def _refuse_unserved(
-    module: torch.nn.Module, kwargs: dict[str, Any], paged: bool, encoder: bool
+    module: torch.nn.Module, kwargs: dict[str, Any], paged: bool, served: bool
 ) -> None:
     """Call arguments (and module flags) that change what attention computes and that
-    attngen's kernels do not apply: refused, not ignored. ``encoder``: a non-causal layer
-    without a mask, which the encoder path serves."""
-    if _non_causal(module, kwargs) and not encoder:
+    attngen's kernels do not apply: refused, not ignored. ``served``: a non-causal layer
+    without a mask, or under a bidirectional padding mask, which the encoder or cross path
+    serves."""
+    if _non_causal(module, kwargs) and not served:
         raise AttngenInputError(
-            "non-causal attention under a mask other than a bidirectional padding mask, or "
-            "over a cache (is_causal=False, e.g. use_bidirectional_attention, or a decoder "
-            "run bidirectionally past its first forward): attngen serves non-causal layers "
-            "only cache-free over their own tokens (encoders, vision towers); its paged "
-            "kernels are causal"
+            "non-causal attention under a mask other than a bidirectional padding mask "
+            "(is_causal=False, e.g. use_bidirectional_attention): attngen serves non-causal "
+            "layers with no mask or a padding mask only (encoders, vision towers, "
+            "cross-attention)"
         )
     for name, what in (
         ("position_bias", "an additive position bias"),

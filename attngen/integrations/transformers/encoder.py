@@ -18,7 +18,7 @@ are packed as queries in bidirectional requests of their own that carry copies o
 keys, so every position's output is exact: one launch for an encoder layer, two for a
 causal one. A position that sees no kept key gets the mean of its row's values, as eager
 attention's uniform softmax over an all-masked row does. Attention over cached keys or keys
-of another length (cross-attention) is refused by the caller.
+of another length (cross-attention) is ``cross.py``'s.
 """
 
 from __future__ import annotations

@@ -260,7 +260,7 @@ class GenerateState:
         """One layer's attention of this forward's new tokens; ``[B, Sq, H, Dv]``."""
         bs, heads, q_len, _ = query.shape
         fwd = self.current("attention", "query", bs, q_len, " (it registers both)")
-        layer_id = self._layer_id(module)
+        layer_id = layer_index(module, self.num_layers)
         if layer_id in fwd.attended:
             raise AttngenInputError(
                 f"the attention function ran twice for layer {layer_id} in one forward (as "
@@ -316,37 +316,10 @@ class GenerateState:
         if backend is None:
             assert self.pool is not None and self.req_pool is not None
             choice = self.choice(features, dtype, device)
-            backend = choice.backend_class(
-                num_q_heads=features.gqa_group * self.pool.num_kv_heads,
-                num_kv_heads=self.pool.num_kv_heads,
-                head_dim=features.head_dim,
-                v_head_dim=features.v_head_dim,
-                page_size=self.pool.page_size,
-                dtype=dtype,
-                device=self.pool.device,
-                req_to_token_pool=self.req_pool,
-                kv_pool=self.pool,
-                kv_cache_dtype=self.options.kv_dtype(dtype),
-                kv_scale=choice.config.kv_scale,
-            )
+            kv_dtype = self.options.kv_dtype(dtype)
+            backend = new_backend(choice, features, dtype, kv_dtype, self.pool, self.req_pool)
             self.backends[features] = backend
         return backend
-
-    def _layer_id(self, module: torch.nn.Module) -> int:
-        """The module's own ``layer_idx``: attngen's cache keeps one K/V per layer index."""
-        index = getattr(module, "layer_idx", None)
-        if (
-            isinstance(index, bool)
-            or not isinstance(index, int)
-            or not (0 <= index < self.num_layers)
-        ):
-            raise AttngenInputError(
-                f"the attention module has no layer index of its own (layer_idx={index!r}; "
-                "e.g. a block shared by several layers, as Zamba's and Zamba2's shared "
-                f"transformer blocks): attngen keeps one KV cache per layer_idx in "
-                f"0..{self.num_layers - 1} and cannot tell which layer this call is"
-            )
-        return index
 
     def _layer(
         self,
@@ -356,25 +329,10 @@ class GenerateState:
         value: torch.Tensor,
         scaling: float,
     ) -> AttentionLayer:
-        layer = self.layers.get(layer_id)
-        if layer is None or layer.scaling != float(scaling):
-            scale = None
-            if self.options.kv_cache_dtype in FP8:
-                scale = torch.tensor(
-                    [self.options.kv_scale], dtype=torch.float32, device=query.device
-                )
-            layer = AttentionLayer(
-                layer_id=layer_id,
-                num_q_heads=int(query.shape[1]),
-                num_kv_heads=int(key.shape[1]),
-                head_dim=int(query.shape[-1]),
-                v_head_dim=int(value.shape[-1]),
-                scaling=float(scaling),
-                k_scale=scale,
-                v_scale=scale,
-            )
-            self.layers[layer_id] = layer
-        return layer
+        scale = None
+        if self.options.kv_cache_dtype in FP8:
+            scale = torch.tensor([self.options.kv_scale], dtype=torch.float32, device=query.device)
+        return layer_of(self.layers, layer_id, query, key, value, scaling, scale)
 
     # -- storage ----
 
@@ -448,3 +406,67 @@ def _rows(x: torch.Tensor, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tens
     bs, heads, length, dim = x.shape
     flat = x.transpose(1, 2).reshape(bs * length, heads, dim)
     return flat.index_select(0, rows).to(dtype).contiguous()
+
+
+def layer_index(module: torch.nn.Module, num_layers: int) -> int:
+    """The module's own ``layer_idx``: attngen's caches keep one K/V per layer index."""
+    index = getattr(module, "layer_idx", None)
+    if isinstance(index, bool) or not isinstance(index, int) or not (0 <= index < num_layers):
+        raise AttngenInputError(
+            f"the attention module has no layer index of its own (layer_idx={index!r}; "
+            "e.g. a block shared by several layers, as Zamba's and Zamba2's shared "
+            f"transformer blocks): attngen keeps one KV cache per layer_idx in "
+            f"0..{num_layers - 1} and cannot tell which layer this call is"
+        )
+    return index
+
+
+def layer_of(
+    layers: dict[int, AttentionLayer],
+    layer_id: int,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scaling: float,
+    kv_scale: torch.Tensor | None,
+) -> AttentionLayer:
+    """The backend's description of layer ``layer_id`` (kept in ``layers``; made again when
+    its scaling changes), ``kv_scale`` its fp8 K and V scale (None: no fp8 cache)."""
+    layer = layers.get(layer_id)
+    if layer is None or layer.scaling != float(scaling):
+        layer = AttentionLayer(
+            layer_id=layer_id,
+            num_q_heads=int(query.shape[1]),
+            num_kv_heads=int(key.shape[1]),
+            head_dim=int(query.shape[-1]),
+            v_head_dim=int(value.shape[-1]),
+            scaling=float(scaling),
+            k_scale=kv_scale,
+            v_scale=kv_scale,
+        )
+        layers[layer_id] = layer
+    return layer
+
+
+def new_backend(
+    choice: Choice,
+    features: LayerFeatures,
+    dtype: torch.dtype,
+    kv_dtype: torch.dtype,
+    pool: PagedKVPool,
+    req_pool: ReqToTokenPool,
+) -> Any:
+    """The generated backend of ``choice`` for layers of ``features`` over ``pool``."""
+    return choice.backend_class(
+        num_q_heads=features.gqa_group * pool.num_kv_heads,
+        num_kv_heads=pool.num_kv_heads,
+        head_dim=features.head_dim,
+        v_head_dim=features.v_head_dim,
+        page_size=pool.page_size,
+        dtype=dtype,
+        device=pool.device,
+        req_to_token_pool=req_pool,
+        kv_pool=pool,
+        kv_cache_dtype=kv_dtype,
+        kv_scale=choice.config.kv_scale,
+    )

@@ -73,7 +73,7 @@ class LayerMask:
     computes with it, as with a tensor (Doge's dynamic mask reads its dtype), gets an error
     that says so."""
 
-    __slots__ = ("pattern", "mask_function", "forward", "rows", "cache_free")
+    __slots__ = ("pattern", "mask_function", "forward", "rows", "cache_free", "keys")
 
     def __init__(
         self,
@@ -82,6 +82,7 @@ class LayerMask:
         forward: Any,
         rows: Any = None,
         cache_free: bool = False,
+        keys: Any = None,
     ) -> None:
         self.pattern = pattern
         self.mask_function = mask_function
@@ -90,6 +91,9 @@ class LayerMask:
         # the layers it reaches may run cache-free (a bidirectional mask, or a plain causal
         # one in a model that does not generate)
         self.cache_free = cache_free
+        # a bidirectional mask over keys other than the forward's own tokens (cross-attention,
+        # a bidirectional decoder's cache) as cross.KeyPlan: which keys each row keeps
+        self.keys = keys
 
     def __repr__(self) -> str:
         return f"LayerMask({self.pattern.describe()})"

@@ -1270,23 +1270,27 @@ def float64_encoder_attention(
     keys: torch.Tensor | None = None,
     causal: bool = False,
 ) -> torch.Tensor:
-    """[B, Hq, S, D] x [B, Hkv, S, D] -> [B, S, Hq, Dv] in float64. Without ``keys`` every key
-    of its row (``causal``: up to the query) is visible: the MHA family's oracle
-    (``prefill_ref``) over the rows as B requests. With a ``[B, S]`` padding mask ``keys``,
-    every query (padded ones too) attends to its row's kept keys (``causal``: up to it), as
-    transformers' eager attention does; a query that sees no kept key gets the mean of its
-    row's values (eager's softmax over an all-masked row is uniform)."""
+    """[B, Hq, Sq, D] x [B, Hkv, Sk, D] -> [B, Sq, Hq, Dv] in float64. Without ``keys`` every
+    key of its row (``causal``: up to the query) is visible: the MHA family's oracle
+    (``prefill_ref``) over the rows as B requests. With a ``[B, Sk]`` padding mask ``keys``
+    (or keys of another length than the queries: cross-attention), every query (padded ones
+    too) attends to its row's kept keys (``causal``: up to it), as transformers' eager
+    attention does; a query that sees no kept key gets the mean of its row's values (eager's
+    softmax over an all-masked row is uniform)."""
     from attngen.families.mha.reference import prefill_ref
     from attngen.hooks import MaskHooks
 
     batch, heads, seq, _ = q.shape
+    kv_len = k.shape[2]
+    if keys is None and kv_len != seq:
+        keys = torch.ones(batch, kv_len, dtype=torch.bool)
     if keys is not None:
         group = heads // k.shape[1]
         k64, v64 = (x.double().repeat_interleave(group, 1) for x in (k, v))
         scores = (q.double() @ k64.transpose(-1, -2)) * scale
-        kept = keys.to(q.device, torch.bool)[:, None, None, :].expand(batch, 1, seq, seq)
+        kept = keys.to(q.device, torch.bool)[:, None, None, :].expand(batch, 1, seq, kv_len)
         if causal:
-            kept = kept & torch.ones(seq, seq, dtype=torch.bool, device=q.device).tril()
+            kept = kept & torch.ones(seq, kv_len, dtype=torch.bool, device=q.device).tril()
         probs = torch.softmax(scores.masked_fill(~kept, float("-inf")), dim=-1)
         out = probs @ v64
         empty = ~kept.any(dim=-1, keepdim=True)
@@ -1311,6 +1315,23 @@ def record_encoder_calls(runtime: Any) -> list[tuple]:
         return out
 
     runtime.encoder.attend = recording
+    return calls
+
+
+def record_cross_calls(runtime: Any) -> list[tuple]:
+    """(query, key, value, scaling, out, keys) of every call ``runtime``'s cross path serves
+    (cross-attention, a bidirectional decoder over its cache); ``keys`` the ``[B, Sk]``
+    padding of the keys (None: every key)."""
+    calls: list[tuple] = []
+    attend = runtime.cross.attend
+
+    def recording(module, query, key, value, *, plan, **kw):  # noqa: ANN001, ANN202, ANN003
+        out = attend(module, query, key, value, plan=plan, **kw)
+        keys = None if plan is None else plan.kept
+        calls.append((query, key, value, kw["scaling"], out, keys))
+        return out
+
+    runtime.cross.attend = recording
     return calls
 
 
