@@ -54,7 +54,7 @@ import torch
 from attngen.integrations.transformers import dsa, gdn, masks, mla
 from attngen.integrations.transformers.cross import CrossState, KeyPlan
 from attngen.integrations.transformers.encoder import EncoderState, RowPlan
-from attngen.integrations.transformers.generate import GenerateState, left_padded
+from attngen.integrations.transformers.generate import GenerateState, left_padded, move_pages
 from attngen.integrations.transformers.masks import LayerMask
 from attngen.integrations.transformers.options import Options
 from attngen.integrations.transformers.paged import PagedState, layer_window
@@ -92,6 +92,45 @@ class Runtime:
         self.gdn_observers: list[Callable[..., None]] = []
         self.dsa_observers: list[Callable[..., None]] = []
 
+    def reorder(self, beam_idx: torch.Tensor) -> None:
+        """Beam search's reorder between two forwards (row ``b`` continues from row
+        ``beam_idx[b]``), in every cache attngen keeps for plain generate: the KV, latent
+        and index-key pages, the GDN states. The cross path's keys need none: transformers
+        reorders its cross cache into new tensors, which the cross path writes again."""
+        moved = self.generate.reorder(beam_idx)
+        if moved is not None:
+            for pool in (self.generate.pool, self.mla.pool, self.dsa.pool, self.dsa.index_pool):
+                move_pages(pool, *moved)
+        self.gdn.reorder(beam_idx)
+
+
+def _patch_reorder(model: torch.nn.Module, runtime: Runtime) -> None:
+    """Beam search reorders the model's cache between forwards through the model's
+    ``_reorder_cache`` when it has one, else the cache's ``reorder_cache``: give the model
+    one that reorders attngen's caches too (attngen's rows stayed in place before, and the
+    beams continued from the wrong rows)."""
+    original = getattr(model, "_attngen_original_reorder", None)
+    if original is None:
+        original = getattr(model, "_reorder_cache", None) or _reorder_transformers_cache
+        model._attngen_original_reorder = original
+
+    def reorder(past_key_values: Any, beam_idx: torch.Tensor) -> Any:
+        if model.config._attn_implementation == NAME:
+            runtime.reorder(beam_idx)
+        return original(past_key_values, beam_idx)
+
+    model._reorder_cache = reorder
+
+
+def _reorder_transformers_cache(past_key_values: Any, beam_idx: torch.Tensor) -> Any:
+    """What generate does without a model ``_reorder_cache``."""
+    if not hasattr(past_key_values, "reorder_cache"):
+        raise AttngenInputError(
+            f"beam search over a {type(past_key_values).__name__}, which cannot be reordered"
+        )
+    past_key_values.reorder_cache(beam_idx)
+    return past_key_values
+
 
 def _num_layers(config: Any) -> int:
     """Layer indices the model's attention modules use: an encoder-decoder config's
@@ -124,6 +163,7 @@ def enable(model: torch.nn.Module, **options: Any) -> Runtime:
     mla.patch(model, runtime, NAME)
     gdn.patch(model, runtime, NAME)
     dsa.patch(model, runtime, NAME)
+    _patch_reorder(model, runtime)
     return runtime
 
 

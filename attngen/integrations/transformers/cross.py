@@ -38,7 +38,7 @@ from attngen.integrations.transformers.generate import (
     uniform_rows,
 )
 from attngen.integrations.transformers.options import Options
-from attngen.integrations.transformers.select import Choice, LayerFeatures, choose
+from attngen.integrations.transformers.select import Choice, LayerFeatures, remembered_choice
 from attngen.runtime.batch import AttentionLayer, ForwardBatch, ForwardMode, ReqToTokenPool
 from attngen.runtime.checks import AttngenInputError
 from attngen.runtime.pools import PagedKVPool
@@ -116,7 +116,7 @@ class CrossState:
         self.options = options
         self.num_layers = num_layers
         self.page_size: int | None = options.page_size
-        self.choices: dict[tuple[LayerFeatures, torch.dtype, str], Choice] = {}
+        self.choices: dict[tuple[Any, ...], Choice] = {}
         self.pages: _Pages | None = None
         self.requests: dict[int, _Requests] = {}  # q_length -> requests over self.pages
         self.backends: dict[tuple[LayerFeatures, torch.dtype], Any] = {}
@@ -125,19 +125,10 @@ class CrossState:
         self.written: dict[int, tuple[Any, ...]] = {}  # layer -> the key / value it holds
 
     def choice(self, features: LayerFeatures, dtype: torch.dtype, device: torch.device) -> Choice:
-        arch = self.options.arch_for(device)
-        key = (features, dtype, arch)
-        if key not in self.choices:
-            self.choices[key] = choose(
-                features,
-                arch=arch,
-                dtype=dtype,
-                kv_dtype=dtype,  # the encoder's K/V stay in the activation dtype
-                page_size=self.page_size,
-                backend=self.options.backend,
-                phases=PHASES,
-            )
-        return self.choices[key]
+        return remembered_choice(
+            self.choices, features, arch=self.options.arch_for(device), dtype=dtype,
+            backend=self.options.backend, phases=PHASES, page_size=self.page_size,
+        )  # fmt: skip
 
     def attend(
         self,

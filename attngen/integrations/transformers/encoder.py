@@ -24,13 +24,14 @@ of another length (cross-attention) is ``cross.py``'s.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 from dataclasses import dataclass
 
 import torch
 
 from attngen.integrations.transformers.generate import uniform_rows
 from attngen.integrations.transformers.options import Options
-from attngen.integrations.transformers.select import Choice, LayerFeatures, choose
+from attngen.integrations.transformers.select import Choice, LayerFeatures, remembered_choice
 from attngen.runtime.checks import AttngenInputError
 
 PHASES = ("prefill",)
@@ -41,21 +42,13 @@ class EncoderState:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self.choices: dict[tuple[LayerFeatures, torch.dtype, str], Choice] = {}
+        self.choices: dict[tuple[Any, ...], Choice] = {}
 
     def choice(self, features: LayerFeatures, dtype: torch.dtype, device: torch.device) -> Choice:
-        arch = self.options.arch_for(device)
-        key = (features, dtype, arch)
-        if key not in self.choices:
-            self.choices[key] = choose(
-                features,
-                arch=arch,
-                dtype=dtype,
-                kv_dtype=dtype,  # no cache: K and V stay in the activation dtype
-                backend=self.options.backend,
-                phases=PHASES,
-            )
-        return self.choices[key]
+        return remembered_choice(
+            self.choices, features, arch=self.options.arch_for(device), dtype=dtype,
+            backend=self.options.backend, phases=PHASES,
+        )  # fmt: skip
 
     def missing(self, features: LayerFeatures, query: torch.Tensor) -> AttngenInputError | None:
         """Why no generated prefill config serves a layer of ``features`` for this query's

@@ -167,6 +167,19 @@ class GdnGenerate:
         full[rows] = out.to(mixed_qkv.dtype)
         return full.view(bs, q_len, shape.num_v_heads, shape.head_v_dim)
 
+    def reorder(self, beam_idx: torch.Tensor) -> None:
+        """Beam search's reorder: request row ``b`` continues from row ``beam_idx[b]``'s
+        conv and recurrent states (state slot ``r + 1`` is row ``r``'s)."""
+        pool = self.pool
+        if pool is None:
+            return
+        rows = beam_idx.numel()
+        src = beam_idx.to(device=pool.temporal[0].device, dtype=torch.int64).flatten() + 1
+        dst = torch.arange(1, rows + 1, device=src.device)
+        for states in (pool.temporal, pool.conv):
+            for state in states:
+                state[dst] = state[src]
+
     def _begin(
         self,
         fwd: Forward,

@@ -208,6 +208,44 @@ class GenerateState:
             self.forward, self.deferred = None, error
             self.uncached = self.uncached or not begin.get("q_offset")
 
+    def reorder(self, beam_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Beam search's reorder between two forwards: row ``b`` continues from what row
+        ``beam_idx[b]`` held. Each row keeps its own pages; returns the pages whose contents
+        move, as (source, destination) page indices on the pool's device (None: none move).
+        The caller copies them in every paged pool (:func:`move_pages`): whole pages, so any
+        pool layout; the rows of one prompt's beams have equal lengths, so a row's own pages
+        hold what it takes over (a row taking over a longer one is refused)."""
+        order = [int(i) for i in beam_idx.detach().flatten().tolist()]
+        rows = len(self.lengths)
+        if len(order) != rows or any(not 0 <= i < rows for i in order):
+            raise AttngenInputError(
+                f"beam_idx: expected {rows} row indices in 0..{rows - 1} (attngen's cache "
+                f"holds {rows} rows), got {order}"
+            )
+        ps = self.page_size
+        src: list[int] = []
+        dst: list[int] = []
+        for b, i in enumerate(order):
+            length = self.lengths[i]
+            if i == b or not length:
+                continue
+            assert ps is not None
+            pages = -(-length // ps)
+            if pages > len(self.pages[b]):
+                raise AttngenInputError(
+                    f"beam search moved row {i} ({length} tokens) into row {b}, whose "
+                    f"{len(self.pages[b])} pages of {ps} tokens cannot hold it: attngen reorders "
+                    "rows of equal lengths (the beams of one prompt)"
+                )
+            src += self.pages[i][:pages]
+            dst += self.pages[b][:pages]
+        self.lengths = [self.lengths[i] for i in order]
+        if not src:
+            return None
+        device = beam_idx.device
+        as_long = dict(dtype=torch.int64, device=device)
+        return torch.tensor(src, **as_long), torch.tensor(dst, **as_long)
+
     def check_within_chunk(self, chunk: int) -> None:
         """A chunked causal mask (Llama-4's ``attention_chunk_size``: each token sees the
         earlier tokens of its own chunk of ``chunk`` positions) is the plain causal mask while
@@ -470,3 +508,18 @@ def new_backend(
         kv_cache_dtype=kv_dtype,
         kv_scale=choice.config.kv_scale,
     )
+
+
+def move_pages(pool: Any, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Copy pages ``src`` over pages ``dst`` (all read before any is written) in every
+    per-layer buffer of an attngen pool whose first dim is its pages (K / V, latents, block
+    scales, index keys: whatever the layout within a page)."""
+    if pool is None:
+        return
+    for value in vars(pool).values():
+        if not isinstance(value, list):
+            continue
+        for buffer in value:
+            if isinstance(buffer, torch.Tensor) and buffer.shape[0] == pool.num_pages:
+                flat = buffer.view(torch.uint8)  # index copies of every dtype, fp8 included
+                flat[dst.to(buffer.device)] = flat[src.to(buffer.device)]

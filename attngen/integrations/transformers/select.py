@@ -145,6 +145,33 @@ def choose(
     return choice
 
 
+def remembered_choice(
+    choices: dict[tuple[Any, ...], Choice],
+    features: LayerFeatures,
+    *,
+    arch: str,
+    dtype: torch.dtype,
+    backend: str | None,
+    phases: tuple[str, ...],
+    page_size: int | None = None,
+) -> Choice:
+    """:func:`choose` for a layer whose K/V stay in the activation ``dtype`` (no fp8 cache:
+    cache-free and cross-attention layers), remembered in ``choices`` per (features, dtype,
+    arch, page size)."""
+    key = (features, dtype, arch, page_size)
+    if key not in choices:
+        choices[key] = choose(
+            features,
+            arch=arch,
+            dtype=dtype,
+            kv_dtype=dtype,
+            page_size=page_size,
+            backend=backend,
+            phases=phases,
+        )
+    return choices[key]
+
+
 def best_choice(
     arch: str,
     family: str,

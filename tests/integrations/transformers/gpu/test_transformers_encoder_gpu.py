@@ -47,7 +47,7 @@ def test_siglip_vision_tower(head_dim: int, heads: int, dtype: torch.dtype) -> N
 
 def _served_by(run: M.EagerRun, head_dim: int) -> None:
     choices = run.runtime.encoder.choices.items()
-    chosen = {(f.head_dim, f.causal, c.backend) for (f, _, _), c in choices}
+    chosen = {(f.head_dim, f.causal, c.backend) for (f, *_), c in choices}
     print(f"head_dim {head_dim}: served by {sorted(chosen)}")
 
 
