@@ -25,6 +25,7 @@ first decoding step), not at every step.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -73,10 +74,10 @@ class KeyPlan:
             return KeyPlan(batch, q_length, kv_length, (kv_length,) * batch, None)
         return KeyPlan(batch, q_length, kv_length, tuple(kept.sum(dim=1).tolist()), kept)
 
-    @property
+    @functools.cached_property
     def geometry(self) -> tuple[Any, ...]:
         """What the pool's pages depend on (not the query length)."""
-        kept = None if self.kept is None else tuple(self.kept.flatten().tolist())
+        kept = None if self.kept is None else self.kept.numpy().tobytes()
         return (self.batch, self.kv_length, kept)
 
     def kept_positions(self) -> torch.Tensor:
