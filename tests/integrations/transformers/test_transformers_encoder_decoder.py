@@ -10,6 +10,7 @@ into attngen's pages once per generation).
   as many decoder tokens as encoder tokens; greedy generation equal to fp32 eager's, each
   layer's encoder keys written once.
 - Whisper (no encoder mask: the cross layers get none): logits and greedy tokens.
+- EncoderDecoderModel (BERT to BERT: the decoder's cross-attention in BERT's modeling code).
 - ``CrossState`` alone: GQA 4, keys spanning partial pages, holes in the padding and a row
   that keeps no key (eager's uniform softmax: the mean of its values), every output against
   float64; keys reused when the same tensors come again, written again when modified in
@@ -184,6 +185,31 @@ def test_whisper_forward_and_generate() -> None:
         want = reference.generate(input_features=features, **settings)
         got = model.generate(input_features=features.half(), **settings)
     assert torch.equal(got, want), (got.tolist(), want.tolist())
+
+
+def test_bert2bert_forward() -> None:
+    """transformers' EncoderDecoderModel (a BERT encoder, a BERT decoder with cross-attention
+    layers: another modeling file) under an encoder padding mask."""
+    import transformers
+
+    sizes = dict(vocab_size=100, hidden_size=128, num_hidden_layers=2, num_attention_heads=2)
+    encoder = transformers.BertConfig(intermediate_size=96, **sizes)
+    decoder = transformers.BertConfig(
+        intermediate_size=96, is_decoder=True, add_cross_attention=True, **sizes
+    )
+    cfg = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+    cfg.decoder_start_token_id, cfg.pad_token_id = 2, 0
+    for c in (cfg, cfg.encoder, cfg.decoder):
+        c._attn_implementation = "eager"
+    torch.manual_seed(7)
+    reference = transformers.EncoderDecoderModel(cfg).eval()
+    gen = torch.Generator().manual_seed(8)
+    inputs = _encoder_batch(gen)
+    inputs["decoder_input_ids"] = torch.randint(3, 100, (3, 4), generator=gen)
+    run, cross = _against_eager(reference, inputs, 16)
+    assert len(cross) == 2 and len(run.calls) == 2
+    _judge_cross(cross, inputs["attention_mask"])
+    M.assert_within_eager(run)
 
 
 def _layer(index: int) -> Any:
