@@ -6,7 +6,8 @@ sequences came out different from eager's, silently. ``enable`` now gives the mo
 and GDN states the same way.
 
 Each model (left-padded prompts of different lengths, 3 beams) against fp32 eager's beam
-search: each prompt's returned beams equal (in either order); and with attngen's reorder switched off the same test
+search: each prompt's returned beams equal (in either order), for Qwen3 attngen's KV pages
+equal to transformers' own cache at every layer call (bitwise, every row); and with attngen's reorder switched off the same test
 fails (so it can). ``GenerateState.reorder`` alone: refusals.
 """
 
@@ -85,10 +86,18 @@ def test_beam_search_matches_eager(name: str) -> None:
     ids, mask = M.prompts(case, 0, "cpu")
     want = _beam_search(reference, ids, mask)
     model = copy.deepcopy(reference).half()
-    attngen_tf.enable(model, **options)
+    runtime = attngen_tf.enable(model, **options)
+    checked: list[int] = []
+    if name == "qwen3":  # attngen's KV pages against transformers' own cache, every layer
+        runtime.observers.append(M.cache_mirror(checked))
     assert _beam_search(model, ids, mask) == want
+    assert checked or name != "qwen3"
     # attngen's reorder off (transformers' own reorder only): the beams read other rows
     model._reorder_cache = model._attngen_original_reorder
+    if name == "qwen3":
+        with pytest.raises(AssertionError, match=r"layer \d+ row \d+: K differs"):
+            _beam_search(model, ids, mask)
+        runtime.observers.clear()
     assert _beam_search(model, ids, mask) != want
 
 

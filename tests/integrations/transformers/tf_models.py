@@ -1335,6 +1335,29 @@ def record_cross_calls(runtime: Any) -> list[tuple]:
     return calls
 
 
+def cache_mirror(checked: list[int]) -> Callable[..., None]:
+    """A plain-generate observer (``Runtime.observers``) that compares attngen's paged KV of
+    every row, token by token, with the keys and values transformers hands the layer (its
+    own cache, past + new, reordered by transformers itself under beam search): bitwise
+    equal where attngen's cache holds the activation dtype; appends each layer it checked."""
+
+    def observe(module, query, key, value, kwargs, out, runtime):  # noqa: ANN001, ANN202
+        state = runtime.generate
+        fwd, ps = state.forward, state.page_size
+        k_cache, v_cache = state.pool.get_kv_buffer(module.layer_idx)
+        for b, length in enumerate(state.lengths):
+            kept = torch.nonzero(fwd.padding_mask[b]).flatten()
+            assert kept.numel() == length, (b, kept.numel(), length)
+            slots = [state.pages[b][t // ps] * ps + t % ps for t in range(length)]
+            for cache, theirs, name in ((k_cache, key, "K"), (v_cache, value, "V")):
+                ours = cache.view(-1, *cache.shape[2:])[slots]
+                want = theirs[b][:, kept].transpose(0, 1).to(ours.dtype)
+                assert torch.equal(ours, want), f"layer {module.layer_idx} row {b}: {name} differs"
+        checked.append(module.layer_idx)
+
+    return observe
+
+
 @dataclass
 class EagerRun:
     """One input through an fp32 eager model (``want``), a copy on attngen (``got``, with its
