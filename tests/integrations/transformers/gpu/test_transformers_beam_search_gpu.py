@@ -9,7 +9,9 @@ the model's dtype on eager. A beam that continued from another beam's cache (att
 left in place when transformers reorders) has logits of another context, far outside it.
 Qwen3-style GQA 4 at head dim 128 (left-padded prompts of 40-200 tokens, 4 beams, 16 new
 tokens) and BART (an encoder padding mask, cross-attention on the cross path), bf16 and
-fp16. Passed on an H100 80GB HBM3 on 2026-12-08 (session 24; bench/results/transformers-gpu-*-2026-12-08-*-h100.log).
+fp16.
+Passed on an H100 80GB HBM3 on 2026-12-08 (session 24;
+bench/results/transformers-gpu-*-2026-12-08-*-h100.log).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ BART (head dim 64, 8 heads) under an encoder padding mask of every kind
 no mask). bf16 and fp16. Teacher-forced logits against fp32 eager within twice the deviation
 of transformers' eager run in the model's dtype; every cross-attention call, teacher-forced
 and in greedy generation, against a float64 softmax of what that call received, at every
-position. Passed on an H100 80GB HBM3 on 2026-12-08 (session 24; bench/results/transformers-gpu-*-2026-12-08-*-h100.log).
+position.
+Passed on an H100 80GB HBM3 on 2026-12-08 (session 24;
+bench/results/transformers-gpu-*-2026-12-08-*-h100.log).
 """
 
 from __future__ import annotations
