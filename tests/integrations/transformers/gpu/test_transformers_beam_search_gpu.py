@@ -2,8 +2,9 @@
 
 Two oracles. attngen's KV pages of every row, at every self-attention layer call, bitwise
 equal to the keys and values transformers hands the layer from its own cache (which
-transformers reorders itself): any row left in place fails. And, tie-proof: the logits each returned beam was chosen from, step by step
-(``output_logits`` through ``beam_indices``), against a teacher-forced fp32 eager forward
+transformers reorders itself): any row left in place fails. And, tie-proof: the logits
+each returned beam was chosen from, step by step (``output_logits`` through
+``beam_indices``), against a teacher-forced fp32 eager forward
 of the returned sequences, within twice the deviation of the same teacher-forced forward in
 the model's dtype on eager. A beam that continued from another beam's cache (attngen's rows
 left in place when transformers reorders) has logits of another context, far outside it.
