@@ -8,7 +8,8 @@ and GDN states the same way.
 Each model (left-padded prompts of different lengths, 3 beams) against fp32 eager's beam
 search: each prompt's returned beams equal (in either order), for Qwen3 attngen's KV pages
 equal to transformers' own cache at every layer call (bitwise, every row); and with
-attngen's reorder switched off the same test fails (so it can). ``GenerateState.reorder`` alone: refusals.
+attngen's reorder switched off the same test fails (so it can). ``GenerateState.reorder``
+alone: refusals.
 """
 
 from __future__ import annotations
