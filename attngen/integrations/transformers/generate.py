@@ -189,12 +189,16 @@ class GenerateState:
             self.lengths = [0] * batch_size
             self.pages = [[] for _ in range(batch_size)]
             self.num_pages_used = 0
-        if prefix != self.lengths:
+        if len(prefix) != len(self.lengths) or any(p > n for p, n in zip(prefix, self.lengths)):
             raise AttngenInputError(
                 f"attngen's cache holds {self.lengths} tokens per row but this forward "
-                f"continues after {prefix}: a reordered or cropped cache (beam search, "
-                "assisted decoding) is not supported"
+                f"continues after {prefix}: a cache attngen did not see grow (another "
+                "generation's cache passed back, rows added or removed mid-generation) is not "
+                "supported"
             )
+        # transformers cropped its cache (assisted decoding and prompt lookup drop the
+        # rejected draft tokens): attngen's rows drop them too, keeping their pages
+        self.lengths = list(prefix)  # a copy: _allocate grows lengths, not the forward's prefix
         self.forward = Forward(prefix, new, int(q_length), mask)
 
     def begin_or_defer(self, padding_mask: torch.Tensor | None, **begin: Any) -> None:

@@ -143,12 +143,19 @@ def test_generate_state_refuses_right_padding() -> None:
         state.begin(mask, batch_size=2, q_length=4, q_offset=0, device="cpu")
 
 
-def test_generate_state_refuses_reordered_cache() -> None:
+def test_generate_state_refuses_a_cache_it_did_not_see_grow() -> None:
     state = GenerateState(Options(arch=ARCH), num_layers=1)
     state.begin(torch.ones(2, 3), batch_size=2, q_length=3, q_offset=0, device="cpu")
-    state.forward.batch = object()  # as if the forward ran
-    with pytest.raises(AttngenInputError, match="reordered or cropped"):
+    state._allocate(state.forward.prefix, state.forward.new, 16)  # as if the forward ran
+    state.forward.batch = object()
+    with pytest.raises(AttngenInputError, match="a cache attngen did not see grow"):
         state.begin(torch.ones(2, 6), batch_size=2, q_length=1, q_offset=5, device="cpu")
+    with pytest.raises(AttngenInputError, match="a cache attngen did not see grow"):
+        state.begin(torch.ones(3, 3), batch_size=3, q_length=1, q_offset=2, device="cpu")
+    # a crop (transformers dropped rejected drafts): the rows drop them too
+    state.begin(torch.ones(2, 3), batch_size=2, q_length=1, q_offset=2, device="cpu")
+    assert state.lengths == [2, 2] and state.forward.prefix == [2, 2]
+    assert state.lengths is not state.forward.prefix
 
 
 def tiny_llama() -> object:

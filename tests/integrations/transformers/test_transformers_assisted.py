@@ -1,0 +1,72 @@
+"""Assisted decoding and prompt lookup on attngen (CPU, Triton interpreter, fp16): each
+verification forward runs the prompt's or the step's draft tokens as an extend, and
+transformers then crops its cache to the accepted tokens; attngen's rows drop the rejected
+ones too (they were refused before, as a cache attngen did not see grow).
+
+Greedy tokens equal to fp32 eager's plain greedy (assisted greedy is exact), with attngen's
+KV pages equal to transformers' own cache at every layer call (bitwise, every row:
+``tf_models.cache_mirror``), so a kept rejected token or a wrong length fails.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+import tf_models as M  # noqa: E402
+
+from attngen.integrations import transformers as attngen_tf  # noqa: E402
+
+FP16 = dict(arch="sm90", backend="triton", page_size=16)
+pytestmark = pytest.mark.xdist_group("transformers-assisted")
+
+
+def _qwen3() -> Any:
+    import transformers
+
+    return transformers.Qwen3Config(
+        **M._common(
+            hidden_size=256, intermediate_size=256, vocab_size=100, num_attention_heads=4,
+            num_key_value_heads=1, head_dim=64,
+        )
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["assistant_model", "prompt_lookup"])
+def test_assisted_greedy_matches_eager(mode: str) -> None:
+    case = M.Case("qwen3", _qwen3, (), (), vocab=100)
+    reference = M.build(case, 0, "cpu")
+    ids = torch.randint(1, 100, (1, 10), generator=torch.Generator().manual_seed(1))
+    ids[0, 5:10] = ids[0, 0:5]  # repeated n-grams: prompt lookup drafts from them
+    settings = dict(
+        input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False
+    )
+    with torch.no_grad():
+        want = reference.generate(**settings)
+    model = copy.deepcopy(reference).half()
+    runtime = attngen_tf.enable(model, **FP16)
+    checked: list[int] = []
+    runtime.observers.append(M.cache_mirror(checked))
+    crops: list[tuple[int, int]] = []
+    begin = runtime.generate.begin
+
+    def watching(mask, **kw):  # noqa: ANN001, ANN202, ANN003
+        before = list(runtime.generate.lengths)
+        begin(mask, **kw)
+        if kw["q_offset"] and runtime.generate.lengths != before:
+            crops.append((before[0], runtime.generate.lengths[0]))
+
+    runtime.generate.begin = watching
+    if mode == "assistant_model":
+        draft = M.build(M.Case("draft", _qwen3, (), (), vocab=100), 1, "cpu").half()
+        extra = dict(assistant_model=draft)
+    else:
+        extra = dict(prompt_lookup_num_tokens=3)
+    with torch.no_grad():
+        got = model.generate(**settings, **extra)
+    assert torch.equal(got, want), (got.tolist(), want.tolist())
+    assert checked and crops, (len(checked), crops)  # drafts were rejected and cropped
