@@ -193,6 +193,11 @@ class GdnGenerate:
         from attngen.runtime.state_pool import RequestStatePool
 
         bs = fwd.batch_size
+        if self.state.cropped:
+            raise AttngenInputError(
+                "the cache was cropped (assisted decoding dropped draft tokens): a GDN layer's "
+                "recurrent state has taken them in and cannot drop them"
+            )
         if self.choice is None:
             self.choice = choose_gdn(
                 shape,

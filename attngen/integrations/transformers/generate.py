@@ -117,6 +117,7 @@ class GenerateState:
         self.forward: Forward | None = None
         self.deferred: AttngenInputError | None = None  # why this forward has no bookkeeping
         self.uncached = False  # this generation's first forward ran without attngen's cache
+        self.cropped = False  # this forward follows a crop of the cache (assisted decoding)
 
     # -- per forward ----
 
@@ -198,6 +199,8 @@ class GenerateState:
             )
         # transformers cropped its cache (assisted decoding and prompt lookup drop the
         # rejected draft tokens): attngen's rows drop them too, keeping their pages
+        # rows whose recurrent state (GDN) already took the dropped tokens cannot drop them
+        self.cropped = prefix != self.lengths
         self.lengths = list(prefix)  # a copy: _allocate grows lengths, not the forward's prefix
         self.forward = Forward(prefix, new, int(q_length), mask)
 

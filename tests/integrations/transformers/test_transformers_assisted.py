@@ -70,3 +70,21 @@ def test_assisted_greedy_matches_eager(mode: str) -> None:
         got = model.generate(**settings, **extra)
     assert torch.equal(got, want), (got.tolist(), want.tolist())
     assert checked and crops, (len(checked), crops)  # drafts were rejected and cropped
+
+
+def test_gdn_refuses_a_cropped_cache() -> None:
+    """transformers refuses assisted decoding for stateful models; attngen's GDN path refuses
+    a crop too (its recurrent state took the dropped tokens in)."""
+    from attngen.integrations.transformers.gdn import GdnGenerate
+    from attngen.integrations.transformers.generate import GenerateState
+    from attngen.integrations.transformers.options import Options
+    from attngen.runtime.checks import AttngenInputError
+
+    state = GenerateState(Options(**FP16), num_layers=1)
+    state.begin(torch.ones(1, 4), batch_size=1, q_length=4, q_offset=0, device="cpu")
+    state._allocate(state.forward.prefix, state.forward.new, 16)
+    state.begin(torch.ones(1, 3), batch_size=1, q_length=1, q_offset=2, device="cpu")
+    assert state.cropped
+    gdn = GdnGenerate(Options(**FP16), state)
+    with pytest.raises(AttngenInputError, match="recurrent state has taken them in"):
+        gdn._begin(state.forward, None, torch.float16, torch.device("cpu"), 1)
