@@ -318,6 +318,7 @@ class GenerateState:
         if fwd.batch is None:
             if self.page_size is None:  # auto: what the first layer's best config uses
                 self.page_size = self.choice(features, dtype, query.device).config.page_size
+            self._check_cached(layer_id, fwd, key, dtype)  # before this forward's slots
             self._build(fwd, query.device)
             self._ensure_storage(key, value, dtype)
         backend = self._backend(features, dtype, query.device)
@@ -343,6 +344,38 @@ class GenerateState:
             full.view(bs, q_len, heads, dv)[:] = uniform_rows(value, heads)[:, None]
         full[fwd.q_rows] = out.view(-1, heads, dv).to(query.dtype)
         return full.view(bs, q_len, heads, dv)
+
+    def _check_cached(
+        self, layer_id: int, fwd: Forward, key: torch.Tensor, dtype: torch.dtype
+    ) -> None:
+        """At a forward's first layer: the last cached key of every row with a cached prefix
+        must be the one transformers passes from its own cache at that position (one host
+        sync a forward), else attngen's cache is not the one this forward continues (another
+        generation's cache passed back, a cache reordered or edited outside ``generate``)
+        and is refused. Checked where the two are comparable bit for bit: transformers passes
+        every cached position (not a sliding or static cache) and attngen's pool holds the
+        activation dtype (not fp8)."""
+        pool, ps = self.pool, self.page_size
+        total = int(fwd.padding_mask.shape[1])
+        rows = [b for b, p in enumerate(fwd.prefix) if p]
+        if not rows or pool is None or pool.dtype != dtype or int(key.shape[2]) != total:
+            return
+        assert ps is not None
+        last = [fwd.prefix[b] - 1 for b in rows]
+        slots = [self.pages[b][t // ps] * ps + t % ps for b, t in zip(rows, last)]
+        k_cache, _ = pool.get_kv_buffer(layer_id)
+        device = key.device
+        ours = k_cache.view(-1, *k_cache.shape[2:])[torch.tensor(slots, device=device)]
+        column = total - fwd.q_length - 1  # left padding: each row's last cached token
+        theirs = key[torch.tensor(rows, device=device), :, column].to(dtype)
+        if not torch.equal(ours, theirs):
+            self.forward = None  # a later forward starts afresh
+            raise AttngenInputError(
+                "attngen's cache does not hold the keys transformers passes for the cached "
+                "tokens: this forward continues a cache attngen did not build (another "
+                "generation's cache passed back, or one reordered or edited outside "
+                "generate())"
+            )
 
     def choice(self, features: LayerFeatures, dtype: torch.dtype, device: torch.device) -> Choice:
         if features not in self.choices:

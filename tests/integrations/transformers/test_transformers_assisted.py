@@ -88,3 +88,23 @@ def test_gdn_refuses_a_cropped_cache() -> None:
     gdn = GdnGenerate(Options(**FP16), state)
     with pytest.raises(AttngenInputError, match="recurrent state has taken them in"):
         gdn._begin(state.forward, None, torch.float16, torch.device("cpu"), 1)
+
+
+def test_a_cache_attngen_did_not_build_is_refused() -> None:
+    """Continuing another forward's cache (two prompts of the same length, then a step over
+    the first one's cache): attngen holds the second prompt's keys; the row lengths agree,
+    so only the keys tell, and the step is refused instead of served over the wrong keys."""
+    from attngen.runtime.checks import AttngenInputError
+
+    model = M.build(M.Case("qwen3", _qwen3, (), (), vocab=100), 0, "cpu").half()
+    attngen_tf.enable(model, **FP16)
+    gen = torch.Generator().manual_seed(2)
+    first, second = (torch.randint(1, 100, (1, 8), generator=gen) for _ in range(2))
+    step = torch.randint(1, 100, (1, 1), generator=gen)
+    mask = torch.ones(1, 9, dtype=torch.long)
+    with torch.no_grad():
+        cache_first = model(input_ids=first, use_cache=True).past_key_values
+        cache_second = model(input_ids=second, use_cache=True).past_key_values
+        with pytest.raises(AttngenInputError, match="does not hold the keys transformers"):
+            model(input_ids=step, attention_mask=mask, past_key_values=cache_first)
+        model(input_ids=step, attention_mask=mask, past_key_values=cache_second)  # served
