@@ -42,6 +42,7 @@ class Forward:
     q_rows: torch.Tensor | None = None  # [T] int64 rows of the [B * Sq] positions that are real
     ready: set[int] = field(default_factory=set)  # ids of backends whose metadata is built
     attended: set[int] = field(default_factory=set)  # layer ids whose K/V this forward wrote
+    checked: bool = False  # the cached keys were compared with transformers' (or need not be)
 
     @property
     def batch_size(self) -> int:
@@ -318,9 +319,10 @@ class GenerateState:
         if fwd.batch is None:
             if self.page_size is None:  # auto: what the first layer's best config uses
                 self.page_size = self.choice(features, dtype, query.device).config.page_size
-            self._check_cached(layer_id, fwd, key, dtype)  # before this forward's slots
             self._build(fwd, query.device)
             self._ensure_storage(key, value, dtype)
+        if not fwd.checked:
+            self._check_cached(layer_id, fwd, key)
         backend = self._backend(features, dtype, query.device)
         if id(backend) not in fwd.ready:
             backend.init_forward_metadata(fwd.batch)
@@ -345,30 +347,45 @@ class GenerateState:
         full[fwd.q_rows] = out.view(-1, heads, dv).to(query.dtype)
         return full.view(bs, q_len, heads, dv)
 
-    def _check_cached(
-        self, layer_id: int, fwd: Forward, key: torch.Tensor, dtype: torch.dtype
-    ) -> None:
-        """At a forward's first layer: the last cached key of every row with a cached prefix
-        must be the one transformers passes from its own cache at that position (one host
-        sync a forward), else attngen's cache is not the one this forward continues (another
+    def _check_cached(self, layer_id: int, fwd: Forward, key: torch.Tensor) -> None:
+        """At a forward's first layer whose keys cover every cached position: each row's
+        cached keys must be the ones transformers passes from its own cache (one host sync a
+        forward), else attngen's cache is not the one this forward continues (another
         generation's cache passed back, a cache reordered or edited outside ``generate``)
-        and is refused. Checked where the two are comparable bit for bit: transformers passes
-        every cached position (not a sliding or static cache) and attngen's pool holds the
-        activation dtype (not fp8)."""
-        pool, ps = self.pool, self.page_size
-        total = int(fwd.padding_mask.shape[1])
-        rows = [b for b, p in enumerate(fwd.prefix) if p]
-        if not rows or pool is None or pool.dtype != dtype or int(key.shape[2]) != total:
+        and the forward is refused. Per key vector within a quarter of its norm, so that
+        transformers' quantized caches and attngen's fp8 pools pass and another token's key
+        does not; NVFP4 pools and caches that pass fewer positions (sliding layers) are not
+        compared."""
+        pool = self.pool
+        total, q_len = int(fwd.padding_mask.shape[1]), fwd.q_length
+        if pool is None or not any(fwd.prefix) or isinstance(pool.dtype, str):
+            fwd.checked = True
             return
-        assert ps is not None
-        last = [fwd.prefix[b] - 1 for b in rows]
-        slots = [self.pages[b][t // ps] * ps + t % ps for b, t in zip(rows, last)]
-        k_cache, _ = pool.get_kv_buffer(layer_id)
+        if int(key.shape[2]) < total:  # a sliding layer's cache: a later layer compares
+            return
+        fwd.checked = True
+        assert self.req_pool is not None
         device = key.device
-        ours = k_cache.view(-1, *k_cache.shape[2:])[torch.tensor(slots, device=device)]
-        column = total - fwd.q_length - 1  # left padding: each row's last cached token
-        theirs = key[torch.tensor(rows, device=device), :, column].to(dtype)
-        if not torch.equal(ours, theirs):
+        prefix = torch.tensor(fwd.prefix, dtype=torch.int64, device=device)
+        longest = max(fwd.prefix)
+        tokens = torch.arange(longest, device=device)
+        cached = tokens[None] < prefix[:, None]  # [B, longest]
+        table = self.req_pool.req_to_token[: fwd.batch_size, :longest].long()
+        slots = table[cached]
+        rows = torch.arange(fwd.batch_size, device=device)[:, None].expand_as(cached)[cached]
+        # left padding: row b's cached tokens are the columns past - prefix[b] .. past - 1
+        past = total - q_len
+        columns = (past - prefix[:, None] + tokens[None])[cached]
+        k_cache, _ = pool.get_kv_buffer(layer_id)
+        flat = k_cache.view(-1, *k_cache.shape[2:])
+        if pool.dtype in FP8:  # gathered as bytes (no fp8 indexing), dequantized
+            ours = flat.view(torch.uint8)[slots].view(pool.dtype).float() * self.options.kv_scale
+        else:
+            ours = flat[slots].float()
+        theirs = key[rows, :, columns].float()
+        norm = theirs.norm(dim=-1)
+        floor = norm.mean() * 1e-2
+        if bool(((ours - theirs).norm(dim=-1) > 0.25 * torch.maximum(norm, floor)).any()):
             self.forward = None  # a later forward starts afresh
             raise AttngenInputError(
                 "attngen's cache does not hold the keys transformers passes for the cached "
