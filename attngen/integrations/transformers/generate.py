@@ -348,41 +348,37 @@ class GenerateState:
         return full.view(bs, q_len, heads, dv)
 
     def _check_cached(self, layer_id: int, fwd: Forward, key: torch.Tensor) -> None:
-        """At a forward's first layer whose keys cover every cached position: each row's
-        cached keys must be the ones transformers passes from its own cache (one host sync a
-        forward), else attngen's cache is not the one this forward continues (another
-        generation's cache passed back, a cache reordered or edited outside ``generate``)
-        and the forward is refused. Per key vector within a quarter of its norm, so that
-        transformers' quantized caches and attngen's fp8 pools pass and another token's key
-        does not; NVFP4 pools and caches that pass fewer positions (sliding layers) are not
-        compared."""
+        """Once a forward, at its first layer past layer 0 whose keys cover every cached
+        position (layer 0 in a one-layer model): each row's last cached key must be the one
+        transformers passes from its own cache, else attngen's cache is not the one this
+        forward continues (another generation's cache passed back, a cache reordered or
+        edited outside ``generate``) and the forward is refused. Past layer 0 a key depends
+        on every token before it, so one key a row stands for the row's whole history (at
+        layer 0 it depends only on its own token and position). Each key vector within a
+        quarter of its norm: fp8 pools and transformers' quantized caches pass, another
+        history's key does not. One host sync a forward; NVFP4 pools are not compared."""
         pool = self.pool
         total, q_len = int(fwd.padding_mask.shape[1]), fwd.q_length
         if pool is None or not any(fwd.prefix) or isinstance(pool.dtype, str):
             fwd.checked = True
             return
-        if int(key.shape[2]) < total:  # a sliding layer's cache: a later layer compares
-            return
+        if int(key.shape[2]) < total or (layer_id == 0 and self.num_layers > 1):
+            return  # a sliding layer's cache, or layer 0: a later layer compares
         fwd.checked = True
         assert self.req_pool is not None
         device = key.device
-        prefix = torch.tensor(fwd.prefix, dtype=torch.int64, device=device)
-        longest = max(fwd.prefix)
-        tokens = torch.arange(longest, device=device)
-        cached = tokens[None] < prefix[:, None]  # [B, longest]
-        table = self.req_pool.req_to_token[: fwd.batch_size, :longest].long()
-        slots = table[cached]
-        rows = torch.arange(fwd.batch_size, device=device)[:, None].expand_as(cached)[cached]
-        # left padding: row b's cached tokens are the columns past - prefix[b] .. past - 1
-        past = total - q_len
-        columns = (past - prefix[:, None] + tokens[None])[cached]
+        rows = [b for b, p in enumerate(fwd.prefix) if p]
+        last = [fwd.prefix[b] - 1 for b in rows]
+        index = dict(dtype=torch.int64, device=device)
+        rows_t, last_t = torch.tensor(rows, **index), torch.tensor(last, **index)
+        slots = self.req_pool.req_to_token[rows_t, last_t].long()
         k_cache, _ = pool.get_kv_buffer(layer_id)
         flat = k_cache.view(-1, *k_cache.shape[2:])
         if pool.dtype in FP8:  # gathered as bytes (no fp8 indexing), dequantized
             ours = flat.view(torch.uint8)[slots].view(pool.dtype).float() * self.options.kv_scale
         else:
             ours = flat[slots].float()
-        theirs = key[rows, :, columns].float()
+        theirs = key[rows_t, :, total - q_len - 1].float()  # left padding: the last cached
         norm = theirs.norm(dim=-1)
         floor = norm.mean() * 1e-2
         if bool(((ours - theirs).norm(dim=-1) > 0.25 * torch.maximum(norm, floor)).any()):
