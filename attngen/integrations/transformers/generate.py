@@ -27,7 +27,7 @@ from attngen.integrations.transformers.options import FP8, Options
 from attngen.integrations.transformers.select import Choice, LayerFeatures, choose
 from attngen.runtime.batch import AttentionLayer, ForwardBatch, ForwardMode, ReqToTokenPool
 from attngen.runtime.checks import AttngenInputError
-from attngen.runtime.pools import PagedKVPool
+from attngen.runtime.pools import PagedKVPool, quantize_fp8
 
 
 @dataclass
@@ -374,11 +374,13 @@ class GenerateState:
         slots = self.req_pool.req_to_token[rows_t, last_t].long()
         k_cache, _ = pool.get_kv_buffer(layer_id)
         flat = k_cache.view(-1, *k_cache.shape[2:])
-        if pool.dtype in FP8:  # gathered as bytes (no fp8 indexing), dequantized
-            ours = flat.view(torch.uint8)[slots].view(pool.dtype).float() * self.options.kv_scale
+        theirs = key[rows_t, :, total - q_len - 1].float()  # left padding: the last cached
+        if pool.dtype in FP8:  # both through the pool's quantization (saturation included)
+            scale = torch.tensor([self.options.kv_scale], device=device)
+            ours = flat.view(torch.uint8)[slots].view(pool.dtype).float() * scale
+            theirs = quantize_fp8(theirs, scale, pool.dtype).float() * scale
         else:
             ours = flat[slots].float()
-        theirs = key[rows_t, :, total - q_len - 1].float()  # left padding: the last cached
         norm = theirs.norm(dim=-1)
         floor = norm.mean() * 1e-2
         if bool(((ours - theirs).norm(dim=-1) > 0.25 * torch.maximum(norm, floor)).any()):

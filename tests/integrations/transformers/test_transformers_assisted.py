@@ -108,3 +108,53 @@ def test_a_cache_attngen_did_not_build_is_refused() -> None:
         with pytest.raises(AttngenInputError, match="does not hold the keys transformers"):
             model(input_ids=step, attention_mask=mask, past_key_values=cache_first)
         model(input_ids=step, attention_mask=mask, past_key_values=cache_second)  # served
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float16, torch.float8_e4m3fn])
+def test_cached_key_check_alone(kv_dtype: torch.dtype) -> None:
+    """``GenerateState._check_cached`` over a pool written as the backends write it (fp8:
+    quantized with the per-tensor scale, some values saturated): the same keys pass, keys
+    off by a little (a quantized transformers cache) pass, another history's keys are
+    refused; layer 0 of a two-layer model is not compared (its keys depend on their own
+    token only)."""
+    from attngen.integrations.transformers.generate import GenerateState
+    from attngen.integrations.transformers.options import Options
+    from attngen.runtime.batch import AttentionLayer, ReqToTokenPool
+    from attngen.runtime.checks import AttngenInputError
+    from attngen.runtime.pools import PagedKVPool
+
+    scale = 0.05
+    state = GenerateState(
+        Options(**FP16, kv_cache_dtype=None if kv_dtype == torch.float16 else kv_dtype,
+                kv_scale=scale), num_layers=2,
+    )  # fmt: skip
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    mask[1, :3] = False  # row 1 left-padded: 4 tokens
+    state.begin(mask, batch_size=2, q_length=7, q_offset=0, device="cpu")
+    fwd = state.forward
+    slots = state._allocate(fwd.prefix, fwd.new, 16)
+    pool = PagedKVPool(num_layers=2, num_pages=4, page_size=16, num_kv_heads=2, head_dim=64,
+                       v_head_dim=64, dtype=kv_dtype, device="cpu")  # fmt: skip
+    state.pool, state.req_pool = pool, ReqToTokenPool(2, 32, "cpu")
+    state._write_req_to_token()
+    gen = torch.Generator().manual_seed(3)
+    key = torch.randn(2, 2, 7, 64, generator=gen).half()
+    key[0, 0, 6, :4] = 40.0  # past the fp8 range at scale 0.05: saturated
+    layer = AttentionLayer(1, 4, 2, 64, 64, 0.125, *(torch.tensor([scale]),) * 2)
+    rows = torch.tensor([0] * 7 + [1] * 4)
+    columns = torch.tensor(list(range(7)) + list(range(3, 7)))
+    flat = key[rows, :, columns]
+    pool.set_kv_buffer(layer, torch.tensor(slots), flat, flat)
+    step = torch.ones(2, 8, dtype=torch.bool)
+    step[1, :3] = False
+    state.begin(step, batch_size=2, q_length=1, q_offset=7, device="cpu")
+    grown = torch.cat([key, torch.randn(2, 2, 1, 64, generator=gen).half()], 2)
+    state._check_cached(0, state.forward, grown * 0)  # layer 0: not compared
+    assert not state.forward.checked
+    state._check_cached(1, state.forward, grown * 1.01)  # within a quarter of the norm
+    assert state.forward.checked
+    state.forward.checked = False
+    other = grown.clone()
+    other[1, :, 6] = torch.randn(2, 64, generator=gen).half()  # row 1's history differs
+    with pytest.raises(AttngenInputError, match="does not hold the keys transformers"):
+        state._check_cached(1, state.forward, other)
