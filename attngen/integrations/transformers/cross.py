@@ -203,7 +203,7 @@ class CrossState:
         self, plan: KeyPlan, key: torch.Tensor, value: torch.Tensor, dtype: torch.dtype
     ) -> _Pages:
         """The pool laid out for ``plan``'s kept keys (rebuilt, and every layer's keys
-        written again, when the geometry or the layers' shapes change)."""
+        written again, when the geometry changes; a layer of another K/V shape is refused)."""
         kv_heads, head_dim, v_dim = int(key.shape[1]), int(key.shape[-1]), int(value.shape[-1])
         current = self.pages
         if current is not None and current.geometry == plan.geometry:

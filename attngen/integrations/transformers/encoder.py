@@ -24,8 +24,8 @@ of another length (cross-attention) is ``cross.py``'s.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 

@@ -198,9 +198,9 @@ class GenerateState:
                 "generation's cache passed back, rows added or removed mid-generation) is not "
                 "supported"
             )
-        # transformers cropped its cache (assisted decoding and prompt lookup drop the
-        # rejected draft tokens): attngen's rows drop them too, keeping their pages
-        # rows whose recurrent state (GDN) already took the dropped tokens cannot drop them
+        # prefix < lengths: transformers cropped its cache (assisted decoding and prompt
+        # lookup drop the rejected draft tokens); attngen's rows drop them too, keeping their
+        # pages (a GDN layer, whose recurrent state took them in, refuses: see ``cropped``)
         self.cropped = prefix != self.lengths
         self.lengths = list(prefix)  # a copy: _allocate grows lengths, not the forward's prefix
         self.forward = Forward(prefix, new, int(q_length), mask)

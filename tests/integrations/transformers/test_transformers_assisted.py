@@ -11,7 +11,6 @@ KV pages equal to transformers' own cache at every layer call (bitwise, every ro
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 import torch
@@ -25,20 +24,9 @@ FP16 = dict(arch="sm90", backend="triton", page_size=16)
 pytestmark = pytest.mark.xdist_group("transformers-assisted")
 
 
-def _qwen3() -> Any:
-    import transformers
-
-    return transformers.Qwen3Config(
-        **M._common(
-            hidden_size=256, intermediate_size=256, vocab_size=100, num_attention_heads=4,
-            num_key_value_heads=1, head_dim=64,
-        )
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize("mode", ["assistant_model", "prompt_lookup"])
 def test_assisted_greedy_matches_eager(mode: str) -> None:
-    case = M.Case("qwen3", _qwen3, (), (), vocab=100)
+    case = M.Case("qwen3", M.tiny_qwen3, (), (), vocab=100)
     reference = M.build(case, 0, "cpu")
     ids = torch.randint(1, 100, (1, 10), generator=torch.Generator().manual_seed(1))
     ids[0, 5:10] = ids[0, 0:5]  # repeated n-grams: prompt lookup drafts from them
@@ -51,18 +39,9 @@ def test_assisted_greedy_matches_eager(mode: str) -> None:
     runtime = attngen_tf.enable(model, **FP16)
     checked: list[int] = []
     runtime.observers.append(M.cache_mirror(checked))
-    crops: list[tuple[int, int]] = []
-    begin = runtime.generate.begin
-
-    def watching(mask, **kw):  # noqa: ANN001, ANN202, ANN003
-        before = list(runtime.generate.lengths)
-        begin(mask, **kw)
-        if kw["q_offset"] and runtime.generate.lengths != before:
-            crops.append((before[0], runtime.generate.lengths[0]))
-
-    runtime.generate.begin = watching
+    crops = M.record_crops(runtime)
     if mode == "assistant_model":
-        draft = M.build(M.Case("draft", _qwen3, (), (), vocab=100), 1, "cpu").half()
+        draft = M.build(M.Case("draft", M.tiny_qwen3, (), (), vocab=100), 1, "cpu").half()
         extra = dict(assistant_model=draft)
     else:
         extra = dict(prompt_lookup_num_tokens=3)
@@ -96,7 +75,7 @@ def test_a_cache_attngen_did_not_build_is_refused() -> None:
     so only the keys tell, and the step is refused instead of served over the wrong keys."""
     from attngen.runtime.checks import AttngenInputError
 
-    model = M.build(M.Case("qwen3", _qwen3, (), (), vocab=100), 0, "cpu").half()
+    model = M.build(M.Case("qwen3", M.tiny_qwen3, (), (), vocab=100), 0, "cpu").half()
     attngen_tf.enable(model, **FP16)
     gen = torch.Generator().manual_seed(2)
     first, second = (torch.randint(1, 100, (1, 8), generator=gen) for _ in range(2))

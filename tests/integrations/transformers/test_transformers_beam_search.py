@@ -34,19 +34,8 @@ FP16 = dict(arch="sm90", backend="triton", page_size=16)
 pytestmark = pytest.mark.xdist_group("transformers-beam-search")
 
 
-def _qwen3() -> Any:
-    import transformers
-
-    return transformers.Qwen3Config(
-        **M._common(
-            hidden_size=256, intermediate_size=256, vocab_size=100, num_attention_heads=4,
-            num_key_value_heads=1, head_dim=64,
-        )
-    )  # fmt: skip
-
-
 CASES = {
-    "qwen3": (M.Case("qwen3", _qwen3, (), (), prompt_lengths=(8, 5), vocab=100), FP16),
+    "qwen3": (M.Case("qwen3", M.tiny_qwen3, (), (), prompt_lengths=(8, 5), vocab=100), FP16),
     # sm80's configs: sm90 runs 16 MLA heads on a Gluon kernel the interpreter cannot run
     "deepseek_v3": (
         dataclasses.replace(
@@ -109,17 +98,7 @@ def test_beam_search_matches_eager(name: str) -> None:
 def test_bart_beam_search_matches_eager() -> None:
     """An encoder-decoder model: the decoder's self-attention pages reordered; its
     cross-attention keys come reordered from transformers' cross cache."""
-    import transformers
-
-    cfg = transformers.BartConfig(
-        d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=96, decoder_ffn_dim=96, vocab_size=100,
-        max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-        decoder_start_token_id=2, forced_eos_token_id=None,
-    )  # fmt: skip
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    reference = transformers.BartForConditionalGeneration(cfg).eval()
+    reference = M.bart()
     M.moderate_scores(reference)
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(3, 100, (2, 9), generator=gen)

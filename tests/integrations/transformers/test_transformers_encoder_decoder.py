@@ -43,22 +43,6 @@ HEADS = dict(encoder_attention_heads=2, decoder_attention_heads=2)  # head dim 6
 TOKENS = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2)
 
 
-def _bart() -> Any:
-    import transformers
-
-    cfg = transformers.BartConfig(
-        encoder_layers=2,
-        decoder_layers=3,
-        max_position_embeddings=64,
-        decoder_start_token_id=2,
-        forced_eos_token_id=None,
-        **SIZES,
-        **HEADS,
-        **TOKENS,
-    )
-    return _eager(transformers.BartForConditionalGeneration, cfg, seed=0)
-
-
 def _whisper() -> Any:
     import transformers
 
@@ -75,13 +59,7 @@ def _whisper() -> Any:
         **HEADS,
         **TOKENS,
     )
-    return _eager(transformers.WhisperForConditionalGeneration, cfg, seed=1)
-
-
-def _eager(cls: Any, cfg: Any, seed: int) -> Any:
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    return cls(cfg).eval()
+    return M.eager_model(transformers.WhisperForConditionalGeneration, cfg, seed=1)
 
 
 def _encoder_batch(gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -110,7 +88,7 @@ def test_bart_teacher_forced(page_size: int, decoder_tokens: int) -> None:
     gen = torch.Generator().manual_seed(2)
     inputs = _encoder_batch(gen)
     inputs["decoder_input_ids"] = torch.randint(3, 100, (3, decoder_tokens), generator=gen)
-    run, cross = _against_eager(_bart(), inputs, page_size)
+    run, cross = _against_eager(M.bart(decoder_layers=3), inputs, page_size)
     # the encoder's 2 self-attention layers on the cache-free path
     assert len(run.calls) == 2 + (3 if decoder_tokens == 10 else 0)
     if decoder_tokens == 10:
@@ -143,7 +121,7 @@ def test_bart_generate_writes_encoder_keys_once() -> None:
     pages once per generation (the steps reuse them), again for the next generation."""
     gen = torch.Generator().manual_seed(3)
     inputs = _encoder_batch(gen)
-    reference = _bart()
+    reference = M.bart(decoder_layers=3)
     M.moderate_scores(reference)
     model = copy.deepcopy(reference).half()
     runtime = attngen_tf.enable(model, page_size=16, **OPTIONS)
@@ -263,13 +241,7 @@ def _options() -> Any:
 def test_bidirectional_decoder_over_its_cache() -> None:
     """``config.is_causal = False`` past the first forward: each layer's new queries over the
     cached and new keys under the padding mask, on the cross path, against float64."""
-    import transformers
-
-    cfg = M._common(
-        hidden_size=256, intermediate_size=256, vocab_size=100, num_attention_heads=4,
-        num_key_value_heads=4, head_dim=64,
-    )  # fmt: skip
-    config = transformers.Qwen3Config(**cfg)
+    config = M.tiny_qwen3(kv_heads=4)
     config.is_causal = False
     model = M.build(M.Case("bidirectional", lambda: config, (), (), vocab=100), 0, "cpu").half()
     runtime = attngen_tf.enable(model, page_size=16, **OPTIONS)

@@ -1335,6 +1335,66 @@ def record_cross_calls(runtime: Any) -> list[tuple]:
     return calls
 
 
+def tiny_qwen3(kv_heads: int = 1, vocab: int = 100) -> Any:
+    """A 2-layer Qwen3 config (hidden 256, 4 query heads of 64, ``kv_heads`` K/V heads)."""
+    import transformers
+
+    return transformers.Qwen3Config(
+        **_common(
+            hidden_size=256, intermediate_size=256, vocab_size=vocab, num_attention_heads=4,
+            num_key_value_heads=kv_heads, head_dim=64,
+        )
+    )  # fmt: skip
+
+
+def eager_model(model_class: Any, config: Any, seed: int) -> Any:
+    """``model_class(config)`` on transformers' eager attention, in eval mode, its weights
+    drawn after ``torch.manual_seed(seed)``."""
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    return model_class(config).eval()
+
+
+# the GPU tests' BART: 8 heads of 64 (d_model 512)
+BART_WIDE = dict(
+    d_model=512, encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=256,
+    decoder_ffn_dim=256, max_position_embeddings=512, vocab_size=VOCAB,
+)  # fmt: skip
+
+
+def bart(seed: int = 0, **sizes: Any) -> Any:
+    """A BartForConditionalGeneration on eager attention: 2 encoder and 2 decoder layers of 2
+    heads of 64 (d_model 128), vocab 100, unless ``sizes`` say otherwise."""
+    import transformers
+
+    settings = dict(
+        d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=96, decoder_ffn_dim=96, vocab_size=100,
+        max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        decoder_start_token_id=2, forced_eos_token_id=None,
+    )  # fmt: skip
+    settings.update(sizes)
+    config = transformers.BartConfig(**settings)
+    return eager_model(transformers.BartForConditionalGeneration, config, seed)
+
+
+def record_crops(runtime: Any) -> list[tuple[int, int]]:
+    """(row 0's length before, after) of every forward of ``runtime``'s plain generate that
+    dropped cached tokens (transformers cropped its cache: assisted decoding)."""
+    crops: list[tuple[int, int]] = []
+    state = runtime.generate
+    begin = state.begin
+
+    def watching(mask, **kw):  # noqa: ANN001, ANN202, ANN003
+        before = list(state.lengths)
+        begin(mask, **kw)
+        if kw["q_offset"] and state.lengths != before:
+            crops.append((before[0], state.lengths[0]))
+
+    state.begin = watching
+    return crops
+
+
 def cache_mirror(checked: list[int]) -> Callable[..., None]:
     """A plain-generate observer (``Runtime.observers``) that compares attngen's paged KV of
     every row, token by token, with the keys and values transformers hands the layer (its

@@ -59,16 +59,7 @@ def test_assisted_decoding(mode: str, dtype: torch.dtype) -> None:
     )  # fmt: skip
     checked: list[int] = []
     runtime.observers.append(M.cache_mirror(checked))
-    crops: list[tuple[int, int]] = []
-    begin = runtime.generate.begin
-
-    def watching(mask, **kw):  # noqa: ANN001, ANN202, ANN003
-        before = list(runtime.generate.lengths)
-        begin(mask, **kw)
-        if kw["q_offset"] and runtime.generate.lengths != before:
-            crops.append((before[0], runtime.generate.lengths[0]))
-
-    runtime.generate.begin = watching
+    crops = M.record_crops(runtime)
     if mode == "assistant_model":
         draft = copy.deepcopy(M.build(case, 1, "cuda")).to(dtype)
         extra: dict[str, Any] = dict(assistant_model=draft)

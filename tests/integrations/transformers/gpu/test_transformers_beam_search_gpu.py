@@ -103,17 +103,7 @@ def test_qwen3_beam_search(dtype: torch.dtype) -> None:
 
 @DTYPES
 def test_bart_beam_search(dtype: torch.dtype) -> None:
-    import transformers
-
-    cfg = transformers.BartConfig(
-        d_model=512, encoder_layers=2, decoder_layers=2, encoder_attention_heads=8,
-        decoder_attention_heads=8, encoder_ffn_dim=256, decoder_ffn_dim=256,
-        max_position_embeddings=512, vocab_size=M.VOCAB, pad_token_id=1, bos_token_id=0,
-        eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None,
-    )  # fmt: skip
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    reference = transformers.BartForConditionalGeneration(cfg).eval().cuda()
+    reference = M.bart(**M.BART_WIDE).cuda()
     M.moderate_scores(reference)
     lengths = SIZES["lengths"]
     gen = torch.Generator().manual_seed(1)

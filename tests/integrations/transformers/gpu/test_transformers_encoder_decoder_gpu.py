@@ -38,22 +38,8 @@ BART = dict(rows=8, tokens=300, decoder=20)
 WHISPER = dict(rows=4, frames=1500, decoder=8)  # 1500 encoder frames: 3000 mel frames
 
 
-def _eager(cls: Any, cfg: Any, seed: int) -> Any:
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    return cls(cfg).eval().cuda()
-
-
 def _bart() -> Any:
-    import transformers
-
-    cfg = transformers.BartConfig(
-        d_model=512, encoder_layers=2, decoder_layers=2, encoder_attention_heads=8,
-        decoder_attention_heads=8, encoder_ffn_dim=256, decoder_ffn_dim=256,
-        max_position_embeddings=512, decoder_start_token_id=2, forced_eos_token_id=None,
-        **TOKENS,
-    )  # fmt: skip
-    return _eager(transformers.BartForConditionalGeneration, cfg, seed=0)
+    return M.bart(**M.BART_WIDE).cuda()
 
 
 def _whisper() -> Any:
@@ -65,7 +51,7 @@ def _whisper() -> Any:
         max_source_positions=WHISPER["frames"], max_target_positions=64, decoder_start_token_id=3,
         begin_suppress_tokens=None, suppress_tokens=None, **TOKENS,
     )  # fmt: skip
-    return _eager(transformers.WhisperForConditionalGeneration, cfg, seed=1)
+    return M.eager_model(transformers.WhisperForConditionalGeneration, cfg, seed=1).cuda()
 
 
 def _judge(calls: list[tuple], keys: torch.Tensor | None) -> None:
